@@ -1,0 +1,3 @@
+from appdeck.cli import main
+
+main()

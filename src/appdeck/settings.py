@@ -1,0 +1,58 @@
+"""Settings, from ``APPDECK_*`` environment variables (and the CLI, which overrides them)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="APPDECK_", extra="ignore")
+
+    data_dir: Path = Path(".appdeck")
+    database_url: str | None = None
+    """``postgresql+asyncpg://…`` for PostgreSQL; default: SQLite in the data dir."""
+    redis_url: str | None = None
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+    ingress_port: int = Field(8088, ge=0, le=65535)
+    public_url: str | None = None
+    """The URL clients reach the server at (behind a proxy); default: http://host:port."""
+    allowed_hosts: list[str] = []
+    """Extra Host header names accepted on /mcp (DNS-rebinding defence)."""
+    allowed_origins: list[str] = []
+    """Extra browser origins accepted on /mcp."""
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_format: Literal["console", "json"] = "console"
+
+    keepalive_seconds: float = Field(30.0, gt=0)
+    sse_retry_ms: int = Field(1000, ge=0)
+    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+    session_idle_seconds: float = Field(3600.0, gt=0)
+    max_sessions: int = Field(10_000, ge=1)
+    event_retention_seconds: float = Field(3600.0, gt=0)
+    sweep_seconds: float = Field(30.0, gt=0)
+    client_request_timeout: float = Field(300.0, gt=0)
+    task_default_ttl_ms: int = Field(3_600_000, ge=1000)
+    task_max_ttl_ms: int = Field(86_400_000, ge=1000)
+    task_poll_ms: int = Field(1000, ge=100)
+
+    with_conformance_fixtures: bool = False
+    app_version: str = Field(
+        "dev", validation_alias=AliasChoices("APP_VERSION", "APPDECK_APP_VERSION")
+    )
+
+    def database(self) -> str:
+        if self.database_url:
+            return self.database_url
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        return f"sqlite+aiosqlite:///{(self.data_dir / 'appdeck.db').resolve()}"
+
+    def base_url(self, port: int | None = None) -> str:
+        if self.public_url:
+            return self.public_url.rstrip("/")
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
+        return f"http://{host}:{port if port is not None else self.port}"
