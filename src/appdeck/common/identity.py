@@ -1,0 +1,36 @@
+"""Who is calling: the principal a verified token (or the anonymous default) stands for."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+PrincipalKind = Literal["anonymous", "oauth", "pat"]
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """The caller of a request.
+
+    ``tenant`` and ``user`` own sessions and tasks; ``scopes`` decide which tools are listed and
+    callable; ``kind`` says how the caller proved itself (resources/* accept OAuth only).
+    """
+
+    tenant: str
+    user: str
+    scopes: frozenset[str] = field(default_factory=frozenset)
+    kind: PrincipalKind = "anonymous"
+    client_id: str | None = None
+
+    @property
+    def owner(self) -> tuple[str, str]:
+        """The (tenant, user) pair that owns sessions and tasks."""
+        return (self.tenant, self.user)
+
+    def has_scope(self, scope: str | None) -> bool:
+        """True when the principal holds ``scope`` (``None`` means no scope is needed)."""
+        return scope is None or self.kind == "anonymous" or scope in self.scopes
+
+
+ANONYMOUS = Principal(tenant="local", user="anonymous")
+"""The principal used while no authenticator is configured (development, tests)."""

@@ -1,0 +1,22 @@
+"""The per-message context the transport hands to the core."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from appdeck.common.identity import Principal
+from appdeck.protocol.ports import RequestChannel
+from appdeck.protocol.sessions import Session
+
+
+@dataclass(slots=True)
+class Call:
+    """Who sent a message, on which session, and where related messages go.
+
+    ``principal`` is None only for the open methods (``ping``, ``notifications/initialized``)
+    sent without a token; ``session`` is None only for ``initialize``.
+    """
+
+    principal: Principal | None
+    session: Session | None
+    channel: RequestChannel | None = None

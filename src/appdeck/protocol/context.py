@@ -1,0 +1,174 @@
+"""What a tool, resource or prompt handler may do while it runs: log, report progress, ask the
+client (elicitation, sampling), and know who is calling.
+
+Messages go on the request's own response stream while the request is in flight, and on the
+session's standalone stream when the work runs as a task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from typing import Any
+
+from appdeck.common.errors import FailedPrecondition, Unavailable
+from appdeck.common.identity import Principal
+from appdeck.protocol import jsonrpc
+from appdeck.protocol.errors import McpError
+from appdeck.protocol.ports import Outbox, RequestChannel
+from appdeck.protocol.sessions import Session
+from appdeck.protocol.tasks import INPUT_REQUIRED, RELATED_TASK_META, WORKING, Task, TaskManager
+
+JsonObject = dict[str, Any]
+
+
+class ClientError(McpError):
+    """The client answered a server-to-client request with a JSON-RPC error."""
+
+
+class OutgoingRequests:
+    """Server-to-client requests awaiting their responses, keyed by (session, request id)."""
+
+    def __init__(self, timeout: float = 300.0) -> None:
+        self._ids = itertools.count(1)
+        self._pending: dict[tuple[str, str | int], asyncio.Future[JsonObject]] = {}
+        self.timeout = timeout
+
+    def open(self, session_id: str) -> tuple[int, asyncio.Future[JsonObject]]:
+        request_id = next(self._ids)
+        future: asyncio.Future[JsonObject] = asyncio.get_running_loop().create_future()
+        self._pending[(session_id, request_id)] = future
+        return request_id, future
+
+    def close(self, session_id: str, request_id: int) -> None:
+        self._pending.pop((session_id, request_id), None)
+
+    def resolve(self, session_id: str, message: JsonObject) -> bool:
+        """Hand a client's response to the request waiting for it. False if none waits."""
+        future = self._pending.pop((session_id, message.get("id")), None)  # type: ignore[arg-type]
+        if future is None or future.done():
+            return False
+        future.set_result(message)
+        return True
+
+    def abandon_session(self, session_id: str) -> None:
+        for key in [k for k in self._pending if k[0] == session_id]:
+            future = self._pending.pop(key)
+            if not future.done():
+                future.set_exception(Unavailable("the session ended before the client answered"))
+
+
+class ToolContext:
+    """Passed to every handler. Cheap to build: the request path makes one per call."""
+
+    __slots__ = (
+        "_channel",
+        "_outbox",
+        "_requests",
+        "_tasks",
+        "principal",
+        "progress_token",
+        "request_id",
+        "session",
+        "task",
+    )
+
+    def __init__(
+        self,
+        *,
+        principal: Principal,
+        session: Session | None,
+        request_id: jsonrpc.RequestId | None,
+        progress_token: str | int | None,
+        channel: RequestChannel | None,
+        outbox: Outbox,
+        requests: OutgoingRequests,
+        tasks: TaskManager,
+        task: Task | None = None,
+    ) -> None:
+        self.principal = principal
+        self.session = session
+        self.request_id = request_id
+        self.progress_token = progress_token
+        self.task = task
+        self._channel = channel
+        self._outbox = outbox
+        self._requests = requests
+        self._tasks = tasks
+
+    async def send(self, message: JsonObject) -> None:
+        """Send a message related to this request to the client."""
+        if self.task is not None:
+            params = message.setdefault("params", {})
+            params.setdefault("_meta", {})[RELATED_TASK_META] = {"taskId": self.task.task_id}
+        if self._channel is not None:
+            await self._channel.send(message)
+        elif self.session is not None:
+            await self._outbox.to_session(self.session.id, message)
+
+    async def log(self, level: str, data: Any, logger: str | None = None) -> None:
+        """``notifications/message``, if the session's log level lets it through."""
+        if self.session is not None and not self.session.wants_log(level):
+            return
+        params: JsonObject = {"level": level, "data": data}
+        if logger:
+            params["logger"] = logger
+        await self.send(jsonrpc.notification("notifications/message", params))
+
+    async def progress(
+        self, progress: float, total: float | None = None, message: str | None = None
+    ) -> None:
+        """``notifications/progress`` when the caller asked for progress (a progressToken)."""
+        if self.progress_token is None:
+            return
+        params: JsonObject = {"progressToken": self.progress_token, "progress": progress}
+        if total is not None:
+            params["total"] = total
+        if message is not None:
+            params["message"] = message
+        await self.send(jsonrpc.notification("notifications/progress", params))
+
+    async def close_stream(self) -> None:
+        """End the response stream now (SSE polling); the client resumes it with GET."""
+        if self._channel is not None:
+            await self._channel.close_stream()
+
+    async def request(self, method: str, params: JsonObject, *, capability: str) -> JsonObject:
+        """Send a request to the client and wait (bounded) for its result."""
+        session = self.session
+        if session is None or not session.supports(capability):
+            raise FailedPrecondition(
+                f"the client did not declare the '{capability}' capability",
+                hint="use a client that supports it, or pass the value as an argument",
+            )
+        request_id, future = self._requests.open(session.id)
+        if self.task is not None and self.task.status == WORKING:
+            await self._tasks.transition(
+                self.task, INPUT_REQUIRED, f"Waiting for the client: {method}"
+            )
+        try:
+            await self.send(jsonrpc.request(request_id, method, params))
+            async with asyncio.timeout(self._requests.timeout):
+                response = await future
+        except TimeoutError:
+            raise Unavailable(f"the client did not answer {method} in time") from None
+        finally:
+            self._requests.close(session.id, request_id)
+            if self.task is not None and self.task.status == INPUT_REQUIRED:
+                await self._tasks.transition(self.task, WORKING)
+        if "error" in response:
+            err = response["error"]
+            raise ClientError(str(err.get("message", "client error")), err.get("data"))
+        result = response.get("result")
+        return result if isinstance(result, dict) else {}
+
+    async def elicit(self, message: str, requested_schema: JsonObject) -> JsonObject:
+        """``elicitation/create`` (form mode): returns ``{action, content?}``."""
+        params = {"mode": "form", "message": message, "requestedSchema": requested_schema}
+        if self.session is not None and self.session.protocol_version < "2025-11-25":
+            params.pop("mode")
+        return await self.request("elicitation/create", params, capability="elicitation")
+
+    async def sample(self, params: JsonObject) -> JsonObject:
+        """``sampling/createMessage``: returns the client's CreateMessageResult."""
+        return await self.request("sampling/createMessage", params, capability="sampling")

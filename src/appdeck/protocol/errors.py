@@ -1,0 +1,193 @@
+"""Every error code AppDeck puts on the wire, and the one place exceptions become wire errors.
+
+    McpError                         a JSON-RPC error object, code + message (+ data)
+    ├── ParseError          -32700   the body is not JSON
+    ├── InvalidRequest      -32600   JSON, but not a valid JSON-RPC message / call in this state
+    ├── MethodNotFound      -32601   no such method (or a task-support mismatch, per the spec)
+    ├── InvalidParams       -32602   the params do not fit the method
+    ├── InternalError       -32603   a defect; never carries library text
+    ├── SessionRequired     -32000   a session-bound call without ``Mcp-Session-Id`` (HTTP 400)
+    ├── SessionNotFound     -32001   an unknown or expired session id (HTTP 404)
+    ├── ServerBusy          -32000   a server-side cap was reached (HTTP 503)
+    ├── ResourceNotFound    -32002   resources/read of an unknown URI (``data.uri``)
+    ├── Forbidden           -32003   session owner mismatch, or a resource the caller may not read
+    └── RateLimited         -32004   too many requests (``data.retryAfterMs``, HTTP 429)
+
+Domain errors (:mod:`appdeck.common.errors`) raised by a tool become a CallToolResult with
+``isError: true`` through :func:`tool_error_result`; anything else a tool raises becomes an
+``internal`` tool error whose message carries no library text.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from appdeck.common.errors import AppDeckError
+
+PARSE_ERROR: Final = -32700
+"""Invalid JSON was received."""
+INVALID_REQUEST: Final = -32600
+"""The JSON sent is not a valid request object, or the request is not allowed in this state."""
+METHOD_NOT_FOUND: Final = -32601
+"""The method does not exist or is not available."""
+INVALID_PARAMS: Final = -32602
+"""Invalid method parameters."""
+INTERNAL_ERROR: Final = -32603
+"""Internal JSON-RPC error."""
+SERVER_ERROR: Final = -32000
+"""Transport-level refusal (missing session header, server at capacity), as the SDKs use it."""
+SESSION_NOT_FOUND: Final = -32001
+"""The session id is unknown or expired; the client must initialize again."""
+RESOURCE_NOT_FOUND: Final = -32002
+"""resources/read of a URI the server does not have."""
+FORBIDDEN: Final = -32003
+"""The session belongs to another owner, or the caller may not read this resource."""
+RATE_LIMITED: Final = -32004
+"""Too many requests; ``data.retryAfterMs`` says when to try again."""
+
+
+class McpError(Exception):
+    """An error that is sent as a JSON-RPC error object.
+
+    ``http_status`` is the status the transport uses when the error ends the whole HTTP
+    exchange (as opposed to one response inside a batch or an SSE stream).
+    """
+
+    code: int = INTERNAL_ERROR
+    http_status: int = 200
+
+    def __init__(self, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.data = data
+
+    def to_error(self) -> dict[str, Any]:
+        err: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.data is not None:
+            err["data"] = self.data
+        return err
+
+
+class ParseError(McpError):
+    """The body could not be parsed as JSON."""
+
+    code = PARSE_ERROR
+    http_status = 400
+
+
+class InvalidRequest(McpError):
+    """Not a valid JSON-RPC message, or not allowed at this point of the lifecycle."""
+
+    code = INVALID_REQUEST
+    http_status = 400
+
+
+class MethodNotFound(McpError):
+    """Unknown method, or a tool's task support forbids how it was called."""
+
+    code = METHOD_NOT_FOUND
+
+
+class InvalidParams(McpError):
+    """The params do not fit the method."""
+
+    code = INVALID_PARAMS
+
+
+class InternalError(McpError):
+    """A defect on our side. The message is generic."""
+
+    code = INTERNAL_ERROR
+    http_status = 500
+
+
+class SessionRequired(McpError):
+    """A call after initialize came without ``Mcp-Session-Id``."""
+
+    code = SERVER_ERROR
+    http_status = 400
+
+
+class SessionNotFound(McpError):
+    """The session id is unknown, expired or was dropped."""
+
+    code = SESSION_NOT_FOUND
+    http_status = 404
+
+
+class ServerBusy(McpError):
+    """A server-side cap (sessions, streams) was reached."""
+
+    code = SERVER_ERROR
+    http_status = 503
+
+
+class ResourceNotFound(McpError):
+    """resources/read of an unknown URI."""
+
+    code = RESOURCE_NOT_FOUND
+
+    def __init__(self, uri: str) -> None:
+        super().__init__("Resource not found", {"uri": uri})
+
+
+class Forbidden(McpError):
+    """Session owner mismatch (the session has been dropped), or an unreadable resource."""
+
+    code = FORBIDDEN
+    http_status = 403
+
+    def __init__(self, message: str = "forbidden", data: Any = None) -> None:
+        super().__init__(message, data)
+
+
+class RateLimited(McpError):
+    """Too many requests from this token."""
+
+    code = RATE_LIMITED
+    http_status = 429
+
+    def __init__(self, retry_after_ms: int) -> None:
+        super().__init__("rate limited", {"retryAfterMs": retry_after_ms})
+
+
+def error_response(request_id: Any, exc: BaseException) -> dict[str, Any]:
+    """The JSON-RPC error response for ``exc``. Only :class:`McpError` text reaches the wire."""
+    error = (
+        exc.to_error() if isinstance(exc, McpError) else InternalError("Internal error").to_error()
+    )
+    return {"jsonrpc": "2.0", "id": request_id, "error": error}
+
+
+def tool_error_result(exc: BaseException) -> dict[str, Any]:
+    """The CallToolResult for a tool that failed. Domain errors keep their code and message."""
+    err = exc if isinstance(exc, AppDeckError) else None
+    body = err.to_dict() if err else {"code": "internal", "message": "internal error"}
+    text = f"{body['code']}: {body['message']}"
+    if body.get("hint"):
+        text += f" (hint: {body['hint']})"
+    return {
+        "content": [{"type": "text", "text": text}],
+        "structuredContent": {"error": body},
+        "isError": True,
+    }
+
+
+class InsufficientScope(McpError):
+    """The token lacks the scope a method or tool needs (HTTP 403, step-up)."""
+
+    code = FORBIDDEN
+    http_status = 403
+
+    def __init__(self, scope: str) -> None:
+        super().__init__(
+            f"insufficient_scope: this call needs the '{scope}' scope", {"scope": scope}
+        )
+        self.scope = scope
+
+
+def wire_error(error: dict[str, Any]) -> McpError:
+    """Rebuild an error stored as a JSON-RPC error object (a task's outcome)."""
+    exc = McpError(str(error.get("message", "error")), error.get("data"))
+    exc.code = int(error.get("code", INTERNAL_ERROR))
+    return exc

@@ -1,0 +1,60 @@
+"""The interfaces the protocol core needs from the layers around it.
+
+Storage implements the stores (:mod:`appdeck.storage`), the transport implements delivery
+(:mod:`appdeck.transport`). The core only ever sees these protocols, so its tests drive it
+with in-memory doubles and plain dicts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from appdeck.protocol.sessions import Session
+    from appdeck.protocol.tasks import Task
+
+JsonObject = dict[str, Any]
+
+
+class SessionStore(Protocol):
+    """Durable home of sessions (the core keeps a hot cache in front of it)."""
+
+    async def insert(self, session: Session) -> None: ...
+    async def load(self, session_id: str) -> Session | None: ...
+    async def update(self, session: Session) -> None: ...
+    async def delete(self, session_id: str) -> None: ...
+    async def touch(self, last_active: dict[str, float]) -> None: ...
+    async def idle_since(self, before: float) -> list[str]: ...
+    async def count(self) -> int: ...
+
+
+class TaskStore(Protocol):
+    """Durable home of tasks: every state change is written before it is announced."""
+
+    async def insert(self, task: Task) -> None: ...
+    async def update(self, task: Task) -> None: ...
+    async def get(self, task_id: str) -> Task | None: ...
+    async def list_for_owner(
+        self, tenant: str, user: str, offset: int, limit: int
+    ) -> Sequence[Task]: ...
+    async def working_elsewhere(self, instance_id: str) -> Sequence[Task]: ...
+    async def delete_expired(self, now: float) -> int: ...
+
+
+class Outbox(Protocol):
+    """Delivery of messages that belong to no request: the session's standalone GET stream."""
+
+    async def to_session(self, session_id: str, message: JsonObject) -> None: ...
+    async def to_sessions(self, session_ids: Sequence[str], message: JsonObject) -> None: ...
+    async def close_session(self, session_id: str) -> None: ...
+
+
+class RequestChannel(Protocol):
+    """Delivery of messages related to one in-flight request (its POST response stream)."""
+
+    async def send(self, message: JsonObject) -> None: ...
+
+    async def close_stream(self) -> None:
+        """Close the response stream now; the client resumes it with GET + Last-Event-ID."""
+        ...

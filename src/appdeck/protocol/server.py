@@ -1,0 +1,289 @@
+"""The MCP server core: one entry point per kind of message, a method table, the lifecycle.
+
+The transport calls :meth:`McpServer.handle_request`, :meth:`handle_notification` and
+:meth:`handle_response` with validated JSON-RPC dicts. Every exception a handler raises is
+turned into a wire error here (:func:`appdeck.protocol.errors.error_response`) and nowhere else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from appdeck.common.identity import Principal
+from appdeck.protocol import jsonrpc, versions
+from appdeck.protocol.call import Call
+from appdeck.protocol.context import OutgoingRequests, ToolContext
+from appdeck.protocol.errors import (
+    Forbidden,
+    InvalidParams,
+    InvalidRequest,
+    McpError,
+    MethodNotFound,
+    SessionRequired,
+    error_response,
+)
+from appdeck.protocol.ports import Outbox
+from appdeck.protocol.prompts_feature import PromptsFeature
+from appdeck.protocol.registry import Registry
+from appdeck.protocol.resources_feature import ResourcesFeature
+from appdeck.protocol.sessions import LOG_RANK, Session, SessionManager
+from appdeck.protocol.tasks import TaskManager
+from appdeck.protocol.tasks_feature import TasksFeature
+from appdeck.protocol.tools_feature import ToolsFeature
+
+log = logging.getLogger("appdeck.protocol")
+
+JsonObject = dict[str, Any]
+Handler = Callable[[JsonObject, Call], Awaitable[JsonObject]]
+
+OPEN_METHODS = frozenset({"ping", "notifications/initialized"})
+"""Methods that need no token (the interface document marks them open)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServerInfo:
+    name: str = "appdeck-mcp"
+    version: str = "dev"
+    title: str | None = "AppDeck"
+    instructions: str | None = None
+    capabilities: JsonObject = field(
+        default_factory=lambda: {
+            "tools": {},
+            "resources": {"listChanged": True, "subscribe": True},
+            "prompts": {"listChanged": True},
+            "tasks": {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}},
+            "logging": {},
+            "completions": {},
+        }
+    )
+
+
+class RequestCancelled(Exception):
+    """The client cancelled the request (notifications/cancelled): no response is sent."""
+
+
+class McpServer:
+    """Dispatches JSON-RPC messages to the lifecycle and the feature handlers."""
+
+    def __init__(
+        self,
+        *,
+        registry: Registry,
+        sessions: SessionManager,
+        tasks: TaskManager,
+        outbox: Outbox,
+        info: ServerInfo | None = None,
+        client_request_timeout: float = 300.0,
+    ) -> None:
+        self.info = info or ServerInfo()
+        self.registry = registry
+        self.sessions = sessions
+        self.tasks = tasks
+        self.outbox = outbox
+        self.requests = OutgoingRequests(client_request_timeout)
+        self._inflight: dict[tuple[str, Any], tuple[asyncio.Task[Any], list[bool]]] = {}
+        self.tools = ToolsFeature(self)
+        self.resources = ResourcesFeature(self)
+        self.prompts = PromptsFeature(self)
+        self.task_methods = TasksFeature(self)
+        self._methods: dict[str, Handler] = {
+            "initialize": self._initialize,
+            "ping": self._ping,
+            "logging/setLevel": self._set_level,
+            "completion/complete": self._complete,
+            "tools/list": self.tools.list,
+            "tools/call": self.tools.call,
+            "resources/list": self.resources.list,
+            "resources/templates/list": self.resources.list_templates,
+            "resources/read": self.resources.read,
+            "resources/subscribe": self.resources.subscribe,
+            "resources/unsubscribe": self.resources.unsubscribe,
+            "prompts/list": self.prompts.list,
+            "prompts/get": self.prompts.get,
+            "tasks/get": self.task_methods.get,
+            "tasks/result": self.task_methods.result,
+            "tasks/list": self.task_methods.list,
+            "tasks/cancel": self.task_methods.cancel,
+        }
+        sessions.on_drop(self._session_dropped)
+
+    # -- entry points ---------------------------------------------------------------------
+
+    async def handle_request(
+        self, message: JsonObject, call: Call
+    ) -> tuple[JsonObject | None, int]:
+        """Answer one request: the response (None if the client cancelled it) and the HTTP
+        status the transport should use when this response is the whole HTTP answer."""
+        request_id = message["id"]
+        try:
+            return jsonrpc.result(request_id, await self.dispatch(message, call)), 200
+        except RequestCancelled:
+            return None, 202
+        except McpError as exc:
+            return error_response(request_id, exc), exc.http_status
+        except Exception as exc:
+            log.exception("unhandled error in %s", message.get("method"))
+            return error_response(request_id, exc), 500
+
+    async def dispatch(self, message: JsonObject, call: Call) -> JsonObject:
+        """Run one request's handler; raises :class:`McpError` for wire errors."""
+        method: str = message["method"]
+        handler = self._methods.get(method)
+        if handler is None:
+            raise MethodNotFound(f"Method not found: {method}")
+        if call.principal is None and method not in OPEN_METHODS:
+            raise Forbidden("this method needs a token")
+        session = call.session
+        if session is None and method != "initialize":
+            raise SessionRequired("Bad Request: Mcp-Session-Id header is required")
+        if session is not None and call.principal is not None:
+            await self.sessions.check_owner(session, call.principal)
+        if method != "tools/call" or session is None:
+            return await handler(message, call)
+        return await self._cancellable(message, call, handler, session)
+
+    async def _cancellable(
+        self, message: JsonObject, call: Call, handler: Handler, session: Session
+    ) -> JsonObject:
+        key = (session.id, message["id"])
+        current = asyncio.current_task()
+        flag = [False]
+        if current is not None:
+            self._inflight[key] = (current, flag)
+        try:
+            return await handler(message, call)
+        except asyncio.CancelledError:
+            if flag[0] and current is not None and current.uncancel() == 0:
+                raise RequestCancelled from None
+            raise
+        finally:
+            self._inflight.pop(key, None)
+
+    async def handle_notification(self, message: JsonObject, call: Call) -> None:
+        method = message["method"]
+        params = jsonrpc.params_of(message)
+        session = call.session
+        if session is None:
+            return
+        if method == "notifications/initialized":
+            if not session.initialized:
+                session.initialized = True
+        elif method == "notifications/cancelled":
+            target = params.get("requestId")
+            if not isinstance(target, (str, int)):
+                return
+            entry = self._inflight.get((session.id, target))
+            if entry is not None and call.principal is not None:
+                task, flag = entry
+                flag[0] = True
+                task.cancel()
+        # notifications/progress, roots/list_changed and unknown notifications are ignored.
+
+    async def handle_response(self, message: JsonObject, call: Call) -> None:
+        """A client's answer to one of our requests (elicitation, sampling)."""
+        if call.session is not None:
+            self.requests.resolve(call.session.id, message)
+
+    # -- lifecycle and small methods ------------------------------------------------------
+
+    async def _initialize(self, message: JsonObject, call: Call) -> JsonObject:
+        if call.session is not None:
+            raise InvalidRequest("Invalid Request: Server already initialized")
+        params = jsonrpc.params_of(message)
+        requested = params.get("protocolVersion")
+        if not isinstance(requested, str):
+            raise InvalidParams("initialize: params.protocolVersion must be a string")
+        caps = params.get("capabilities")
+        client_info = params.get("clientInfo")
+        principal = call.principal
+        assert principal is not None
+        version = versions.negotiate(requested)
+        session = await self.sessions.create(
+            principal,
+            version,
+            client_info if isinstance(client_info, dict) else {},
+            caps if isinstance(caps, dict) else {},
+        )
+        call.session = session
+        info: JsonObject = {"name": self.info.name, "version": self.info.version}
+        if self.info.title:
+            info["title"] = self.info.title
+        body: JsonObject = {
+            "protocolVersion": version,
+            "capabilities": self.info.capabilities,
+            "serverInfo": info,
+            "sessionId": session.id,
+        }
+        if self.info.instructions:
+            body["instructions"] = self.info.instructions
+        return body
+
+    async def _ping(self, message: JsonObject, call: Call) -> JsonObject:
+        return {}
+
+    async def _set_level(self, message: JsonObject, call: Call) -> JsonObject:
+        level = jsonrpc.params_of(message).get("level")
+        if not isinstance(level, str) or level not in LOG_RANK:
+            raise InvalidParams(f"Invalid log level: {level!r}")
+        assert call.session is not None
+        call.session.log_level = str(level)
+        await self.sessions.save(call.session)
+        return {}
+
+    async def _complete(self, message: JsonObject, call: Call) -> JsonObject:
+        params = jsonrpc.params_of(message)
+        ref, argument = params.get("ref"), params.get("argument")
+        if not isinstance(ref, dict) or not isinstance(argument, dict):
+            raise InvalidParams("completion/complete needs ref and argument objects")
+        ref_type = ref.get("type")
+        ref_name = ref.get("name") if ref_type == "ref/prompt" else ref.get("uri")
+        arg_name, value = argument.get("name"), argument.get("value", "")
+        if not isinstance(arg_name, str) or not isinstance(value, str):
+            raise InvalidParams("argument.name and argument.value must be strings")
+        if ref_type not in ("ref/prompt", "ref/resource") or not isinstance(ref_name, str):
+            raise InvalidParams("ref must be {type: ref/prompt, name} or {type: ref/resource, uri}")
+        if ref_type == "ref/prompt" and ref_name not in self.registry.prompts:
+            raise InvalidParams(f"Unknown prompt: {ref_name}")
+        completer = self.registry.completers.get((str(ref_type), str(ref_name), arg_name))
+        values: list[str] = []
+        if completer is not None:
+            context = params.get("context")
+            known = context.get("arguments") if isinstance(context, dict) else None
+            values = await completer(value, known if isinstance(known, dict) else {})
+        return {
+            "completion": {
+                "values": values[:100],
+                "total": len(values),
+                "hasMore": len(values) > 100,
+            }
+        }
+
+    # -- helpers for the features ---------------------------------------------------------
+
+    def context(
+        self, call: Call, message: JsonObject | None, principal: Principal | None = None
+    ) -> ToolContext:
+        params = jsonrpc.params_of(message) if message else {}
+        meta = params.get("_meta")
+        token = meta.get("progressToken") if isinstance(meta, dict) else None
+        who = principal or call.principal
+        assert who is not None
+        return ToolContext(
+            principal=who,
+            session=call.session,
+            request_id=message.get("id") if message else None,
+            progress_token=token if isinstance(token, (str, int)) else None,
+            channel=call.channel,
+            outbox=self.outbox,
+            requests=self.requests,
+            tasks=self.tasks,
+        )
+
+    async def _session_dropped(self, session: Session) -> None:
+        self.requests.abandon_session(session.id)
+        self.resources.forget(session)
+        await self.outbox.close_session(session.id)

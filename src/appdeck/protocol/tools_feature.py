@@ -1,0 +1,138 @@
+"""tools/list and tools/call, including task-augmented calls."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from appdeck.common.errors import AppDeckError
+from appdeck.protocol import jsonrpc, pagination
+from appdeck.protocol.call import Call
+from appdeck.protocol.context import ToolContext
+from appdeck.protocol.errors import (
+    InsufficientScope,
+    InvalidParams,
+    McpError,
+    MethodNotFound,
+    tool_error_result,
+)
+from appdeck.protocol.registry import ToolDef
+from appdeck.protocol.tasks import Task
+
+if TYPE_CHECKING:
+    from appdeck.protocol.server import McpServer
+
+log = logging.getLogger("appdeck.tools")
+JsonObject = dict[str, Any]
+
+
+class ToolsFeature:
+    def __init__(self, server: McpServer) -> None:
+        self._server = server
+        self._wire: dict[str, JsonObject] = {}
+
+    def _wired(self, tool: ToolDef) -> JsonObject:
+        body = self._wire.get(tool.name)
+        if body is None:
+            body = self._wire[tool.name] = tool.wire()
+        return body
+
+    async def list(self, message: JsonObject, call: Call) -> JsonObject:
+        principal = call.principal
+        assert principal is not None
+        visible = [
+            self._wired(t)
+            for t in self._server.registry.tools.values()
+            if principal.has_scope(t.scope)
+        ]
+        tools, nxt = pagination.page(visible, jsonrpc.params_of(message))
+        body: JsonObject = {"tools": tools}
+        if nxt:
+            body["nextCursor"] = nxt
+        return body
+
+    async def call(self, message: JsonObject, call: Call) -> JsonObject:
+        params = jsonrpc.params_of(message)
+        name = params.get("name")
+        if not isinstance(name, str):
+            raise InvalidParams("tools/call: params.name must be a string")
+        tool = self._server.registry.tools.get(name)
+        principal = call.principal
+        assert principal is not None
+        assert call.session is not None
+        if tool is None:
+            raise InvalidParams(f"Unknown tool: {name}")
+        if not principal.has_scope(tool.scope):
+            raise InsufficientScope(tool.scope or "")
+        arguments = params.get("arguments")
+        if arguments is None:
+            arguments = {}
+        if not isinstance(arguments, dict):
+            raise InvalidParams("tools/call: params.arguments must be an object")
+        task_request = params.get("task")
+        if task_request is None and isinstance(arguments.get("task"), dict):
+            arguments = {k: v for k, v in arguments.items() if k != "task"}
+            task_request = params["arguments"]["task"]
+        if task_request is not None and not isinstance(task_request, dict):
+            raise InvalidParams("tools/call: params.task must be an object")
+        if task_request is not None and tool.task_support == "forbidden":
+            raise MethodNotFound(f"Tool '{name}' does not support task-augmented execution")
+        if task_request is None and tool.task_support == "required":
+            raise MethodNotFound(f"Tool '{name}' must be called as a task (params.task)")
+        ctx = self._server.context(call, message)
+        if task_request is None:
+            return await run_tool(tool, arguments, ctx)
+        session = call.session
+
+        async def runner(task: Task) -> JsonObject:
+            ctx.task = task
+            return await run_tool(tool, arguments, ctx)
+
+        ctx = ToolContext(
+            principal=principal,
+            session=session,
+            request_id=message["id"],
+            progress_token=ctx.progress_token,
+            channel=None,
+            outbox=self._server.outbox,
+            requests=self._server.requests,
+            tasks=self._server.tasks,
+        )
+        task = await self._server.tasks.start(
+            principal,
+            session.id,
+            "tools/call",
+            {"name": name, "arguments": arguments},
+            task_request,
+            runner,
+            ctx.progress_token,
+        )
+        return {"task": task.wire()}
+
+
+async def run_tool(tool: ToolDef, arguments: JsonObject, ctx: ToolContext) -> JsonObject:
+    """Validate the arguments and run the tool. Tool failures become ``isError`` results;
+    protocol errors (McpError) propagate to the dispatcher."""
+    if tool.validator is not None:
+        error = next(iter(tool.validator.iter_errors(arguments)), None)
+        if error is not None:
+            where = "/".join(str(p) for p in error.absolute_path) or "arguments"
+            return tool_error_result(
+                _invalid(f"Invalid arguments for {tool.name}: {where}: {error.message}")
+            )
+    try:
+        return await tool.handler(arguments, ctx)
+    except (McpError, asyncio.CancelledError):
+        raise
+    except AppDeckError as exc:
+        return tool_error_result(exc)
+    except Exception as exc:
+        log.exception("tool %s failed", tool.name)
+        return tool_error_result(exc)
+
+
+def _invalid(message: str) -> AppDeckError:
+    from appdeck.common.errors import InvalidArgument
+
+    return InvalidArgument(message[:1000])

@@ -1,0 +1,109 @@
+"""In-memory stand-ins for the core's ports: the protocol tests need no I/O at all."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Any
+
+from appdeck.protocol.sessions import Session
+from appdeck.protocol.tasks import TERMINAL, Task
+
+
+class MemorySessionStore:
+    def __init__(self) -> None:
+        self.rows: dict[str, Session] = {}
+
+    async def insert(self, session: Session) -> None:
+        self.rows[session.id] = copy.deepcopy(session)
+
+    async def load(self, session_id: str) -> Session | None:
+        row = self.rows.get(session_id)
+        return copy.deepcopy(row) if row else None
+
+    async def update(self, session: Session) -> None:
+        self.rows[session.id] = copy.deepcopy(session)
+
+    async def delete(self, session_id: str) -> None:
+        self.rows.pop(session_id, None)
+
+    async def touch(self, last_active: dict[str, float]) -> None:
+        for sid, when in last_active.items():
+            if sid in self.rows:
+                self.rows[sid].last_active = when
+
+    async def idle_since(self, before: float) -> list[str]:
+        return [s.id for s in self.rows.values() if s.last_active < before]
+
+    async def count(self) -> int:
+        return len(self.rows)
+
+
+class MemoryTaskStore:
+    def __init__(self) -> None:
+        self.rows: dict[str, Task] = {}
+
+    async def insert(self, task: Task) -> None:
+        self.rows[task.task_id] = copy.deepcopy(task)
+
+    async def update(self, task: Task) -> None:
+        self.rows[task.task_id] = copy.deepcopy(task)
+
+    async def get(self, task_id: str) -> Task | None:
+        row = self.rows.get(task_id)
+        return copy.deepcopy(row) if row else None
+
+    async def list_for_owner(
+        self, tenant: str, user: str, offset: int, limit: int
+    ) -> Sequence[Task]:
+        mine = [t for t in self.rows.values() if (t.tenant, t.user) == (tenant, user)]
+        mine.sort(key=lambda t: t.created_at, reverse=True)
+        return mine[offset : offset + limit]
+
+    async def working_elsewhere(self, instance_id: str) -> Sequence[Task]:
+        return [
+            copy.deepcopy(t)
+            for t in self.rows.values()
+            if t.status not in TERMINAL and t.instance_id != instance_id
+        ]
+
+    async def delete_expired(self, now: float) -> int:
+        gone = [
+            k
+            for k, t in self.rows.items()
+            if t.ttl_ms is not None and t.created_at + t.ttl_ms / 1000 < now
+        ]
+        for k in gone:
+            del self.rows[k]
+        return len(gone)
+
+
+class RecordingOutbox:
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, dict[str, Any]]] = []
+        self.closed: list[str] = []
+
+    async def to_session(self, session_id: str, message: dict[str, Any]) -> None:
+        self.sent.append((session_id, message))
+
+    async def to_sessions(self, session_ids: Sequence[str], message: dict[str, Any]) -> None:
+        for sid in session_ids:
+            self.sent.append((sid, message))
+
+    async def close_session(self, session_id: str) -> None:
+        self.closed.append(session_id)
+
+    def methods(self, session_id: str | None = None) -> list[str]:
+        return [m["method"] for sid, m in self.sent if session_id is None or sid == session_id]
+
+
+class RecordingChannel:
+    def __init__(self) -> None:
+        self.messages: list[dict[str, Any]] = []
+        self.closed = False
+
+    async def send(self, message: dict[str, Any]) -> None:
+        self.messages.append(message)
+
+    async def close_stream(self) -> None:
+        self.closed = True
