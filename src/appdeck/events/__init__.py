@@ -1,0 +1,1 @@
+"""The event log (what each session's streams carried, for replay) and the live bus."""

@@ -1,0 +1,1 @@
+"""Migration scripts, oldest first; each file is one Alembic revision."""

@@ -1,0 +1,98 @@
+"""Sessions in the database: the durable home behind the session manager's hot cache."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from appdeck.protocol.ports import SessionStore
+from appdeck.protocol.sessions import Session
+from appdeck.storage.schema import sessions
+
+_TOUCH = (
+    sa.update(sessions)
+    .where(sessions.c.id == sa.bindparam("b_id"))
+    .where(sessions.c.last_active < sa.bindparam("b_last_active"))
+    .values(last_active=sa.bindparam("b_last_active"))
+)
+
+
+class SqlSessionStore(SessionStore):
+    """:class:`~appdeck.protocol.ports.SessionStore` on SQLAlchemy Core."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+
+    async def insert(self, session: Session) -> None:
+        async with self._engine.begin() as conn:
+            await conn.execute(sa.insert(sessions).values(_row(session)))
+
+    async def load(self, session_id: str) -> Session | None:
+        async with self._engine.connect() as conn:
+            result = await conn.execute(sa.select(sessions).where(sessions.c.id == session_id))
+            row = result.one_or_none()
+        return None if row is None else _session(row._mapping)
+
+    async def update(self, session: Session) -> None:
+        values = _row(session)
+        del values["id"], values["created_at"]
+        async with self._engine.begin() as conn:
+            await conn.execute(
+                sa.update(sessions).where(sessions.c.id == session.id).values(values)
+            )
+
+    async def delete(self, session_id: str) -> None:
+        async with self._engine.begin() as conn:
+            await conn.execute(sa.delete(sessions).where(sessions.c.id == session_id))
+
+    async def touch(self, last_active: dict[str, float]) -> None:
+        """Record activity times in one batch. A time never moves backwards, so a stale
+        flush from another process cannot make a busy session look idle."""
+        if not last_active:
+            return
+        params = [{"b_id": sid, "b_last_active": ts} for sid, ts in last_active.items()]
+        async with self._engine.begin() as conn:
+            await conn.execute(_TOUCH, params)
+
+    async def idle_since(self, before: float) -> list[str]:
+        query = sa.select(sessions.c.id).where(sessions.c.last_active < before)
+        async with self._engine.connect() as conn:
+            return list((await conn.scalars(query)).all())
+
+    async def count(self) -> int:
+        async with self._engine.connect() as conn:
+            return int(await conn.scalar(sa.select(sa.func.count()).select_from(sessions)) or 0)
+
+
+def _row(session: Session) -> dict[str, Any]:
+    return {
+        "id": session.id,
+        "tenant": session.tenant,
+        "user": session.user,
+        "protocol_version": session.protocol_version,
+        "client_info": session.client_info,
+        "client_capabilities": session.client_capabilities,
+        "created_at": session.created_at,
+        "last_active": session.last_active,
+        "log_level": session.log_level,
+        "initialized": session.initialized,
+        "subscriptions": sorted(session.subscriptions),
+    }
+
+
+def _session(row: sa.RowMapping) -> Session:
+    return Session(
+        id=row["id"],
+        tenant=row["tenant"],
+        user=row["user"],
+        protocol_version=row["protocol_version"],
+        client_info=row["client_info"],
+        client_capabilities=row["client_capabilities"],
+        created_at=row["created_at"],
+        last_active=row["last_active"],
+        log_level=row["log_level"],
+        initialized=row["initialized"],
+        subscriptions=set(row["subscriptions"]),
+    )

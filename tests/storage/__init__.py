@@ -1,0 +1,1 @@
+"""Tests of appdeck.storage, run on SQLite and PostgreSQL."""

@@ -1,0 +1,66 @@
+"""The engine factory: drivers, SQLite pragmas, the default database file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sqlalchemy.engine import make_url
+
+from appdeck.storage import create_engine, default_sqlite_url
+
+
+async def test_every_sqlite_connection_gets_wal_normal_sync_a_busy_timeout_and_foreign_keys(
+    tmp_path: Path,
+) -> None:
+    engine = create_engine(default_sqlite_url(tmp_path))
+    try:
+        async with engine.connect() as conn:
+            pragmas = {
+                name: (await conn.exec_driver_sql(f"PRAGMA {name}")).scalar_one()
+                for name in ("journal_mode", "synchronous", "busy_timeout", "foreign_keys")
+            }
+    finally:
+        await engine.dispose()
+    assert pragmas == {
+        "journal_mode": "wal",
+        "synchronous": 1,
+        "busy_timeout": 5000,
+        "foreign_keys": 1,
+    }
+
+
+def test_the_default_sqlite_url_is_appdeck_db_in_the_data_dir_which_it_creates(
+    tmp_path: Path,
+) -> None:
+    data_dir = tmp_path / "nested" / "data dir"
+    url = make_url(default_sqlite_url(data_dir))
+    assert url.drivername == "sqlite+aiosqlite"
+    assert url.database == str((data_dir / "appdeck.db").resolve())
+    assert data_dir.is_dir()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite:///appdeck.db",
+        "postgresql+psycopg2://postgres@127.0.0.1/test",
+        "mysql+aiomysql://root@127.0.0.1/test",
+    ],
+)
+def test_urls_without_a_supported_async_driver_are_refused(url: str) -> None:
+    with pytest.raises(ValueError, match=r"async driver|unsupported database"):
+        create_engine(url)
+
+
+async def test_an_engine_connects_to_each_supported_database_with_a_sized_pool(
+    database_url: str,
+) -> None:
+    engine = create_engine(database_url)
+    try:
+        if engine.dialect.name == "postgresql":
+            assert engine.pool.size() == 10
+        async with engine.connect() as conn:
+            assert (await conn.exec_driver_sql("SELECT 1")).scalar_one() == 1
+    finally:
+        await engine.dispose()

@@ -1,0 +1,135 @@
+"""SqlSessionStore: the durable home of sessions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from appdeck.protocol.sessions import Session
+from appdeck.storage import Storage
+
+
+def make_session(session_id: str = "s1", **changes: Any) -> Session:
+    fields: dict[str, Any] = {
+        "id": session_id,
+        "tenant": "acme",
+        "user": "ada",
+        "protocol_version": "2025-11-25",
+        "client_info": {"name": "claude", "version": "1.2"},
+        "client_capabilities": {"elicitation": {}, "roots": {"listChanged": True}},
+        "created_at": 1_700_000_000.25,
+        "last_active": 1_700_000_100.5,
+    }
+    fields.update(changes)
+    return Session(**fields)
+
+
+async def test_a_session_survives_a_reload_from_the_store(storage: Storage) -> None:
+    session = make_session(
+        client_info={"name": "Éditeur ✓", "nested": {"list": [1, 2.5, None, True], "n": None}},
+        log_level="warning",
+        initialized=True,
+        subscriptions={"appdeck://apps/b", "appdeck://apps/a"},
+    )
+    await storage.sessions.insert(session)
+    assert await storage.sessions.load("s1") == session
+
+
+async def test_subscriptions_are_stored_as_a_sorted_list(storage: Storage) -> None:
+    await storage.sessions.insert(make_session(subscriptions={"c", "a", "b"}))
+    async with storage.engine.connect() as conn:
+        raw = await conn.scalar(sa.text("SELECT subscriptions FROM sessions"))
+    assert raw == '["a", "b", "c"]' or raw == ["a", "b", "c"]
+
+
+async def test_loading_an_unknown_session_gives_none(storage: Storage) -> None:
+    assert await storage.sessions.load("nope") is None
+
+
+async def test_a_session_id_is_stored_only_once(storage: Storage) -> None:
+    await storage.sessions.insert(make_session())
+    with pytest.raises(sa.exc.IntegrityError):
+        await storage.sessions.insert(make_session())
+
+
+async def test_an_update_rewrites_the_protocol_state_of_that_session_only(
+    storage: Storage,
+) -> None:
+    await storage.sessions.insert(make_session("s1"))
+    await storage.sessions.insert(make_session("s2"))
+    changed = make_session(
+        "s1",
+        protocol_version="2025-03-26",
+        client_capabilities={},
+        last_active=1_700_000_200.0,
+        log_level="error",
+        initialized=True,
+        subscriptions={"appdeck://apps/x"},
+    )
+    await storage.sessions.update(changed)
+    assert await storage.sessions.load("s1") == changed
+    assert await storage.sessions.load("s2") == make_session("s2")
+
+
+async def test_a_deleted_session_is_gone_and_deleting_it_again_is_harmless(
+    storage: Storage,
+) -> None:
+    await storage.sessions.insert(make_session("s1"))
+    await storage.sessions.insert(make_session("s2"))
+    await storage.sessions.delete("s1")
+    await storage.sessions.delete("s1")
+    assert await storage.sessions.load("s1") is None
+    assert await storage.sessions.load("s2") is not None
+
+
+async def test_touch_records_many_activity_times_in_one_batch(storage: Storage) -> None:
+    for sid in ("a", "b", "c"):
+        await storage.sessions.insert(make_session(sid, last_active=100.0))
+    await storage.sessions.touch({"a": 150.0, "b": 175.5, "unknown": 999.0})
+    actives = {sid: (await storage.sessions.load(sid)) for sid in ("a", "b", "c")}
+    assert {sid: s.last_active for sid, s in actives.items() if s} == {
+        "a": 150.0,
+        "b": 175.5,
+        "c": 100.0,
+    }
+    assert await storage.sessions.count() == 3
+
+
+async def test_touch_never_moves_activity_back_in_time(storage: Storage) -> None:
+    await storage.sessions.insert(make_session("a", last_active=200.0))
+    await storage.sessions.touch({"a": 150.0})
+    loaded = await storage.sessions.load("a")
+    assert loaded is not None
+    assert loaded.last_active == 200.0
+
+
+async def test_touch_with_nothing_to_record_does_nothing(storage: Storage) -> None:
+    await storage.sessions.touch({})
+    assert await storage.sessions.count() == 0
+
+
+async def test_idle_since_lists_the_sessions_last_active_before_the_cutoff(
+    storage: Storage,
+) -> None:
+    for sid, last_active in {"old": 10.0, "edge": 20.0, "fresh": 30.0}.items():
+        await storage.sessions.insert(make_session(sid, last_active=last_active))
+    assert await storage.sessions.idle_since(20.0) == ["old"]
+    assert sorted(await storage.sessions.idle_since(30.5)) == ["edge", "fresh", "old"]
+    assert await storage.sessions.idle_since(5.0) == []
+
+
+async def test_idle_since_follows_touched_activity(storage: Storage) -> None:
+    await storage.sessions.insert(make_session("a", last_active=10.0))
+    await storage.sessions.touch({"a": 50.0})
+    assert await storage.sessions.idle_since(20.0) == []
+
+
+async def test_count_follows_inserts_and_deletes(storage: Storage) -> None:
+    assert await storage.sessions.count() == 0
+    for sid in ("a", "b"):
+        await storage.sessions.insert(make_session(sid))
+    assert await storage.sessions.count() == 2
+    await storage.sessions.delete("a")
+    assert await storage.sessions.count() == 1
