@@ -40,7 +40,7 @@ class Services:
     authenticator: Authenticator
     instance_id: str
     port: int = 0
-    _sweeper: asyncio.Task[None] | None = field(default=None, repr=False)
+    _background: list[asyncio.Task[None]] = field(default_factory=list, repr=False)
 
     @classmethod
     async def start(
@@ -90,7 +90,12 @@ class Services:
         reconciled = await tasks.reconcile({})
         if reconciled:
             log.warning("reconciled %d task(s) left working by a previous process", reconciled)
-        services._sweeper = asyncio.create_task(services._sweep_forever(), name="sweeper")
+        services._background.append(asyncio.create_task(services._sweep_forever(), name="sweeper"))
+        if settings.with_conformance_fixtures:
+            from appdeck.fixtures.conformance import tick_watched_resource
+
+            ticker = tick_watched_resource(server.resources.updated)
+            services._background.append(asyncio.create_task(ticker, name="watched-resource"))
         return services
 
     async def _sweep_forever(self) -> None:
@@ -108,10 +113,10 @@ class Services:
         await self.storage.events.trim(time.time() - self.settings.event_retention_seconds)
 
     async def stop(self) -> None:
-        if self._sweeper is not None:
-            self._sweeper.cancel()
+        for task in self._background:
+            task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
+                await task
         await self.server.tasks.shutdown()
         with contextlib.suppress(Exception):
             await self.server.sessions.sweep()
