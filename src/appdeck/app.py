@@ -13,7 +13,13 @@ import time
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from appdeck.auth import AllowAnonymous, Authenticator
+from appdeck.auth import Authenticator
+from appdeck.auth.audit import AuditLog
+from appdeck.auth.bearer import BearerAuthenticator, ClaimNames, LocalJwtVerifier
+from appdeck.auth.external import JwksVerifier
+from appdeck.auth.keys import ALGORITHM, SigningKeys
+from appdeck.auth.ratelimit import RateLimiter
+from appdeck.auth.tokens import TokenIssuer, TokenVerifier
 from appdeck.events.bus import InProcessBus
 from appdeck.protocol.registry import Registry
 from appdeck.protocol.server import McpServer, ServerInfo
@@ -21,7 +27,10 @@ from appdeck.protocol.sessions import SessionManager
 from appdeck.protocol.tasks import TaskLimits, TaskManager
 from appdeck.settings import Settings
 from appdeck.storage import Storage
+from appdeck.storage.audit import AuditStore
+from appdeck.storage.identity import IdentityStore
 from appdeck.transport.asgi import ASGIApp
+from appdeck.transport.guard import Guard
 from appdeck.transport.hub import StreamHub
 from appdeck.transport.mcp_http import HttpSettings, McpHttpApp
 from appdeck.transport.routes import Router, control_plane
@@ -39,6 +48,13 @@ class Services:
     registry: Registry
     authenticator: Authenticator
     instance_id: str
+    base_url: str
+    identities: IdentityStore
+    audit: AuditLog
+    audit_store: AuditStore
+    keys: SigningKeys | None = None
+    token_issuer: TokenIssuer | None = None
+    bearer: BearerAuthenticator | None = None
     port: int = 0
     _background: list[asyncio.Task[None]] = field(default_factory=list, repr=False)
 
@@ -47,6 +63,12 @@ class Services:
         cls, settings: Settings, *, authenticator: Authenticator | None = None, port: int = 0
     ) -> Services:
         storage = await Storage.open(settings.database())
+        base_url = settings.base_url(port)
+        identities = IdentityStore(storage.engine)
+        audit_store = AuditStore(storage.engine)
+        audit = AuditLog(audit_store)
+        audit.start()
+        keys, token_issuer, bearer = await _authentication(settings, base_url, identities)
         hub = StreamHub(storage.events, InProcessBus())
         registry = Registry()
         if settings.with_conformance_fixtures:
@@ -83,8 +105,15 @@ class Services:
             hub=hub,
             server=server,
             registry=registry,
-            authenticator=authenticator or AllowAnonymous(),
+            authenticator=authenticator or bearer,
             instance_id=instance_id,
+            base_url=base_url,
+            identities=identities,
+            audit=audit,
+            audit_store=audit_store,
+            keys=keys,
+            token_issuer=token_issuer,
+            bearer=bearer,
             port=port,
         )
         reconciled = await tasks.reconcile({})
@@ -107,8 +136,11 @@ class Services:
                 log.exception("sweep failed")
 
     async def sweep(self) -> None:
-        """Expire idle sessions and old tasks, trim the event log."""
+        """Expire idle sessions and old tasks, trim the event log, note token use."""
         await self.server.sessions.sweep()
+        if self.bearer is not None:
+            await self.bearer.flush_usage()
+            await self.identities.purge_revocations(time.time())
         await self.server.tasks.expire()
         await self.storage.events.trim(time.time() - self.settings.event_retention_seconds)
 
@@ -119,7 +151,8 @@ class Services:
                 await task
         await self.server.tasks.shutdown()
         with contextlib.suppress(Exception):
-            await self.server.sessions.sweep()
+            await self.sweep()
+        await self.audit.close()
         await self.storage.close()
 
     def policy(self) -> HostPolicy:
@@ -131,10 +164,16 @@ class Services:
 
     def asgi(self) -> ASGIApp:
         s = self.settings
+        guard = Guard(
+            self.authenticator,
+            limiter=RateLimiter(s.rate_limit_per_second, s.rate_limit_burst),
+            audit=self.audit,
+            resource_metadata_url=f"{self.base_url}/.well-known/oauth-protected-resource",
+        )
         mcp = McpHttpApp(
             self.server,
             self.hub,
-            self.authenticator,
+            guard,
             self.policy(),
             HttpSettings(
                 max_body_bytes=s.max_body_bytes,
@@ -147,3 +186,37 @@ class Services:
             return {"status": "ok", "version": s.app_version, "instance": self.instance_id}
 
         return Router(mcp, control_plane(health))
+
+
+async def _authentication(
+    settings: Settings, base_url: str, identities: IdentityStore
+) -> tuple[SigningKeys | None, TokenIssuer | None, BearerAuthenticator]:
+    """The embedded authorization server's keys and issuer (unless an external IdP is set),
+    and the resource server's bearer authenticator."""
+    resource = f"{base_url}/mcp"
+    audience = settings.audience or resource
+    keys: SigningKeys | None = None
+    issuer: TokenIssuer | None = None
+    if settings.external_idp:
+        assert settings.issuer is not None
+        assert settings.jwks_url is not None
+        verifier: JwksVerifier | LocalJwtVerifier = JwksVerifier(
+            jwks_url=settings.jwks_url,
+            issuer=settings.issuer,
+            audience=audience,
+            algorithms=settings.jwt_algorithms,
+        )
+    else:
+        keys = SigningKeys.load_or_create(settings.data_dir)
+        issuer = TokenIssuer(keys, base_url, resource, settings.access_token_ttl_seconds)
+        verifier = LocalJwtVerifier(
+            TokenVerifier(keys.public_set, base_url, audience, [ALGORITHM]).verify
+        )
+    bearer = BearerAuthenticator(
+        verifier=verifier,
+        identities=identities,
+        resource_metadata_url=f"{base_url}/.well-known/oauth-protected-resource",
+        claims=ClaimNames(tenant=settings.tenant_claim, user=settings.user_claim),
+    )
+    await bearer.load_revocations()
+    return keys, issuer, bearer

@@ -40,6 +40,24 @@ class Settings(BaseSettings):
     task_max_ttl_ms: int = Field(86_400_000, ge=1000)
     task_poll_ms: int = Field(1000, ge=100)
 
+    # -- auth --------------------------------------------------------------------------------
+    issuer: str | None = None
+    """An external IdP's issuer; with ``jwks_url`` it replaces the embedded server."""
+    jwks_url: str | None = None
+    audience: str | None = None
+    """The ``aud`` tokens must carry; default: the canonical /mcp URL."""
+    tenant_claim: str = "tid"
+    user_claim: str = "sub"
+    jwt_algorithms: list[str] = ["ES256"]
+    access_token_ttl_seconds: int = Field(3600, ge=60)
+    refresh_token_ttl_seconds: int = Field(30 * 86400, ge=300)
+    auth_code_ttl_seconds: int = Field(300, ge=30)
+    cimd_allow_loopback: bool = False
+    """Let Client ID Metadata Documents be fetched from loopback/private hosts (tests only)."""
+    rate_limit_per_second: float = Field(50.0, ge=0)
+    """Sustained requests per second per token; 0 turns rate limiting off."""
+    rate_limit_burst: int = Field(200, ge=1)
+
     with_conformance_fixtures: bool = False
     app_version: str = Field(
         "dev", validation_alias=AliasChoices("APP_VERSION", "APPDECK_APP_VERSION")
@@ -50,6 +68,10 @@ class Settings(BaseSettings):
             return self.database_url
         self.data_dir.mkdir(parents=True, exist_ok=True)
         return f"sqlite+aiosqlite:///{(self.data_dir / 'appdeck.db').resolve()}"
+
+    @property
+    def external_idp(self) -> bool:
+        return bool(self.issuer and self.jwks_url)
 
     def base_url(self, port: int | None = None) -> str:
         if self.public_url:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
@@ -13,11 +14,11 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from appdeck.storage import create_engine, migrate
+from appdeck.storage import create_engine, default_sqlite_url, migrate
 from appdeck.storage.migrate import MIGRATIONS_DIR, alembic_config
 from appdeck.storage.schema import metadata
 
-TABLES = {"sessions", "tasks", "session_events", "alembic_version"}
+TABLES = set(metadata.tables) | {"alembic_version"}
 HEAD = ScriptDirectory.from_config(alembic_config()).get_current_head()
 
 MIGRATE_IN_A_PROCESS = """
@@ -97,6 +98,19 @@ async def test_two_engines_migrating_at_once_both_succeed(database_url: str) -> 
             await engine.dispose()
 
 
+async def test_one_process_can_migrate_two_databases_at_once(
+    database_url: str, tmp_path: Path
+) -> None:
+    engines = [create_engine(database_url), create_engine(default_sqlite_url(tmp_path / "b"))]
+    try:
+        await asyncio.wait_for(asyncio.gather(*(migrate(e) for e in engines)), timeout=60)
+        for engine in engines:
+            assert await _state(engine) == (TABLES, HEAD)
+    finally:
+        for engine in engines:
+            await engine.dispose()
+
+
 async def test_two_processes_migrating_at_once_both_succeed(database_url: str) -> None:
     processes = [
         await asyncio.create_subprocess_exec(
@@ -130,4 +144,4 @@ async def test_two_processes_migrating_at_once_both_succeed(database_url: str) -
 def test_the_migration_templates_live_inside_the_package() -> None:
     assert (MIGRATIONS_DIR / "script.py.mako").is_file()
     assert (MIGRATIONS_DIR / "env.py").is_file()
-    assert HEAD == "0001"
+    assert HEAD == "0002"

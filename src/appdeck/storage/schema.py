@@ -73,3 +73,117 @@ session_events = sa.Table(
     # AUTOINCREMENT: SQLite never reuses a seq, even after the newest rows are deleted
     sqlite_autoincrement=True,
 )
+
+# -- identity and authorization (migration 0002) -------------------------------------------
+
+tenants = sa.Table(
+    "tenants",
+    metadata,
+    sa.Column("id", sa.String, primary_key=True),  # a slug, e.g. "acme"
+    sa.Column("name", sa.String, nullable=False),
+    sa.Column("created_at", sa.Double, nullable=False),
+)
+
+users = sa.Table(
+    "users",
+    metadata,
+    sa.Column("id", sa.String, primary_key=True),
+    sa.Column("tenant_id", sa.String, sa.ForeignKey("tenants.id"), nullable=False),
+    sa.Column("name", sa.String, nullable=False),
+    sa.Column("password_hash", sa.String, nullable=True),  # argon2; None: cannot log in
+    sa.Column("role", sa.String, nullable=False),  # tenant role: admin | member
+    sa.Column("created_at", sa.Double, nullable=False),
+    sa.Column("disabled", sa.Boolean, nullable=False),
+    sa.UniqueConstraint("tenant_id", "name"),
+)
+
+oauth_clients = sa.Table(
+    "oauth_clients",
+    metadata,
+    sa.Column("client_id", sa.String, primary_key=True),
+    sa.Column("secret_hash", sa.String, nullable=True),  # confidential clients only
+    sa.Column("name", sa.String, nullable=True),
+    sa.Column("kind", sa.String, nullable=False),  # dcr | cimd | static
+    sa.Column("redirect_uris", sa.JSON, nullable=False),
+    sa.Column("grant_types", sa.JSON, nullable=False),
+    sa.Column("auth_method", sa.String, nullable=False),  # none | client_secret_basic | _post
+    sa.Column("scope", sa.String, nullable=True),
+    sa.Column("tenant_id", sa.String, nullable=True),  # client_credentials: the tenant acted in
+    sa.Column("metadata", sa.JSON, nullable=False),
+    sa.Column("created_at", sa.Double, nullable=False),
+    sa.Column("expires_at", sa.Double, nullable=True),  # a cached CIMD document's expiry
+)
+
+auth_codes = sa.Table(
+    "auth_codes",
+    metadata,
+    sa.Column("code_hash", sa.String, primary_key=True),
+    sa.Column("client_id", sa.String, nullable=False),
+    sa.Column("tenant_id", sa.String, nullable=False),
+    sa.Column("user_id", sa.String, nullable=False),
+    sa.Column("redirect_uri", sa.String, nullable=False),
+    sa.Column("scope", sa.String, nullable=False),
+    sa.Column("resource", sa.String, nullable=True),
+    sa.Column("code_challenge", sa.String, nullable=False),
+    sa.Column("expires_at", sa.Double, nullable=False),
+    sa.Column("used", sa.Boolean, nullable=False),
+)
+
+refresh_tokens = sa.Table(
+    "refresh_tokens",
+    metadata,
+    sa.Column("token_hash", sa.String, primary_key=True),
+    sa.Column("family_id", sa.String, nullable=False, index=True),
+    sa.Column("client_id", sa.String, nullable=False),
+    sa.Column("tenant_id", sa.String, nullable=False),
+    sa.Column("user_id", sa.String, nullable=False),
+    sa.Column("scope", sa.String, nullable=False),
+    sa.Column("resource", sa.String, nullable=True),
+    sa.Column("created_at", sa.Double, nullable=False),
+    sa.Column("expires_at", sa.Double, nullable=False),
+    sa.Column("used_at", sa.Double, nullable=True),  # rotated: a replay revokes the family
+    sa.Column("revoked", sa.Boolean, nullable=False),
+)
+
+revoked_tokens = sa.Table(
+    "revoked_tokens",
+    metadata,
+    sa.Column("jti", sa.String, primary_key=True),
+    sa.Column("expires_at", sa.Double, nullable=False, index=True),
+)
+
+personal_tokens = sa.Table(
+    "personal_tokens",
+    metadata,
+    sa.Column("id", sa.String, primary_key=True),
+    sa.Column("token_hash", sa.String, nullable=False, unique=True),
+    sa.Column("tenant_id", sa.String, nullable=False),
+    sa.Column("user_id", sa.String, nullable=False),
+    sa.Column("name", sa.String, nullable=False),
+    sa.Column("scopes", sa.JSON, nullable=False),
+    sa.Column("created_at", sa.Double, nullable=False),
+    sa.Column("expires_at", sa.Double, nullable=True),
+    sa.Column("last_used_at", sa.Double, nullable=True),
+    sa.Column("revoked_at", sa.Double, nullable=True),
+)
+
+audit_log = sa.Table(
+    "audit_log",
+    metadata,
+    sa.Column("id", Seq, primary_key=True, autoincrement=True),
+    sa.Column("ts", sa.Double, nullable=False, index=True),
+    sa.Column("tenant_id", sa.String, nullable=True),
+    sa.Column("user_id", sa.String, nullable=True),
+    sa.Column("client_id", sa.String, nullable=True),
+    sa.Column("event", sa.String, nullable=False),  # tool_call | refused | token_issued | ...
+    sa.Column("method", sa.String, nullable=True),
+    sa.Column("tool", sa.String, nullable=True),
+    sa.Column("action", sa.String, nullable=True),
+    sa.Column("app_id", sa.BigInteger, nullable=True),
+    sa.Column("outcome", sa.String, nullable=False),  # ok | error | denied
+    sa.Column("status", sa.Integer, nullable=True),  # HTTP status, when one applies
+    sa.Column("duration_ms", sa.Double, nullable=True),
+    sa.Column("request_id", sa.String, nullable=True),
+    sa.Column("detail", sa.JSON(none_as_null=True), nullable=True),
+    sqlite_autoincrement=True,
+)

@@ -12,12 +12,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from appdeck.auth import Authenticator, AuthError
 from appdeck.common.identity import Principal
 from appdeck.events.bus import CLOSE, Delivery
 from appdeck.protocol import errors as rpc
@@ -27,6 +27,7 @@ from appdeck.protocol.jsonrpc import Kind, classify
 from appdeck.protocol.server import OPEN_METHODS, McpServer
 from appdeck.protocol.sessions import Session
 from appdeck.transport.asgi import Headers, Receive, Scope, Send, read_body, send_empty, send_json
+from appdeck.transport.guard import Guard, HttpError
 from appdeck.transport.hub import StreamHub
 from appdeck.transport.security import HostPolicy
 from appdeck.transport.sse import (
@@ -51,15 +52,6 @@ class HttpSettings:
     max_body_bytes: int = 4 * 1024 * 1024
     keepalive_seconds: float = 30.0
     retry_ms: int = 1000
-    resource_metadata_url: str | None = None
-
-
-class HttpError(Exception):
-    """Ends the HTTP exchange with ``status`` and a JSON-RPC error body (id null)."""
-
-    def __init__(self, status: int, code: int, message: str, headers: Headers | None = None):
-        super().__init__(message)
-        self.status, self.code, self.message, self.headers = status, code, message, headers
 
 
 def _from_mcp(exc: rpc.McpError) -> HttpError:
@@ -71,13 +63,13 @@ class McpHttpApp:
         self,
         server: McpServer,
         hub: StreamHub,
-        authenticator: Authenticator,
+        guard: Guard,
         policy: HostPolicy,
         settings: HttpSettings | None = None,
     ) -> None:
         self.server = server
         self.hub = hub
-        self.auth = authenticator
+        self.guard = guard
         self.policy = policy
         self.settings = settings or HttpSettings()
 
@@ -98,28 +90,9 @@ class McpHttpApp:
             else:
                 raise HttpError(405, rpc.SERVER_ERROR, "Method not allowed.", ALLOW)
         except HttpError as exc:
-            body = {
-                "jsonrpc": "2.0",
-                "id": None,
-                "error": {"code": exc.code, "message": exc.message},
-            }
-            await send_json(send, exc.status, body, exc.headers)
+            await send_json(send, exc.status, exc.body(), exc.headers)
 
     # -- shared checks --------------------------------------------------------------------
-
-    async def _principal(self, headers: dict[bytes, bytes], required: bool) -> Principal | None:
-        raw = headers.get(b"authorization")
-        if raw is None and not required:
-            return None
-        try:
-            return await self.auth.authenticate(raw.decode("latin-1") if raw is not None else None)
-        except AuthError as exc:
-            if not required:
-                return None
-            challenge = self.auth.challenge(exc).encode("latin-1")
-            raise HttpError(
-                401, rpc.SERVER_ERROR, exc.message, [(b"www-authenticate", challenge)]
-            ) from None
 
     def _check_version_header(self, headers: dict[bytes, bytes]) -> None:
         raw = headers.get(b"mcp-protocol-version")
@@ -142,6 +115,7 @@ class McpHttpApp:
             try:
                 await self.server.sessions.check_owner(session, principal)
             except rpc.Forbidden as exc:
+                self.guard.refused(principal, 403, "session owner mismatch: session dropped")
                 raise _from_mcp(exc) from None
         return session
 
@@ -199,7 +173,8 @@ class McpHttpApp:
             k is not Kind.RESPONSE and m["method"] in OPEN_METHODS
             for k, m in zip(kinds, messages, strict=True)
         )
-        principal = await self._principal(headers, needs_auth)
+        first = messages[0].get("method") if len(messages) == 1 else "batch"
+        principal = await self.guard.principal(headers, needs_auth, first)
         session = None if is_init else await self._session(headers, principal)
         if batch:
             version = session.protocol_version if session else versions.LATEST
@@ -227,8 +202,13 @@ class McpHttpApp:
             await self._answer_one(send, requests[0], call, headers)
 
     async def _answer_batch(self, send: Send, requests: list[JsonObject], call: Call) -> None:
-        replies = [(await self.server.handle_request(r, call))[0] for r in requests]
-        answered = [r for r in replies if r is not None]
+        answered: list[JsonObject] = []
+        for request in requests:
+            started = time.perf_counter()
+            reply, status = await self.server.handle_request(request, call)
+            self.guard.answered(call.principal, request, reply, status, started)
+            if reply is not None:
+                answered.append(reply)
         if answered:
             await send_json(send, 200, answered)
         else:
@@ -247,7 +227,9 @@ class McpHttpApp:
             resumable=versions.has_priming_event(version),
         )
         call.channel = stream
+        started = time.perf_counter()
         response, status = await self.server.handle_request(request, call)
+        self.guard.answered(call.principal, request, response, status, started)
         if stream.started:
             await stream.finish(response)
             return
@@ -260,14 +242,10 @@ class McpHttpApp:
         if status == 403:
             data = response.get("error", {}).get("data")
             if isinstance(data, dict) and "scope" in data:
-                extra.append((b"www-authenticate", self._insufficient(str(data["scope"]))))
+                extra.append(
+                    (b"www-authenticate", self.guard.insufficient_scope(str(data["scope"])))
+                )
         await send_json(send, status, response, extra)
-
-    def _insufficient(self, scope: str) -> bytes:
-        parts = ['Bearer error="insufficient_scope"', f'scope="{scope}"']
-        if self.settings.resource_metadata_url:
-            parts.append(f'resource_metadata="{self.settings.resource_metadata_url}"')
-        return ", ".join(parts).encode("latin-1")
 
     # -- GET ------------------------------------------------------------------------------
 
@@ -277,7 +255,7 @@ class McpHttpApp:
             raise HttpError(
                 406, rpc.SERVER_ERROR, "Not Acceptable: Client must accept text/event-stream"
             )
-        principal = await self._principal(headers, True)
+        principal = await self.guard.principal(headers, True, "GET")
         self._check_version_header(headers)
         session = await self._session(headers, principal)
         raw_last = headers.get(b"last-event-id")
@@ -367,7 +345,7 @@ class McpHttpApp:
     # -- DELETE ---------------------------------------------------------------------------
 
     async def _delete(self, send: Send, headers: dict[bytes, bytes]) -> None:
-        principal = await self._principal(headers, True)
+        principal = await self.guard.principal(headers, True, "DELETE")
         self._check_version_header(headers)
         session = await self._session(headers, principal)
         await self.server.sessions.drop(session)

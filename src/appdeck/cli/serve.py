@@ -1,8 +1,10 @@
-"""The ``appdeck`` command line."""
+"""``appdeck serve``: the control plane (MCP endpoint, OAuth server, health, metrics)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import socket
 from pathlib import Path
 from typing import Annotated, Any
@@ -11,12 +13,9 @@ import typer
 
 from appdeck import __version__
 
-cli = typer.Typer(
-    help="AppDeck: a self-hosted application platform driven over MCP.", no_args_is_help=True
-)
+DEV_TOKEN_TTL = 12 * 3600
 
 
-@cli.command()
 def serve(
     host: Annotated[str | None, typer.Option(help="Interface to bind (default 127.0.0.1).")] = None,
     port: Annotated[
@@ -27,12 +26,15 @@ def serve(
         Path | None, typer.Option(envvar="APPDECK_DATA_DIR", help="Data directory.")
     ] = None,
     log_level: Annotated[str | None, typer.Option(help="debug, info, warning or error.")] = None,
-    with_conformance_fixtures: Annotated[
+    dev: Annotated[
         bool,
-        typer.Option(help="Register the MCP conformance suite's test tools/resources/prompts."),
+        typer.Option(help="Create a dev tenant and admin user if missing; print a dev token."),
+    ] = False,
+    with_conformance_fixtures: Annotated[
+        bool, typer.Option(help="Register the MCP conformance suite's test tools and resources.")
     ] = False,
 ) -> None:
-    """Run the MCP server (control plane) until interrupted."""
+    """Run the MCP server until interrupted."""
     from appdeck.settings import Settings
 
     overrides: dict[str, Any] = {}
@@ -51,16 +53,18 @@ def serve(
     try:
         import uvloop
 
-        uvloop.run(_serve(settings))
+        uvloop.run(_serve(settings, dev))
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
-        asyncio.run(_serve(settings))
+        asyncio.run(_serve(settings, dev))
 
 
-async def _serve(settings: Any) -> None:
+async def _serve(settings: Any, dev: bool) -> None:
     import uvicorn
 
     from appdeck import logs
     from appdeck.app import Services
+    from appdeck.auth import scopes
+    from appdeck.auth.admin import IdentityAdmin
 
     logs.configure(settings.log_level, settings.log_format)
     sock = socket.socket(socket.AF_INET6 if ":" in settings.host else socket.AF_INET)
@@ -78,24 +82,23 @@ async def _serve(settings: Any) -> None:
         server_header=False,
     )
     server = uvicorn.Server(config)
-    url = f"{settings.base_url(port)}/mcp"
+    url = f"{services.base_url}/mcp"
+    marker = settings.data_dir / "server.json"
+    marker.write_text(json.dumps({"url": url, "base_url": services.base_url, "pid": os.getpid()}))
     print(f"AppDeck {__version__} MCP server listening on {url}", flush=True)
+    if dev:
+        admin = IdentityAdmin(services.identities, services.token_issuer, services.audit_store)
+        password = await admin.ensure_dev()
+        if password:
+            print(f"Created tenant 'dev' with admin user 'dev', password: {password}", flush=True)
+        if services.token_issuer is not None:
+            token, _ = await admin.mint_access_token(
+                "dev", "dev", scopes.render(set(scopes.ALL)), expires_in=DEV_TOKEN_TTL
+            )
+            print(f"Dev access token (12 h, every scope):\n{token}", flush=True)
     try:
         await server.serve(sockets=[sock])
     finally:
         await services.stop()
         sock.close()
-
-
-@cli.command()
-def version() -> None:
-    """Print the version."""
-    typer.echo(__version__)
-
-
-def main() -> None:
-    cli()
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()
+        marker.unlink(missing_ok=True)

@@ -1,0 +1,30 @@
+"""The ``appdeck`` command line: ``serve``, and the admin commands that work beside it."""
+
+from __future__ import annotations
+
+import typer
+
+from appdeck import __version__
+from appdeck.cli import admin, serve
+
+cli = typer.Typer(
+    help="AppDeck: a self-hosted application platform driven over MCP.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+cli.command()(serve.serve)
+cli.add_typer(admin.tenant, name="tenant")
+cli.add_typer(admin.user, name="user")
+cli.add_typer(admin.token, name="token")
+cli.add_typer(admin.audit, name="audit")
+cli.add_typer(admin.keys, name="keys")
+
+
+@cli.command()
+def version() -> None:
+    """Print the version."""
+    typer.echo(__version__)
+
+
+def main() -> None:
+    cli()

@@ -1,0 +1,232 @@
+"""Admin commands: tenants, users, tokens, the audit log, signing keys.
+
+Each opens the data directory's database itself (SQLite in WAL mode, or PostgreSQL), so they
+work while ``appdeck serve`` runs. Every command has ``--json`` for scripts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager, suppress
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from appdeck.common.errors import AppDeckError
+
+T = TypeVar("T")
+DataDir = Annotated[
+    Path | None, typer.Option("--data-dir", envvar="APPDECK_DATA_DIR", help="Data directory.")
+]
+AsJson = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+
+tenant = typer.Typer(help="Tenants.", no_args_is_help=True)
+user = typer.Typer(help="Users of a tenant.", no_args_is_help=True)
+token = typer.Typer(help="Personal access tokens and OAuth access tokens.", no_args_is_help=True)
+audit = typer.Typer(help="The audit log.", no_args_is_help=True)
+keys = typer.Typer(help="The embedded authorization server's signing keys.", no_args_is_help=True)
+console = Console()
+
+
+def _settings(data_dir: Path | None) -> Any:
+    from appdeck.settings import Settings
+
+    return Settings.model_validate({"data_dir": data_dir} if data_dir is not None else {})
+
+
+@asynccontextmanager
+async def _admin(data_dir: Path | None) -> AsyncIterator[Any]:
+    from appdeck.auth.admin import IdentityAdmin
+    from appdeck.auth.keys import SigningKeys
+    from appdeck.auth.tokens import TokenIssuer
+    from appdeck.storage import Storage
+    from appdeck.storage.audit import AuditStore
+    from appdeck.storage.identity import IdentityStore
+
+    settings = _settings(data_dir)
+    storage = await Storage.open(settings.database())
+    try:
+        issuer = None
+        if not settings.external_idp:
+            base = _server_base_url(settings)
+            signing = SigningKeys.load_or_create(settings.data_dir)
+            issuer = TokenIssuer(signing, base, f"{base}/mcp", settings.access_token_ttl_seconds)
+        yield IdentityAdmin(IdentityStore(storage.engine), issuer, AuditStore(storage.engine))
+    finally:
+        await storage.close()
+
+
+def _server_base_url(settings: Any) -> str:
+    """The running server's base URL (tokens name it as issuer), else the configured one."""
+    marker = settings.data_dir / "server.json"
+    try:
+        return str(json.loads(marker.read_text())["base_url"])
+    except (OSError, ValueError, KeyError):
+        return str(settings.base_url())
+
+
+def _run(fn: Callable[[], Awaitable[T]]) -> T:
+    try:
+        return asyncio.run(fn())  # type: ignore[arg-type]
+    except AppDeckError as exc:
+        console.print(f"[red]error:[/red] {exc.message}" + (f" ({exc.hint})" if exc.hint else ""))
+        raise typer.Exit(2) from None
+
+
+def _emit(as_json: bool, data: dict[str, Any], human: str) -> None:
+    if as_json:
+        typer.echo(json.dumps(data, default=str))
+    else:
+        console.print(human, highlight=False)
+
+
+@tenant.command("create")
+def tenant_create(
+    tenant_id: Annotated[str, typer.Argument(help="A slug: lower-case letters, digits, dashes.")],
+    name: Annotated[str | None, typer.Option(help="Display name.")] = None,
+    data_dir: DataDir = None,
+    as_json: AsJson = False,
+) -> None:
+    """Create a tenant."""
+
+    async def go() -> Any:
+        async with _admin(data_dir) as admin:
+            return await admin.create_tenant(tenant_id, name)
+
+    record = _run(go)
+    _emit(as_json, asdict(record), f"created tenant [bold]{record.id}[/bold]")
+
+
+@user.command("create")
+def user_create(
+    tenant_id: Annotated[str, typer.Option("--tenant", help="The tenant.")],
+    name: Annotated[str, typer.Option("--name", help="The user name.")],
+    role: Annotated[str, typer.Option(help="Tenant role: admin or member.")] = "member",
+    password_stdin: Annotated[
+        bool, typer.Option("--password-stdin", help="Read the login password from stdin.")
+    ] = False,
+    data_dir: DataDir = None,
+    as_json: AsJson = False,
+) -> None:
+    """Create a user (with a password for the login page when --password-stdin)."""
+    password = sys.stdin.readline().rstrip("\n") if password_stdin else None
+
+    async def go() -> Any:
+        async with _admin(data_dir) as admin:
+            return await admin.create_user(tenant_id, name, password, role)
+
+    record = _run(go)
+    data = {k: v for k, v in asdict(record).items() if k != "password_hash"}
+    _emit(as_json, data, f"created user [bold]{record.name}[/bold] ({record.role}) in {tenant_id}")
+
+
+@token.command("create")
+def token_create(
+    tenant_id: Annotated[str, typer.Option("--tenant", help="The tenant.")],
+    user_name: Annotated[str, typer.Option("--user", help="The user name.")],
+    scope: Annotated[
+        str, typer.Option(help='Space-separated scopes, e.g. "apps:read deploy:write".')
+    ],
+    expires_in: Annotated[int | None, typer.Option(help="Lifetime in seconds.")] = None,
+    name: Annotated[str, typer.Option(help="A label for a personal access token.")] = "cli",
+    oauth: Annotated[
+        bool, typer.Option("--oauth", help="A short-lived OAuth access token (JWT) instead.")
+    ] = False,
+    data_dir: DataDir = None,
+    as_json: AsJson = False,
+) -> None:
+    """Print a new token: a personal access token (adk_pat_…), or with --oauth a JWT."""
+
+    async def go() -> dict[str, Any]:
+        async with _admin(data_dir) as admin:
+            if oauth:
+                jwt, claims = await admin.mint_access_token(
+                    tenant_id, user_name, scope, expires_in=expires_in or 3600
+                )
+                return {"token": jwt, "kind": "oauth", "expires_at": claims.expires_at}
+            pat, record = await admin.create_pat(
+                tenant_id, user_name, scope, expires_in=expires_in, name=name
+            )
+            return {"token": pat, "kind": "pat", "id": record.id, "expires_at": record.expires_at}
+
+    data = _run(go)
+    if as_json:
+        typer.echo(json.dumps(data))
+    else:
+        typer.echo(data["token"])
+
+
+@audit.command("tail")
+def audit_tail(
+    lines: Annotated[int, typer.Option("-n", "--lines", help="How many rows.")] = 50,
+    follow: Annotated[bool, typer.Option("-f", "--follow", help="Keep printing new rows.")] = False,
+    tenant_id: Annotated[str | None, typer.Option("--tenant", help="Only this tenant.")] = None,
+    data_dir: DataDir = None,
+    as_json: AsJson = False,
+) -> None:
+    """Print the newest audit rows (and follow them with -f)."""
+    from appdeck.storage import Storage
+    from appdeck.storage.audit import AuditStore
+
+    async def go() -> None:
+        settings = _settings(data_dir)
+        storage = await Storage.open(settings.database())
+        try:
+            store = AuditStore(storage.engine)
+            rows = await store.tail(lines, tenant_id=tenant_id)
+            _print_rows(rows, as_json)
+            last = rows[-1]["id"] if rows else 0
+            while follow:
+                await asyncio.sleep(1.0)
+                rows = await store.tail(500, after_id=last, tenant_id=tenant_id)
+                if rows:
+                    _print_rows(rows, as_json)
+                    last = rows[-1]["id"]
+        finally:
+            await storage.close()
+
+    with suppress(KeyboardInterrupt):
+        _run(go)
+
+
+def _print_rows(rows: list[dict[str, Any]], as_json: bool) -> None:
+    if as_json:
+        for row in rows:
+            typer.echo(json.dumps(row, default=str))
+        return
+    table = Table(
+        "time", "tenant", "user", "event", "tool/method", "action", "app", "outcome", "ms"
+    )
+    for r in rows:
+        when = datetime.fromtimestamp(r["ts"], UTC).strftime("%Y-%m-%d %H:%M:%S")
+        table.add_row(
+            when,
+            r["tenant_id"] or "-",
+            r["user_id"] or "-",
+            r["event"],
+            r["tool"] or r["method"] or "-",
+            r["action"] or "-",
+            str(r["app_id"] or "-"),
+            f"{r['outcome']}" + (f" {r['status']}" if r["status"] else ""),
+            f"{r['duration_ms']:.1f}" if r["duration_ms"] is not None else "-",
+        )
+    console.print(table)
+
+
+@keys.command("rotate")
+def keys_rotate(data_dir: DataDir = None, as_json: AsJson = False) -> None:
+    """Make a new signing key (the previous ones keep verifying). Restart the server after."""
+    from appdeck.auth.keys import SigningKeys
+
+    settings = _settings(data_dir)
+    kid = SigningKeys.load_or_create(settings.data_dir).rotate()
+    _emit(as_json, {"kid": kid, "at": time.time()}, f"new signing key {kid}")

@@ -1,0 +1,113 @@
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from appdeck.auth.admin import IdentityAdmin
+from appdeck.common.errors import Conflict, InvalidArgument, NotFound
+from appdeck.storage import Storage
+from appdeck.storage.identity import IdentityStore
+
+
+async def test_tenants_users_and_pats(storage: Storage) -> None:
+    admin = IdentityAdmin(IdentityStore(storage.engine))
+    await admin.create_tenant("acme")
+    with pytest.raises(Conflict):
+        await admin.create_tenant("acme")
+    with pytest.raises(InvalidArgument):
+        await admin.create_tenant("Not A Slug")
+    await admin.create_user("acme", "alice", "long enough pw", role="admin")
+    with pytest.raises(InvalidArgument):
+        await admin.create_user("acme", "bob", "short")
+    with pytest.raises(InvalidArgument):
+        await admin.create_user("acme", "bob", None, role="owner")
+    with pytest.raises(NotFound):
+        await admin.create_user("nope", "bob", None)
+    token, record = await admin.create_pat(
+        "acme", "alice", "apps:read deploy:write", expires_in=3600
+    )
+    assert token.startswith("adk_pat_")
+    stored = await IdentityStore(storage.engine).pat_by_hash(record.token_hash)
+    assert stored is not None
+    assert token not in json.dumps(stored.__dict__ if hasattr(stored, "__dict__") else str(stored))
+    assert stored.scopes == ("apps:read", "deploy:write")
+    with pytest.raises(InvalidArgument):
+        await admin.create_pat("acme", "alice", "")
+
+
+def _appdeck(
+    *args: str, data_dir: Path, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "appdeck", *args, "--data-dir", str(data_dir)],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_the_cli_creates_tenants_users_and_tokens(tmp_path: Path) -> None:
+    assert _appdeck("tenant", "create", "acme", "--json", data_dir=tmp_path).returncode == 0
+    made = _appdeck(
+        "user",
+        "create",
+        "--tenant",
+        "acme",
+        "--name",
+        "alice",
+        "--role",
+        "admin",
+        "--password-stdin",
+        "--json",
+        data_dir=tmp_path,
+        stdin="a long password\n",
+    )
+    assert made.returncode == 0, made.stderr
+    assert "password" not in made.stdout
+    pat = _appdeck(
+        "token",
+        "create",
+        "--tenant",
+        "acme",
+        "--user",
+        "alice",
+        "--scope",
+        "apps:read",
+        "--json",
+        data_dir=tmp_path,
+    )
+    assert json.loads(pat.stdout)["token"].startswith("adk_pat_")
+    jwt = _appdeck(
+        "token",
+        "create",
+        "--tenant",
+        "acme",
+        "--user",
+        "alice",
+        "--scope",
+        "apps:read",
+        "--oauth",
+        data_dir=tmp_path,
+    )
+    assert jwt.stdout.count(".") == 2
+    bad = _appdeck(
+        "token",
+        "create",
+        "--tenant",
+        "acme",
+        "--user",
+        "nobody",
+        "--scope",
+        "apps:read",
+        data_dir=tmp_path,
+    )
+    assert bad.returncode == 2
+    assert "no user" in bad.stdout
+    tail = _appdeck("audit", "tail", "--json", data_dir=tmp_path)
+    rows = [json.loads(line) for line in tail.stdout.splitlines()]
+    assert [r["event"] for r in rows] == ["token_issued", "token_issued"]
+    assert json.loads(pat.stdout)["token"] not in tail.stdout
