@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/appdeck serve
+	$(BIN)/appdeck serve --dev
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
