@@ -1,0 +1,1 @@
+"""The domain: apps, specs, deployments, tables, APIs, repos. Knows nothing of MCP."""
