@@ -1,21 +1,25 @@
 """Database fixtures: every test that asks for ``database_url`` runs on SQLite and PostgreSQL.
 
-PostgreSQL is the server at ``APPDECK_TEST_POSTGRES_URL`` (default
-``postgresql+asyncpg://postgres@127.0.0.1:5432/test``); each test gets a fresh database there,
-dropped afterwards. When the server is unreachable the PostgreSQL tests fail, unless
+Each test gets an empty database. SQLite: a file in the test's tmp dir. PostgreSQL (the server
+at ``APPDECK_TEST_POSTGRES_URL``, default ``postgresql+asyncpg://postgres@127.0.0.1:5432/test``):
+a uniquely named database per test module, dropped after it, whose ``public`` schema is emptied
+before each test. When that server is unreachable the PostgreSQL tests fail, unless
 ``APPDECK_TEST_NO_POSTGRES=1`` says to skip them.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any, TypeVar
 
+import asyncpg
 import pytest
 from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from appdeck.storage import Storage, default_sqlite_url
 
@@ -23,23 +27,17 @@ POSTGRES_URL = os.environ.get(
     "APPDECK_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
 )
 
+T = TypeVar("T")
+
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-async def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """The URL of an empty database that no other test uses."""
     if request.param == "sqlite":
-        yield default_sqlite_url(tmp_path)
-        return
-    admin = await _postgres_admin()
-    name = f"appdeck_test_{secrets.token_hex(6)}"
-    try:
-        async with admin.connect() as conn:
-            await conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-        yield make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
-    finally:
-        async with admin.connect() as conn:
-            await conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.dispose()
+        return default_sqlite_url(tmp_path)
+    url: str = request.getfixturevalue("postgres_module_database")
+    _on_private_loop(_empty_public_schema(url))
+    return url
 
 
 @pytest.fixture
@@ -52,18 +50,50 @@ async def storage(database_url: str) -> AsyncIterator[Storage]:
         await opened.close()
 
 
-async def _postgres_admin() -> AsyncEngine:
-    """An autocommit engine on the maintenance database; fails (or skips) when unreachable."""
-    admin = create_async_engine(
-        POSTGRES_URL, isolation_level="AUTOCOMMIT", connect_args={"timeout": 5}
-    )
+@pytest.fixture(scope="module")
+def postgres_module_database() -> Iterator[str]:
+    """A PostgreSQL database of this test module's own, dropped when the module is done."""
+    name = f"appdeck_test_{secrets.token_hex(6)}"
     try:
-        async with admin.connect() as conn:
-            await conn.exec_driver_sql("SELECT 1")
-    except Exception as exc:
-        await admin.dispose()
+        _on_private_loop(_admin(f'CREATE DATABASE "{name}"'))
+    except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
         message = f"PostgreSQL at {make_url(POSTGRES_URL)!r} is unreachable: {exc!r}"
         if os.environ.get("APPDECK_TEST_NO_POSTGRES") == "1":
             pytest.skip(message)
         pytest.fail(f"{message} (set APPDECK_TEST_NO_POSTGRES=1 to skip PostgreSQL tests)")
-    return admin
+    try:
+        yield make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
+    finally:
+        _on_private_loop(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+def _on_private_loop(work: Coroutine[Any, Any, T]) -> T:
+    """Run ``work`` to the end on a loop of its own, in a thread: fixtures of any scope can
+    use it without touching the event loops pytest-asyncio gives the tests."""
+    with ThreadPoolExecutor(max_workers=1) as thread:
+        return thread.submit(asyncio.run, work).result(timeout=60)
+
+
+def _dsn(url: str) -> str:
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+async def _admin(statement: str) -> None:
+    conn = await asyncpg.connect(_dsn(POSTGRES_URL), timeout=5)
+    try:
+        await conn.execute(statement)
+    finally:
+        await conn.close()
+
+
+async def _empty_public_schema(url: str) -> None:
+    conn = await asyncpg.connect(_dsn(url), timeout=5)
+    try:
+        # a connection some earlier test leaked must not hold a lock on what is dropped
+        await conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        await conn.execute("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
+    finally:
+        await conn.close()

@@ -3,11 +3,14 @@
 Safe to call at every start-up, and from several processes at once: the upgrade runs in one
 transaction that first takes the database's migration lock (SQLite: ``BEGIN IMMEDIATE``, the
 file's write lock; PostgreSQL: a transaction-scoped advisory lock), so the second caller waits,
-then finds the schema at head and does nothing.
+then finds the schema at head and does nothing. Alembic keeps the running migration in module
+globals, so within one event loop migrations also take turns (two databases at once included).
 """
 
 from __future__ import annotations
 
+import asyncio
+import weakref
 from pathlib import Path
 
 from alembic import command
@@ -21,6 +24,10 @@ MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 PG_MIGRATION_LOCK = 0x61707064_65636B00  # "appdeck\0": the advisory lock key of migrations
 SQLITE_MIGRATION_WAIT_MS = 120_000
 """How long a SQLite caller waits for another process's migration to finish."""
+
+_turns: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def alembic_config(connection: Connection | None = None) -> Config:
@@ -38,7 +45,8 @@ def alembic_config(connection: Connection | None = None) -> Config:
 
 async def migrate(engine: AsyncEngine) -> None:
     """Upgrade the database behind ``engine`` to the newest schema."""
-    async with engine.connect() as connection:
+    turn = _turns.setdefault(asyncio.get_running_loop(), asyncio.Lock())
+    async with turn, engine.connect() as connection:
         sqlite = connection.dialect.name == "sqlite"
         try:
             if sqlite:

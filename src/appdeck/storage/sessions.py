@@ -36,6 +36,7 @@ class SqlSessionStore(SessionStore):
         return None if row is None else _session(row._mapping)
 
     async def update(self, session: Session) -> None:
+        """Rewrite the session's state: everything but its id and creation time."""
         values = _row(session)
         del values["id"], values["created_at"]
         async with self._engine.begin() as conn:

@@ -30,6 +30,7 @@ class SqlTaskStore(TaskStore):
             await conn.execute(sa.insert(tasks).values(_row(task)))
 
     async def update(self, task: Task) -> None:
+        """Rewrite the task's state: everything but its id, owner and creation time."""
         values = {k: v for k, v in _row(task).items() if k not in _FIXED}
         async with self._engine.begin() as conn:
             await conn.execute(
