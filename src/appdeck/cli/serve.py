@@ -70,6 +70,7 @@ async def _serve(settings: Any, dev: bool) -> None:
     sock = socket.socket(socket.AF_INET6 if ":" in settings.host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((settings.host, settings.port))
+    sock.listen(2048)  # connections queue from now on, so the printed URL is usable at once
     port = sock.getsockname()[1]
     services = await Services.start(settings, port=port)
     config = uvicorn.Config(

@@ -1,0 +1,161 @@
+"""A real ``appdeck serve`` process for end-to-end tests: start it, read its URL, stop it.
+
+The server requires bearer tokens, so it is started with ``--dev`` and the dev access token it
+prints is kept: :attr:`AppDeckProcess.auth_headers`.
+
+Every wait here is bounded. The process writes stdout and stderr to files in a log directory
+(not pipes, so it can never block on a full pipe); the stderr tail goes into any error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+URL_LINE = re.compile(r"MCP server listening on (http://\S+/mcp)\s*$", re.MULTILINE)
+DEV_TOKEN = re.compile(r"^Dev access token[^\n]*:\n(\S+)\n", re.MULTILINE)
+
+
+def _log_files(log_dir: Path, name: str) -> tuple[Path, Path]:
+    log_dir.mkdir(parents=True, exist_ok=True)
+    return log_dir / f"{name}.stdout", log_dir / f"{name}.stderr"
+
+
+def serve_command(data_dir: Path, *, dev: bool = True) -> list[str]:
+    command = [
+        str(appdeck_executable()),
+        "serve",
+        "--port",
+        "0",
+        "--data-dir",
+        str(data_dir),
+        "--with-conformance-fixtures",
+    ]
+    return [*command, "--dev"] if dev else command
+
+
+def clean_env() -> dict[str, str]:
+    """The test runner's environment minus any APPDECK_* setting that would leak into the
+    server (a developer's database URL, ports, ...)."""
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("APPDECK_") and k != "APP_VERSION"
+    }
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def appdeck_executable() -> Path:
+    """The project's ``appdeck`` script: the venv's, else the one next to this interpreter."""
+    for candidate in (
+        ROOT / ".venv" / "bin" / "appdeck",
+        Path(sys.executable).with_name("appdeck"),
+    ):
+        if candidate.exists():
+            return candidate
+    raise FileNotFoundError("no appdeck executable: install the project into .venv")
+
+
+@dataclass
+class AppDeckProcess:
+    process: asyncio.subprocess.Process
+    url: str
+    data_dir: Path
+    stdout_path: Path
+    stderr_path: Path
+    token: str | None = None
+
+    @property
+    def auth_headers(self) -> dict[str, str]:
+        """``Authorization`` for every request, when the server wants a token."""
+        return {"authorization": f"Bearer {self.token}"} if self.token else {}
+
+    @property
+    def origin(self) -> str:
+        """``http://127.0.0.1:PORT`` (the URL without ``/mcp``)."""
+        return self.url.removesuffix("/mcp")
+
+    @property
+    def running(self) -> bool:
+        return self.process.returncode is None
+
+    def log_tail(self, lines: int = 40) -> str:
+        return _tail(self.stderr_path, lines)
+
+    async def kill(self, within: float = 10.0) -> int:
+        """SIGKILL (a crash) and reap the process."""
+        if self.running:
+            self.process.kill()
+        async with asyncio.timeout(within):
+            return await self.process.wait()
+
+    async def stop(self, grace: float = 8.0, within: float = 10.0) -> int:
+        """SIGTERM; SIGKILL when it has not exited after ``grace`` seconds."""
+        if self.running:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                async with asyncio.timeout(grace):
+                    return await self.process.wait()
+            except TimeoutError:
+                pass
+        return await self.kill(within)
+
+
+async def start_appdeck(
+    data_dir: Path,
+    *,
+    log_dir: Path,
+    dev: bool = True,
+    name: str = "appdeck",
+    within: float = 20.0,
+) -> AppDeckProcess:
+    """Run ``appdeck serve --port 0 --data-dir DATA_DIR --with-conformance-fixtures [--dev]``
+    and wait (at most ``within`` seconds) for the line that gives its URL (and, with
+    ``dev``, for the dev token)."""
+    stdout_path, stderr_path = _log_files(log_dir, name)
+    with stdout_path.open("wb") as out, stderr_path.open("wb") as err:
+        process = await asyncio.create_subprocess_exec(
+            *serve_command(data_dir, dev=dev),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            env=clean_env(),
+            start_new_session=True,  # a Ctrl-C on pytest is not also delivered to the server
+        )
+    server = AppDeckProcess(process, "", data_dir, stdout_path, stderr_path)
+    try:
+        async with asyncio.timeout(within):
+            while True:
+                printed = stdout_path.read_text(errors="replace")
+                found = URL_LINE.search(printed)
+                token = DEV_TOKEN.search(printed)
+                if found and (token or not dev):
+                    server.url = found.group(1)
+                    server.token = token.group(1) if token else None
+                    return server
+                if not server.running:
+                    raise RuntimeError(
+                        f"appdeck serve exited with {process.returncode} before printing its URL:\n"
+                        + server.log_tail()
+                    )
+                await asyncio.sleep(0.05)
+    except BaseException as exc:
+        await server.kill()
+        if isinstance(exc, TimeoutError):
+            raise RuntimeError(
+                f"appdeck serve printed no URL{' and token' if dev else ''} within "
+                f"{within:.0f} s:\n" + server.log_tail()
+            ) from None
+        raise
+
+
+def _tail(path: Path, lines: int) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
