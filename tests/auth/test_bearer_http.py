@@ -136,6 +136,15 @@ async def test_every_registered_tool_is_listed_and_callable_exactly_per_its_scop
                     headers=headers(sid, token),
                 )
                 assert r.status_code == 403, (name, scope)
+            for action, needed in tool.action_scopes.items():
+                if allowed and needed != scope:
+                    r = await world.client.post(
+                        "/mcp",
+                        json=request("tools/call", {"name": name, "arguments": {"action": action}}),
+                        headers=headers(sid, token),
+                    )
+                    assert r.status_code == 403, (name, action, scope)
+                    assert r.json()["error"]["data"] == {"scope": needed}
 
 
 async def test_a_session_presented_by_another_user_is_dropped(world: AuthWorld) -> None:

@@ -182,3 +182,36 @@ async def test_elicitation_without_the_client_capability_is_a_tool_error(harness
     result = (await harness.request("tools/call", {"name": "ask"}, session=session))["result"]
     assert result["isError"] is True
     assert result["structuredContent"]["error"]["code"] == "failed_precondition"
+
+
+async def test_each_action_of_a_multi_action_tool_checks_its_own_scope(harness: Harness) -> None:
+    from appdeck.protocol.registry import ToolDef
+
+    from .conftest import echo
+
+    harness.registry.add_tool(
+        ToolDef(
+            "manage_thing",
+            "get or delete a thing",
+            {"type": "object"},
+            echo,
+            scope="apps:read",
+            action_scopes={"delete": "apps:write"},
+        )
+    )
+    bob = await harness.init(BOB)  # apps:read only
+    ok = await harness.request(
+        "tools/call",
+        {"name": "manage_thing", "arguments": {"action": "get", "text": "x"}},
+        session=bob,
+        principal=BOB,
+    )
+    assert ok["result"]["content"][0]["text"] == "x"
+    refused = await harness.request(
+        "tools/call",
+        {"name": "manage_thing", "arguments": {"action": "delete"}},
+        session=bob,
+        principal=BOB,
+    )
+    assert refused["error"]["code"] == FORBIDDEN
+    assert refused["error"]["data"] == {"scope": "apps:write"}

@@ -7,7 +7,7 @@ packages fill a :class:`Registry`; the core only reads it.
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -43,6 +43,8 @@ class ToolDef:
     task_support: TaskSupport = "forbidden"
     scope: str | None = None
     """The base scope a token needs to see and call the tool (None: any caller)."""
+    action_scopes: Mapping[str, str] = field(default_factory=dict)
+    """For multi-action tools: the scope each ``arguments.action`` needs beyond ``scope``."""
     validate_arguments: bool = True
     meta: JsonObject | None = None
     validator: Draft202012Validator | None = field(default=None, compare=False)

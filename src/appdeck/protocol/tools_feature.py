@@ -74,6 +74,11 @@ class ToolsFeature:
         if task_request is None and isinstance(arguments.get("task"), dict):
             arguments = {k: v for k, v in arguments.items() if k != "task"}
             task_request = params["arguments"]["task"]
+        action = arguments.get("action")
+        if isinstance(action, str) and action in tool.action_scopes:
+            needed = tool.action_scopes[action]
+            if not principal.has_scope(needed):
+                raise InsufficientScope(needed)
         if task_request is not None and not isinstance(task_request, dict):
             raise InvalidParams("tools/call: params.task must be an object")
         if task_request is not None and tool.task_support == "forbidden":
