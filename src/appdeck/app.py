@@ -153,6 +153,8 @@ class Services:
         with contextlib.suppress(Exception):
             await self.sweep()
         await self.audit.close()
+        if self.bearer is not None:
+            await self.bearer.close()
         await self.storage.close()
 
     def policy(self) -> HostPolicy:
@@ -205,6 +207,7 @@ async def _authentication(
             issuer=settings.issuer,
             audience=audience,
             algorithms=settings.jwt_algorithms,
+            refetch_after=settings.jwks_refetch_seconds,
         )
     else:
         keys = SigningKeys.load_or_create(settings.data_dir)

@@ -49,6 +49,8 @@ class Settings(BaseSettings):
     tenant_claim: str = "tid"
     user_claim: str = "sub"
     jwt_algorithms: list[str] = ["ES256"]
+    jwks_refetch_seconds: float = Field(60.0, ge=0)
+    """At most one fetch of an external IdP's key set per this many seconds (unknown kid)."""
     access_token_ttl_seconds: int = Field(3600, ge=60)
     refresh_token_ttl_seconds: int = Field(30 * 86400, ge=300)
     auth_code_ttl_seconds: int = Field(300, ge=30)

@@ -34,6 +34,8 @@ PAT_CACHE_SECONDS: Final = 60.0
 class JwtVerifier(Protocol):
     async def verify(self, token: str) -> dict[str, Any]: ...
 
+    async def close(self) -> None: ...
+
 
 @dataclass(frozen=True, slots=True)
 class ClaimNames:
@@ -164,6 +166,9 @@ class BearerAuthenticator:
             if entry.principal.kind == "pat" and entry.principal.client_id == record.id:
                 del self._cache[token]
 
+    async def close(self) -> None:
+        await self._verifier.close()
+
     async def flush_usage(self) -> None:
         used, self._pat_used = self._pat_used, {}
         await self._identities.touch_pats(used)
@@ -177,6 +182,9 @@ class LocalJwtVerifier:
 
     async def verify(self, token: str) -> dict[str, Any]:
         return self._verify(token)
+
+    async def close(self) -> None:
+        return None
 
 
 Verify = Callable[[str], Awaitable[dict[str, Any]]]

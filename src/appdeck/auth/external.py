@@ -30,8 +30,10 @@ class JwksVerifier:
         issuer: str,
         audience: str,
         algorithms: list[str],
+        refetch_after: float = REFETCH_AFTER,
         client: httpx.AsyncClient | None = None,
     ) -> None:
+        self._refetch_after = refetch_after
         self._url = jwks_url
         self._issuer = issuer
         self._audience = audience
@@ -44,7 +46,10 @@ class JwksVerifier:
 
     async def _refresh(self) -> None:
         async with self._lock:
-            if time.monotonic() - self._fetched_at < REFETCH_AFTER and self._verifier is not None:
+            if (
+                time.monotonic() - self._fetched_at < self._refetch_after
+                and self._verifier is not None
+            ):
                 return
             try:
                 response = await self._client.get(self._url, headers={"accept": "application/json"})
