@@ -1,0 +1,266 @@
+"""The authorization endpoint: ``GET /authorize`` checks the request and shows the sign-in +
+consent page; ``POST /authorize`` signs the user in and sends the code to the client.
+
+Until the client and its redirect URI are known good, errors are shown as a page and never
+redirected (RFC 6749 §4.1.2.1: an open redirector otherwise); after that they go back to the
+client as ``error=…&state=…&iss=…`` (RFC 9207). Required: ``response_type=code``,
+``redirect_uri`` (OAuth 2.1 lets the server insist; every MCP client sends it), PKCE with
+``S256``. ``resource`` (RFC 8707), when sent, must name our MCP endpoint. Scopes AppDeck does
+not know are ignored (RFC 6749 §3.3); with none known, the client's registered scope or every
+scope is asked for, and the user may untick any.
+
+The code's answer is a ``303 See Other`` (RFC 9700 §4.12: after a form post, never 307).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import secrets
+from typing import Final
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from appdeck.auth import scopes as scope_names
+from appdeck.auth.audit import AuditEvent
+from appdeck.auth.hashing import new_secret, same, token_hash, verify_password
+from appdeck.auth.server import redirects
+from appdeck.auth.server.clients import ClientLookupError, Clients
+from appdeck.auth.server.consent_page import consent_page, error_page
+from appdeck.auth.server.context import ServerContext
+from appdeck.auth.server.http import NO_STORE, Form, OAuthError, read_form
+from appdeck.auth.server.pending import MAX_ATTEMPTS, PendingRequest, PendingRequests
+from appdeck.storage.identity import UserRecord
+from appdeck.storage.oauth import AuthCodeRow
+
+COOKIE: Final = "appdeck_authz"
+MAX_QUERY: Final = 8192
+_CHALLENGE = re.compile(r"^[A-Za-z0-9_\-]{43}$")
+_TOKEN = re.compile(r"^[A-Za-z0-9_\-]{16,128}$")
+BAD_LOGIN: Final = "Incorrect tenant, username or password."
+
+
+class Authorize:
+    def __init__(self, ctx: ServerContext, clients: Clients, pending: PendingRequests) -> None:
+        self._ctx = ctx
+        self._clients = clients
+        self._pending = pending
+        self.action = f"{ctx.issuer}/authorize"
+
+    def _back(
+        self, redirect_uri: str, state: str | None, *, status: int = 302, **params: str
+    ) -> Response:
+        target = redirects.with_params(
+            redirect_uri, {**params, "state": state, "iss": self._ctx.issuer}
+        )
+        return RedirectResponse(target, status_code=status, headers=NO_STORE)
+
+    # -- GET ------------------------------------------------------------------------------
+
+    async def get(self, request: Request) -> Response:
+        if len(request.url.query) > MAX_QUERY:
+            return error_page("The authorization request is too long.")
+        try:
+            query = Form.of(list(request.query_params.multi_items()), frozenset({"resource"}))
+            client_id = query.get("client_id", max_len=1024)
+            redirect_uri = query.get("redirect_uri", max_len=redirects.MAX_URI_LENGTH)
+        except OAuthError as exc:
+            return error_page(exc.description)
+        if client_id is None:
+            return error_page("The request names no application (client_id is missing).")
+        try:
+            client = await self._clients.for_authorize(client_id)
+        except ClientLookupError as exc:
+            return error_page(str(exc))
+        if redirect_uri is None:
+            return error_page("The request has no redirect_uri.")
+        if not redirects.matches(redirect_uri, client.redirect_uris):
+            self._ctx.refuse(
+                "redirect_uri_mismatch", method="GET /authorize", client_id=client.client_id
+            )
+            return error_page("The redirect_uri is not registered for this application.")
+        # From here on, errors go back to the client.
+        try:
+            state = query.get("state", max_len=2048)
+        except OAuthError as exc:
+            return self._back(
+                redirect_uri, None, error="invalid_request", error_description=exc.description
+            )
+        try:
+            challenge, scopes, resource = self._check(query, client.grant_types, client.scope)
+        except OAuthError as exc:
+            return self._back(
+                redirect_uri, state, error=exc.error, error_description=exc.description
+            )
+        browser = request.cookies.get(COOKIE) or ""
+        fresh = not _TOKEN.match(browser)
+        if fresh:
+            browser = secrets.token_urlsafe(24)
+        pending = self._pending.add(
+            browser=browser,
+            client=client,
+            redirect_uri=redirect_uri,
+            state=state,
+            scopes=scopes,
+            resource=resource,
+            code_challenge=challenge,
+        )
+        tenants = await self._ctx.identities.list_tenants()
+        response = consent_page(pending, action=self.action, tenants=tenants)
+        if fresh:
+            response.set_cookie(
+                COOKIE,
+                browser,
+                max_age=86_400,
+                path="/",
+                httponly=True,
+                samesite="strict",
+                secure=self._ctx.issuer.startswith("https://"),
+            )
+        return response
+
+    def _check(
+        self, query: Form, grants: tuple[str, ...], registered_scope: str | None
+    ) -> tuple[str, frozenset[str], str]:
+        """(code_challenge, scopes to ask for, resource) or OAuthError."""
+        if query.get("response_type", max_len=64) != "code":
+            raise OAuthError("unsupported_response_type", "response_type must be 'code'")
+        if "authorization_code" not in grants:
+            raise OAuthError("unauthorized_client", "this client may not use authorization codes")
+        challenge = query.get("code_challenge", max_len=128)
+        if challenge is None:
+            raise OAuthError("invalid_request", "PKCE is required: send code_challenge (S256)")
+        if (query.get("code_challenge_method", max_len=16) or "plain") != "S256":
+            raise OAuthError("invalid_request", "code_challenge_method must be S256")
+        if not _CHALLENGE.match(challenge):
+            raise OAuthError("invalid_request", "code_challenge must be 43 base64url characters")
+        resources = query.all("resource")
+        if len(resources) > 1 or (resources and not self._ctx.is_resource(resources[0])):
+            raise OAuthError("invalid_target", f"the only resource here is {self._ctx.resource}")
+        requested = set((query.get("scope", max_len=2000) or "").split()) & scope_names.ALL
+        if not requested:
+            requested = set(scope_names.parse(registered_scope, allow_unknown=True))
+        return challenge, frozenset(requested or scope_names.ALL), self._ctx.resource
+
+    # -- POST -----------------------------------------------------------------------------
+
+    async def post(self, request: Request) -> Response:
+        try:
+            form = await read_form(request, repeatable=frozenset({"scope"}))
+            pending_id = form.get("pending", max_len=128)
+            csrf = form.get("csrf", max_len=128)
+            decision = form.get("decision", max_len=16)
+            tenant = form.get("tenant", max_len=200) or ""
+            username = form.get("username", max_len=200) or ""
+            password = form.get("password", max_len=1024) or ""
+        except OAuthError as exc:
+            return error_page(exc.description, status=exc.status)
+        pending = self._pending.get(pending_id) if pending_id else None
+        if pending is None:
+            return error_page("This sign-in request has expired or was already answered.")
+        cookie = request.cookies.get(COOKIE) or ""
+        if not csrf or not same(csrf, pending.csrf) or not same(cookie, pending.browser):
+            self._ctx.refuse("csrf", method="POST /authorize", client_id=pending.client.client_id)
+            return error_page(
+                "The form could not be verified. Start the sign-in again.", status=403
+            )
+        if decision == "deny":
+            self._pending.discard(pending.id)
+            self._ctx.audit.record(
+                AuditEvent(
+                    event="authorization_denied",
+                    outcome="denied",
+                    client_id=pending.client.client_id,
+                    method="POST /authorize",
+                )
+            )
+            return self._back(
+                pending.redirect_uri,
+                pending.state,
+                status=303,
+                error="access_denied",
+                error_description="the user denied the request",
+            )
+        if decision != "allow":
+            return error_page("The form was not answered with Allow or Deny.")
+        chosen = frozenset(form.all("scope"))
+        if not chosen <= pending.scopes:
+            self._pending.discard(pending.id)
+            return error_page("The form asked for permissions the application did not request.")
+        user = (
+            await self._ctx.identities.find_user(tenant, username) if tenant and username else None
+        )
+        hashed = user.password_hash if user is not None else None
+        valid = await asyncio.to_thread(verify_password, hashed, password)
+        if user is None or not valid or user.disabled:
+            return await self._bad_login(pending, tenant, username, chosen, user)
+        if not chosen:
+            tenants = await self._ctx.identities.list_tenants()
+            return consent_page(
+                pending,
+                action=self.action,
+                tenants=tenants,
+                tenant=tenant,
+                username=username,
+                checked=chosen,
+                error="Choose at least one permission, or Deny.",
+            )
+        self._pending.discard(pending.id)
+        code = new_secret("adk_ac_", 32)
+        await self._ctx.oauth.insert_code(
+            AuthCodeRow(
+                code_hash=token_hash(code),
+                client_id=pending.client.client_id,
+                tenant_id=user.tenant_id,
+                user_id=user.id,
+                redirect_uri=pending.redirect_uri,
+                scope=scope_names.render(chosen),
+                resource=pending.resource,
+                code_challenge=pending.code_challenge,
+                expires_at=self._ctx.clock() + self._ctx.settings.auth_code_ttl_seconds,
+            )
+        )
+        self._ctx.audit.record(
+            AuditEvent(
+                event="authorization_granted",
+                outcome="ok",
+                tenant_id=user.tenant_id,
+                user_id=user.id,
+                client_id=pending.client.client_id,
+                method="POST /authorize",
+                detail={"scope": scope_names.render(chosen)},
+            )
+        )
+        return self._back(pending.redirect_uri, pending.state, status=303, code=code)
+
+    async def _bad_login(
+        self,
+        pending: PendingRequest,
+        tenant: str,
+        username: str,
+        chosen: frozenset[str],
+        user: UserRecord | None,
+    ) -> Response:
+        pending.attempts += 1
+        self._ctx.refuse(
+            "invalid_credentials",
+            method="POST /authorize",
+            client_id=pending.client.client_id,
+            tenant_id=user.tenant_id if user is not None else None,
+            user_id=user.id if user is not None else None,
+            detail={"attempt": pending.attempts},
+        )
+        if pending.attempts >= MAX_ATTEMPTS:
+            self._pending.discard(pending.id)
+            return error_page("Too many failed sign-in attempts.", status=429)
+        tenants = await self._ctx.identities.list_tenants()
+        return consent_page(
+            pending,
+            action=self.action,
+            tenants=tenants,
+            tenant=tenant,
+            username=username,
+            checked=chosen or pending.scopes,
+            error=BAD_LOGIN,
+        )

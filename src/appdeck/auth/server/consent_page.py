@@ -1,0 +1,168 @@
+"""The HTML of the sign-in + consent page and of the authorization error page.
+
+Self-contained (no scripts, no external assets), every value escaped, and served with a
+Content-Security-Policy that allows only its own nonce'd style sheet, forms posting to the
+server (and the client's redirect target, which a post's redirect goes to), no framing.
+"""
+
+from __future__ import annotations
+
+import secrets
+from html import escape
+from typing import Final
+from urllib.parse import urlsplit
+
+from starlette.responses import HTMLResponse
+
+from appdeck.auth.scopes import SCOPES
+from appdeck.auth.server import redirects
+from appdeck.auth.server.pending import PendingRequest
+from appdeck.storage.identity import TenantRecord
+
+MAX_TENANT_OPTIONS: Final = 50
+
+_STYLE = """
+body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;background:#f4f5f7;
+margin:0;color:#1d2330}
+main{max-width:30rem;margin:3rem auto;background:#fff;border-radius:10px;padding:2rem;
+box-shadow:0 1px 4px rgba(0,0,0,.12)}
+h1{font-size:1.3rem;margin:0 0 .8rem}
+p.who{margin:.2rem 0 1rem;color:#4a5263}
+p.warn{background:#fff6dd;border:1px solid #e8cf7a;padding:.5rem .7rem;border-radius:6px}
+p.error{background:#fde8e8;border:1px solid #e59a9a;padding:.5rem .7rem;border-radius:6px}
+label{display:block;margin:.6rem 0 .2rem;font-weight:600}
+input[type=text],input[type=password],select{width:100%;box-sizing:border-box;padding:.45rem;
+border:1px solid #b9bfcc;border-radius:6px;font:inherit}
+fieldset{border:1px solid #dde1e8;border-radius:6px;margin:1rem 0;padding:.5rem .8rem}
+fieldset label{font-weight:400;display:flex;gap:.5rem;align-items:flex-start}
+code{font-size:.85em;background:#eef0f4;padding:0 .25rem;border-radius:3px}
+.buttons{display:flex;gap:.6rem;margin-top:1.2rem}
+button{flex:1;padding:.55rem;border-radius:6px;border:1px solid #b9bfcc;font:inherit;
+cursor:pointer;background:#fff}
+button.allow{background:#1f5fd6;border-color:#1f5fd6;color:#fff}
+"""
+
+
+def _e(value: object) -> str:
+    return escape(str(value), quote=True)
+
+
+def _headers(nonce: str, form_targets: list[str]) -> dict[str, str]:
+    csp = (
+        "default-src 'none'; "
+        f"style-src 'nonce-{nonce}'; "
+        f"form-action 'self' {' '.join(form_targets)}; "
+        "frame-ancestors 'none'; base-uri 'none'"
+    )
+    return {
+        "Content-Security-Policy": csp.replace("  ", " "),
+        "X-Frame-Options": "DENY",
+        "X-Content-Type-Options": "nosniff",
+        "Referrer-Policy": "no-referrer",
+        "Cache-Control": "no-store",
+    }
+
+
+def _document(title: str, body: str, nonce: str) -> str:
+    return (
+        "<!doctype html><html lang=en><head><meta charset=utf-8>"
+        '<meta name=viewport content="width=device-width,initial-scale=1">'
+        f'<title>{_e(title)}</title><style nonce="{nonce}">{_STYLE}</style></head>'
+        f"<body><main>{body}</main></body></html>"
+    )
+
+
+def error_page(message: str, *, status: int = 400) -> HTMLResponse:
+    nonce = secrets.token_urlsafe(16)
+    body = (
+        "<h1>This sign-in request cannot continue</h1>"
+        f"<p class=error>{_e(message)}</p>"
+        "<p>Go back to the application and start again.</p>"
+    )
+    return HTMLResponse(
+        _document("AppDeck sign-in", body, nonce), status_code=status, headers=_headers(nonce, [])
+    )
+
+
+def _where(uri: str) -> str:
+    parts = urlsplit(uri)
+    if parts.scheme in ("http", "https"):
+        return parts.hostname or uri
+    return f"the app that handles {parts.scheme}: links"
+
+
+def _tenant_field(tenants: list[TenantRecord], chosen: str | None) -> str:
+    if 1 < len(tenants) <= MAX_TENANT_OPTIONS:
+        options = "".join(
+            f'<option value="{_e(t.id)}"{" selected" if t.id == chosen else ""}>'
+            f"{_e(t.name)} ({_e(t.id)})</option>"
+            for t in tenants
+        )
+        return f"<label for=tenant>Tenant</label><select id=tenant name=tenant>{options}</select>"
+    value = chosen or (tenants[0].id if len(tenants) == 1 else "")
+    return (
+        "<label for=tenant>Tenant</label>"
+        f'<input type=text id=tenant name=tenant required value="{_e(value)}" '
+        "autocomplete=organization maxlength=200>"
+    )
+
+
+def consent_page(
+    pending: PendingRequest,
+    *,
+    action: str,
+    tenants: list[TenantRecord],
+    tenant: str | None = None,
+    username: str | None = None,
+    checked: frozenset[str] | None = None,
+    error: str | None = None,
+) -> HTMLResponse:
+    client = pending.client
+    nonce = secrets.token_urlsafe(16)
+    name = client.name or "An unnamed application"
+    if client.kind == "cimd":
+        who = f"identified by <code>{_e(urlsplit(client.client_id).hostname or '')}</code>"
+        warn = ""
+    else:
+        who = f"client id <code>{_e(client.client_id)}</code>"
+        warn = (
+            "<p class=warn>This application registered itself; AppDeck cannot vouch for its "
+            "name. Continue only if you started this sign-in.</p>"
+            if client.kind == "dcr"
+            else ""
+        )
+    ticked = pending.scopes if checked is None else checked
+    boxes = "".join(
+        f'<label><input type=checkbox name=scope value="{_e(s)}"'
+        f"{' checked' if s in ticked else ''}>"
+        f"<span><code>{_e(s)}</code> {_e(SCOPES.get(s, ''))}</span></label>"
+        for s in sorted(pending.scopes)
+    )
+    body = (
+        f"<h1>Sign in to AppDeck for {_e(name)}</h1>"
+        f"<p class=who>{who}. After you answer you will be sent back to "
+        f"<code>{_e(_where(pending.redirect_uri))}</code>.</p>"
+        f"{warn}"
+        + (f"<p class=error role=alert>{_e(error)}</p>" if error else "")
+        + f'<form method=post action="{_e(action)}">'
+        f'<input type=hidden name=pending value="{_e(pending.id)}">'
+        f'<input type=hidden name=csrf value="{_e(pending.csrf)}">'
+        f"{_tenant_field(tenants, tenant)}"
+        "<label for=username>Username</label>"
+        f"<input type=text id=username name=username required autocomplete=username "
+        f'maxlength=200 value="{_e(username or "")}">'
+        "<label for=password>Password</label>"
+        "<input type=password id=password name=password required "
+        "autocomplete=current-password maxlength=1024>"
+        f"<fieldset><legend>{_e(name)} asks to:</legend>{boxes}</fieldset>"
+        "<div class=buttons><button type=submit name=decision value=deny formnovalidate>"
+        "Deny</button>"
+        "<button class=allow type=submit name=decision value=allow>Allow</button></div>"
+        "</form>"
+    )
+    targets = [redirects.origin_source(pending.redirect_uri), redirects.origin_source(action)]
+    return HTMLResponse(
+        _document(f"Sign in to AppDeck for {name}", body, nonce),
+        status_code=200,
+        headers=_headers(nonce, targets),
+    )
