@@ -19,6 +19,8 @@ from appdeck.auth.bearer import BearerAuthenticator, ClaimNames, LocalJwtVerifie
 from appdeck.auth.external import JwksVerifier
 from appdeck.auth.keys import ALGORITHM, SigningKeys
 from appdeck.auth.ratelimit import RateLimiter
+from appdeck.auth.server import AuthorizationServer
+from appdeck.auth.server.metadata import protected_resource
 from appdeck.auth.tokens import TokenIssuer, TokenVerifier
 from appdeck.events.bus import InProcessBus
 from appdeck.protocol.registry import Registry
@@ -29,11 +31,12 @@ from appdeck.settings import Settings
 from appdeck.storage import Storage
 from appdeck.storage.audit import AuditStore
 from appdeck.storage.identity import IdentityStore
+from appdeck.storage.oauth import OAuthStore
 from appdeck.transport.asgi import ASGIApp
 from appdeck.transport.guard import Guard
 from appdeck.transport.hub import StreamHub
 from appdeck.transport.mcp_http import HttpSettings, McpHttpApp
-from appdeck.transport.routes import Router, control_plane
+from appdeck.transport.routes import Router, control_plane, json_route
 from appdeck.transport.security import LOOPBACK_HOSTS, HostPolicy
 
 log = logging.getLogger("appdeck")
@@ -55,6 +58,7 @@ class Services:
     keys: SigningKeys | None = None
     token_issuer: TokenIssuer | None = None
     bearer: BearerAuthenticator | None = None
+    authorization_server: AuthorizationServer | None = None
     port: int = 0
     _background: list[asyncio.Task[None]] = field(default_factory=list, repr=False)
 
@@ -69,6 +73,19 @@ class Services:
         audit = AuditLog(audit_store)
         audit.start()
         keys, token_issuer, bearer = await _authentication(settings, base_url, identities)
+        authz = None
+        if keys is not None and token_issuer is not None:
+            authz = AuthorizationServer(
+                base_url,
+                f"{base_url}/mcp",
+                token_issuer,
+                keys,
+                identities,
+                OAuthStore(storage.engine),
+                bearer.revoke_jti,
+                audit,
+                settings,
+            )
         hub = StreamHub(storage.events, InProcessBus())
         registry = Registry()
         if settings.with_conformance_fixtures:
@@ -114,6 +131,7 @@ class Services:
             keys=keys,
             token_issuer=token_issuer,
             bearer=bearer,
+            authorization_server=authz,
             port=port,
         )
         reconciled = await tasks.reconcile({})
@@ -141,6 +159,8 @@ class Services:
         if self.bearer is not None:
             await self.bearer.flush_usage()
             await self.identities.purge_revocations(time.time())
+        if self.authorization_server is not None:
+            await self.authorization_server.cleanup()
         await self.server.tasks.expire()
         await self.storage.events.trim(time.time() - self.settings.event_retention_seconds)
 
@@ -187,7 +207,15 @@ class Services:
         async def health() -> dict[str, object]:
             return {"status": "ok", "version": s.app_version, "instance": self.instance_id}
 
-        return Router(mcp, control_plane(health))
+        if self.authorization_server is not None:
+            routes = self.authorization_server.routes()
+        else:  # external IdP: only the protected-resource metadata is ours to serve
+            document = protected_resource(f"{self.base_url}/mcp", s.issuer or "")
+            routes = [
+                json_route("/.well-known/oauth-protected-resource", document),
+                json_route("/.well-known/oauth-protected-resource/mcp", document),
+            ]
+        return Router(mcp, control_plane(health, routes))
 
 
 async def _authentication(

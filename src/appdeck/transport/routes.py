@@ -28,6 +28,15 @@ def control_plane(health: HealthCheck, extra: list[Route] | None = None) -> Star
     return Starlette(routes=routes)
 
 
+def json_route(path: str, document: dict[str, object]) -> Route:
+    """A GET route that always answers the same JSON document."""
+
+    async def endpoint(request: Request) -> Response:
+        return JSONResponse(document, headers={"access-control-allow-origin": "*"})
+
+    return Route(path, endpoint)
+
+
 class Router:
     """``/mcp`` to the MCP app without any framework in between; the rest to Starlette."""
 
