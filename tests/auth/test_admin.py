@@ -111,3 +111,35 @@ def test_the_cli_creates_tenants_users_and_tokens(tmp_path: Path) -> None:
     rows = [json.loads(line) for line in tail.stdout.splitlines()]
     assert [r["event"] for r in rows] == ["token_issued", "token_issued"]
     assert json.loads(pat.stdout)["token"] not in tail.stdout
+
+
+def test_the_cli_creates_machine_clients(tmp_path: Path) -> None:
+    assert _appdeck("tenant", "create", "acme", data_dir=tmp_path).returncode == 0
+    made = _appdeck(
+        "client",
+        "create",
+        "--tenant",
+        "acme",
+        "--name",
+        "robot",
+        "--scope",
+        "apps:read",
+        "--json",
+        data_dir=tmp_path,
+    )
+    assert made.returncode == 0, made.stderr
+    body = json.loads(made.stdout)
+    assert body["client_id"].startswith("adk_mc_")
+    assert body["client_secret"].startswith("adk_cs_")
+    refused = _appdeck(
+        "client",
+        "create",
+        "--tenant",
+        "nope",
+        "--name",
+        "robot",
+        "--scope",
+        "apps:read",
+        data_dir=tmp_path,
+    )
+    assert refused.returncode == 2

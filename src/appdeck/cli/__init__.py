@@ -18,6 +18,7 @@ cli.add_typer(admin.user, name="user")
 cli.add_typer(admin.token, name="token")
 cli.add_typer(admin.audit, name="audit")
 cli.add_typer(admin.keys, name="keys")
+cli.add_typer(admin.client, name="client")
 
 
 @cli.command()

@@ -230,3 +230,67 @@ def keys_rotate(data_dir: DataDir = None, as_json: AsJson = False) -> None:
     settings = _settings(data_dir)
     kid = SigningKeys.load_or_create(settings.data_dir).rotate()
     _emit(as_json, {"kid": kid, "at": time.time()}, f"new signing key {kid}")
+
+
+client = typer.Typer(
+    help="OAuth clients of the embedded authorization server.", no_args_is_help=True
+)
+
+
+@client.command("create")
+def client_create(
+    tenant_id: Annotated[str, typer.Option("--tenant", help="The tenant the client acts in.")],
+    name: Annotated[str, typer.Option("--name", help="A label for the client.")],
+    scope: Annotated[str, typer.Option(help="Space-separated scopes it may obtain.")],
+    data_dir: DataDir = None,
+    as_json: AsJson = False,
+) -> None:
+    """Create a machine client (client_credentials grant); prints its id and secret once."""
+    from appdeck.auth.audit import AuditLog
+    from appdeck.auth.keys import SigningKeys
+    from appdeck.auth.server import AuthorizationServer
+    from appdeck.auth.tokens import TokenIssuer
+    from appdeck.storage import Storage
+    from appdeck.storage.audit import AuditStore
+    from appdeck.storage.identity import IdentityStore
+    from appdeck.storage.oauth import OAuthStore
+
+    async def go() -> tuple[str, str]:
+        settings = _settings(data_dir)
+        if settings.external_idp:
+            from appdeck.common.errors import FailedPrecondition
+
+            raise FailedPrecondition("an external IdP is configured: create clients there")
+        storage = await Storage.open(settings.database())
+        audit_log = AuditLog(AuditStore(storage.engine))
+        try:
+            base = _server_base_url(settings)
+            signing = SigningKeys.load_or_create(settings.data_dir)
+            issuer = TokenIssuer(signing, base, f"{base}/mcp", settings.access_token_ttl_seconds)
+            identities = IdentityStore(storage.engine)
+
+            async def no_revocation(jti: str, expires_at: float) -> None:
+                return None
+
+            server = AuthorizationServer(
+                base,
+                f"{base}/mcp",
+                issuer,
+                signing,
+                identities,
+                OAuthStore(storage.engine),
+                no_revocation,
+                audit_log,
+                settings,
+            )
+            return await server.create_machine_client(tenant_id, name, scope.split())
+        finally:
+            await audit_log.close()
+            await storage.close()
+
+    client_id, secret = _run(go)
+    _emit(
+        as_json,
+        {"client_id": client_id, "client_secret": secret},
+        f"client_id: {client_id}\nclient_secret: {secret}\n(the secret is shown only now)",
+    )
