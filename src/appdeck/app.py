@@ -61,6 +61,7 @@ class Services:
     authorization_server: AuthorizationServer | None = None
     port: int = 0
     _background: list[asyncio.Task[None]] = field(default_factory=list, repr=False)
+    _stopping: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
 
     @classmethod
     async def start(
@@ -141,13 +142,17 @@ class Services:
         if settings.with_conformance_fixtures:
             from appdeck.fixtures.conformance import tick_watched_resource
 
-            ticker = tick_watched_resource(server.resources.updated)
+            ticker = tick_watched_resource(server.resources.updated, services._stopping)
             services._background.append(asyncio.create_task(ticker, name="watched-resource"))
         return services
 
     async def _sweep_forever(self) -> None:
-        while True:
-            await asyncio.sleep(self.settings.sweep_seconds)
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.settings.sweep_seconds):
+                    await self._stopping.wait()
+            if self._stopping.is_set():
+                return
             try:
                 await self.sweep()
             except Exception:
@@ -165,10 +170,15 @@ class Services:
         await self.storage.events.trim(time.time() - self.settings.event_retention_seconds)
 
     async def stop(self) -> None:
+        # background loops stop between database writes; cancelling one mid-write would leave
+        # a transaction open on a pooled connection
+        self._stopping.set()
         for task in self._background:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            try:
+                async with asyncio.timeout(30):
+                    await task
+            except TimeoutError:
+                task.cancel()
         await self.server.tasks.shutdown()
         with contextlib.suppress(Exception):
             await self.sweep()

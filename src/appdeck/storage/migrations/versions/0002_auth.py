@@ -133,9 +133,7 @@ def upgrade() -> None:
         sa.Column("request_id", sa.String(), nullable=True),
         sa.Column("detail", sa.JSON(), nullable=True),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_audit_log")),
-        sqlite_autoincrement=True,
     )
-    op.create_index(op.f("ix_audit_log_ts"), "audit_log", ["ts"])
 
 
 def downgrade() -> None:
