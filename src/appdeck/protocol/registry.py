@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from jsonschema import Draft202012Validator
 
+from appdeck.protocol.validation import Check, compile_check
+
 if TYPE_CHECKING:
     from appdeck.protocol.context import ToolContext
 
@@ -48,6 +50,7 @@ class ToolDef:
     validate_arguments: bool = True
     meta: JsonObject | None = None
     validator: Draft202012Validator | None = field(default=None, compare=False)
+    fast_check: Check | None = field(default=None, compare=False)
 
     def wire(self) -> JsonObject:
         body: JsonObject = {
@@ -214,4 +217,8 @@ class Registry:
 def _with_validator(tool: ToolDef) -> ToolDef:
     from dataclasses import replace
 
-    return replace(tool, validator=Draft202012Validator(tool.input_schema))
+    return replace(
+        tool,
+        validator=Draft202012Validator(tool.input_schema),
+        fast_check=compile_check(tool.input_schema),
+    )

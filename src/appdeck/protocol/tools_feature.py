@@ -119,7 +119,8 @@ class ToolsFeature:
 async def run_tool(tool: ToolDef, arguments: JsonObject, ctx: ToolContext) -> JsonObject:
     """Validate the arguments and run the tool. Tool failures become ``isError`` results;
     protocol errors (McpError) propagate to the dispatcher."""
-    if tool.validator is not None:
+    fast = tool.fast_check
+    if tool.validator is not None and not (fast is not None and fast(arguments)):
         error = next(iter(tool.validator.iter_errors(arguments)), None)
         if error is not None:
             where = "/".join(str(p) for p in error.absolute_path) or "arguments"

@@ -1,0 +1,79 @@
+"""The compiled fast check agrees with jsonschema on every schema it accepts."""
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from jsonschema import Draft202012Validator
+
+from appdeck.protocol.validation import compile_check
+
+values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-5, 5)
+    | st.floats(-5, 5, allow_nan=False)
+    | st.text(max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.sampled_from(["a", "b", "c"]), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+types = st.sampled_from(["string", "integer", "number", "boolean", "object", "array", "null"])
+leaf = st.fixed_dictionaries(
+    {},
+    optional={
+        "type": types | st.lists(types, min_size=1, max_size=3, unique=True),
+        "enum": st.lists(
+            st.integers(-2, 2) | st.text(max_size=2) | st.booleans(), min_size=1, max_size=3
+        ),
+        "minLength": st.integers(0, 3),
+        "maxLength": st.integers(0, 3),
+        "minimum": st.integers(-3, 3),
+        "maximum": st.integers(-3, 3),
+        "exclusiveMinimum": st.integers(-3, 3),
+        "minItems": st.integers(0, 2),
+        "maxItems": st.integers(0, 2),
+        "description": st.text(max_size=5),
+    },
+)
+schemas = st.recursive(
+    leaf,
+    lambda inner: (
+        st.fixed_dictionaries(
+            {"type": st.just("object")},
+            optional={
+                "properties": st.dictionaries(st.sampled_from(["a", "b", "c"]), inner, max_size=3),
+                "required": st.lists(st.sampled_from(["a", "b", "c"]), max_size=2, unique=True),
+                "additionalProperties": st.booleans(),
+            },
+        )
+        | st.fixed_dictionaries({"type": st.just("array"), "items": inner})
+    ),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=800, deadline=None)
+@given(schema=schemas, value=values)
+def test_the_fast_check_agrees_with_jsonschema(schema: dict[str, Any], value: Any) -> None:
+    check = compile_check(schema)
+    assert check is not None, schema
+    assert check(value) == Draft202012Validator(schema).is_valid(value), (schema, value)
+
+
+def test_unsupported_keywords_fall_back_to_jsonschema() -> None:
+    assert compile_check({"type": "string", "pattern": "^a"}) is None
+    assert compile_check({"$ref": "#/$defs/x"}) is None
+    assert compile_check({"type": "object", "properties": {"a": {"oneOf": []}}}) is None
+
+
+def test_the_echo_schema_is_compiled() -> None:
+    check = compile_check(
+        {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
+    )
+    assert check is not None
+    assert check({"text": "hi"})
+    assert not check({"text": 5})
+    assert not check({})
