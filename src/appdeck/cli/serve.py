@@ -65,6 +65,7 @@ async def _serve(settings: Any, dev: bool) -> None:
     from appdeck.app import Services
     from appdeck.auth import scopes
     from appdeck.auth.admin import IdentityAdmin
+    from appdeck.runtime import tune_gc
 
     logs.configure(settings.log_level, settings.log_format)
     sock = socket.socket(socket.AF_INET6 if ":" in settings.host else socket.AF_INET)
@@ -81,8 +82,10 @@ async def _serve(settings: Any, dev: bool) -> None:
         log_config=None,
         timeout_graceful_shutdown=3,
         server_header=False,
+        proxy_headers=False,  # X-Forwarded-* are not trusted unless a proxy is configured
     )
     server = uvicorn.Server(config)
+    tune_gc()
     url = f"{services.base_url}/mcp"
     marker = settings.data_dir / "server.json"
     marker.write_text(json.dumps({"url": url, "base_url": services.base_url, "pid": os.getpid()}))

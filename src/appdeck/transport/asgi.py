@@ -24,9 +24,9 @@ def header_map(scope: Scope) -> dict[bytes, bytes]:
 
 async def send_json(send: Send, status: int, body: Any, headers: Headers | None = None) -> None:
     payload = orjson.dumps(body)
-    out = [*JSON_HEADERS, (b"content-length", str(len(payload)).encode())]
+    out = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(payload))]
     if headers:
-        out.extend(headers)
+        out += headers
     await send({"type": "http.response.start", "status": status, "headers": out})
     await send({"type": "http.response.body", "body": payload})
 

@@ -130,39 +130,43 @@ class Guard:
         status: int,
         started: float,
     ) -> None:
-        """Audit one answered request: tools/call always, refusals of any method."""
-        if self.audit is None:
+        """Audit one answered request: tools/call always, refusals of any method.
+
+        On the hot path: builds the row directly (no dataclass round trip)."""
+        audit = self.audit
+        if audit is None:
             return
-        method = request.get("method")
-        params = request.get("params") if isinstance(request.get("params"), dict) else {}
-        assert isinstance(params, dict)
+        method = request["method"]
+        params = request.get("params") or {}
         tool = params.get("name") if method == "tools/call" else None
-        error = response.get("error") if response else None
-        if status in (401, 403, 429) and isinstance(error, dict):
+        error = response.get("error") if response is not None else None
+        if status in (401, 403, 429) and error is not None:
             self.refused(principal, status, str(error.get("message", "")), method, tool)
             return
         if method != "tools/call":
             return
-        arguments = params.get("arguments") if isinstance(params.get("arguments"), dict) else {}
-        assert isinstance(arguments, dict)
-        result = response.get("result") if response else None
-        failed = error is not None or (isinstance(result, dict) and bool(result.get("isError")))
+        arguments = params.get("arguments")
+        if not isinstance(arguments, dict):
+            arguments = {}
+        result = response.get("result") if response is not None else None
+        failed = error is not None or (result is not None and result.get("isError") is True)
         action = arguments.get("action")
         app_id = arguments.get("app_id")
-        self.audit.record(
-            AuditEvent(
-                event="tool_call",
-                outcome="error" if failed else "ok",
-                tenant_id=principal.tenant if principal else None,
-                user_id=principal.user if principal else None,
-                client_id=principal.client_id if principal else None,
-                method="tools/call",
-                tool=tool if isinstance(tool, str) else None,
-                action=action if isinstance(action, str) else None,
-                app_id=app_id if isinstance(app_id, int) and not isinstance(app_id, bool) else None,
-                status=status,
-                duration_ms=round((time.perf_counter() - started) * 1000, 3),
-                request_id=str(request.get("id")),
-                detail={"task": True} if isinstance(result, dict) and "task" in result else None,
-            )
+        audit.record_row(
+            {
+                "ts": time.time(),
+                "tenant_id": principal.tenant if principal else None,
+                "user_id": principal.user if principal else None,
+                "client_id": principal.client_id if principal else None,
+                "event": "tool_call",
+                "method": "tools/call",
+                "tool": tool if type(tool) is str else None,
+                "action": action if type(action) is str else None,
+                "app_id": app_id if type(app_id) is int else None,
+                "outcome": "error" if failed else "ok",
+                "status": status,
+                "duration_ms": round((time.perf_counter() - started) * 1000, 3),
+                "request_id": str(request["id"]),
+                "detail": {"task": True} if result is not None and "task" in result else None,
+            }
         )

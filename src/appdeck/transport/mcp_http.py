@@ -44,6 +44,7 @@ from appdeck.transport.streams import PostStream
 log = logging.getLogger("appdeck.transport")
 JsonObject = dict[str, Any]
 ALLOW = [(b"allow", b"GET, POST, DELETE")]
+SUPPORTED_BYTES = frozenset(v.encode() for v in versions.SUPPORTED)
 SUPPORTED_LIST = ", ".join(sorted(versions.SUPPORTED, reverse=True))
 
 
@@ -96,7 +97,7 @@ class McpHttpApp:
 
     def _check_version_header(self, headers: dict[bytes, bytes]) -> None:
         raw = headers.get(b"mcp-protocol-version")
-        if raw is not None and raw.decode("latin-1") not in versions.SUPPORTED:
+        if raw is not None and raw not in SUPPORTED_BYTES:
             raise HttpError(
                 400,
                 rpc.SERVER_ERROR,
@@ -154,25 +155,26 @@ class McpHttpApp:
         if batch and not messages:
             raise HttpError(400, rpc.INVALID_REQUEST, "Invalid Request: empty batch")
         kinds: list[Kind] = []
+        is_init = False
+        needs_auth = False
         for message in messages:
             try:
-                kinds.append(classify(message))
+                kind = classify(message)
             except rpc.InvalidRequest as exc:
                 raise HttpError(400, rpc.INVALID_REQUEST, exc.message) from None
-        is_init = any(
-            k is Kind.REQUEST and m["method"] == "initialize"
-            for k, m in zip(kinds, messages, strict=True)
-        )
+            kinds.append(kind)
+            if kind is Kind.RESPONSE:
+                needs_auth = True
+            else:
+                name = message["method"]
+                is_init = is_init or (kind is Kind.REQUEST and name == "initialize")
+                needs_auth = needs_auth or name not in OPEN_METHODS
         if is_init and len(messages) > 1:
             raise HttpError(
                 400,
                 rpc.INVALID_REQUEST,
                 "Invalid Request: Only one initialization request is allowed",
             )
-        needs_auth = not all(
-            k is not Kind.RESPONSE and m["method"] in OPEN_METHODS
-            for k, m in zip(kinds, messages, strict=True)
-        )
         first = messages[0].get("method") if len(messages) == 1 else "batch"
         principal = await self.guard.principal(headers, needs_auth, first)
         session = None if is_init else await self._session(headers, principal)

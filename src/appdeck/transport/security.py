@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
@@ -24,6 +24,7 @@ class HostPolicy:
 
     hosts: frozenset[str]
     origins: frozenset[str] = frozenset()
+    _seen: dict[bytes, bool] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def build(cls, hosts: Iterable[str], origins: Iterable[str] = ()) -> HostPolicy:
@@ -33,7 +34,14 @@ class HostPolicy:
     def host_ok(self, host: bytes | None) -> bool:
         if not self.hosts:
             return True
-        return host is not None and _host_only(host.decode("latin-1")) in self.hosts
+        if host is None:
+            return False
+        known = self._seen.get(host)
+        if known is None:
+            known = _host_only(host.decode("latin-1")) in self.hosts
+            if len(self._seen) < 256:  # clients send the same few Host values
+                self._seen[host] = known
+        return known
 
     def origin_ok(self, origin: bytes | None) -> bool:
         """No Origin header (non-browser clients) is allowed, as the SDKs do."""
