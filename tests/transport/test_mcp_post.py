@@ -213,3 +213,11 @@ async def test_a_quiet_call_is_answered_as_json(client: httpx.AsyncClient) -> No
     )
     assert r.headers["content-type"] == "application/json"
     assert r.json()["result"]["content"][0]["text"] == "hi"
+
+
+async def test_ping_answers_without_token_or_session(client: httpx.AsyncClient) -> None:
+    r = await client.post("/mcp", json=request("ping", id=5), headers=headers())
+    assert r.status_code == 200
+    assert r.json() == {"jsonrpc": "2.0", "id": 5, "result": {}}
+    r = await client.post("/mcp", json=request("ping"), headers=headers("unknown-session"))
+    assert r.status_code == 404

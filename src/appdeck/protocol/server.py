@@ -138,7 +138,7 @@ class McpServer:
         if call.principal is None and method not in OPEN_METHODS:
             raise Forbidden("this method needs a token")
         session = call.session
-        if session is None and method != "initialize":
+        if session is None and method not in ("initialize", "ping"):
             raise SessionRequired("Bad Request: Mcp-Session-Id header is required")
         if session is not None and call.principal is not None:
             await self.sessions.check_owner(session, call.principal)

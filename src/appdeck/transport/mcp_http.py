@@ -177,7 +177,15 @@ class McpHttpApp:
             )
         first = messages[0].get("method") if len(messages) == 1 else "batch"
         principal = await self.guard.principal(headers, needs_auth, first)
-        session = None if is_init else await self._session(headers, principal)
+        lone_ping = (
+            len(messages) == 1
+            and kinds[0] is Kind.REQUEST
+            and messages[0]["method"] == "ping"
+            and b"mcp-session-id" not in headers
+        )
+        # a ping needs neither token nor session: a liveness check answers even before
+        # initialize (with a session header, the session is still checked)
+        session = None if is_init or lone_ping else await self._session(headers, principal)
         if batch:
             version = session.protocol_version if session else versions.LATEST
             if not versions.allows_batches(version):
