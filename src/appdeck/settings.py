@@ -60,6 +60,13 @@ class Settings(BaseSettings):
     """Sustained requests per second per token; 0 turns rate limiting off."""
     rate_limit_burst: int = Field(200, ge=1)
 
+    # -- platform ------------------------------------------------------------------------
+    secret_key: str | None = None
+    """Encrypts env var values at rest; default: a key generated into the data dir."""
+    source_roots: list[Path] = []
+    """Directories app sources may be read from; default: the working directory."""
+    max_apps_per_tenant: int = Field(100, ge=1)
+
     with_conformance_fixtures: bool = False
     app_version: str = Field(
         "dev", validation_alias=AliasChoices("APP_VERSION", "APPDECK_APP_VERSION")

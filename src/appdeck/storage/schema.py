@@ -188,3 +188,47 @@ audit_log = sa.Table(
     # no AUTOINCREMENT: ids only need to grow while rows are appended, and the extra
     # sqlite_sequence write costs ~1 µs on every tools/call
 )
+
+# -- apps (migration 0003) ------------------------------------------------------------------
+
+apps = sa.Table(
+    "apps",
+    metadata,
+    sa.Column("id", Seq, primary_key=True, autoincrement=True),
+    sa.Column("tenant_id", sa.String, nullable=False),
+    sa.Column("name", sa.String, nullable=False),
+    sa.Column("description", sa.Text, nullable=True),
+    sa.Column("spec", sa.JSON, nullable=False),
+    sa.Column("spec_version", sa.Integer, nullable=False),
+    sa.Column("created_by", sa.String, nullable=False),
+    sa.Column("created_at", sa.Double, nullable=False),
+    sa.Column("updated_at", sa.Double, nullable=False),
+    sa.Column("needs_restart", sa.Boolean, nullable=False),  # env changed since the last deploy
+    sa.UniqueConstraint("tenant_id", "name"),
+    sqlite_autoincrement=True,  # an app id is never reused after a delete
+)
+
+app_members = sa.Table(
+    "app_members",
+    metadata,
+    sa.Column(
+        "app_id", sa.BigInteger, sa.ForeignKey("apps.id", ondelete="CASCADE"), primary_key=True
+    ),
+    sa.Column("user_id", sa.String, primary_key=True),
+    sa.Column("role", sa.String, nullable=False),  # owner | admin | developer | viewer
+    sa.Column("granted_by", sa.String, nullable=False),
+    sa.Column("granted_at", sa.Double, nullable=False),
+)
+
+app_env = sa.Table(
+    "app_env",
+    metadata,
+    sa.Column(
+        "app_id", sa.BigInteger, sa.ForeignKey("apps.id", ondelete="CASCADE"), primary_key=True
+    ),
+    sa.Column("name", sa.String, primary_key=True),
+    sa.Column("value", sa.Text, nullable=False),  # encrypted (Fernet), never the plain value
+    sa.Column("secret", sa.Boolean, nullable=False),
+    sa.Column("updated_by", sa.String, nullable=False),
+    sa.Column("updated_at", sa.Double, nullable=False),
+)

@@ -1,0 +1,292 @@
+"""Apps: register, list, read, change, delete; members; specs. Every call names its caller,
+and every check of tenant and role happens here (never in the tool adapters)."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from appdeck.common.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    QuotaExceeded,
+)
+from appdeck.common.identity import Principal
+from appdeck.platform import access, specs
+from appdeck.platform.changes import Change, ChangeFeed
+from appdeck.storage.apps import AppRecord, AppStore
+from appdeck.storage.identity import IdentityStore
+
+APP_NAME: Final = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,38}[a-z0-9])?$")
+ROLE_TTL: Final = 30.0
+
+DeleteHook = Callable[[AppRecord], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class AppView:
+    """An app as its caller may see it."""
+
+    app: AppRecord
+    role: str
+    url: str
+
+    def summary(self) -> dict[str, Any]:
+        a = self.app
+        return {
+            "app_id": a.id,
+            "name": a.name,
+            "description": a.description,
+            "url": self.url,
+            "your_role": self.role,
+            "runtime": a.spec.get("runtime"),
+            "needs_restart": a.needs_restart,
+            "updated_at": a.updated_at,
+        }
+
+    def detail(self) -> dict[str, Any]:
+        a = self.app
+        return {
+            **self.summary(),
+            "spec": a.spec,
+            "spec_version": a.spec_version,
+            "created_by": a.created_by,
+            "created_at": a.created_at,
+        }
+
+
+class AppService:
+    def __init__(
+        self,
+        store: AppStore,
+        identities: IdentityStore,
+        feed: ChangeFeed,
+        *,
+        source_roots: list[Path],
+        max_apps: int,
+        url_of: Callable[[str], str],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = store
+        self._identities = identities
+        self._feed = feed
+        self._roots = [r.resolve() for r in source_roots]
+        self._max_apps = max_apps
+        self._url_of = url_of
+        self._clock = clock
+        self._roles: dict[tuple[str, str], tuple[str | None, float]] = {}
+        self._delete_hooks: list[DeleteHook] = []
+
+    def on_delete(self, hook: DeleteHook) -> None:
+        """Run ``hook`` before an app's rows go (the runtime stops its processes)."""
+        self._delete_hooks.append(hook)
+
+    # -- who may do what ------------------------------------------------------------------
+
+    async def tenant_role(self, principal: Principal) -> str | None:
+        key = principal.owner
+        cached = self._roles.get(key)
+        if cached is not None and cached[1] > self._clock():
+            return cached[0]
+        user = await self._identities.get_user(principal.user)
+        role = user.role if user is not None and user.tenant_id == principal.tenant else None
+        self._roles[key] = (role, self._clock() + ROLE_TTL)
+        return role
+
+    async def role_on(self, principal: Principal, app: AppRecord) -> str | None:
+        if app.tenant_id != principal.tenant:
+            return None
+        member = await self.store.member_role(app.id, principal.user)
+        return access.effective_role(await self.tenant_role(principal), member)
+
+    async def load(self, principal: Principal, app_id: int, action: str) -> AppView:
+        """The app, if the caller may do ``action`` on it; another tenant's app is not found."""
+        app = await self.store.get(app_id)
+        role = await self.role_on(principal, app) if app is not None else None
+        access.require(action, role, app_ref=str(app_id))
+        assert app is not None
+        assert role is not None
+        return AppView(app, role, self._url_of(app.name))
+
+    # -- apps -----------------------------------------------------------------------------
+
+    async def register(
+        self,
+        principal: Principal,
+        name: str,
+        spec: dict[str, Any] | None = None,
+        description: str | None = None,
+    ) -> AppView:
+        _check_name(name)
+        complete = specs.validate(spec or {})
+        self._check_source(complete.get("source_path"))
+        if await self.store.count(principal.tenant) >= self._max_apps:
+            raise QuotaExceeded(
+                f"the tenant has {self._max_apps} apps, the most it may have",
+                hint="delete an app you no longer need",
+            )
+        app = await self.store.create(principal.tenant, name, description, complete, principal.user)
+        await self._feed.emit(Change("app.created", app.tenant_id, app.id))
+        return AppView(app, "owner", self._url_of(app.name))
+
+    async def list_apps(
+        self, principal: Principal, *, offset: int, limit: int, name_contains: str | None = None
+    ) -> list[AppView]:
+        admin = await self.tenant_role(principal) == "admin"
+        rows = await self.store.for_tenant(
+            principal.tenant,
+            member=None if admin else principal.user,
+            offset=offset,
+            limit=limit,
+            name_contains=name_contains,
+        )
+        return [
+            AppView(app, "owner" if admin else (role or "viewer"), self._url_of(app.name))
+            for app, role in rows
+        ]
+
+    async def get(self, principal: Principal, app_id: int) -> AppView:
+        return await self.load(principal, app_id, "app.read")
+
+    async def update(
+        self,
+        principal: Principal,
+        app_id: int,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+    ) -> AppView:
+        view = await self.load(principal, app_id, "app.update")
+        values: dict[str, Any] = {}
+        if name is not None and name != view.app.name:
+            _check_name(name)
+            values["name"] = name
+        if description is not None:
+            values["description"] = description[:2000]
+        if not values:
+            return view
+        app = await self.store.update(app_id, **values)
+        await self._feed.emit(Change("app.updated", app.tenant_id, app.id))
+        return AppView(app, view.role, self._url_of(app.name))
+
+    async def delete(self, principal: Principal, app_id: int, *, confirmed: bool) -> AppRecord:
+        view = await self.load(principal, app_id, "app.delete")
+        if not confirmed:
+            raise FailedPrecondition(
+                f"deleting app {view.app.name} stops it and removes its data",
+                hint="call again with confirm: true to go ahead",
+            )
+        for hook in self._delete_hooks:
+            await hook(view.app)
+        await self.store.delete(app_id)
+        await self._feed.emit(Change("app.deleted", view.app.tenant_id, app_id))
+        return view.app
+
+    # -- specs ----------------------------------------------------------------------------
+
+    async def set_spec(
+        self,
+        principal: Principal,
+        app_id: int,
+        patch: dict[str, Any],
+        *,
+        replace: bool = False,
+        dry_run: bool = False,
+    ) -> tuple[AppView, list[dict[str, Any]]]:
+        view = await self.load(principal, app_id, "spec.write")
+        proposed = patch if replace else specs.merge(view.app.spec, patch)
+        complete = specs.validate(proposed)
+        self._check_source(complete.get("source_path"))
+        changes = specs.diff(view.app.spec, complete)
+        if dry_run or not changes:
+            shown = AppRecord(**{**_fields(view.app), "spec": complete}) if dry_run else view.app
+            return AppView(shown, view.role, view.url), changes
+        app = await self.store.update(app_id, spec=complete, spec_version=view.app.spec_version + 1)
+        await self._feed.emit(Change("spec.updated", app.tenant_id, app.id))
+        return AppView(app, view.role, view.url), changes
+
+    def _check_source(self, path: object) -> None:
+        if path is None:
+            return
+        if not isinstance(path, str) or not path:
+            raise InvalidArgument("source_path must be a non-empty string")
+        raw = Path(path)
+        if not raw.is_absolute() or ".." in raw.parts:
+            raise InvalidArgument(
+                f"source_path must be an absolute path without '..': {path!r}"[:300]
+            )
+        real = raw.resolve()
+        if not any(real.is_relative_to(root) for root in self._roots):
+            raise InvalidArgument(
+                "source_path is outside the directories apps may be read from",
+                hint="an operator can allow more with APPDECK_SOURCE_ROOTS",
+            )
+        if not real.is_dir():
+            raise InvalidArgument(f"source_path is not a directory: {path!r}"[:300])
+
+    # -- members --------------------------------------------------------------------------
+
+    async def members(self, principal: Principal, app_id: int) -> list[dict[str, Any]]:
+        await self.load(principal, app_id, "members.list")
+        out = []
+        for m in await self.store.members(app_id):
+            user = await self._identities.get_user(m.user_id)
+            out.append(
+                {
+                    "user": user.name if user else m.user_id,
+                    "role": m.role,
+                    "granted_at": m.granted_at,
+                }
+            )
+        return out
+
+    async def grant(self, principal: Principal, app_id: int, user_name: str, role: str) -> None:
+        view = await self.load(principal, app_id, "members.manage")
+        if role not in access.ROLES:
+            raise InvalidArgument(
+                f"unknown role {role!r}", hint="owner, admin, developer or viewer"
+            )
+        if not access.can_grant(view.role, role):
+            raise PermissionDenied(f"your role ({view.role}) cannot grant {role}")
+        user = await self._identities.find_user(principal.tenant, user_name)
+        if user is None:
+            raise NotFound(f"no user {user_name!r} in your tenant")
+        await self.store.set_member(app_id, user.id, role, principal.user)
+        await self._feed.emit(Change("app.updated", view.app.tenant_id, app_id))
+
+    async def revoke(self, principal: Principal, app_id: int, user_name: str) -> bool:
+        view = await self.load(principal, app_id, "members.manage")
+        user = await self._identities.find_user(principal.tenant, user_name)
+        if user is None:
+            raise NotFound(f"no user {user_name!r} in your tenant")
+        current = await self.store.member_role(app_id, user.id)
+        if current == "owner" and view.role != "owner":
+            raise PermissionDenied("only an owner can remove an owner")
+        members = await self.store.members(app_id)
+        if current == "owner" and sum(m.role == "owner" for m in members) == 1:
+            raise FailedPrecondition(
+                "an app keeps at least one owner", hint="grant owner to someone first"
+            )
+        removed = await self.store.remove_member(app_id, user.id)
+        if removed:
+            await self._feed.emit(Change("app.updated", view.app.tenant_id, app_id))
+        return removed
+
+
+def _check_name(name: object) -> None:
+    if not isinstance(name, str) or not APP_NAME.match(name):
+        raise InvalidArgument(
+            f"invalid app name {name!r}"[:200],
+            hint="lower-case letters, digits and dashes, 1-40 characters, "
+            "starting and ending with a letter or digit (it becomes <name>.localhost)",
+        )
+
+
+def _fields(app: AppRecord) -> dict[str, Any]:
+    return {f: getattr(app, f) for f in AppRecord.__dataclass_fields__}

@@ -1,0 +1,45 @@
+"""Change events the platform emits; the MCP layer turns them into resource notifications.
+
+The platform knows nothing of MCP: it calls :meth:`ChangeFeed.emit`, and whoever composed the
+server subscribed (``appdeck.app`` maps them to ``notifications/resources/updated`` and
+``…/list_changed``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Literal
+
+log = logging.getLogger("appdeck.changes")
+
+Kind = Literal[
+    "app.created", "app.updated", "app.deleted", "spec.updated", "env.updated", "deployment.updated"
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    kind: Kind
+    tenant_id: str
+    app_id: int
+    deployment: int | None = None
+
+
+Listener = Callable[[Change], Awaitable[None]]
+
+
+class ChangeFeed:
+    def __init__(self) -> None:
+        self._listeners: list[Listener] = []
+
+    def subscribe(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    async def emit(self, change: Change) -> None:
+        for listener in self._listeners:
+            try:
+                await listener(change)
+            except Exception:  # a listener's failure must not fail the change itself
+                log.exception("change listener failed for %s", change)

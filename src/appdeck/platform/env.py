@@ -1,0 +1,142 @@
+"""Environment variables of an app: encrypted at rest, masked in every output unless an admin
+asks to reveal them. Any change marks the app as needing a restart or redeploy."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Final
+
+from appdeck.common.errors import InvalidArgument, NotFound, QuotaExceeded
+from appdeck.common.identity import Principal
+from appdeck.platform.apps import AppService
+from appdeck.platform.changes import Change, ChangeFeed
+from appdeck.platform.crypto import Sealer
+
+NAME: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+MAX_VALUE: Final = 32 * 1024
+MAX_VARS: Final = 200
+MAX_DOTENV: Final = 64 * 1024
+MASK: Final = "********"
+RESERVED: Final = frozenset({"PORT", "HOST", "DATABASE_URL"})
+"""Set by the platform for every instance; an app cannot override them."""
+
+
+class EnvService:
+    def __init__(self, apps: AppService, sealer: Sealer, feed: ChangeFeed) -> None:
+        self._apps = apps
+        self._sealer = sealer
+        self._feed = feed
+
+    async def list_vars(self, principal: Principal, app_id: int) -> list[dict[str, Any]]:
+        await self._apps.load(principal, app_id, "env.list")
+        return [
+            {"name": e.name, "secret": e.secret, "updated_at": e.updated_at}
+            for e in await self._apps.store.env(app_id)
+        ]
+
+    async def get(
+        self, principal: Principal, app_id: int, name: str, *, reveal: bool = False
+    ) -> dict[str, Any]:
+        await self._apps.load(principal, app_id, "env.reveal")
+        for e in await self._apps.store.env(app_id):
+            if e.name == name:
+                shown = self._sealer.open(e.value) if (reveal or not e.secret) else MASK
+                return {"name": e.name, "secret": e.secret, "value": shown, "revealed": reveal}
+        raise NotFound(f"no env var {name!r} on app {app_id}")
+
+    async def set_vars(
+        self, principal: Principal, app_id: int, values: dict[str, str], *, secret: bool
+    ) -> list[str]:
+        view = await self._apps.load(principal, app_id, "env.write")
+        for name, value in values.items():
+            _check(name, value)
+        existing = {e.name for e in await self._apps.store.env(app_id)}
+        if len(existing | set(values)) > MAX_VARS:
+            raise QuotaExceeded(f"an app has at most {MAX_VARS} env vars")
+        items = [(n, self._sealer.seal(v), secret) for n, v in values.items()]
+        await self._apps.store.set_env(app_id, items, principal.user)
+        await self._feed.emit(Change("env.updated", view.app.tenant_id, app_id))
+        return sorted(values)
+
+    async def unset(self, principal: Principal, app_id: int, names: list[str]) -> int:
+        view = await self._apps.load(principal, app_id, "env.write")
+        removed = await self._apps.store.unset_env(app_id, names)
+        if removed:
+            await self._feed.emit(Change("env.updated", view.app.tenant_id, app_id))
+        return removed
+
+    async def import_dotenv(
+        self, principal: Principal, app_id: int, text: str, *, secret: bool
+    ) -> list[str]:
+        if len(text.encode()) > MAX_DOTENV:
+            raise QuotaExceeded(
+                f"the .env text is larger than {MAX_DOTENV // 1024} KiB",
+                hint="split it, or set the variables one by one",
+            )
+        return await self.set_vars(principal, app_id, parse_dotenv(text), secret=secret)
+
+    async def resolved(self, app_id: int, defaults: dict[str, str]) -> dict[str, str]:
+        """The environment an instance gets: spec defaults overridden by env_vars (no auth:
+        for the deploy engine, which already checked its caller)."""
+        env = dict(defaults)
+        for e in await self._apps.store.env(app_id):
+            env[e.name] = self._sealer.open(e.value)
+        return env
+
+
+def _check(name: str, value: str) -> None:
+    if not NAME.match(name):
+        raise InvalidArgument(
+            f"invalid env var name {name!r}"[:200],
+            hint="letters, digits and _, not starting with a digit",
+        )
+    if name in RESERVED:
+        raise InvalidArgument(f"{name} is set by the platform for every instance")
+    if len(value.encode()) > MAX_VALUE:
+        raise QuotaExceeded(f"the value of {name} is larger than {MAX_VALUE // 1024} KiB")
+
+
+_ESCAPES: Final = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "\\": "\\"}
+
+
+def parse_dotenv(text: str) -> dict[str, str]:
+    """``KEY=value`` lines: comments, blank lines, ``export``, single and double quotes."""
+    out: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("export "):
+            line = line[7:].lstrip()
+        key, sep, rest = line.partition("=")
+        key = key.strip()
+        if not sep or not NAME.match(key):
+            raise InvalidArgument(f"line {number} of the .env text is not KEY=value")
+        rest = rest.strip()
+        if rest[:1] == '"':
+            value, ok = _double_quoted(rest[1:])
+        elif rest[:1] == "'":
+            end = rest.find("'", 1)
+            value, ok = (rest[1:end], True) if end > 0 else ("", False)
+        else:
+            value, ok = re.split(r"\s+#", rest, maxsplit=1)[0].rstrip(), True
+        if not ok:
+            raise InvalidArgument(f"line {number} of the .env text has an unclosed quote")
+        out[key] = value
+    return out
+
+
+def _double_quoted(body: str) -> tuple[str, bool]:
+    chars: list[str] = []
+    i = 0
+    while i < len(body):
+        c = body[i]
+        if c == "\\" and i + 1 < len(body):
+            chars.append(_ESCAPES.get(body[i + 1], "\\" + body[i + 1]))
+            i += 2
+            continue
+        if c == '"':
+            return "".join(chars), True
+        chars.append(c)
+        i += 1
+    return "", False

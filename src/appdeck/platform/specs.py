@@ -1,0 +1,134 @@
+"""The app spec: how an app is built, run, checked and rolled out. A JSON Schema validates it;
+:func:`merge` applies a JSON merge patch (RFC 7396) and :func:`diff` says what changed."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Final
+
+from jsonschema import Draft202012Validator
+
+from appdeck.common.errors import InvalidArgument
+
+RUNTIMES: Final = ("python", "node", "static", "command")
+STRATEGIES: Final = ("recreate", "rolling", "blue_green", "canary")
+
+SPEC_SCHEMA: Final[dict[str, Any]] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "AppDeck app spec",
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "runtime": {"enum": list(RUNTIMES), "description": "How the app is built and run."},
+        "source_path": {
+            "type": ["string", "null"],
+            "maxLength": 4096,
+            "description": "A directory on the server holding the app's source "
+            "(inside an allowed root).",
+        },
+        "build_command": {"type": ["string", "null"], "maxLength": 2000},
+        "run_command": {
+            "type": ["string", "null"],
+            "maxLength": 2000,
+            "description": "The command that serves HTTP on $PORT (not needed for static apps).",
+        },
+        "port": {
+            "type": ["integer", "null"],
+            "minimum": 1024,
+            "maximum": 65535,
+            "description": "Leave null: the platform picks a port per instance "
+            "and passes it as PORT.",
+        },
+        "health_check": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "path": {"type": "string", "pattern": "^/", "maxLength": 512},
+                "timeout_s": {"type": "number", "minimum": 0.1, "maximum": 300},
+            },
+        },
+        "instances": {"type": "integer", "minimum": 1, "maximum": 10},
+        "env": {
+            "type": "object",
+            "maxProperties": 200,
+            "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]{0,127}$"},
+            "additionalProperties": {"type": "string", "maxLength": 4096},
+            "description": "Non-secret defaults; env_vars values override them.",
+        },
+        "default_strategy": {"enum": list(STRATEGIES)},
+        "canary": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "percent": {"type": "integer", "minimum": 1, "maximum": 50},
+                "steps": {
+                    "type": "array",
+                    "items": {"type": "integer", "minimum": 1, "maximum": 100},
+                    "maxItems": 10,
+                },
+                "analysis_window_s": {"type": "number", "minimum": 1, "maximum": 3600},
+                "max_error_rate": {"type": "number", "minimum": 0, "maximum": 1},
+            },
+        },
+    },
+}
+
+DEFAULTS: Final[dict[str, Any]] = {
+    "runtime": "python",
+    "source_path": None,
+    "build_command": None,
+    "run_command": None,
+    "port": None,
+    "health_check": {"path": "/", "timeout_s": 5},
+    "instances": 1,
+    "env": {},
+    "default_strategy": "rolling",
+    "canary": {
+        "percent": 10,
+        "steps": [10, 50, 100],
+        "analysis_window_s": 30,
+        "max_error_rate": 0.05,
+    },
+}
+
+_validator = Draft202012Validator(SPEC_SCHEMA)
+
+
+def validate(spec: Any) -> dict[str, Any]:
+    """The complete spec (defaults filled in); :class:`InvalidArgument` names the problem."""
+    if not isinstance(spec, dict):
+        raise InvalidArgument("the spec must be an object")
+    error = next(iter(sorted(_validator.iter_errors(spec), key=lambda e: list(e.path))), None)
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path) or "(spec)"
+        raise InvalidArgument(
+            f"invalid spec at {where}: {error.message}"[:500],
+            hint="read appdeck://apps/{app_id}/spec or the set_app_spec input schema for the shape",
+        )
+    return merge(DEFAULTS, spec)
+
+
+def merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """RFC 7396 JSON merge patch: objects merge, ``null`` on a key that has a default object
+    resets it, any other value replaces."""
+    out = copy.deepcopy(base)
+    for key, value in patch.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict) and key != "env":
+            out[key] = merge(out[key], value)
+        elif value is None and isinstance(DEFAULTS.get(key), dict):
+            out[key] = copy.deepcopy(DEFAULTS[key])
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def diff(before: Any, after: Any, path: str = "") -> list[dict[str, Any]]:
+    """The leaf-level changes from ``before`` to ``after`` as ``{path, from, to}``."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        changes: list[dict[str, Any]] = []
+        for key in sorted(set(before) | set(after)):
+            changes += diff(before.get(key), after.get(key), f"{path}/{key}")
+        return changes
+    if before == after:
+        return []
+    return [{"path": path or "/", "from": before, "to": after}]

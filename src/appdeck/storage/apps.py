@@ -1,0 +1,275 @@
+"""Apps, app members and app environment variables (values arrive already encrypted)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from appdeck.common.errors import Conflict
+from appdeck.storage.schema import app_env, app_members, apps
+
+
+@dataclass(frozen=True, slots=True)
+class AppRecord:
+    id: int
+    tenant_id: str
+    name: str
+    description: str | None
+    spec: dict[str, Any]
+    spec_version: int
+    created_by: str
+    created_at: float
+    updated_at: float
+    needs_restart: bool
+
+
+@dataclass(frozen=True, slots=True)
+class MemberRecord:
+    app_id: int
+    user_id: str
+    role: str
+    granted_by: str
+    granted_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class EnvRecord:
+    app_id: int
+    name: str
+    value: str  # encrypted
+    secret: bool
+    updated_by: str
+    updated_at: float
+
+
+def _app(row: Any) -> AppRecord:
+    return AppRecord(
+        id=int(row.id),
+        tenant_id=row.tenant_id,
+        name=row.name,
+        description=row.description,
+        spec=dict(row.spec),
+        spec_version=row.spec_version,
+        created_by=row.created_by,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        needs_restart=bool(row.needs_restart),
+    )
+
+
+def _env(row: Any) -> EnvRecord:
+    return EnvRecord(
+        int(row.app_id), row.name, row.value, bool(row.secret), row.updated_by, row.updated_at
+    )
+
+
+class AppStore:
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+
+    # -- apps -----------------------------------------------------------------------------
+
+    async def create(
+        self,
+        tenant_id: str,
+        name: str,
+        description: str | None,
+        spec: dict[str, Any],
+        created_by: str,
+    ) -> AppRecord:
+        now = time.time()
+        try:
+            async with self._engine.begin() as conn:
+                result = await conn.execute(
+                    sa.insert(apps)
+                    .values(
+                        tenant_id=tenant_id,
+                        name=name,
+                        description=description,
+                        spec=spec,
+                        spec_version=1,
+                        created_by=created_by,
+                        created_at=now,
+                        updated_at=now,
+                        needs_restart=False,
+                    )
+                    .returning(apps.c.id)
+                )
+                app_id = int(result.scalar_one())
+                await conn.execute(
+                    sa.insert(app_members).values(
+                        app_id=app_id,
+                        user_id=created_by,
+                        role="owner",
+                        granted_by=created_by,
+                        granted_at=now,
+                    )
+                )
+        except IntegrityError:
+            raise Conflict(
+                f"an app named {name!r} already exists", hint="pick another name"
+            ) from None
+        record = await self.get(app_id)
+        assert record is not None
+        return record
+
+    async def get(self, app_id: int) -> AppRecord | None:
+        async with self._engine.connect() as conn:
+            row = (await conn.execute(sa.select(apps).where(apps.c.id == app_id))).first()
+        return None if row is None else _app(row)
+
+    async def by_name(self, tenant_id: str, name: str) -> AppRecord | None:
+        query = sa.select(apps).where(apps.c.tenant_id == tenant_id, apps.c.name == name)
+        async with self._engine.connect() as conn:
+            row = (await conn.execute(query)).first()
+        return None if row is None else _app(row)
+
+    async def for_tenant(
+        self,
+        tenant_id: str,
+        *,
+        member: str | None,
+        offset: int,
+        limit: int,
+        name_contains: str | None = None,
+    ) -> list[tuple[AppRecord, str | None]]:
+        """Apps of a tenant with the member's role (all apps when ``member`` is None)."""
+        role = app_members.c.role if member is not None else sa.null()
+        query = sa.select(apps, role.label("member_role")).where(apps.c.tenant_id == tenant_id)
+        if member is not None:
+            query = query.join(
+                app_members,
+                sa.and_(app_members.c.app_id == apps.c.id, app_members.c.user_id == member),
+            )
+        if name_contains:
+            query = query.where(apps.c.name.contains(name_contains, autoescape=True))
+        query = query.order_by(apps.c.id).offset(offset).limit(limit)
+        async with self._engine.connect() as conn:
+            rows = (await conn.execute(query)).all()
+        return [(_app(r), r.member_role) for r in rows]
+
+    async def count(self, tenant_id: str) -> int:
+        query = sa.select(sa.func.count()).select_from(apps).where(apps.c.tenant_id == tenant_id)
+        async with self._engine.connect() as conn:
+            return int((await conn.execute(query)).scalar_one())
+
+    async def update(self, app_id: int, **values: Any) -> AppRecord:
+        values["updated_at"] = time.time()
+        try:
+            async with self._engine.begin() as conn:
+                await conn.execute(sa.update(apps).where(apps.c.id == app_id).values(**values))
+        except IntegrityError:
+            raise Conflict(
+                "an app with that name already exists", hint="pick another name"
+            ) from None
+        record = await self.get(app_id)
+        assert record is not None
+        return record
+
+    async def delete(self, app_id: int) -> None:
+        async with self._engine.begin() as conn:
+            await conn.execute(sa.delete(app_env).where(app_env.c.app_id == app_id))
+            await conn.execute(sa.delete(app_members).where(app_members.c.app_id == app_id))
+            await conn.execute(sa.delete(apps).where(apps.c.id == app_id))
+
+    # -- members --------------------------------------------------------------------------
+
+    async def member_role(self, app_id: int, user_id: str) -> str | None:
+        query = sa.select(app_members.c.role).where(
+            app_members.c.app_id == app_id, app_members.c.user_id == user_id
+        )
+        async with self._engine.connect() as conn:
+            return (await conn.execute(query)).scalar_one_or_none()
+
+    async def set_member(self, app_id: int, user_id: str, role: str, granted_by: str) -> None:
+        async with self._engine.begin() as conn:
+            await conn.execute(
+                sa.delete(app_members).where(
+                    app_members.c.app_id == app_id, app_members.c.user_id == user_id
+                )
+            )
+            await conn.execute(
+                sa.insert(app_members).values(
+                    app_id=app_id,
+                    user_id=user_id,
+                    role=role,
+                    granted_by=granted_by,
+                    granted_at=time.time(),
+                )
+            )
+
+    async def remove_member(self, app_id: int, user_id: str) -> bool:
+        async with self._engine.begin() as conn:
+            result = await conn.execute(
+                sa.delete(app_members).where(
+                    app_members.c.app_id == app_id, app_members.c.user_id == user_id
+                )
+            )
+        return bool(result.rowcount)
+
+    async def members(self, app_id: int) -> list[MemberRecord]:
+        query = (
+            sa.select(app_members)
+            .where(app_members.c.app_id == app_id)
+            .order_by(app_members.c.granted_at)
+        )
+        async with self._engine.connect() as conn:
+            rows = (await conn.execute(query)).all()
+        return [
+            MemberRecord(int(r.app_id), r.user_id, r.role, r.granted_by, r.granted_at) for r in rows
+        ]
+
+    # -- environment ----------------------------------------------------------------------
+
+    async def env(self, app_id: int) -> list[EnvRecord]:
+        query = sa.select(app_env).where(app_env.c.app_id == app_id).order_by(app_env.c.name)
+        async with self._engine.connect() as conn:
+            return [_env(r) for r in (await conn.execute(query)).all()]
+
+    async def set_env(self, app_id: int, items: list[tuple[str, str, bool]], by: str) -> None:
+        """Upsert (name, encrypted value, secret) triples and mark the app as needing a
+        restart, in one transaction."""
+        now = time.time()
+        async with self._engine.begin() as conn:
+            names = [name for name, _, _ in items]
+            if names:
+                await conn.execute(
+                    sa.delete(app_env).where(app_env.c.app_id == app_id, app_env.c.name.in_(names))
+                )
+            if items:
+                await conn.execute(
+                    sa.insert(app_env),
+                    [
+                        {
+                            "app_id": app_id,
+                            "name": n,
+                            "value": v,
+                            "secret": s,
+                            "updated_by": by,
+                            "updated_at": now,
+                        }
+                        for n, v, s in items
+                    ],
+                )
+            await _mark_restart(conn, app_id, now)
+
+    async def unset_env(self, app_id: int, names: list[str]) -> int:
+        now = time.time()
+        async with self._engine.begin() as conn:
+            result = await conn.execute(
+                sa.delete(app_env).where(app_env.c.app_id == app_id, app_env.c.name.in_(names))
+            )
+            if result.rowcount:
+                await _mark_restart(conn, app_id, now)
+        return int(result.rowcount)
+
+
+async def _mark_restart(conn: AsyncConnection, app_id: int, now: float) -> None:
+    await conn.execute(
+        sa.update(apps).where(apps.c.id == app_id).values(needs_restart=True, updated_at=now)
+    )
