@@ -11,6 +11,7 @@ import logging
 import secrets
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from appdeck.auth import Authenticator
@@ -23,15 +24,19 @@ from appdeck.auth.server import AuthorizationServer
 from appdeck.auth.server.metadata import protected_resource
 from appdeck.auth.tokens import TokenIssuer, TokenVerifier
 from appdeck.events.bus import InProcessBus
+from appdeck.platform.changes import Change
+from appdeck.platform.services import Platform, PlatformConfig
 from appdeck.protocol.registry import Registry
 from appdeck.protocol.server import McpServer, ServerInfo
 from appdeck.protocol.sessions import SessionManager
 from appdeck.protocol.tasks import TaskLimits, TaskManager
+from appdeck.resources.apps import register as register_app_resources
 from appdeck.settings import Settings
 from appdeck.storage import Storage
 from appdeck.storage.audit import AuditStore
 from appdeck.storage.identity import IdentityStore
 from appdeck.storage.oauth import OAuthStore
+from appdeck.tools import register_all as register_tools
 from appdeck.transport.asgi import ASGIApp
 from appdeck.transport.guard import Guard
 from appdeck.transport.hub import StreamHub
@@ -59,6 +64,7 @@ class Services:
     token_issuer: TokenIssuer | None = None
     bearer: BearerAuthenticator | None = None
     authorization_server: AuthorizationServer | None = None
+    platform: Platform | None = None
     port: int = 0
     _background: list[asyncio.Task[None]] = field(default_factory=list, repr=False)
     _stopping: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
@@ -89,6 +95,20 @@ class Services:
             )
         hub = StreamHub(storage.events, InProcessBus())
         registry = Registry()
+        platform = Platform.build(
+            storage.engine,
+            identities,
+            PlatformConfig(
+                data_dir=settings.data_dir,
+                secret_key=settings.secret_key,
+                source_roots=settings.source_roots or [Path.cwd()],
+                max_apps_per_tenant=settings.max_apps_per_tenant,
+                ingress_host=settings.host,
+                ingress_port=settings.ingress_port,
+            ),
+        )
+        register_tools(registry, platform)
+        register_app_resources(registry, platform)
         if settings.with_conformance_fixtures:
             from appdeck.fixtures.conformance import register as register_fixtures
 
@@ -133,8 +153,10 @@ class Services:
             token_issuer=token_issuer,
             bearer=bearer,
             authorization_server=authz,
+            platform=platform,
             port=port,
         )
+        platform.feed.subscribe(services._announce)
         reconciled = await tasks.reconcile({})
         if reconciled:
             log.warning("reconciled %d task(s) left working by a previous process", reconciled)
@@ -145,6 +167,22 @@ class Services:
             ticker = tick_watched_resource(server.resources.updated, services._stopping)
             services._background.append(asyncio.create_task(ticker, name="watched-resource"))
         return services
+
+    async def _announce(self, change: Change) -> None:
+        """Platform changes become resource notifications, for the change's tenant only."""
+        resources = self.server.resources
+        base = f"appdeck://apps/{change.app_id}"
+        uris = [base]
+        if change.kind == "spec.updated":
+            uris.append(f"{base}/spec")
+        if change.kind == "deployment.updated":
+            uris = [f"{base}/deployments"]
+        for uri in uris:
+            await resources.updated(uri, tenant=change.tenant_id)
+        if change.kind in ("app.created", "app.deleted", "app.updated"):
+            await resources.updated("appdeck://apps", tenant=change.tenant_id)
+        if change.kind in ("app.created", "app.deleted"):
+            await resources.list_changed(tenant=change.tenant_id)
 
     async def _sweep_forever(self) -> None:
         while not self._stopping.is_set():

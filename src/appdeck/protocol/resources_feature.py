@@ -87,6 +87,7 @@ class ResourcesFeature:
         assert session is not None
         if not self._known(uri):
             raise ResourceNotFound(uri)
+        await self.read(message, call)  # only what the caller may read can be followed
         if uri not in session.subscriptions:
             if len(session.subscriptions) >= MAX_SUBSCRIPTIONS:
                 raise InvalidParams(f"at most {MAX_SUBSCRIPTIONS} subscriptions per session")
@@ -107,15 +108,20 @@ class ResourcesFeature:
     def forget(self, session: Session) -> None:
         session.subscriptions.clear()
 
-    async def updated(self, uri: str) -> None:
-        """Tell the sessions subscribed to ``uri`` (and only them) that it changed."""
-        ids = [s.id for s in self._server.sessions.live() if uri in s.subscriptions]
+    async def updated(self, uri: str, *, tenant: str | None = None) -> None:
+        """Tell the sessions subscribed to ``uri`` (and only them; only those of ``tenant``
+        when given) that it changed."""
+        ids = [
+            s.id
+            for s in self._server.sessions.live()
+            if uri in s.subscriptions and (tenant is None or s.tenant == tenant)
+        ]
         if ids:
             note = jsonrpc.notification("notifications/resources/updated", {"uri": uri})
             await self._server.outbox.to_sessions(ids, note)
 
-    async def list_changed(self) -> None:
-        ids = [s.id for s in self._server.sessions.live()]
+    async def list_changed(self, *, tenant: str | None = None) -> None:
+        ids = [s.id for s in self._server.sessions.live() if tenant is None or s.tenant == tenant]
         if ids:
             note = jsonrpc.notification("notifications/resources/list_changed")
             await self._server.outbox.to_sessions(ids, note)

@@ -1,0 +1,1 @@
+"""MCP resources: ``appdeck://`` views of the platform, read through the platform services."""

@@ -1,0 +1,114 @@
+"""appdeck://apps, appdeck://apps/{app_id}, …/spec and …/deployments."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from appdeck.common.errors import NotFound
+from appdeck.platform.services import Platform
+from appdeck.protocol.context import ToolContext
+from appdeck.protocol.registry import Registry, ResourceDef, ResourceTemplateDef
+
+JsonObject = dict[str, Any]
+JSON = "application/json"
+LISTED_APPS = 100
+
+
+def _contents(uri: str, body: Any) -> list[JsonObject]:
+    return [{"uri": uri, "mimeType": JSON, "text": json.dumps(body, default=str)}]
+
+
+def _app_id(variables: dict[str, str]) -> int:
+    raw = variables.get("app_id", "")
+    if not raw.isdigit() or len(raw) > 18:
+        raise NotFound(f"no app {raw}")
+    return int(raw)
+
+
+def register(registry: Registry, platform: Platform) -> None:
+    apps = platform.apps
+
+    async def read_apps(uri: str, v: dict[str, str], ctx: ToolContext) -> list[JsonObject]:
+        views = await apps.list_apps(ctx.principal, offset=0, limit=LISTED_APPS)
+        return _contents(uri, {"apps": [view.summary() for view in views]})
+
+    async def read_app(uri: str, v: dict[str, str], ctx: ToolContext) -> list[JsonObject]:
+        view = await apps.get(ctx.principal, _app_id(v))
+        return _contents(uri, view.detail())
+
+    async def read_spec(uri: str, v: dict[str, str], ctx: ToolContext) -> list[JsonObject]:
+        view = await apps.load(ctx.principal, _app_id(v), "spec.read")
+        body = {"app_id": view.app.id, "spec_version": view.app.spec_version, "spec": view.app.spec}
+        return _contents(uri, body)
+
+    async def read_deployments(uri: str, v: dict[str, str], ctx: ToolContext) -> list[JsonObject]:
+        view = await apps.load(ctx.principal, _app_id(v), "deploy.read")
+        return _contents(uri, {"app_id": view.app.id, "deployments": []})
+
+    async def list_app_resources(ctx: ToolContext) -> list[JsonObject]:
+        out: list[JsonObject] = []
+        for view in await apps.list_apps(ctx.principal, offset=0, limit=LISTED_APPS):
+            base = f"appdeck://apps/{view.app.id}"
+            out.append(
+                {
+                    "uri": base,
+                    "name": view.app.name,
+                    "title": f"App {view.app.name}",
+                    "mimeType": JSON,
+                }
+            )
+            out.append(
+                {
+                    "uri": f"{base}/deployments",
+                    "name": f"{view.app.name}-deployments",
+                    "title": f"Deployments of {view.app.name}",
+                    "mimeType": JSON,
+                }
+            )
+        return out
+
+    registry.add_resource(
+        ResourceDef(
+            "appdeck://apps",
+            "apps",
+            read_apps,
+            title="Your apps",
+            description="The apps you can use, with your role and URL.",
+            mime_type=JSON,
+            scope="apps:read",
+        )
+    )
+    registry.add_template(
+        ResourceTemplateDef(
+            "appdeck://apps/{app_id}",
+            "app",
+            read_app,
+            title="An app",
+            description="One app: details, spec and status.",
+            mime_type=JSON,
+            scope="apps:read",
+        )
+    )
+    registry.add_template(
+        ResourceTemplateDef(
+            "appdeck://apps/{app_id}/spec",
+            "app-spec",
+            read_spec,
+            title="An app's spec",
+            mime_type=JSON,
+            scope="apps:read",
+        )
+    )
+    registry.add_template(
+        ResourceTemplateDef(
+            "appdeck://apps/{app_id}/deployments",
+            "app-deployments",
+            read_deployments,
+            title="An app's deployments",
+            description="Subscribe to follow every deployment state change.",
+            mime_type=JSON,
+            scope="deploy:read",
+        )
+    )
+    registry.add_lister(list_app_resources, scope="apps:read")

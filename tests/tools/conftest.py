@@ -1,0 +1,85 @@
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from appdeck.app import Services
+from appdeck.auth import scopes
+from appdeck.auth.admin import IdentityAdmin
+from appdeck.settings import Settings
+from tests.support.mcp import headers, initialize, request
+
+ALL = scopes.render(set(scopes.ALL))
+
+
+@dataclass
+class Caller:
+    client: httpx.AsyncClient
+    token: str
+    session: str
+
+    async def rpc(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        r = await self.client.post(
+            "/mcp", json=request(method, params), headers=headers(self.session, self.token)
+        )
+        return dict(r.json())
+
+    async def tool(self, tool_name: str, /, **arguments: Any) -> dict[str, Any]:
+        reply = await self.rpc("tools/call", {"name": tool_name, "arguments": arguments})
+        assert "result" in reply, reply
+        return dict(reply["result"])
+
+    async def ok(self, tool_name: str, /, **arguments: Any) -> dict[str, Any]:
+        result = await self.tool(tool_name, **arguments)
+        assert not result.get("isError"), result
+        return dict(result["structuredContent"])
+
+    async def error(self, tool_name: str, /, **arguments: Any) -> str:
+        result = await self.tool(tool_name, **arguments)
+        assert result.get("isError") is True, result
+        return str(result["structuredContent"]["error"]["code"])
+
+
+@dataclass
+class World:
+    services: Services
+    client: httpx.AsyncClient
+    admin: IdentityAdmin
+    source: Path
+
+    async def caller(self, user: str, tenant: str = "acme", scope: str = ALL) -> Caller:
+        token, _ = await self.admin.mint_access_token(tenant, user, scope)
+        return Caller(self.client, token, await initialize(self.client, token))
+
+
+@pytest.fixture
+async def world(database_url: str, tmp_path: Path) -> AsyncIterator[World]:
+    source = tmp_path / "src" / "hello"
+    source.mkdir(parents=True)
+    (source / "app.py").write_text("print('hi')\n")
+    settings = Settings.model_validate(
+        {
+            "data_dir": tmp_path / "data",
+            "database_url": database_url,
+            "source_roots": [tmp_path / "src"],
+            "max_apps_per_tenant": 5,
+            "rate_limit_per_second": 0,
+        }
+    )
+    services = await Services.start(settings)
+    admin = IdentityAdmin(services.identities, services.token_issuer)
+    for tenant in ("acme", "globex"):
+        await admin.create_tenant(tenant)
+    await admin.create_user("acme", "alice", None, role="admin")
+    await admin.create_user("acme", "bob", None)
+    await admin.create_user("acme", "carol", None)
+    await admin.create_user("globex", "eve", None, role="admin")
+    transport = httpx.ASGITransport(app=services.asgi())
+    async with httpx.AsyncClient(transport=transport, base_url=services.base_url) as client:
+        yield World(services, client, admin, source)
+    await services.stop()
