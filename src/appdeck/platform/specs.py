@@ -66,7 +66,7 @@ SPEC_SCHEMA: Final[dict[str, Any]] = {
                     "items": {"type": "integer", "minimum": 1, "maximum": 100},
                     "maxItems": 10,
                 },
-                "analysis_window_s": {"type": "number", "minimum": 1, "maximum": 3600},
+                "analysis_window_s": {"type": "number", "minimum": 0.1, "maximum": 3600},
                 "max_error_rate": {"type": "number", "minimum": 0, "maximum": 1},
             },
         },

@@ -11,7 +11,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from appdeck.common.errors import Conflict
-from appdeck.storage.schema import app_env, app_members, apps
+from appdeck.storage.schema import app_env, app_members, apps, deployments
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +173,7 @@ class AppStore:
 
     async def delete(self, app_id: int) -> None:
         async with self._engine.begin() as conn:
+            await conn.execute(sa.delete(deployments).where(deployments.c.app_id == app_id))
             await conn.execute(sa.delete(app_env).where(app_env.c.app_id == app_id))
             await conn.execute(sa.delete(app_members).where(app_members.c.app_id == app_id))
             await conn.execute(sa.delete(apps).where(apps.c.id == app_id))

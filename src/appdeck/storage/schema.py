@@ -232,3 +232,27 @@ app_env = sa.Table(
     sa.Column("updated_by", sa.String, nullable=False),
     sa.Column("updated_at", sa.Double, nullable=False),
 )
+
+# -- deployments (migration 0004) -----------------------------------------------------------
+
+deployments = sa.Table(
+    "deployments",
+    metadata,
+    sa.Column(
+        "app_id", sa.BigInteger, sa.ForeignKey("apps.id", ondelete="CASCADE"), primary_key=True
+    ),
+    sa.Column("number", sa.Integer, primary_key=True),
+    sa.Column("state", sa.String, nullable=False, index=True),
+    sa.Column("strategy", sa.String, nullable=False),
+    sa.Column("spec", sa.JSON, nullable=False),  # frozen at creation
+    sa.Column("env", sa.Text, nullable=False),  # frozen env, encrypted as one JSON object
+    sa.Column("source", sa.JSON, nullable=False),
+    sa.Column("created_by", sa.String, nullable=False),
+    sa.Column("created_at", sa.Double, nullable=False),
+    sa.Column("updated_at", sa.Double, nullable=False),
+    sa.Column("status_message", sa.Text, nullable=True),
+    sa.Column("steps", sa.JSON, nullable=False),  # [{at, state, message}] the history
+    sa.Column("previous", sa.Integer, nullable=True),  # the live deployment it replaces
+    sa.Column("traffic", sa.Integer, nullable=False),  # percent of ingress traffic it gets
+    sa.Column("instance_id", sa.String, nullable=True),  # the server process driving it
+)

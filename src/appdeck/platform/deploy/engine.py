@@ -1,0 +1,403 @@
+"""DeployService: deploy, roll back, restart and list deployments; reconcile after a restart.
+
+One deployment at a time per app: a second deploy while one is in progress is refused with
+``conflict`` (naming the one in progress), rather than queued, so an agent always knows what
+will run. Every step is written to the store before it is announced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from appdeck.common.errors import Conflict, FailedPrecondition, InvalidArgument, NotFound
+from appdeck.common.identity import Principal
+from appdeck.platform.apps import AppService
+from appdeck.platform.changes import Change, ChangeFeed
+from appdeck.platform.crypto import Sealer
+from appdeck.platform.deploy import rollout, states
+from appdeck.platform.deploy.ports import Backend, BuildFailed, Release, Router, Runtime
+from appdeck.platform.env import EnvService
+from appdeck.platform.specs import STRATEGIES
+from appdeck.storage.apps import AppRecord
+from appdeck.storage.deployments import DeploymentRecord, DeploymentStore
+
+log = logging.getLogger("appdeck.deploy")
+
+Progress = Callable[[str, int | None], Awaitable[None]]
+
+
+async def _quiet(message: str, traffic: int | None) -> None:
+    return None
+
+
+class DeployService:
+    def __init__(
+        self,
+        apps: AppService,
+        env: EnvService,
+        store: DeploymentStore,
+        runtime: Runtime,
+        router: Router,
+        feed: ChangeFeed,
+        sealer: Sealer,
+        *,
+        instance_id: str,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.apps = apps
+        self._env = env
+        self.store = store
+        self.runtime = runtime
+        self.router = router
+        self._feed = feed
+        self._sealer = sealer
+        self._instance = instance_id
+        self._sleep = sleep
+        self._locks: dict[int, asyncio.Lock] = {}
+
+    # -- reading --------------------------------------------------------------------------
+
+    async def list_for(
+        self,
+        principal: Principal,
+        app_id: int,
+        *,
+        states_: list[str] | None,
+        offset: int,
+        limit: int,
+    ) -> list[DeploymentRecord]:
+        await self.apps.load(principal, app_id, "deploy.read")
+        return await self.store.for_app(app_id, states=states_, offset=offset, limit=limit)
+
+    async def get(self, principal: Principal, app_id: int, number: int) -> DeploymentRecord:
+        await self.apps.load(principal, app_id, "deploy.read")
+        record = await self.store.get(app_id, number)
+        if record is None:
+            raise NotFound(f"app {app_id} has no deployment {number}")
+        return record
+
+    async def live(self, app_id: int) -> DeploymentRecord | None:
+        found = await self.store.for_app(app_id, states=[states.LIVE], limit=1)
+        return found[0] if found else None
+
+    # -- deploying ------------------------------------------------------------------------
+
+    async def create(
+        self, principal: Principal, app_id: int, strategy: str | None
+    ) -> tuple[AppRecord, DeploymentRecord]:
+        """Check, freeze the spec and env, and record a queued deployment."""
+        view = await self.apps.load(principal, app_id, "deploy.write")
+        app = view.app
+        chosen = strategy or str(app.spec.get("default_strategy", "rolling"))
+        if chosen not in STRATEGIES:
+            raise InvalidArgument(
+                f"unknown strategy {chosen!r}", hint=f"one of {', '.join(STRATEGIES)}"
+            )
+        if not app.spec.get("source_path"):
+            raise FailedPrecondition(
+                "the app has no source_path", hint="set_app_spec with spec.source_path first"
+            )
+        if app.spec.get("runtime") != "static" and not app.spec.get("run_command"):
+            raise FailedPrecondition(
+                "the app has no run_command", hint="set_app_spec with spec.run_command"
+            )
+        running = await self.store.for_app(app_id, states=sorted(states.IN_PROGRESS), limit=1)
+        if running:
+            raise Conflict(
+                f"deployment {running[0].number} of this app is still {running[0].state}",
+                hint="wait for it (list_deployments) before deploying again",
+            )
+        env = await self._env.resolved(app_id, dict(app.spec.get("env") or {}))
+        live = await self.live(app_id)
+        record = await self.store.create(
+            app_id=app_id,
+            strategy=chosen,
+            spec=app.spec,
+            env=self._sealer.seal(json.dumps(env)),
+            source={"path": app.spec.get("source_path")},
+            created_by=principal.user,
+            previous=live.number if live else None,
+            instance_id=self._instance,
+            state=states.QUEUED,
+        )
+        await self._announce(app, record)
+        return app, record
+
+    async def run(
+        self, app: AppRecord, record: DeploymentRecord, progress: Progress = _quiet
+    ) -> DeploymentRecord:
+        """Drive a created deployment to live, failed or rolled_back."""
+        lock = self._locks.setdefault(app.id, asyncio.Lock())
+        async with lock:
+            return await self._run(app, record, progress)
+
+    async def _run(
+        self, app: AppRecord, record: DeploymentRecord, progress: Progress
+    ) -> DeploymentRecord:
+        new = self._release(app, record)
+        old_record = await self.store.get(app.id, record.previous) if record.previous else None
+        old = (
+            self._release(app, old_record)
+            if old_record and old_record.state == states.LIVE
+            else None
+        )
+        old_instances = await self.runtime.running(old.release_id) if old else []
+
+        async def step(message: str, traffic: int | None = None, state: str | None = None) -> None:
+            nonlocal record
+            if state is not None:
+                states.check(record.state, state)
+            record = await self.store.update(
+                app.id, record.number, state=state, message=message, traffic=traffic
+            )
+            await self._announce(app, record)
+            await progress(message, traffic)
+
+        try:
+            await step(
+                "Building: copying the source and running the build command", state=states.BUILDING
+            )
+            await self.runtime.prepare(new)
+            await step(f"Starting the new release ({record.strategy})", 0, state=states.STARTING)
+            plan = rollout.Rollout(
+                self.runtime, self.router, new, old, old_instances, step, self._sleep
+            )
+            await self._strategy(record, plan, step)
+        except (BuildFailed, rollout.RolloutFailed) as exc:
+            await plan_abort(self.runtime, self.router, new, old, old_instances)
+            await step(f"Failed: {exc}", 0, state=states.FAILED)
+            return record
+        except rollout.CanaryRejected as exc:
+            await plan_abort(self.runtime, self.router, new, old, old_instances)
+            await step(f"Rolled back automatically: {exc}", 0, state=states.ROLLED_BACK)
+            return record
+        except asyncio.CancelledError:
+            await plan_abort(self.runtime, self.router, new, old, old_instances)
+            await step("Cancelled; the live release kept serving", 0, state=states.CANCELLED)
+            raise
+        except Exception as exc:
+            log.exception("deployment %s failed", record.release_id)
+            await plan_abort(self.runtime, self.router, new, old, old_instances)
+            await step(f"Failed: internal error ({type(exc).__name__})", 0, state=states.FAILED)
+            return record
+        await step(f"Live: {app.name} serves release {record.number}", 100, state=states.LIVE)
+        if old_record is not None and old_record.state == states.LIVE:
+            keep_warm = record.strategy == "blue_green"
+            message = "Superseded" + (" (kept warm for an instant rollback)" if keep_warm else "")
+            old_after = await self.store.update(
+                app.id, old_record.number, state=states.SUPERSEDED, message=message, traffic=0
+            )
+            await self._announce(app, old_after)
+            if not keep_warm:
+                await self.runtime.stop(old_record.release_id)
+        await self.apps.store.update(app.id, needs_restart=False)
+        return record
+
+    async def _strategy(
+        self,
+        record: DeploymentRecord,
+        plan: rollout.Rollout,
+        step: Callable[[str, int | None, str | None], Awaitable[None]],
+    ) -> None:
+        if record.strategy == "recreate":
+            await rollout.recreate(plan)
+        elif record.strategy == "rolling":
+            await rollout.rolling(plan)
+        elif record.strategy == "blue_green":
+            await rollout.blue_green(plan)
+        else:
+            settings = dict(record.spec.get("canary") or {})
+            first = int(settings.get("percent", 10))
+            steps = sorted({first, *[int(s) for s in settings.get("steps", [first, 50, 100])]})
+
+            async def enter_canary() -> None:
+                await step(
+                    "Canary: analysing the new release on a share of traffic", 0, states.CANARY
+                )
+
+            await rollout.canary(
+                plan,
+                steps=steps,
+                window_s=float(settings.get("analysis_window_s", 30)),
+                max_error_rate=float(settings.get("max_error_rate", 0.05)),
+                enter=enter_canary,
+            )
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def _release(self, app: AppRecord, record: DeploymentRecord) -> Release:
+        env = json.loads(self._sealer.open(record.env))
+        return Release(app.id, app.name, record.number, record.spec, env)
+
+    async def _announce(self, app: AppRecord, record: DeploymentRecord) -> None:
+        await self._feed.emit(Change("deployment.updated", app.tenant_id, app.id, record.number))
+
+    def backends_of(self, release_id: str, upstreams: list[str]) -> list[Backend]:
+        return [Backend(release_id, 100, tuple(upstreams))]
+
+
+async def plan_abort(
+    runtime: Runtime, router: Router, new: Release, old: Release | None, old_instances: list[Any]
+) -> None:
+    if old is not None and old_instances:
+        router.route(
+            new.app_name, [Backend(old.release_id, 100, tuple(i.upstream for i in old_instances))]
+        )
+    else:
+        router.unroute(new.app_name)
+    await runtime.stop(new.release_id)
+
+
+class Operations:
+    """Rollback, restart and start-up reconciliation (kept apart from the deploy path)."""
+
+    def __init__(self, service: DeployService) -> None:
+        self._s = service
+
+    async def rollback(
+        self,
+        principal: Principal,
+        app_id: int,
+        number: int | None = None,
+        progress: Progress = _quiet,
+    ) -> DeploymentRecord:
+        s = self._s
+        app = (await s.apps.load(principal, app_id, "deploy.write")).app
+        async with s._locks.setdefault(app_id, asyncio.Lock()):
+            live = await s.live(app_id)
+            if live is None:
+                raise FailedPrecondition("the app has no live release to roll back from")
+            target_number = number if number is not None else live.previous
+            if target_number is None:
+                raise FailedPrecondition("there is no earlier release to roll back to")
+            target = await s.store.get(app_id, target_number)
+            if target is None:
+                raise NotFound(f"app {app_id} has no deployment {target_number}")
+            if target.state not in (states.SUPERSEDED, states.ROLLED_BACK):
+                raise FailedPrecondition(
+                    f"deployment {target.number} is {target.state}; only a superseded or "
+                    "rolled-back release can come back",
+                    hint="list_deployments shows which ones",
+                )
+            release = s._release(app, target)
+            instances = await s.runtime.running(release.release_id)
+            warm = len(instances) >= int(release.spec.get("instances", 1))
+            if not warm:
+                await progress(f"Release {target.number} is cold: starting it", 0)
+                await s.runtime.stop(release.release_id)
+                await s.runtime.prepare(release)
+                plan = rollout.Rollout(s.runtime, s.router, release, None, [], progress, s._sleep)
+                for index in range(int(release.spec.get("instances", 1))):
+                    await plan.start_one(index)
+                instances = plan.started
+            s.router.route(
+                app.name, [Backend(release.release_id, 100, tuple(i.upstream for i in instances))]
+            )
+            how = "instantly (it was still warm)" if warm else "after starting it again"
+            states.check(target.state, states.LIVE)
+            restored = await s.store.update(
+                app_id, target.number, state=states.LIVE, message=f"Live again {how}", traffic=100
+            )
+            states.check(live.state, states.ROLLED_BACK)
+            left = await s.store.update(
+                app_id,
+                live.number,
+                state=states.ROLLED_BACK,
+                message=f"Rolled back to {target.number}",
+                traffic=0,
+            )
+            await s.runtime.stop(live.release_id)
+            await s._announce(app, left)
+            await s._announce(app, restored)
+            await progress(f"Rolled back to release {target.number} {how}", 100)
+            return restored
+
+    async def restart(
+        self, principal: Principal, app_id: int, progress: Progress = _quiet
+    ) -> DeploymentRecord:
+        """Rolling restart of the live release: a surge instance first, so even a single
+        instance app keeps answering."""
+        s = self._s
+        app = (await s.apps.load(principal, app_id, "deploy.write")).app
+        async with s._locks.setdefault(app_id, asyncio.Lock()):
+            live = await s.live(app_id)
+            if live is None:
+                raise FailedPrecondition(
+                    "the app has no live release to restart", hint="deploy_app first"
+                )
+            release = s._release(app, live)
+            count = int(release.spec.get("instances", 1))
+            plan = rollout.Rollout(s.runtime, s.router, release, None, [], progress, s._sleep)
+            surge = await plan.start_one(count)
+            serving = {i.index: i for i in await s.runtime.running(release.release_id)}
+            for index in range(count):
+                others = [i for k, i in sorted(serving.items()) if k != index]
+                s.router.route(
+                    app.name, [Backend(release.release_id, 100, tuple(i.upstream for i in others))]
+                )
+                await s.runtime.stop(release.release_id, index)
+                serving[index] = await plan.start_one(index)
+                await progress(f"Restarted instance {index + 1} of {count}", 100)
+            serving.pop(surge.index, None)
+            s.router.route(
+                app.name,
+                [
+                    Backend(
+                        release.release_id,
+                        100,
+                        tuple(i.upstream for _, i in sorted(serving.items())),
+                    )
+                ],
+            )
+            await s.runtime.stop(release.release_id, surge.index)
+            record = await s.store.update(app_id, live.number, message="Restarted (rolling)")
+            await s.apps.store.update(app_id, needs_restart=False)
+            await s._announce(app, record)
+            return record
+
+    async def reconcile(self) -> tuple[int, int]:
+        """After a restart: deployments left in progress end failed (the live release kept
+        serving); live releases are re-adopted (or started again) and routed."""
+        s = self._s
+        interrupted = 0
+        for record in await s.store.in_states(states.IN_PROGRESS):
+            await s.runtime.stop(record.release_id)
+            states.check(record.state, states.FAILED)
+            await s.store.update(
+                record.app_id,
+                record.number,
+                state=states.FAILED,
+                message="The server restarted during this deployment; the live release "
+                "kept serving. Deploy again.",
+                traffic=0,
+            )
+            interrupted += 1
+        restored = 0
+        for record in await s.store.in_states([states.LIVE]):
+            app = await s.apps.store.get(record.app_id)
+            if app is None:
+                continue
+            release = s._release(app, record)
+            instances = {i.index: i for i in await s.runtime.adopt(release)}
+            missing = [
+                k for k in range(int(release.spec.get("instances", 1))) if k not in instances
+            ]
+            if missing:
+                try:
+                    await s.runtime.prepare(release)
+                    plan = rollout.Rollout(s.runtime, s.router, release, None, [], _quiet, s._sleep)
+                    for index in missing:
+                        instances[index] = await plan.start_one(index)
+                except (BuildFailed, rollout.RolloutFailed) as exc:
+                    log.error(
+                        "could not restart %s after a server restart: %s", release.release_id, exc
+                    )
+            if instances:
+                upstreams = tuple(i.upstream for _, i in sorted(instances.items()))
+                s.router.route(app.name, [Backend(release.release_id, 100, upstreams)])
+                restored += 1
+        return interrupted, restored

@@ -1,0 +1,191 @@
+"""The four strategies. Each moves traffic from the live release (if any) to a new one and
+never takes the live version down: on any failure the old release keeps (or gets back) all
+traffic and the new one is stopped.
+
+- recreate: stop the old release, start the new one (a short gap is the point of it).
+- rolling: start new instances one by one behind health checks, retiring an old one each time.
+- blue_green: start the whole new set, switch all traffic at once, keep the old set warm.
+- canary: give the new set a share of traffic in steps, watch its error rate and health over
+  an analysis window at each step, promote or roll back automatically.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from appdeck.platform.deploy.ports import Backend, BuildFailed, Instance, Release, Router, Runtime
+
+Report = Callable[[str, int | None], Awaitable[None]]
+"""Announce a step: a message, and the percent of traffic the new release now gets."""
+
+START_WITHIN_S = 30.0
+
+
+class RolloutFailed(Exception):
+    """The new release did not become healthy; traffic is back on the old one."""
+
+
+class CanaryRejected(Exception):
+    """The canary's error rate or health failed its analysis; the old release kept traffic."""
+
+
+@dataclass
+class Rollout:
+    runtime: Runtime
+    router: Router
+    new: Release
+    old: Release | None
+    old_instances: list[Instance]
+    report: Report
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    started: list[Instance] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.new.app_name
+
+    def _backend(self, release: Release, weight: int, instances: list[Instance]) -> Backend:
+        return Backend(release.release_id, weight, tuple(i.upstream for i in instances))
+
+    def route_to_new(self) -> None:
+        self.router.route(self.name, [self._backend(self.new, 100, self.started)])
+
+    def route_back(self) -> None:
+        if self.old is not None and self.old_instances:
+            self.router.route(self.name, [self._backend(self.old, 100, self.old_instances)])
+        else:
+            self.router.unroute(self.name)
+
+    async def start_one(self, index: int) -> Instance:
+        instance = await self.runtime.start(self.new, index)
+        self.started.append(instance)
+        timeout = float(self.new.spec.get("health_check", {}).get("timeout_s", 5))
+        if not await self.runtime.wait_healthy(self.new, instance, max(START_WITHIN_S, timeout)):
+            raise RolloutFailed(
+                f"instance {index} of the new release did not pass its health check "
+                f"({self.new.spec.get('health_check', {}).get('path', '/')})"
+            )
+        return instance
+
+    async def abort(self) -> None:
+        """Give traffic back to the old release and stop what we started."""
+        self.route_back()
+        await self.runtime.stop(self.new.release_id)
+
+    def instances(self) -> int:
+        return int(self.new.spec.get("instances", 1))
+
+
+async def recreate(r: Rollout) -> None:
+    if r.old is not None:
+        await r.report("Stopping the old release (recreate)", 0)
+        r.router.unroute(r.name)
+        await r.runtime.stop(r.old.release_id)
+        r.old_instances = []
+    for index in range(r.instances()):
+        await r.report(f"Starting instance {index + 1} of {r.instances()}", None)
+        await r.start_one(index)
+    r.route_to_new()
+    await r.report("All traffic on the new release", 100)
+
+
+async def rolling(r: Rollout) -> None:
+    remaining = list(r.old_instances)
+    total = r.instances()
+    for index in range(total):
+        await r.report(f"Starting instance {index + 1} of {total}", None)
+        await r.start_one(index)
+        retiring = remaining.pop(0) if remaining and index < total - 1 else None
+        backends = [r._backend(r.new, 100, r.started)]
+        if r.old is not None and remaining:
+            share = round(100 * len(r.started) / (len(r.started) + len(remaining)))
+            backends = [
+                r._backend(r.new, share, r.started),
+                r._backend(r.old, 100 - share, remaining),
+            ]
+        r.router.route(r.name, backends)
+        await r.report(f"Instance {index + 1} of {total} serves traffic", backends[0].weight)
+        if retiring is not None and r.old is not None:
+            await r.runtime.stop(r.old.release_id, retiring.index)
+    r.route_to_new()
+    if r.old is not None:
+        await r.runtime.stop(r.old.release_id)
+        r.old_instances = []
+    await r.report("All traffic on the new release", 100)
+
+
+async def blue_green(r: Rollout) -> None:
+    for index in range(r.instances()):
+        await r.report(f"Starting green instance {index + 1} of {r.instances()}", 0)
+        await r.start_one(index)
+    r.route_to_new()  # one atomic switch
+    await r.report("Switched all traffic to the new release; the old one stays warm", 100)
+
+
+async def canary(
+    r: Rollout,
+    *,
+    steps: list[int],
+    window_s: float,
+    max_error_rate: float,
+    enter: Callable[[], Awaitable[None]] | None = None,
+) -> None:
+    for index in range(r.instances()):
+        await r.report(f"Starting canary instance {index + 1} of {r.instances()}", 0)
+        await r.start_one(index)
+    if r.old is None or not r.old_instances:
+        r.route_to_new()
+        await r.report("No live release to compare with: all traffic on the new release", 100)
+        return
+    if enter is not None:
+        await enter()
+    for percent in [p for p in steps if p < 100]:
+        r.router.route(
+            r.name,
+            [
+                r._backend(r.new, percent, r.started),
+                r._backend(r.old, 100 - percent, r.old_instances),
+            ],
+        )
+        r.router.mark(r.name, r.new.release_id)
+        await r.report(f"Canary at {percent}% for {window_s:g}s", percent)
+        await _analyse(r, window_s, max_error_rate, percent)
+    r.route_to_new()
+    await r.report("Canary promoted: all traffic on the new release", 100)
+
+
+async def _analyse(r: Rollout, window_s: float, max_error_rate: float, percent: int) -> None:
+    deadline = time.monotonic() + window_s
+    while True:
+        if r.runtime.crash_looping(r.new.release_id):
+            raise CanaryRejected(f"the canary crashed repeatedly at {percent}%")
+        requests, errors = r.router.window(r.name, r.new.release_id)
+        if requests >= 10 and errors / requests > max_error_rate:
+            raise CanaryRejected(
+                f"the canary answered {errors} of {requests} requests with 5xx "
+                f"({errors / requests:.0%} > {max_error_rate:.0%}) at {percent}%"
+            )
+        if time.monotonic() >= deadline:
+            break
+        await r.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
+    requests, errors = r.router.window(r.name, r.new.release_id)
+    if requests and errors / requests > max_error_rate:
+        raise CanaryRejected(
+            f"the canary's error rate was {errors / requests:.0%} "
+            f"(> {max_error_rate:.0%}) at {percent}%"
+        )
+
+
+__all__ = [
+    "BuildFailed",
+    "CanaryRejected",
+    "Rollout",
+    "RolloutFailed",
+    "blue_green",
+    "canary",
+    "recreate",
+    "rolling",
+]

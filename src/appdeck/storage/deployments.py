@@ -1,0 +1,190 @@
+"""Deployments in the database: each state change and step is written as it happens."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from appdeck.common.errors import Conflict
+from appdeck.storage.schema import deployments
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentRecord:
+    app_id: int
+    number: int
+    state: str
+    strategy: str
+    spec: dict[str, Any]
+    env: str  # sealed
+    source: dict[str, Any]
+    created_by: str
+    created_at: float
+    updated_at: float
+    status_message: str | None
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    previous: int | None = None
+    traffic: int = 0
+    instance_id: str | None = None
+
+    @property
+    def release_id(self) -> str:
+        return f"{self.app_id}-{self.number}"
+
+    def public(self) -> dict[str, Any]:
+        """What a caller may see (never the env)."""
+        return {
+            "app_id": self.app_id,
+            "number": self.number,
+            "state": self.state,
+            "strategy": self.strategy,
+            "traffic_percent": self.traffic,
+            "status_message": self.status_message,
+            "previous": self.previous,
+            "created_by": self.created_by,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "steps": self.steps,
+            "source": self.source,
+        }
+
+
+def _record(row: Any) -> DeploymentRecord:
+    return DeploymentRecord(
+        app_id=int(row.app_id),
+        number=int(row.number),
+        state=row.state,
+        strategy=row.strategy,
+        spec=dict(row.spec),
+        env=row.env,
+        source=dict(row.source),
+        created_by=row.created_by,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        status_message=row.status_message,
+        steps=list(row.steps),
+        previous=row.previous,
+        traffic=int(row.traffic),
+        instance_id=row.instance_id,
+    )
+
+
+class DeploymentStore:
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+
+    async def create(
+        self,
+        *,
+        app_id: int,
+        strategy: str,
+        spec: dict[str, Any],
+        env: str,
+        source: dict[str, Any],
+        created_by: str,
+        previous: int | None,
+        instance_id: str,
+        state: str,
+    ) -> DeploymentRecord:
+        now = time.time()
+        for _ in range(5):  # a concurrent create took the number: take the next one
+            try:
+                async with self._engine.begin() as conn:
+                    top = await conn.execute(
+                        sa.select(sa.func.max(deployments.c.number)).where(
+                            deployments.c.app_id == app_id
+                        )
+                    )
+                    number = int(top.scalar() or 0) + 1
+                    await conn.execute(
+                        sa.insert(deployments).values(
+                            app_id=app_id,
+                            number=number,
+                            state=state,
+                            strategy=strategy,
+                            spec=spec,
+                            env=env,
+                            source=source,
+                            created_by=created_by,
+                            created_at=now,
+                            updated_at=now,
+                            status_message="Queued",
+                            steps=[{"at": now, "state": state, "message": "Queued"}],
+                            previous=previous,
+                            traffic=0,
+                            instance_id=instance_id,
+                        )
+                    )
+            except IntegrityError:
+                continue
+            record = await self.get(app_id, number)
+            assert record is not None
+            return record
+        raise Conflict("could not number the deployment; try again")
+
+    async def get(self, app_id: int, number: int) -> DeploymentRecord | None:
+        query = sa.select(deployments).where(
+            deployments.c.app_id == app_id, deployments.c.number == number
+        )
+        async with self._engine.connect() as conn:
+            row = (await conn.execute(query)).first()
+        return None if row is None else _record(row)
+
+    async def for_app(
+        self, app_id: int, *, states: Iterable[str] | None = None, offset: int = 0, limit: int = 50
+    ) -> list[DeploymentRecord]:
+        query = sa.select(deployments).where(deployments.c.app_id == app_id)
+        if states is not None:
+            query = query.where(deployments.c.state.in_(list(states)))
+        query = query.order_by(deployments.c.number.desc()).offset(offset).limit(limit)
+        async with self._engine.connect() as conn:
+            return [_record(r) for r in (await conn.execute(query)).all()]
+
+    async def in_states(self, states: Iterable[str]) -> list[DeploymentRecord]:
+        """Across all apps (start-up reconciliation and route rebuilding)."""
+        query = sa.select(deployments).where(deployments.c.state.in_(list(states)))
+        async with self._engine.connect() as conn:
+            return [
+                _record(r) for r in (await conn.execute(query.order_by(deployments.c.app_id))).all()
+            ]
+
+    async def update(
+        self,
+        app_id: int,
+        number: int,
+        *,
+        state: str | None = None,
+        message: str | None = None,
+        traffic: int | None = None,
+        instance_id: str | None = None,
+    ) -> DeploymentRecord:
+        """Write a step: the new state and/or message (appended to the history) and traffic."""
+        current = await self.get(app_id, number)
+        assert current is not None
+        now = time.time()
+        values: dict[str, Any] = {"updated_at": now}
+        if state is not None:
+            values["state"] = state
+        if message is not None:
+            values["status_message"] = message[:2000]
+        if traffic is not None:
+            values["traffic"] = traffic
+        if instance_id is not None:
+            values["instance_id"] = instance_id
+        if state is not None or message is not None:
+            step = {"at": now, "state": state or current.state, "message": (message or "")[:500]}
+            values["steps"] = [*current.steps, step][-100:]
+        query = sa.update(deployments).where(
+            deployments.c.app_id == app_id, deployments.c.number == number
+        )
+        async with self._engine.begin() as conn:
+            await conn.execute(query.values(**values))
+        record = await self.get(app_id, number)
+        assert record is not None
+        return record

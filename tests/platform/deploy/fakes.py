@@ -1,0 +1,74 @@
+"""A runtime and a router that keep everything in memory: the engine's logic under test,
+without processes (the real drivers have their own tests; the e2e suite runs them together)."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from appdeck.platform.deploy.ports import Backend, BuildFailed, Instance, Release
+
+
+@dataclass
+class FakeRuntime:
+    running_: dict[str, dict[int, Instance]] = field(default_factory=dict)
+    prepared: list[str] = field(default_factory=list)
+    ports: itertools.count[int] = field(default_factory=lambda: itertools.count(20000))
+    adoptable: dict[str, dict[int, Instance]] = field(default_factory=dict)
+
+    async def prepare(self, release: Release) -> None:
+        self.prepared.append(release.release_id)
+        if release.spec.get("build_command") == "false":
+            raise BuildFailed("the build command exited with status 1")
+
+    async def start(self, release: Release, index: int) -> Instance:
+        instance = Instance(release.release_id, index, f"127.0.0.1:{next(self.ports)}")
+        self.running_.setdefault(release.release_id, {})[index] = instance
+        return instance
+
+    async def wait_healthy(self, release: Release, instance: Instance, within_s: float) -> bool:
+        return release.env.get("UNHEALTHY") != "1"
+
+    async def stop(self, release_id: str, index: int | None = None) -> None:
+        if index is None:
+            self.running_.pop(release_id, None)
+        else:
+            self.running_.get(release_id, {}).pop(index, None)
+
+    async def running(self, release_id: str) -> list[Instance]:
+        return [i for _, i in sorted(self.running_.get(release_id, {}).items())]
+
+    async def adopt(self, release: Release) -> list[Instance]:
+        found = self.adoptable.pop(release.release_id, {})
+        self.running_.setdefault(release.release_id, {}).update(found)
+        return list(found.values())
+
+    def crash_looping(self, release_id: str) -> bool:
+        return False
+
+
+@dataclass
+class FakeRouter:
+    table: dict[str, list[Backend]] = field(default_factory=dict)
+    history: list[dict[str, int]] = field(default_factory=list)
+    error_rates: dict[str, float] = field(default_factory=dict)
+
+    def route(self, app_name: str, backends: list[Backend]) -> None:
+        assert sum(b.weight for b in backends) == 100
+        assert all(b.upstreams for b in backends if b.weight), backends
+        self.table[app_name] = backends
+        self.history.append({b.release_id: b.weight for b in backends})
+
+    def unroute(self, app_name: str) -> None:
+        self.table.pop(app_name, None)
+        self.history.append({})
+
+    def mark(self, app_name: str, release_id: str) -> None:
+        return None
+
+    def window(self, app_name: str, release_id: str) -> tuple[int, int]:
+        rate = self.error_rates.get(release_id, 0.0)
+        return 100, int(rate * 100)
+
+    def weights(self, app_name: str) -> dict[str, int]:
+        return {b.release_id: b.weight for b in self.table.get(app_name, [])}

@@ -1,0 +1,186 @@
+"""The deploy engine's decisions: strategies, failures, automatic rollback, rollback, restart,
+reconciliation. Real database; in-memory runtime and router (see fakes.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from appdeck.auth.admin import IdentityAdmin
+from appdeck.common.errors import Conflict, FailedPrecondition, InvalidArgument
+from appdeck.common.identity import Principal
+from appdeck.platform.crypto import Sealer
+from appdeck.platform.deploy.engine import DeployService, Operations
+from appdeck.platform.services import Platform, PlatformConfig
+from appdeck.storage import Storage
+from appdeck.storage.deployments import DeploymentStore
+from appdeck.storage.identity import IdentityStore
+
+from .fakes import FakeRouter, FakeRuntime
+
+
+async def _no_wait(seconds: float) -> None:
+    await asyncio.sleep(0)
+
+
+@dataclass
+class Rig:
+    platform: Platform
+    deploys: DeployService
+    ops: Operations
+    runtime: FakeRuntime
+    router: FakeRouter
+    alice: Principal
+    app_id: int
+
+    async def deploy(self, strategy: str | None = None) -> str:
+        app, record = await self.deploys.create(self.alice, self.app_id, strategy)
+        return (await self.deploys.run(app, record)).state
+
+    async def spec(self, **patch: object) -> None:
+        await self.platform.apps.set_spec(self.alice, self.app_id, dict(patch))
+
+    async def states(self) -> dict[int, str]:
+        return {d.number: d.state for d in await self.deploys.store.for_app(self.app_id)}
+
+
+@pytest.fixture
+async def rig(storage: Storage, tmp_path: Path) -> Rig:
+    source = tmp_path / "src"
+    source.mkdir()
+    identities = IdentityStore(storage.engine)
+    admin = IdentityAdmin(identities)
+    await admin.create_tenant("acme")
+    user = await admin.create_user("acme", "alice", None, role="admin")
+    alice = Principal("acme", user.id, kind="oauth")
+    config = PlatformConfig(tmp_path, None, [tmp_path], 10, "127.0.0.1", 8088)
+    platform = Platform.build(storage.engine, identities, config)
+    runtime, router = FakeRuntime(), FakeRouter()
+    deploys = DeployService(
+        platform.apps,
+        platform.env,
+        DeploymentStore(storage.engine),
+        runtime,
+        router,
+        platform.feed,
+        Sealer.from_settings(None, tmp_path),
+        instance_id="test",
+        sleep=_no_wait,
+    )
+    spec = {
+        "source_path": str(source),
+        "run_command": "python app.py",
+        "instances": 2,
+        "canary": {"percent": 10, "steps": [10, 50, 100], "analysis_window_s": 0.1},
+    }
+    app = await platform.apps.register(alice, "shop", spec)
+    return Rig(platform, deploys, Operations(deploys), runtime, router, alice, app.app.id)
+
+
+async def test_a_first_deploy_goes_live_with_all_traffic(rig: Rig) -> None:
+    assert await rig.deploy() == "live"
+    assert rig.router.weights("shop") == {f"{rig.app_id}-1": 100}
+    assert len(await rig.runtime.running(f"{rig.app_id}-1")) == 2
+
+
+async def test_a_rolling_deploy_replaces_the_old_release_without_a_gap(rig: Rig) -> None:
+    await rig.deploy()
+    assert await rig.deploy("rolling") == "live"
+    assert await rig.states() == {1: "superseded", 2: "live"}
+    assert rig.router.weights("shop") == {f"{rig.app_id}-2": 100}
+    assert await rig.runtime.running(f"{rig.app_id}-1") == []
+    assert all(h for h in rig.router.history)  # the route was never empty
+
+
+async def test_recreate_stops_the_old_release_first(rig: Rig) -> None:
+    await rig.deploy()
+    assert await rig.deploy("recreate") == "live"
+    assert {} in rig.router.history  # the gap recreate accepts
+
+
+async def test_blue_green_switches_at_once_and_keeps_the_old_set_warm(rig: Rig) -> None:
+    await rig.deploy()
+    assert await rig.deploy("blue_green") == "live"
+    assert len(await rig.runtime.running(f"{rig.app_id}-1")) == 2  # warm
+    prepared = len(rig.runtime.prepared)
+    restored = await rig.ops.rollback(rig.alice, rig.app_id)
+    assert restored.number == 1
+    assert len(rig.runtime.prepared) == prepared  # instant: nothing rebuilt
+    assert await rig.states() == {1: "live", 2: "rolled_back"}
+    assert rig.router.weights("shop") == {f"{rig.app_id}-1": 100}
+
+
+async def test_a_bad_canary_is_rolled_back_automatically(rig: Rig) -> None:
+    await rig.deploy()
+    rig.router.error_rates[f"{rig.app_id}-2"] = 0.5
+    assert await rig.deploy("canary") == "rolled_back"
+    assert await rig.states() == {1: "live", 2: "rolled_back"}
+    assert rig.router.weights("shop") == {f"{rig.app_id}-1": 100}
+    assert await rig.runtime.running(f"{rig.app_id}-2") == []
+    assert {f"{rig.app_id}-2": 10, f"{rig.app_id}-1": 90} in rig.router.history
+    record = await rig.deploys.store.get(rig.app_id, 2)
+    assert record is not None
+    assert "5xx" in (record.status_message or "")
+
+
+async def test_a_good_canary_is_promoted_in_steps(rig: Rig) -> None:
+    await rig.deploy()
+    assert await rig.deploy("canary") == "live"
+    shares = [h.get(f"{rig.app_id}-2") for h in rig.router.history if f"{rig.app_id}-2" in h]
+    assert shares == [10, 50, 100]
+    assert "canary" in [s["state"] for s in (await rig.deploys.store.get(rig.app_id, 2)).steps]  # type: ignore[union-attr]
+
+
+async def test_a_failed_build_leaves_the_live_release_serving(rig: Rig) -> None:
+    await rig.deploy()
+    await rig.spec(build_command="false")
+    assert await rig.deploy() == "failed"
+    assert await rig.states() == {1: "live", 2: "failed"}
+    assert rig.router.weights("shop") == {f"{rig.app_id}-1": 100}
+
+
+async def test_an_unhealthy_release_fails_and_traffic_stays_on_the_old_one(rig: Rig) -> None:
+    await rig.deploy()
+    await rig.platform.env.set_vars(rig.alice, rig.app_id, {"UNHEALTHY": "1"}, secret=False)
+    assert await rig.deploy("blue_green") == "failed"
+    assert rig.router.weights("shop") == {f"{rig.app_id}-1": 100}
+    assert await rig.runtime.running(f"{rig.app_id}-2") == []
+
+
+async def test_one_deployment_at_a_time_per_app(rig: Rig) -> None:
+    await rig.deploys.create(rig.alice, rig.app_id, None)
+    with pytest.raises(Conflict):
+        await rig.deploys.create(rig.alice, rig.app_id, None)
+
+
+async def test_bad_requests_change_nothing(rig: Rig) -> None:
+    with pytest.raises(InvalidArgument):
+        await rig.deploys.create(rig.alice, rig.app_id, "yolo")
+    await rig.spec(source_path=None)
+    with pytest.raises(FailedPrecondition):
+        await rig.deploys.create(rig.alice, rig.app_id, None)
+    assert await rig.states() == {}
+
+
+async def test_a_restart_keeps_traffic_flowing(rig: Rig) -> None:
+    await rig.deploy()
+    rig.router.history.clear()
+    await rig.ops.restart(rig.alice, rig.app_id)
+    assert all(h == {f"{rig.app_id}-1": 100} for h in rig.router.history)
+    assert len(await rig.runtime.running(f"{rig.app_id}-1")) == 2
+
+
+async def test_reconcile_fails_interrupted_deploys_and_restores_live_routes(rig: Rig) -> None:
+    await rig.deploy()
+    await rig.deploys.create(rig.alice, rig.app_id, None)  # never run: as if the server died
+    survivors = dict(rig.runtime.running_[f"{rig.app_id}-1"])
+    rig.runtime.running_.clear()
+    rig.router.table.clear()
+    rig.runtime.adoptable[f"{rig.app_id}-1"] = {0: survivors[0]}  # one instance survived
+    interrupted, restored = await rig.ops.reconcile()
+    assert (interrupted, restored) == (1, 1)
+    assert await rig.states() == {1: "live", 2: "failed"}
+    assert len(rig.router.table["shop"][0].upstreams) == 2  # adopted one, restarted one
