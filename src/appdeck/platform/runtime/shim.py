@@ -1,0 +1,631 @@
+"""The instance shim: the first process of every app instance, and the stdlib-only pieces it
+shares with the driver (the JSON-lines log writer, the line splitter, /proc helpers).
+
+The local driver never runs an app directly. It spawns
+
+    python -I -S .../shim.py --log <release>/runtime.log --instance N --cwd <workspace> \
+        -- /bin/sh -c '<run command>'
+
+in a new session (so the shim is the leader of a new process group, pgid == shim pid), and the
+shim spawns the app in that same group. Why a shim:
+
+- **Logs survive the server.** The app's stdout and stderr are pipes owned by the shim, which
+  writes every line, timestamped, to the release's ``runtime.log``. When the server dies (even
+  ``kill -9``) nothing the app writes is lost and the app never gets EPIPE; a restarted server
+  adopts the shim and reads the same file.
+- **No orphans.** The shim is a child subreaper (``PR_SET_CHILD_SUBREAPER``): descendants that
+  leave the process group (``setsid``, daemonising double forks) are re-parented to it instead
+  of init. When the app exits, for whatever reason, the shim stops what is left of the group
+  and of its descendants (SIGTERM, then SIGKILL after ``--grace``) before it exits itself, so a
+  crashed app never leaves a grandchild holding its port.
+- **One SIGTERM, to everyone.** The driver signals only the shim; the shim forwards SIGTERM,
+  SIGINT, SIGHUP and SIGQUIT to the whole group once (it ignores its own copy), like ``tini -g``.
+  SIGKILL of the group after the grace period is the driver's job.
+- **Exit status.** The shim exits with the app's status (128 + signal when it was killed), and
+  writes ``started`` / ``exited`` lines (stream ``system``) to the log itself.
+
+This file is executed by path with ``-I -S`` (isolated: PYTHON* variables of the app's
+environment, user site-packages and site-packages are all ignored), so it must not import
+anything outside the standard library. The driver imports it as an ordinary module; importing
+it has no side effects.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import fcntl
+import json
+import os
+import selectors
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+LINE_MAX_BYTES = 8 * 1024
+"""A log line longer than this (in bytes, before JSON escaping) is cut and marked."""
+
+LOG_MAX_BYTES = 10 * 1024 * 1024
+"""The default on-disk cap of one log (current file + one rotated file) of one release."""
+
+TRUNCATED_MARK = " …[truncated]"
+_PR_SET_CHILD_SUBREAPER = 36
+_FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+_SEQ_WIDTH = 20
+
+
+# --------------------------------------------------------------------------------------------
+# /proc
+
+
+@dataclass(frozen=True, slots=True)
+class ProcStat:
+    """The fields of ``/proc/<pid>/stat`` the runtime needs."""
+
+    pid: int
+    ppid: int
+    pgrp: int
+    session: int
+    state: str
+    start_ticks: int
+    """Start time in clock ticks after boot: with the pid, it names one process for good."""
+
+    @property
+    def running(self) -> bool:
+        """Alive (not a zombie waiting to be reaped, not dead)."""
+        return self.state not in ("Z", "X", "x")
+
+
+def proc_stat(pid: int) -> ProcStat | None:
+    """The process ``pid``, or None when there is none."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            raw = handle.read()
+    except OSError:
+        return None
+    return _parse_stat(pid, raw)
+
+
+def _parse_stat(pid: int, raw: bytes) -> ProcStat | None:
+    # The command name (field 2) is in parentheses and may contain anything, ")" included:
+    # the fixed fields start after the last ")".
+    end = raw.rfind(b")")
+    fields = raw[end + 2 :].split()
+    if end < 0 or len(fields) < 20:
+        return None
+    try:
+        return ProcStat(
+            pid=pid,
+            ppid=int(fields[1]),
+            pgrp=int(fields[2]),
+            session=int(fields[3]),
+            state=fields[0].decode("ascii", "replace"),
+            start_ticks=int(fields[19]),
+        )
+    except ValueError:
+        return None
+
+
+def all_procs() -> list[ProcStat]:
+    """Every process this user can see."""
+    found = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    for name in names:
+        if name.isdigit():
+            stat = proc_stat(int(name))
+            if stat is not None:
+                found.append(stat)
+    return found
+
+
+def is_running(pid: int, start_ticks: int | None = None) -> bool:
+    """True when ``pid`` is alive and, if ``start_ticks`` is given, is the same process that
+    started then (not a later process that reused the pid)."""
+    stat = proc_stat(pid)
+    if stat is None or not stat.running:
+        return False
+    return start_ticks is None or stat.start_ticks == start_ticks
+
+
+def group_members(pgid: int, procs: Iterable[ProcStat] | None = None) -> list[ProcStat]:
+    """The running members of process group ``pgid``."""
+    return [p for p in (all_procs() if procs is None else procs) if p.pgrp == pgid and p.running]
+
+
+def descendants(root: int, procs: Iterable[ProcStat] | None = None) -> list[ProcStat]:
+    """The running descendants of ``root`` (children, their children, ...), not ``root``."""
+    table = list(all_procs() if procs is None else procs)
+    children: dict[int, list[ProcStat]] = {}
+    for proc in table:
+        children.setdefault(proc.ppid, []).append(proc)
+    found: list[ProcStat] = []
+    todo = [root]
+    seen = {root}
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child.pid not in seen:
+                seen.add(child.pid)
+                todo.append(child.pid)
+                if child.running:
+                    found.append(child)
+    return found
+
+
+def boot_id() -> str:
+    """This boot's id: start ticks only name a process within one boot."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as handle:
+            return handle.read().strip()
+    except OSError:
+        return ""
+
+
+def become_subreaper() -> bool:
+    """Make orphaned descendants of this process its children (Linux); False when unsupported."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def close_inherited_fds() -> None:
+    """Close descriptors above stderr that this process inherited (Python opens its own
+    non-inheritable), so that no descriptor of the server leaks into an app."""
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return
+    for name in names:
+        fd = int(name)
+        if fd > 2:
+            with contextlib.suppress(OSError):
+                if os.get_inheritable(fd):
+                    os.close(fd)
+
+
+def signal_quietly(pid: int, signum: int, start_ticks: int | None = None) -> None:
+    """Send ``signum`` to ``pid`` (if it is still the process that started at ``start_ticks``)."""
+    if start_ticks is not None and not is_running(pid, start_ticks):
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signum)
+
+
+# --------------------------------------------------------------------------------------------
+# Log lines
+
+
+class LineSplitter:
+    """Turns chunks of a byte stream into text lines, each at most ``limit`` bytes.
+
+    A longer line is cut at the limit, marked, and the rest of it (up to the next newline) is
+    dropped. Invalid UTF-8 is replaced, a trailing ``\\r`` removed.
+    """
+
+    def __init__(self, limit: int = LINE_MAX_BYTES) -> None:
+        self.limit = limit
+        self._buffer = bytearray()
+        self._discarding = False
+
+    def feed(self, data: bytes) -> list[str]:
+        lines: list[str] = []
+        start = 0
+        while True:
+            newline = data.find(b"\n", start)
+            if newline < 0:
+                break
+            piece = data[start:newline]
+            start = newline + 1
+            if self._discarding:
+                self._discarding = False
+                continue
+            self._buffer += piece
+            lines.append(self._take())
+        if not self._discarding:
+            self._buffer += data[start:]
+            if len(self._buffer) > self.limit:
+                lines.append(self._take())
+                self._discarding = True
+        return lines
+
+    def flush(self) -> list[str]:
+        """What is left when the stream ends (a last line without a newline)."""
+        self._discarding = False
+        return [self._take()] if self._buffer else []
+
+    def _take(self) -> str:
+        raw = bytes(self._buffer)
+        self._buffer.clear()
+        if len(raw) > self.limit:
+            return raw[: self.limit].decode("utf-8", "replace") + TRUNCATED_MARK
+        return raw.removesuffix(b"\r").decode("utf-8", "replace")
+
+
+def encode_line(seq: int, ts: float, stream: str, text: str, instance: int | None) -> bytes:
+    """One JSON line; ``seq`` first, so that readers can find it without parsing the line."""
+    entry: dict[str, object] = {"seq": seq, "ts": round(ts, 6), "stream": stream}
+    if instance is not None:
+        entry["instance"] = instance
+    entry["text"] = text
+    return json.dumps(entry, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+
+
+def line_seq(raw: bytes) -> int | None:
+    """The ``seq`` of an encoded line, without parsing it; None for anything malformed."""
+    if not raw.startswith(b'{"seq":') or not raw.endswith(b"\n"):
+        return None
+    comma = raw.find(b",", 7, 40)
+    try:
+        return int(raw[7:comma]) if comma > 0 else None
+    except ValueError:
+        return None
+
+
+def rotated_path(path: Path) -> Path:
+    return path.with_name(path.name + ".1")
+
+
+def seq_path(path: Path) -> Path:
+    return path.with_name(path.name + ".seq")
+
+
+class LogWriter:
+    """Appends JSON lines (seq, ts, stream, instance, text) to one log of one release.
+
+    Several processes write the same log: the shims of all the release's instances and the
+    driver (``system`` lines). ``<log>.seq`` holds the next sequence number and is the lock:
+    each batch takes an exclusive ``flock`` on it, reserves its numbers (written first, so a
+    crash leaves a gap, never a duplicate), and appends with one ``write``. When the file has
+    grown past half the cap it is renamed ``<log>.1`` (replacing the older one) and a new file
+    is started: at most ``max_bytes`` on disk, and always the newest lines.
+
+    Errors writing the log never propagate: an app must not stop because its log cannot be
+    written (the lines are lost instead).
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        max_bytes: int = LOG_MAX_BYTES,
+        instance: int | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.path = path
+        self.max_bytes = max(max_bytes, 2 * 4096)
+        self.instance = instance
+        self.clock = clock
+        self._lock_fd: int | None = None
+        self._fd: int | None = None
+
+    def system(self, text: str, *, instance: int | None = None) -> None:
+        self.write([("system", text)], instance=instance)
+
+    def write(
+        self,
+        entries: Sequence[tuple[str, str]],
+        *,
+        ts: float | None = None,
+        instance: int | None = None,
+    ) -> None:
+        """Append ``(stream, text)`` entries, all stamped ``ts`` (default: now) and attributed
+        to ``instance`` (default: the writer's)."""
+        if not entries:
+            return
+        stamp = self.clock() if ts is None else ts
+        try:
+            self._write(entries, stamp, self.instance if instance is None else instance)
+        except OSError:
+            self.close()
+
+    def close(self) -> None:
+        for fd in (self._fd, self._lock_fd):
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._fd = self._lock_fd = None
+
+    def _write(
+        self, entries: Sequence[tuple[str, str]], stamp: float, instance: int | None
+    ) -> None:
+        if self._lock_fd is None:
+            self._lock_fd = os.open(
+                seq_path(self.path), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600
+            )
+        lock_fd = self._lock_fd
+        fcntl.flock(lock_fd, fcntl.LOCK_EX)
+        try:
+            first = self._next_seq(lock_fd)
+            os.pwrite(lock_fd, f"{first + len(entries):0{_SEQ_WIDTH}d}\n".encode(), 0)
+            fd = self._current_fd()
+            size = os.fstat(fd).st_size
+            data = bytearray()
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                data += b"\n"  # a writer died in the middle of a line: keep ours whole
+            for offset, (stream, text) in enumerate(entries):
+                if size + len(data) >= self.max_bytes // 2:
+                    self._append(fd, data)
+                    os.replace(self.path, rotated_path(self.path))
+                    fd = self._current_fd()
+                    size = 0
+                    data = bytearray()
+                data += encode_line(first + offset, stamp, stream, text, instance)
+            self._append(fd, data)
+        finally:
+            fcntl.flock(lock_fd, fcntl.LOCK_UN)
+
+    @staticmethod
+    def _append(fd: int, data: bytearray) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+
+    def _next_seq(self, lock_fd: int) -> int:
+        raw = os.pread(lock_fd, _SEQ_WIDTH + 1, 0)
+        try:
+            return max(int(raw.strip()), 1) if raw.strip() else self._recover_seq()
+        except ValueError:
+            return self._recover_seq()
+
+    def _recover_seq(self) -> int:
+        """The seq file is missing or damaged: continue after the last line of the log."""
+        best = 0
+        for candidate in (rotated_path(self.path), self.path):
+            try:
+                with open(candidate, "rb") as handle:
+                    handle.seek(max(handle.seek(0, os.SEEK_END) - 256 * 1024, 0))
+                    for raw in handle:
+                        # A torn last line (no newline) still took its number.
+                        best = max(best, line_seq(raw.rstrip(b"\n") + b"\n") or 0)
+            except OSError:
+                continue
+        return best + 1
+
+    def _current_fd(self) -> int:
+        """The descriptor of the file at ``path`` now (another writer may have rotated it)."""
+        try:
+            on_disk = os.stat(self.path)
+        except FileNotFoundError:
+            on_disk = None
+        if self._fd is not None:
+            mine = os.fstat(self._fd)
+            if on_disk is not None and (mine.st_ino, mine.st_dev) == (
+                on_disk.st_ino,
+                on_disk.st_dev,
+            ):
+                return self._fd
+            os.close(self._fd)
+            self._fd = None
+        self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        return self._fd
+
+
+# --------------------------------------------------------------------------------------------
+# The shim process
+
+
+class Shim:
+    """Runs one app process in this process group; see the module docstring."""
+
+    def __init__(
+        self,
+        command: Sequence[str],
+        writer: LogWriter,
+        *,
+        grace_s: float,
+        cwd: Path | None = None,
+    ) -> None:
+        self.command = list(command)
+        self.cwd = cwd
+        self.writer = writer
+        self.grace_s = grace_s
+        self.pid = 0
+        self.status: int | None = None
+        self.selector = selectors.DefaultSelector()
+        self.splitters: dict[int, tuple[str, LineSplitter]] = {}
+        self.stop_signal: int | None = None
+
+    def run(self) -> int:
+        close_inherited_fds()
+        become_subreaper()
+        wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+        self.selector.register(wake_r, selectors.EVENT_READ)
+        signal.signal(signal.SIGCHLD, _ignore)
+        for signum in _FORWARDED:
+            signal.signal(signum, self._forward)
+        # Stop signals wait while the app is spawned: delivered after, they reach it too.
+        signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARDED)
+        try:
+            if self.stop_signal is not None:
+                self.writer.system("stopped before the app was started")
+                return 128 + self.stop_signal
+            if self.cwd is not None:
+                os.chdir(self.cwd)
+            self._spawn()
+        except OSError as exc:
+            self.writer.system(f"cannot start {' '.join(self.command)}: {exc.strerror or exc}")
+            return 127
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORWARDED)
+        while self.status is None:
+            self._pump(0.5)
+            self._reap()
+        # The app is gone. Give its output a moment to arrive (a leftover may still hold the
+        # pipes), then stop whatever it left behind.
+        self._pump_until(lambda: not self.splitters, within=0.3)
+        self._stop_leftovers()
+        self._pump_until(lambda: not self.splitters, within=0.5)
+        self._flush()
+        return self._report_exit(self.status)
+
+    def _spawn(self) -> None:
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        try:
+            self.pid = os.posix_spawnp(
+                self.command[0],
+                self.command,
+                dict(os.environ),
+                file_actions=[
+                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                    (os.POSIX_SPAWN_DUP2, out_w, 1),
+                    (os.POSIX_SPAWN_DUP2, err_w, 2),
+                ],
+                setsigdef=(signal.SIGPIPE, signal.SIGXFSZ, *_FORWARDED),
+                setsigmask=(),
+            )
+        finally:
+            os.close(out_w)
+            os.close(err_w)
+        for fd, stream in ((out_r, "stdout"), (err_r, "stderr")):
+            os.set_blocking(fd, False)
+            self.splitters[fd] = (stream, LineSplitter())
+            self.selector.register(fd, selectors.EVENT_READ)
+        self.writer.system(f"started pid {self.pid}: {' '.join(self.command)}")
+
+    def _forward(self, signum: int, _frame: FrameType | None) -> None:
+        """Pass a stop signal on to the whole group once, without receiving it back."""
+        self.stop_signal = signum
+        if not self.pid:
+            return  # nothing to pass it to yet: run() will not start the app
+        signal.signal(signum, signal.SIG_IGN)
+        try:
+            os.killpg(os.getpgrp(), signum)
+        finally:
+            signal.signal(signum, self._forward)
+
+    def _pump(self, timeout: float) -> None:
+        batch: list[tuple[str, str]] = []
+        for key, _ in self.selector.select(timeout):
+            fd = int(key.fd)
+            if fd not in self.splitters:
+                with contextlib.suppress(OSError):
+                    while os.read(fd, 4096):  # the wake-up pipe: signals arrived
+                        pass
+                continue
+            stream, splitter = self.splitters[fd]
+            try:
+                data = os.read(fd, 65536)
+            except BlockingIOError:
+                continue
+            except OSError:
+                data = b""
+            if data:
+                batch.extend((stream, text) for text in splitter.feed(data))
+            else:
+                batch.extend((stream, text) for text in splitter.flush())
+                self._close(fd)
+        self.writer.write(batch)
+
+    def _pump_until(self, done: Callable[[], bool], *, within: float) -> None:
+        deadline = time.monotonic() + within
+        while not done() and (left := deadline - time.monotonic()) > 0:
+            self._pump(min(left, 0.1))
+            self._reap()
+
+    def _reap(self) -> None:
+        """Reap every exited child (the app, and orphans re-parented to this subreaper)."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid == self.pid:
+                self.status = status
+
+    def _leftovers(self) -> list[ProcStat]:
+        me = os.getpid()
+        procs = all_procs()
+        found = {p.pid: p for p in group_members(os.getpgrp(), procs) if p.pid != me}
+        found.update((p.pid, p) for p in descendants(me, procs))
+        return list(found.values())
+
+    def _stop_leftovers(self) -> None:
+        leftovers = self._leftovers()
+        if not leftovers:
+            return
+        self.writer.system(f"stopping {len(leftovers)} leftover process(es) of the app")
+        for proc in leftovers:
+            signal_quietly(proc.pid, signal.SIGTERM, proc.start_ticks)
+        self._pump_until(lambda: not self._leftovers(), within=self.grace_s)
+        for _ in range(3):
+            remaining = self._leftovers()
+            if not remaining:
+                return
+            for proc in remaining:
+                signal_quietly(proc.pid, signal.SIGKILL, proc.start_ticks)
+            self._pump_until(lambda: not self._leftovers(), within=1.0)
+
+    def _flush(self) -> None:
+        batch: list[tuple[str, str]] = []
+        for fd, (stream, splitter) in list(self.splitters.items()):
+            batch.extend((stream, text) for text in splitter.flush())
+            self._close(fd)
+        self.writer.write(batch)
+
+    def _close(self, fd: int) -> None:
+        self.splitters.pop(fd, None)
+        with contextlib.suppress(KeyError, ValueError):
+            self.selector.unregister(fd)
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+    def _report_exit(self, status: int | None) -> int:
+        code = os.waitstatus_to_exitcode(status) if status is not None else 1
+        if code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            self.writer.system(f"pid {self.pid} killed by {name}")
+            return 128 - code
+        self.writer.system(f"pid {self.pid} exited with code {code}")
+        return code
+
+
+def _ignore(_signum: int, _frame: FrameType | None) -> None:
+    """A Python-level handler, so that SIGCHLD wakes the selector through the wake-up fd."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    summary = (__doc__ or "").split("\n")[0]
+    parser = argparse.ArgumentParser(prog="appdeck-shim", description=summary)
+    parser.add_argument("--log", required=True, type=Path, help="the release's runtime.log")
+    parser.add_argument("--instance", required=True, type=int)
+    parser.add_argument("--max-bytes", type=int, default=LOG_MAX_BYTES)
+    parser.add_argument("--cwd", type=Path, default=None)
+    parser.add_argument("--grace", type=float, default=2.0, help="for leftovers, in seconds")
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("no command given (after --)")
+    writer = LogWriter(args.log, max_bytes=args.max_bytes, instance=args.instance)
+    try:
+        return Shim(command, writer, grace_s=args.grace, cwd=args.cwd).run()
+    except BaseException:  # noqa: BLE001 - the last resort of the instance's root process
+        # A defect in the shim: say so, then take the app down with us rather than leave it
+        # running with nobody reading its output.
+        traceback.print_exc()
+        writer.system("the instance shim failed; stopping the instance")
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        with contextlib.suppress(OSError):
+            os.killpg(os.getpgrp(), signal.SIGKILL)
+        return 70
+
+
+if __name__ == "__main__":
+    sys.exit(main())
