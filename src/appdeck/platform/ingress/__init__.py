@@ -1,0 +1,34 @@
+"""The ingress router: ``Host: <app>.localhost`` → the app's live release (weighted for
+canaries), on its own port, with per-release counters for canary analysis.
+
+    routes = RouteTable()
+    routes.set("blog", [Backend("r7", 90, ["127.0.0.1:9101"]), Backend("r8", 10, [...])])
+    server = IngressServer(routes, Counters(), port=8088)
+    port = await server.start()
+"""
+
+from appdeck.platform.ingress.proxy import IngressProxy, ProxyConfig, error_page
+from appdeck.platform.ingress.routes import (
+    APP_NAME,
+    Backend,
+    Counters,
+    Mark,
+    ReleaseStats,
+    Resolved,
+    RouteTable,
+)
+from appdeck.platform.ingress.server import IngressServer
+
+__all__ = [
+    "APP_NAME",
+    "Backend",
+    "Counters",
+    "IngressProxy",
+    "IngressServer",
+    "Mark",
+    "ProxyConfig",
+    "ReleaseStats",
+    "Resolved",
+    "RouteTable",
+    "error_page",
+]

@@ -1,0 +1,396 @@
+"""Which release answers a Host, and how each release is doing.
+
+:class:`RouteTable` maps an app name to its backends (one per release that may take traffic,
+with a weight); :meth:`RouteTable.resolve` turns a ``Host`` header into an upstream address by
+weight (canaries) and round robin (instances). :class:`Counters` counts what each release
+answered, for canary analysis.
+
+Both are plain synchronous objects: every method runs to completion without awaiting, so on
+one event loop they are atomic. Writers may also call from another thread: a route change
+builds a new immutable route and swaps it in under a lock, and readers never lock.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import threading
+import time
+from bisect import bisect_right
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+APP_NAME = re.compile(r"[a-z0-9-]{1,63}")
+_APP_NAME_BYTES = re.compile(rb"[a-z0-9-]{1,63}")
+_DOMAIN = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*")
+_UPSTREAM = re.compile(r"127\.0\.0\.1:([1-9][0-9]{0,4})")
+_RELEASE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+UPSTREAM_HOST = "127.0.0.1"
+"""The only address the ingress ever forwards to: apps listen on loopback."""
+
+_HOST_CACHE_SIZE = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class Backend:
+    """One release that may take an app's traffic.
+
+    ``weight`` is its share of requests in percent (0..100; 0 keeps it routable for nothing,
+    e.g. the old set of a blue/green switch, kept warm). ``upstreams`` are its instances,
+    ``"127.0.0.1:<port>"`` each, used round robin. A list is accepted and kept as a tuple.
+    """
+
+    release_id: str
+    weight: int
+    upstreams: Sequence[str] = field(default=())
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.release_id, str) or not _RELEASE_ID.fullmatch(self.release_id):
+            raise ValueError(f"invalid release id {self.release_id!r}")
+        if type(self.weight) is not int or not 0 <= self.weight <= 100:
+            raise ValueError(f"release {self.release_id}: weight must be an int in 0..100")
+        upstreams = tuple(self.upstreams)
+        for upstream in upstreams:
+            if not isinstance(upstream, str):
+                raise ValueError(f"release {self.release_id}: upstream {upstream!r} is no str")
+            match = _UPSTREAM.fullmatch(upstream)
+            if match is None or int(match.group(1)) > 65535:
+                raise ValueError(
+                    f"release {self.release_id}: upstream {upstream!r} is not 127.0.0.1:<port>"
+                )
+        if len(set(upstreams)) != len(upstreams):
+            raise ValueError(f"release {self.release_id}: an upstream is listed twice")
+        if self.weight > 0 and not upstreams:
+            raise ValueError(f"release {self.release_id}: weight {self.weight} but no upstreams")
+        object.__setattr__(self, "upstreams", upstreams)
+
+
+class Resolved(NamedTuple):
+    """Where one request goes: the app, the release chosen by weight, its next instance
+    (round robin), and the instance after it (``fallback``, tried once when ``upstream``
+    refuses the connection; ``None`` when the release has one instance)."""
+
+    app_name: str
+    backend: Backend
+    upstream: str
+    fallback: str | None
+
+
+class _Route:
+    """An app's backends, frozen; only the round-robin positions change."""
+
+    __slots__ = ("backends", "cumulative", "live", "name", "positions")
+
+    def __init__(self, name: str, backends: tuple[Backend, ...]) -> None:
+        self.name = name
+        self.backends = backends
+        self.live = tuple(b for b in backends if b.weight > 0)
+        total = 0
+        cumulative = []
+        for backend in self.live:
+            total += backend.weight
+            cumulative.append(total)
+        self.cumulative = cumulative
+        self.positions = [0] * len(self.live)
+
+
+class RouteTable:
+    """App name → weighted backends, and ``Host`` header → upstream.
+
+    A host matches ``<app>.localhost`` or ``<app>.<domain>`` for each of ``extra_domains``;
+    case-insensitive, with any ``:port`` and a trailing dot ignored. ``<app>`` is a slug,
+    ``[a-z0-9-]{1,63}``. ``rng`` chooses among canary backends (inject a seeded
+    :class:`random.Random` in tests).
+    """
+
+    def __init__(
+        self, *, extra_domains: Iterable[str] = (), rng: random.Random | None = None
+    ) -> None:
+        domains = ["localhost"]
+        for domain in extra_domains:
+            domain = domain.lower().strip(".")
+            if not _DOMAIN.fullmatch(domain):
+                raise ValueError(f"invalid base domain {domain!r}")
+            if domain not in domains:
+                domains.append(domain)
+        self.domains: tuple[str, ...] = tuple(domains)
+        self._suffixes = tuple(("." + d).encode() for d in domains)
+        self._rng = rng if rng is not None else random.Random()  # noqa: S311 - load spreading, not secrets
+        self._routes: dict[str, _Route] = {}
+        self._lock = threading.Lock()
+        self._names: dict[bytes, str | None] = {}
+
+    # --- writers -------------------------------------------------------------------------
+
+    def set(self, app_name: str, backends: Sequence[Backend]) -> None:
+        """Route ``app_name`` to ``backends``, replacing what it had; the next request sees it.
+
+        Weights must sum to 100, or all be 0 (or the list be empty): the app exists but has
+        no live release, and requests get a 503. Release ids must differ.
+        """
+        if not isinstance(app_name, str) or not APP_NAME.fullmatch(app_name):
+            raise ValueError(f"invalid app name {app_name!r}: want [a-z0-9-]{{1,63}}")
+        frozen = tuple(backends)
+        for backend in frozen:
+            if not isinstance(backend, Backend):
+                raise ValueError(f"{backend!r} is not a Backend")
+        ids = [b.release_id for b in frozen]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"app {app_name}: a release is listed twice")
+        total = sum(b.weight for b in frozen)
+        if total not in (0, 100):
+            raise ValueError(f"app {app_name}: weights sum to {total}, want 100 (or all 0)")
+        route = _Route(app_name, frozen)
+        with self._lock:
+            self._routes[app_name] = route
+
+    def remove(self, app_name: str) -> None:
+        """Forget ``app_name``: its host gets a 404 from now on. No error if unknown."""
+        with self._lock:
+            self._routes.pop(app_name, None)
+
+    # --- readers -------------------------------------------------------------------------
+
+    def get(self, app_name: str) -> list[Backend] | None:
+        """The backends of ``app_name`` as last set, or ``None`` when it has no route."""
+        route = self._routes.get(app_name)
+        return None if route is None else list(route.backends)
+
+    def apps(self) -> list[str]:
+        """The routed app names, sorted."""
+        return sorted(self._routes)
+
+    def __contains__(self, app_name: object) -> bool:
+        return app_name in self._routes
+
+    def app_name(self, host_header: bytes) -> str | None:
+        """The app a ``Host`` header names (whether or not it is routed), or ``None``."""
+        try:
+            return self._names[host_header]
+        except KeyError:
+            pass
+        name = self._parse(host_header)
+        if len(self._names) >= _HOST_CACHE_SIZE:
+            self._names.clear()
+        self._names[host_header] = name
+        return name
+
+    def _parse(self, host_header: bytes) -> str | None:
+        host = host_header.strip().lower()
+        if host.startswith(b"["):  # an IPv6 literal never names an app
+            return None
+        head, colon, port = host.rpartition(b":")
+        if colon:
+            if not port.isdigit():
+                return None
+            host = head
+        host = host.removesuffix(b".")
+        for suffix in self._suffixes:
+            if host.endswith(suffix):
+                label = host[: -len(suffix)]
+                if _APP_NAME_BYTES.fullmatch(label):
+                    return label.decode("ascii")
+                return None
+        return None
+
+    def resolve(self, host_header: bytes) -> Resolved | None:
+        """The upstream for a request with this ``Host``; ``None`` when the host names no
+        routed app or the app has no live release (tell them apart with :meth:`app_name`
+        and ``in``)."""
+        name = self.app_name(host_header)
+        if name is None:
+            return None
+        route = self._routes.get(name)
+        if route is None:
+            return None
+        live = route.live
+        if len(live) == 1:
+            index = 0
+        elif live:
+            index = bisect_right(route.cumulative, self._rng.random() * 100.0)
+        else:
+            return None
+        backend = live[index]
+        upstreams = backend.upstreams
+        count = len(upstreams)
+        if count == 1:
+            return Resolved(name, backend, upstreams[0], None)
+        position = route.positions[index]
+        route.positions[index] = (position + 1) % count
+        return Resolved(name, backend, upstreams[position], upstreams[(position + 1) % count])
+
+
+# --- counters ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseStats:
+    """What one release answered (through the ingress) over some span.
+
+    ``requests`` counts responses by their status: ``status_2xx`` … ``status_5xx``. The 502
+    and 504 the ingress generated itself (upstream refused, reset, timed out or answered
+    garbage) are in ``status_5xx`` *and* ``upstream_errors``. ``aborted`` counts responses
+    cut short after they had started (the upstream failed or the client left mid-body); they
+    are counted once more here, not in ``requests``. ``latency_sum`` is the seconds from the
+    request reaching the ingress to the response headers leaving it (so a long stream counts
+    by its time to first byte).
+    """
+
+    requests: int = 0
+    status_1xx: int = 0
+    status_2xx: int = 0
+    status_3xx: int = 0
+    status_4xx: int = 0
+    status_5xx: int = 0
+    upstream_errors: int = 0
+    aborted: int = 0
+    latency_sum: float = 0.0
+    seconds: float = 0.0
+    """How long the span lasted: since the counters began (or were reset), or since the mark."""
+
+    @property
+    def error_rate(self) -> float:
+        """5xx responses per request (0.0 when there were none)."""
+        return self.status_5xx / self.requests if self.requests else 0.0
+
+    @property
+    def mean_latency(self) -> float:
+        return self.latency_sum / self.requests if self.requests else 0.0
+
+
+class ReleaseCounter:
+    """The live counters of one (app, release); the proxy updates them in place."""
+
+    __slots__ = ("aborted", "by_class", "epoch", "latency_sum", "started", "upstream_errors")
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+        self.started = time.monotonic()
+        self.by_class = [0, 0, 0, 0, 0, 0]
+        self.upstream_errors = 0
+        self.aborted = 0
+        self.latency_sum = 0.0
+
+    def record(self, status: int, latency: float, upstream_error: bool = False) -> None:
+        """One response: its status, and the seconds until its headers were sent."""
+        self.by_class[status // 100 if 100 <= status < 600 else 5] += 1
+        self.latency_sum += latency
+        if upstream_error:
+            self.upstream_errors += 1
+
+    def stats(self) -> ReleaseStats:
+        by_class = self.by_class
+        return ReleaseStats(
+            requests=sum(by_class),
+            status_1xx=by_class[1],
+            status_2xx=by_class[2],
+            status_3xx=by_class[3],
+            status_4xx=by_class[4],
+            status_5xx=by_class[5],
+            upstream_errors=self.upstream_errors,
+            aborted=self.aborted,
+            latency_sum=self.latency_sum,
+            seconds=time.monotonic() - self.started,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Mark:
+    """A point in one release's counters; :meth:`Counters.since` measures from it."""
+
+    app_name: str
+    release_id: str
+    epoch: int
+    at: float
+    stats: ReleaseStats
+
+
+class Counters:
+    """Per-(app, release) response counters, for canary analysis and metrics.
+
+    ``snapshot(app)`` gives the totals; ``mark`` / ``since`` give a window (what a canary
+    did since its step began); ``reset`` starts a release over.
+    """
+
+    def __init__(self) -> None:
+        self._cells: dict[tuple[str, str], ReleaseCounter] = {}
+        self._no_release: dict[str, int] = {}
+        self._epoch = 0
+
+    def counter(self, app_name: str, release_id: str) -> ReleaseCounter:
+        """The live counter of (app, release), created on first use (the proxy's hot path)."""
+        key = (app_name, release_id)
+        cell = self._cells.get(key)
+        if cell is None:
+            self._epoch += 1
+            cell = self._cells[key] = ReleaseCounter(self._epoch)
+        return cell
+
+    def record(
+        self,
+        app_name: str,
+        release_id: str,
+        status: int,
+        latency: float,
+        *,
+        upstream_error: bool = False,
+    ) -> None:
+        self.counter(app_name, release_id).record(status, latency, upstream_error)
+
+    def record_no_release(self, app_name: str) -> None:
+        """A request for ``app_name`` answered 503 because no release was live."""
+        self._no_release[app_name] = self._no_release.get(app_name, 0) + 1
+
+    def no_release(self, app_name: str) -> int:
+        """How many requests for ``app_name`` found no live release."""
+        return self._no_release.get(app_name, 0)
+
+    def snapshot(self, app_name: str) -> dict[str, ReleaseStats]:
+        """Release id → its totals, for every release of ``app_name`` that was counted."""
+        return {
+            release: cell.stats()
+            for (app, release), cell in list(self._cells.items())
+            if app == app_name
+        }
+
+    def get(self, app_name: str, release_id: str) -> ReleaseStats:
+        """The totals of one release (all zero if it never answered)."""
+        cell = self._cells.get((app_name, release_id))
+        return ReleaseStats() if cell is None else cell.stats()
+
+    def reset(self, app_name: str, release_id: str) -> None:
+        """Start the release's counters over (marks taken before now measure from here)."""
+        self._epoch += 1
+        self._cells[(app_name, release_id)] = ReleaseCounter(self._epoch)
+
+    def forget(self, app_name: str) -> None:
+        """Drop every counter of ``app_name`` (the app was deleted)."""
+        for key in [k for k in self._cells if k[0] == app_name]:
+            del self._cells[key]
+        self._no_release.pop(app_name, None)
+
+    def mark(self, app_name: str, release_id: str) -> Mark:
+        """Remember where the release's counters stand now."""
+        cell = self.counter(app_name, release_id)
+        return Mark(app_name, release_id, cell.epoch, time.monotonic(), cell.stats())
+
+    def since(self, mark: Mark) -> ReleaseStats:
+        """What the release answered after ``mark`` (after its reset, if it was reset since)."""
+        cell = self.counter(mark.app_name, mark.release_id)
+        now = cell.stats()
+        if cell.epoch != mark.epoch:
+            return now
+        base = mark.stats
+        return ReleaseStats(
+            requests=now.requests - base.requests,
+            status_1xx=now.status_1xx - base.status_1xx,
+            status_2xx=now.status_2xx - base.status_2xx,
+            status_3xx=now.status_3xx - base.status_3xx,
+            status_4xx=now.status_4xx - base.status_4xx,
+            status_5xx=now.status_5xx - base.status_5xx,
+            upstream_errors=now.upstream_errors - base.upstream_errors,
+            aborted=now.aborted - base.aborted,
+            latency_sum=now.latency_sum - base.latency_sum,
+            seconds=time.monotonic() - mark.at,
+        )

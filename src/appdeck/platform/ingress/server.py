@@ -1,0 +1,138 @@
+"""The ingress router's own listener: uvicorn (httptools) serving :class:`IngressProxy`
+in-process, on a socket of its own (``127.0.0.1:8088`` by default; port 0 picks one)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Iterator
+
+import uvicorn
+
+from appdeck.platform.ingress.proxy import IngressProxy, ProxyConfig
+from appdeck.platform.ingress.routes import Counters, RouteTable
+
+log = logging.getLogger("appdeck.ingress")
+
+
+class _EmbeddedServer(uvicorn.Server):
+    """A uvicorn server that leaves the process's signal handlers alone (its host owns them)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+class IngressServer:
+    """Run the ingress router: ``port = await server.start()`` … ``await server.stop()``.
+
+    ``graceful_shutdown`` is how long :meth:`stop` lets in-flight responses (streams
+    included) finish before cutting them.
+    """
+
+    def __init__(
+        self,
+        routes: RouteTable,
+        counters: Counters,
+        host: str = "127.0.0.1",
+        port: int = 8088,
+        *,
+        config: ProxyConfig | None = None,
+        graceful_shutdown: float = 5.0,
+        keep_alive: float = 15.0,
+    ) -> None:
+        self.routes = routes
+        self.counters = counters
+        self.host = host
+        self.port = port
+        self.proxy = IngressProxy(routes, counters, config)
+        self.graceful_shutdown = graceful_shutdown
+        self.keep_alive = keep_alive
+        self._server: _EmbeddedServer | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._socket: socket.socket | None = None
+
+    def url_for(self, app_name: str) -> str:
+        """The URL an app is reached at through this router."""
+        return f"http://{app_name}.{self.routes.domains[0]}:{self.port}"
+
+    async def start(self) -> int:
+        """Listen and serve; the actual port (useful when ``port`` was 0)."""
+        if self._task is not None:
+            raise RuntimeError("the ingress server is already running")
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets that say TCP, and
+        # uvicorn writes headers and body separately (Nagle would hold the body ~40 ms)
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self.host, self.port))
+            sock.listen(2048)
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            raise
+        self._socket = sock
+        self.port = sock.getsockname()[1]
+        self.proxy.closing = False
+        config = uvicorn.Config(
+            self.proxy,
+            interface="asgi3",
+            http="httptools",
+            ws="auto",  # upgrades reach the proxy, which refuses them (403)
+            lifespan="off",
+            access_log=False,
+            log_config=None,
+            server_header=False,
+            date_header=False,  # the app's own Date passes through
+            proxy_headers=False,
+            timeout_keep_alive=int(self.keep_alive),
+            # stop() ends what is left itself, before uvicorn would cancel it
+            timeout_graceful_shutdown=round(self.graceful_shutdown) + 3,
+            backlog=2048,
+        )
+        server = self._server = _EmbeddedServer(config)
+        task = self._task = asyncio.create_task(server.serve(sockets=[sock]))
+        async with asyncio.timeout(10):
+            while not server.started:
+                if task.done():
+                    self._task = None
+                    sock.close()
+                    task.result()  # raises what stopped it
+                    raise RuntimeError("the ingress server stopped while starting")
+                await asyncio.sleep(0.002)
+        log.info("ingress router listening on http://%s:%d", self.host, self.port)
+        return self.port
+
+    async def stop(self) -> None:
+        """Stop listening; let in-flight responses finish for up to ``graceful_shutdown``
+        seconds, then cut what is left (event streams end cleanly) and close every upstream
+        connection. Safe to call twice."""
+        server, task, sock = self._server, self._task, self._socket
+        self._server = self._task = self._socket = None
+        if server is None or task is None:
+            return
+        loop = asyncio.get_running_loop()
+        server.should_exit = True  # uvicorn closes the listener and idle connections
+        deadline = loop.time() + self.graceful_shutdown
+        while self.proxy.inflight and loop.time() < deadline:  # noqa: ASYNC110 - bounded
+            await asyncio.sleep(0.02)
+        await self.proxy.aclose()
+        try:
+            async with asyncio.timeout(5):
+                await asyncio.shield(task)
+        except TimeoutError:
+            server.force_exit = True
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        finally:
+            if sock is not None:
+                sock.close()
+        # handlers cut short unwind now
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(2):
+                while self.proxy.inflight:  # noqa: ASYNC110 - a bounded poll of a counter
+                    await asyncio.sleep(0.01)
