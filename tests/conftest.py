@@ -29,6 +29,9 @@ POSTGRES_URL = os.environ.get(
 
 T = TypeVar("T")
 
+# every Services a test starts picks a free ingress port (a dev server may hold 8088)
+os.environ.setdefault("APPDECK_INGRESS_PORT", "0")
+
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:

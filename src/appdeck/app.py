@@ -25,7 +25,12 @@ from appdeck.auth.server.metadata import protected_resource
 from appdeck.auth.tokens import TokenIssuer, TokenVerifier
 from appdeck.events.bus import InProcessBus
 from appdeck.platform.changes import Change
+from appdeck.platform.deploy.ingress_router import IngressRouter
+from appdeck.platform.ingress.routes import Counters, RouteTable
+from appdeck.platform.ingress.server import IngressServer
+from appdeck.platform.runtime.local import LocalDriver
 from appdeck.platform.services import Platform, PlatformConfig
+from appdeck.prompts.deploy import register as register_deploy_prompts
 from appdeck.protocol.registry import Registry
 from appdeck.protocol.server import McpServer, ServerInfo
 from appdeck.protocol.sessions import SessionManager
@@ -65,6 +70,7 @@ class Services:
     bearer: BearerAuthenticator | None = None
     authorization_server: AuthorizationServer | None = None
     platform: Platform | None = None
+    ingress: IngressServer | None = None
     port: int = 0
     _background: list[asyncio.Task[None]] = field(default_factory=list, repr=False)
     _stopping: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
@@ -95,6 +101,10 @@ class Services:
             )
         hub = StreamHub(storage.events, InProcessBus())
         registry = Registry()
+        instance_id = secrets.token_hex(8)
+        table, counters = RouteTable(), Counters()
+        ingress = IngressServer(table, counters, host=settings.host, port=settings.ingress_port)
+        ingress_port = await ingress.start()
         platform = Platform.build(
             storage.engine,
             identities,
@@ -104,16 +114,19 @@ class Services:
                 source_roots=settings.source_roots or [Path.cwd()],
                 max_apps_per_tenant=settings.max_apps_per_tenant,
                 ingress_host=settings.host,
-                ingress_port=settings.ingress_port,
+                ingress_port=ingress_port,
             ),
+            driver=LocalDriver(settings.data_dir / "runtime"),
+            router=IngressRouter(table, counters),
+            instance_id=instance_id,
         )
         register_tools(registry, platform)
         register_app_resources(registry, platform)
+        register_deploy_prompts(registry, platform)
         if settings.with_conformance_fixtures:
             from appdeck.fixtures.conformance import register as register_fixtures
 
             register_fixtures(registry)
-        instance_id = secrets.token_hex(8)
         sessions = SessionManager(
             storage.sessions,
             idle_timeout=settings.session_idle_seconds,
@@ -154,9 +167,17 @@ class Services:
             bearer=bearer,
             authorization_server=authz,
             platform=platform,
+            ingress=ingress,
             port=port,
         )
         platform.feed.subscribe(services._announce)
+        interrupted, restored = await platform.start()
+        if interrupted or restored:
+            log.warning(
+                "after restart: %d interrupted deployment(s) failed, %d live app(s) restored",
+                interrupted,
+                restored,
+            )
         reconciled = await tasks.reconcile({})
         if reconciled:
             log.warning("reconciled %d task(s) left working by a previous process", reconciled)
@@ -207,7 +228,9 @@ class Services:
         await self.server.tasks.expire()
         await self.storage.events.trim(time.time() - self.settings.event_retention_seconds)
 
-    async def stop(self) -> None:
+    async def stop(self, *, stop_apps: bool = False) -> None:
+        """Stop the server. Apps keep running for the next start to adopt, unless
+        ``stop_apps`` (tests, ``appdeck serve --stop-apps-on-exit``)."""
         # background loops stop between database writes; cancelling one mid-write would leave
         # a transaction open on a pooled connection
         self._stopping.set()
@@ -220,6 +243,13 @@ class Services:
         await self.server.tasks.shutdown()
         with contextlib.suppress(Exception):
             await self.sweep()
+        if self.platform is not None:
+            if stop_apps:
+                for release_id in await self.platform.driver.releases():
+                    await self.platform.driver.stop(release_id)
+            await self.platform.driver.detach()  # apps keep running; the next start adopts them
+        if self.ingress is not None:
+            await self.ingress.stop()
         await self.audit.close()
         if self.bearer is not None:
             await self.bearer.close()

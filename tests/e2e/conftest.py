@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -18,10 +20,13 @@ async def launch_appdeck(tmp_path: Path) -> AsyncIterator[Launcher]:
     started at teardown (SIGTERM, then SIGKILL after a bound)."""
     started: list[AppDeckProcess] = []
 
-    async def launch(data_dir: Path | None = None) -> AppDeckProcess:
+    async def launch(
+        data_dir: Path | None = None, env: dict[str, str] | None = None
+    ) -> AppDeckProcess:
         server = await start_appdeck(
             data_dir or tmp_path / "data",
             log_dir=tmp_path / "logs",
+            env=env,
             name=f"appdeck{len(started)}",
         )
         started.append(server)
@@ -30,6 +35,21 @@ async def launch_appdeck(tmp_path: Path) -> AsyncIterator[Launcher]:
     yield launch
     for server in reversed(started):
         await server.stop()
+    reap_apps(tmp_path)
+
+
+def reap_apps(under: Path) -> None:
+    """Kill app processes a test left running (the server keeps apps alive across its own
+    restarts, by design): every process group whose command line names ``under``."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if str(under) in cmdline and "shim" in cmdline:
+                os.killpg(os.getpgid(int(entry.name)), signal.SIGKILL)
+        except (OSError, ProcessLookupError):
+            continue
 
 
 @pytest.fixture

@@ -36,6 +36,8 @@ def serve_command(data_dir: Path, *, dev: bool = True) -> list[str]:
         "--data-dir",
         str(data_dir),
         "--with-conformance-fixtures",
+        "--ingress-port",
+        "0",
     ]
     return [*command, "--dev"] if dev else command
 
@@ -113,6 +115,7 @@ async def start_appdeck(
     dev: bool = True,
     name: str = "appdeck",
     within: float = 20.0,
+    env: dict[str, str] | None = None,
 ) -> AppDeckProcess:
     """Run ``appdeck serve --port 0 --data-dir DATA_DIR --with-conformance-fixtures [--dev]``
     and wait (at most ``within`` seconds) for the line that gives its URL (and, with
@@ -124,7 +127,7 @@ async def start_appdeck(
             stdin=asyncio.subprocess.DEVNULL,
             stdout=out,
             stderr=err,
-            env=clean_env(),
+            env=clean_env() | (env or {}),
             start_new_session=True,  # a Ctrl-C on pytest is not also delivered to the server
         )
     server = AppDeckProcess(process, "", data_dir, stdout_path, stderr_path)

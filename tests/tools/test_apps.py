@@ -152,3 +152,39 @@ async def test_the_apps_resources_follow_the_platform(world: World) -> None:
     assert not await world.services.hub.log.replay(
         eve.session, "g", 0
     )  # other tenants hear nothing
+
+
+async def test_the_deploy_prompts_are_filled_from_the_platform(world: World) -> None:
+    bob = await world.caller("bob")
+    app_id = (await bob.ok("register_app", name="shop"))["app_id"]
+    listed = {p["name"] for p in (await bob.rpc("prompts/list"))["result"]["prompts"]}
+    assert {"deploy_app_safely", "debug_failed_deploy"} <= listed
+    safe = await bob.rpc(
+        "prompts/get",
+        {"name": "deploy_app_safely", "arguments": {"app_id": str(app_id), "strategy": "canary"}},
+    )
+    text = safe["result"]["messages"][0]["content"]["text"]
+    assert "shop" in text
+    assert "canary" in text
+    assert "preflight_check" in text
+    none_failed = await bob.rpc(
+        "prompts/get", {"name": "debug_failed_deploy", "arguments": {"app_id": str(app_id)}}
+    )
+    assert "did not fail" in none_failed["result"]["messages"][0]["content"]["text"]
+    missing = await bob.rpc("prompts/get", {"name": "deploy_app_safely", "arguments": {}})
+    assert missing["error"]["code"] == -32602
+
+
+async def test_a_prompt_for_another_tenants_app_is_invalid_params_not_internal(
+    world: World,
+) -> None:
+    bob = await world.caller("bob")
+    app_id = (await bob.ok("register_app", name="shop"))["app_id"]
+    eve = await world.caller("eve", "globex")
+    reply = await eve.rpc(
+        "prompts/get", {"name": "deploy_app_safely", "arguments": {"app_id": str(app_id)}}
+    )
+    assert reply["error"]["code"] == -32602
+    assert reply["error"]["data"]["code"] == "not_found"
+    bad = await eve.rpc("prompts/get", {"name": "deploy_app_safely", "arguments": {"app_id": "x"}})
+    assert bad["error"]["code"] == -32602

@@ -68,7 +68,10 @@ async def _serve(settings: Any, dev: bool) -> None:
     from appdeck.runtime import tune_gc
 
     logs.configure(settings.log_level, settings.log_format)
-    sock = socket.socket(socket.AF_INET6 if ":" in settings.host else socket.AF_INET)
+    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+    # IPPROTO_TCP explicitly: with protocol 0, plain asyncio sets no TCP_NODELAY on accepted
+    # connections, and uvicorn's two writes per response then wait ~40 ms for Nagle
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((settings.host, settings.port))
     sock.listen(2048)  # connections queue from now on, so the printed URL is usable at once

@@ -8,10 +8,15 @@ from pathlib import Path
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from appdeck.platform.apps import AppService
-from appdeck.platform.changes import ChangeFeed
+from appdeck.platform.changes import Change, ChangeFeed
 from appdeck.platform.crypto import Sealer
+from appdeck.platform.deploy.engine import DeployService, Operations
+from appdeck.platform.deploy.ingress_router import IngressRouter
+from appdeck.platform.deploy.local import LocalRuntime
 from appdeck.platform.env import EnvService
-from appdeck.storage.apps import AppStore
+from appdeck.platform.runtime.driver import RuntimeDriver
+from appdeck.storage.apps import AppRecord, AppStore
+from appdeck.storage.deployments import DeploymentStore
 from appdeck.storage.identity import IdentityStore
 
 
@@ -33,11 +38,22 @@ class Platform:
     feed: ChangeFeed
     apps: AppService
     env: EnvService
+    deploys: DeployService
+    ops: Operations
+    driver: RuntimeDriver
+    router: IngressRouter
     config: PlatformConfig
 
     @classmethod
     def build(
-        cls, engine: AsyncEngine, identities: IdentityStore, config: PlatformConfig
+        cls,
+        engine: AsyncEngine,
+        identities: IdentityStore,
+        config: PlatformConfig,
+        *,
+        driver: RuntimeDriver,
+        router: IngressRouter,
+        instance_id: str,
     ) -> Platform:
         feed = ChangeFeed()
         apps = AppService(
@@ -48,5 +64,39 @@ class Platform:
             max_apps=config.max_apps_per_tenant,
             url_of=config.url_of,
         )
-        env = EnvService(apps, Sealer.from_settings(config.secret_key, config.data_dir), feed)
-        return cls(feed=feed, apps=apps, env=env, config=config)
+        sealer = Sealer.from_settings(config.secret_key, config.data_dir)
+        env = EnvService(apps, sealer, feed)
+        deploys = DeployService(
+            apps,
+            env,
+            DeploymentStore(engine),
+            LocalRuntime(driver),
+            router,
+            feed,
+            sealer,
+            instance_id=instance_id,
+        )
+        platform = cls(feed, apps, env, deploys, Operations(deploys), driver, router, config)
+        apps.on_delete(platform._remove_app)
+        feed.subscribe(platform._follow)
+        return platform
+
+    async def start(self) -> tuple[int, int]:
+        """After a restart: route every app (503 until it has a live release), then end
+        interrupted deployments and bring live releases back."""
+        for app in await self.apps.store.all_apps():
+            self.router.unroute(app.name)
+        return await self.ops.reconcile()
+
+    async def _remove_app(self, app: AppRecord) -> None:
+        prefix = f"{app.id}-"
+        for release_id in await self.driver.releases():
+            if release_id.startswith(prefix):
+                await self.driver.remove(release_id)
+        self.router.forget(app.name)
+
+    async def _follow(self, change: Change) -> None:
+        if change.kind == "app.created":
+            app = await self.apps.store.get(change.app_id)
+            if app is not None and app.name not in self.router.table:
+                self.router.unroute(app.name)

@@ -128,6 +128,16 @@ class ToolContext:
             params["message"] = message
         await self.send(jsonrpc.notification("notifications/progress", params))
 
+    async def report(
+        self, message: str, done: float | None = None, total: float | None = None
+    ) -> None:
+        """A step of long work: the task's status message (when running as a task) and a
+        progress notification (when the caller asked for progress)."""
+        if self.task is not None:
+            await self._tasks.note(self.task, message)
+        if done is not None:
+            await self.progress(done, total, message)
+
     async def close_stream(self) -> None:
         """End the response stream now (SSE polling); the client resumes it with GET."""
         if self._channel is not None:

@@ -151,11 +151,25 @@ class RateLimited(McpError):
         super().__init__("rate limited", {"retryAfterMs": retry_after_ms})
 
 
+def from_domain(exc: AppDeckError) -> McpError:
+    """A domain error raised outside a tool (prompts/get, completion...) as a JSON-RPC error:
+    the caller's mistakes are -32602, a permission is -32003, the rest -32603."""
+    from appdeck.common.errors import PermissionDenied
+
+    data = {"code": exc.code, **({"hint": exc.hint} if exc.hint else {})}
+    if isinstance(exc, PermissionDenied):
+        return Forbidden(exc.message, data)
+    if exc.code in ("invalid_argument", "not_found", "failed_precondition", "conflict"):
+        return InvalidParams(exc.message, data)
+    return InternalError("Internal error")
+
+
 def error_response(request_id: Any, exc: BaseException) -> dict[str, Any]:
     """The JSON-RPC error response for ``exc``. Only :class:`McpError` text reaches the wire."""
-    error = (
-        exc.to_error() if isinstance(exc, McpError) else InternalError("Internal error").to_error()
-    )
+    if isinstance(exc, AppDeckError):
+        exc = from_domain(exc)
+    internal = InternalError("Internal error")
+    error = exc.to_error() if isinstance(exc, McpError) else internal.to_error()
     return {"jsonrpc": "2.0", "id": request_id, "error": error}
 
 

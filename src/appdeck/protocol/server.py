@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from appdeck.common.errors import AppDeckError
 from appdeck.common.identity import Principal
 from appdeck.protocol import jsonrpc, versions
 from appdeck.protocol.call import Call
@@ -25,6 +26,7 @@ from appdeck.protocol.errors import (
     MethodNotFound,
     SessionRequired,
     error_response,
+    from_domain,
 )
 from appdeck.protocol.ports import Outbox
 from appdeck.protocol.prompts_feature import PromptsFeature
@@ -125,6 +127,9 @@ class McpServer:
             return None, 202
         except McpError as exc:
             return error_response(request_id, exc), exc.http_status
+        except AppDeckError as exc:
+            mapped = from_domain(exc)
+            return error_response(request_id, mapped), mapped.http_status
         except Exception as exc:
             log.exception("unhandled error in %s", message.get("method"))
             return error_response(request_id, exc), 500

@@ -234,6 +234,17 @@ class TaskManager:
             task.session_id, jsonrpc.notification("notifications/tasks/status", task.wire())
         )
 
+    async def note(self, task: Task, message: str) -> None:
+        """Change the status message of a running task (persisted, then announced)."""
+        if task.terminal:
+            return
+        task.status_message = message[:500]
+        task.updated_at = self._clock()
+        await self._store.update(task)
+        await self._outbox.to_session(
+            task.session_id, jsonrpc.notification("notifications/tasks/status", task.wire())
+        )
+
     # -- queries --------------------------------------------------------------------------
 
     async def get(self, principal: Principal, task_id: object) -> Task:

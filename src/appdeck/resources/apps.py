@@ -44,7 +44,9 @@ def register(registry: Registry, platform: Platform) -> None:
 
     async def read_deployments(uri: str, v: dict[str, str], ctx: ToolContext) -> list[JsonObject]:
         view = await apps.load(ctx.principal, _app_id(v), "deploy.read")
-        return _contents(uri, {"app_id": view.app.id, "deployments": []})
+        records = await platform.deploys.store.for_app(view.app.id, limit=50)
+        items = [r.public() for r in records]
+        return _contents(uri, {"app_id": view.app.id, "deployments": items})
 
     async def list_app_resources(ctx: ToolContext) -> list[JsonObject]:
         out: list[JsonObject] = []

@@ -153,6 +153,13 @@ class AppStore:
             rows = (await conn.execute(query)).all()
         return [(_app(r), r.member_role) for r in rows]
 
+    async def all_apps(self) -> list[AppRecord]:
+        """Every app of every tenant (start-up only)."""
+        async with self._engine.connect() as conn:
+            return [
+                _app(r) for r in (await conn.execute(sa.select(apps).order_by(apps.c.id))).all()
+            ]
+
     async def count(self, tenant_id: str) -> int:
         query = sa.select(sa.func.count()).select_from(apps).where(apps.c.tenant_id == tenant_id)
         async with self._engine.connect() as conn:

@@ -7,7 +7,7 @@ from appdeck.protocol.registry import Registry
 
 
 def register_all(registry: Registry, platform: Platform) -> None:
-    from appdeck.tools import apps, env_vars
+    from appdeck.tools import apps, deploy, env_vars
 
-    for tool in (*apps.tools(platform), *env_vars.tools(platform)):
+    for tool in (*apps.tools(platform), *env_vars.tools(platform), *deploy.tools(platform)):
         registry.add_tool(tool)

@@ -43,7 +43,7 @@ class FakeRuntime:
         self.running_.setdefault(release.release_id, {}).update(found)
         return list(found.values())
 
-    def crash_looping(self, release_id: str) -> bool:
+    async def crash_looping(self, release_id: str) -> bool:
         return False
 
 

@@ -12,10 +12,14 @@ import pytest
 from appdeck.auth.admin import IdentityAdmin
 from appdeck.common.errors import Conflict, FailedPrecondition, InvalidArgument
 from appdeck.common.identity import Principal
+from appdeck.platform.apps import AppService
+from appdeck.platform.changes import ChangeFeed
 from appdeck.platform.crypto import Sealer
 from appdeck.platform.deploy.engine import DeployService, Operations
-from appdeck.platform.services import Platform, PlatformConfig
+from appdeck.platform.env import EnvService
+from appdeck.platform.services import PlatformConfig
 from appdeck.storage import Storage
+from appdeck.storage.apps import AppStore
 from appdeck.storage.deployments import DeploymentStore
 from appdeck.storage.identity import IdentityStore
 
@@ -28,7 +32,8 @@ async def _no_wait(seconds: float) -> None:
 
 @dataclass
 class Rig:
-    platform: Platform
+    apps: AppService
+    env: EnvService
     deploys: DeployService
     ops: Operations
     runtime: FakeRuntime
@@ -41,7 +46,7 @@ class Rig:
         return (await self.deploys.run(app, record)).state
 
     async def spec(self, **patch: object) -> None:
-        await self.platform.apps.set_spec(self.alice, self.app_id, dict(patch))
+        await self.apps.set_spec(self.alice, self.app_id, dict(patch))
 
     async def states(self) -> dict[int, str]:
         return {d.number: d.state for d in await self.deploys.store.for_app(self.app_id)}
@@ -57,16 +62,26 @@ async def rig(storage: Storage, tmp_path: Path) -> Rig:
     user = await admin.create_user("acme", "alice", None, role="admin")
     alice = Principal("acme", user.id, kind="oauth")
     config = PlatformConfig(tmp_path, None, [tmp_path], 10, "127.0.0.1", 8088)
-    platform = Platform.build(storage.engine, identities, config)
+    feed = ChangeFeed()
+    apps = AppService(
+        AppStore(storage.engine),
+        identities,
+        feed,
+        source_roots=[tmp_path],
+        max_apps=10,
+        url_of=config.url_of,
+    )
+    sealer = Sealer.from_settings(None, tmp_path)
+    env = EnvService(apps, sealer, feed)
     runtime, router = FakeRuntime(), FakeRouter()
     deploys = DeployService(
-        platform.apps,
-        platform.env,
+        apps,
+        env,
         DeploymentStore(storage.engine),
         runtime,
         router,
-        platform.feed,
-        Sealer.from_settings(None, tmp_path),
+        feed,
+        sealer,
         instance_id="test",
         sleep=_no_wait,
     )
@@ -76,8 +91,8 @@ async def rig(storage: Storage, tmp_path: Path) -> Rig:
         "instances": 2,
         "canary": {"percent": 10, "steps": [10, 50, 100], "analysis_window_s": 0.1},
     }
-    app = await platform.apps.register(alice, "shop", spec)
-    return Rig(platform, deploys, Operations(deploys), runtime, router, alice, app.app.id)
+    app = await apps.register(alice, "shop", spec)
+    return Rig(apps, env, deploys, Operations(deploys), runtime, router, alice, app.app.id)
 
 
 async def test_a_first_deploy_goes_live_with_all_traffic(rig: Rig) -> None:
@@ -144,7 +159,7 @@ async def test_a_failed_build_leaves_the_live_release_serving(rig: Rig) -> None:
 
 async def test_an_unhealthy_release_fails_and_traffic_stays_on_the_old_one(rig: Rig) -> None:
     await rig.deploy()
-    await rig.platform.env.set_vars(rig.alice, rig.app_id, {"UNHEALTHY": "1"}, secret=False)
+    await rig.env.set_vars(rig.alice, rig.app_id, {"UNHEALTHY": "1"}, secret=False)
     assert await rig.deploy("blue_green") == "failed"
     assert rig.router.weights("shop") == {f"{rig.app_id}-1": 100}
     assert await rig.runtime.running(f"{rig.app_id}-2") == []

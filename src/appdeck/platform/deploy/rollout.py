@@ -160,7 +160,7 @@ async def canary(
 async def _analyse(r: Rollout, window_s: float, max_error_rate: float, percent: int) -> None:
     deadline = time.monotonic() + window_s
     while True:
-        if r.runtime.crash_looping(r.new.release_id):
+        if await r.runtime.crash_looping(r.new.release_id):
             raise CanaryRejected(f"the canary crashed repeatedly at {percent}%")
         requests, errors = r.router.window(r.name, r.new.release_id)
         if requests >= 10 and errors / requests > max_error_rate:

@@ -1,0 +1,154 @@
+"""Deployments through a real server process: a subscriber follows every state change, and a
+kill -9 in the middle of a deploy leaves the live app answering and the task terminal."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import httpx
+import mcp.types as types
+import pytest
+
+from tests.e2e.conftest import Launcher
+from tests.e2e.helpers import Inbox, official_client, raw_http, rpc
+from tests.support.mcp import initialize
+
+HELLO = Path(__file__).resolve().parents[1] / "fixtures" / "apps" / "hello"
+
+
+def _source(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    root = tmp_path / "src"
+    shutil.copytree(HELLO, root / "hello")
+    return root / "hello", {"APPDECK_SOURCE_ROOTS": json.dumps([str(root)])}
+
+
+async def _tool(http: httpx.AsyncClient, sid: str, name: str, args: dict[str, Any], id: int) -> Any:
+    reply = await rpc(http, sid, "tools/call", {"name": name, "arguments": args}, id=id)
+    result = reply["result"]
+    assert not result.get("isError"), result
+    return result["structuredContent"]
+
+
+def _spec(source: Path, **extra: Any) -> dict[str, Any]:
+    return {
+        "source_path": str(source),
+        "run_command": f"{sys.executable} app.py",
+        "health_check": {"path": "/healthz", "timeout_s": 2},
+        **extra,
+    }
+
+
+@pytest.mark.e2e
+async def test_a_subscriber_hears_every_deployment_state_change(
+    launch_appdeck: Launcher, tmp_path: Path
+) -> None:
+    source, env = _source(tmp_path)
+    server = await launch_appdeck(env=env)
+    inbox = Inbox()
+    async with asyncio.timeout(60), official_client(server, inbox) as client:
+        made = await client.call_tool("register_app", {"name": "hello", "spec": _spec(source)})
+        assert not made.is_error, made
+        app_id = made.structured_content["app_id"]
+        uri = f"appdeck://apps/{app_id}/deployments"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the SDK marks subscribe deprecated for 2026-07-28
+            await client.session.subscribe_resource(uri)
+        deployed = await client.call_tool(
+            "deploy_app", {"app_id": app_id, "strategy": "rolling", "wait_seconds": 60}
+        )
+        assert deployed.structured_content["state"] == "live", deployed
+        updates = [
+            n for n in inbox.of(types.ResourceUpdatedNotification) if str(n.params.uri) == uri
+        ]
+        for _ in range(50):
+            if len(updates) >= 5:
+                break
+            await asyncio.sleep(0.1)
+            updates = [
+                n for n in inbox.of(types.ResourceUpdatedNotification) if str(n.params.uri) == uri
+            ]
+        listed = await client.call_tool("list_deployments", {"app_id": app_id})
+        steps = listed.structured_content["deployments"][0]
+        assert steps["state"] == "live"
+        # queued, building, starting, instance steps, live: one notification per change at least
+        assert len(updates) >= 4, [str(n.params.uri) for n in updates]
+        got = await client.read_resource(uri)
+        body = json.loads(got.contents[0].text)  # type: ignore[union-attr]
+        assert body["deployments"][0]["state"] == "live"
+    await _tool_cleanup(server, app_id)
+
+
+@pytest.mark.e2e
+async def test_a_kill_during_a_deploy_keeps_the_live_app_and_ends_the_task(
+    launch_appdeck: Launcher, tmp_path: Path
+) -> None:
+    source, env = _source(tmp_path)
+    async with asyncio.timeout(90):
+        first = await launch_appdeck(env=env)
+        async with raw_http(first) as http:
+            sid = await initialize(http)
+            app = await _tool(
+                http, sid, "register_app", {"name": "hello", "spec": _spec(source)}, 2
+            )
+            app_id = app["app_id"]
+            live = await _tool(http, sid, "deploy_app", {"app_id": app_id, "wait_seconds": 60}, 3)
+            assert live["state"] == "live", live
+            # a slow release: it sits in "starting" while we pull the plug
+            await _tool(
+                http,
+                sid,
+                "env_vars",
+                {"app_id": app_id, "action": "set", "name": "SLOW_START_S", "value": "20"},
+                4,
+            )
+            started = await rpc(
+                http,
+                sid,
+                "tools/call",
+                {
+                    "name": "deploy_app",
+                    "arguments": {"app_id": app_id, "strategy": "blue_green"},
+                    "task": {},
+                },
+                id=5,
+            )
+            task_id = started["result"]["task"]["taskId"]
+            for _ in range(100):
+                listed = await _tool(http, sid, "list_deployments", {"app_id": app_id}, 6)
+                if listed["deployments"][0]["state"] == "starting":
+                    break
+                await asyncio.sleep(0.1)
+            assert listed["deployments"][0]["state"] == "starting", listed
+
+        await first.kill()
+
+        second = await launch_appdeck(data_dir=first.data_dir, env=env)
+        async with raw_http(second) as http:
+            sid = await initialize(http)
+            url = await _tool(http, sid, "get_app_url", {"app_id": app_id}, 2)
+            port = int(url["url"].rsplit(":", 1)[1].strip("/"))
+            async with httpx.AsyncClient(timeout=5) as probe:
+                answer = await probe.get(
+                    f"http://127.0.0.1:{port}/", headers={"host": "hello.localhost"}
+                )
+            assert answer.status_code == 200, answer.text  # the live release was re-adopted
+            listed = await _tool(http, sid, "list_deployments", {"app_id": app_id}, 3)
+            assert [d["state"] for d in listed["deployments"]] == ["failed", "live"], listed
+            task = await rpc(http, sid, "tasks/get", {"taskId": task_id}, id=4)
+            assert task["result"]["status"] == "failed", task
+        await _tool_cleanup(second, app_id)
+
+
+async def _tool_cleanup(server: Any, app_id: int) -> None:
+    """Delete the app so its processes stop (the server keeps apps running across restarts)."""
+    async with raw_http(server) as http:
+        sid = await initialize(http)
+        await _tool(
+            http, sid, "manage_app", {"app_id": app_id, "action": "delete", "confirm": True}, 9
+        )

@@ -1,0 +1,171 @@
+"""The deploy tools with real app processes and the real ingress router: the fixture app
+(tests/fixtures/apps/hello) deployed with each strategy, fetched through the ingress, a bad
+canary rolled back without one failed request on the old share, rollback, restart, logs."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from appdeck.app import Services
+from appdeck.auth.admin import IdentityAdmin
+from appdeck.settings import Settings
+
+from .conftest import Caller, World
+
+HELLO = Path(__file__).resolve().parents[1] / "fixtures" / "apps" / "hello"
+
+
+@pytest.fixture
+async def deploy_world(tmp_path: Path) -> AsyncIterator[World]:
+    source = tmp_path / "src" / "hello"
+    shutil.copytree(HELLO, source)
+    settings = Settings.model_validate(
+        {
+            "data_dir": tmp_path / "data",
+            "source_roots": [tmp_path / "src"],
+            "rate_limit_per_second": 0,
+        }
+    )
+    services = await Services.start(settings)
+    admin = IdentityAdmin(services.identities, services.token_issuer)
+    await admin.create_tenant("acme")
+    await admin.create_user("acme", "alice", None, role="admin")
+    transport = httpx.ASGITransport(app=services.asgi())
+    try:
+        async with httpx.AsyncClient(
+            transport=transport, base_url=services.base_url, timeout=90
+        ) as client:
+            yield World(services, client, admin, source)
+    finally:
+        await services.stop(stop_apps=True)
+
+
+async def fetch(world: World, name: str) -> httpx.Response:
+    assert world.services.ingress is not None
+    async with httpx.AsyncClient(timeout=5) as http:
+        return await http.get(
+            f"http://127.0.0.1:{world.services.ingress.port}/",
+            headers={"host": f"{name}.localhost"},
+        )
+
+
+async def deploy(alice: Caller, app_id: int, strategy: str) -> dict[str, Any]:
+    return await alice.ok("deploy_app", app_id=app_id, strategy=strategy, wait_seconds=60)
+
+
+async def test_the_fixture_app_goes_through_every_strategy(deploy_world: World) -> None:
+    world = deploy_world
+    alice = await world.caller("alice")
+    spec = {
+        "source_path": str(world.source),
+        "run_command": f"{sys.executable} app.py",
+        "health_check": {"path": "/healthz", "timeout_s": 2},
+        "instances": 2,
+        "canary": {
+            "percent": 20,
+            "steps": [20, 100],
+            "analysis_window_s": 1.5,
+            "max_error_rate": 0.2,
+        },
+    }
+    app_id = (await alice.ok("register_app", name="hello", spec=spec))["app_id"]
+    assert (await fetch(world, "hello")).status_code == 503  # known, not live yet
+    await alice.ok("env_vars", app_id=app_id, action="set", name="GREETING", value="bonjour")
+    preflight = await alice.ok("preflight_check", app_id=app_id, required_env=["GREETING"])
+    assert preflight["verdict"] in ("pass", "warn"), preflight
+
+    first = await deploy(alice, app_id, "rolling")
+    assert first["state"] == "live", first
+    body = (await fetch(world, "hello")).json()
+    assert body["greeting"] == "bonjour"
+    url = await alice.ok("get_app_url", app_id=app_id)
+    assert url["url"] == f"http://hello.localhost:{world.services.ingress.port}/"  # type: ignore[union-attr]
+
+    for strategy in ("recreate", "blue_green"):
+        assert (await deploy(alice, app_id, strategy))["state"] == "live", strategy
+        assert (await fetch(world, "hello")).status_code == 200
+
+    # a bad canary: the new release answers 500 to everything but its health check
+    await alice.ok("env_vars", app_id=app_id, action="set", name="FAIL_ALL", value="1")
+    stop = asyncio.Event()
+    seen: list[tuple[int, str]] = []
+
+    async def probe() -> None:
+        async with httpx.AsyncClient(timeout=5) as http:
+            for _ in range(2000):
+                if stop.is_set():
+                    return
+                r = await http.get(
+                    f"http://127.0.0.1:{world.services.ingress.port}/",  # type: ignore[union-attr]
+                    headers={"host": "hello.localhost"},
+                )
+                seen.append((r.status_code, r.text))
+                await asyncio.sleep(0.01)
+
+    prober = asyncio.create_task(probe())
+    result = await alice.tool("deploy_app", app_id=app_id, strategy="canary", wait_seconds=60)
+    stop.set()
+    await prober
+    assert result["isError"] is True
+    canary = result["structuredContent"]
+    assert canary["state"] == "rolled_back", canary
+    failures_on_old = [
+        s for s, text in seen if s != 200 and "failed on purpose" not in text and "FAIL" not in text
+    ]
+    assert failures_on_old == [], failures_on_old[:5]
+    assert len(seen) > 20
+    assert (await fetch(world, "hello")).status_code == 200  # the old release kept serving
+
+    await alice.ok("env_vars", app_id=app_id, action="unset", name="FAIL_ALL")
+    listed = await alice.ok("list_deployments", app_id=app_id)
+    states = [d["state"] for d in listed["deployments"]]
+    assert states[0] == "rolled_back"
+    assert "live" in states
+
+    rolled = await alice.ok("rollback_deploy", app_id=app_id)
+    assert rolled["state"] == "live"
+    assert (await fetch(world, "hello")).status_code == 200
+
+    restarted = await alice.ok("restart_app", app_id=app_id)
+    assert restarted["state"] == "live"
+    assert (await fetch(world, "hello")).status_code == 200
+
+    logs = await alice.ok("tail_deploy_logs", app_id=app_id, kind="runtime", lines=50)
+    assert logs["lines"], logs
+    build = await alice.ok("tail_deploy_logs", app_id=app_id, number=1, kind="build")
+    assert isinstance(build["lines"], list)
+
+
+async def test_a_deploy_runs_as_a_task_with_progress(deploy_world: World) -> None:
+    world = deploy_world
+    alice = await world.caller("alice")
+    spec = {
+        "source_path": str(world.source),
+        "run_command": f"{sys.executable} app.py",
+        "health_check": {"path": "/healthz"},
+    }
+    app_id = (await alice.ok("register_app", name="tasked", spec=spec))["app_id"]
+    created = await alice.rpc(
+        "tools/call",
+        {
+            "name": "deploy_app",
+            "arguments": {"app_id": app_id, "task": {"ttl": 60000}},
+            "_meta": {"progressToken": "p"},
+        },
+    )
+    task = created["result"]["task"]
+    assert task["status"] == "working"
+    async with asyncio.timeout(60):
+        result = await alice.rpc("tasks/result", {"taskId": task["taskId"]})
+    assert result["result"]["structuredContent"]["state"] == "live"
+    got = await alice.rpc("tasks/get", {"taskId": task["taskId"]})
+    assert got["result"]["status"] == "completed"
+    assert (await fetch(world, "tasked")).json()["app"] == "hello"
