@@ -244,6 +244,7 @@ class Services:
         with contextlib.suppress(Exception):
             await self.sweep()
         if self.platform is not None:
+            await self.platform.deploys.settle()
             if stop_apps:
                 for release_id in await self.platform.driver.releases():
                     await self.platform.driver.stop(release_id)

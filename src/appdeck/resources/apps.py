@@ -48,6 +48,25 @@ def register(registry: Registry, platform: Platform) -> None:
         items = [r.public() for r in records]
         return _contents(uri, {"app_id": view.app.id, "deployments": items})
 
+    async def _deployment(v: dict[str, str], ctx: ToolContext) -> tuple[int, Any]:
+        app_id = _app_id(v)
+        raw = v.get("number", "")
+        if not raw.isdigit() or len(raw) > 9:
+            raise NotFound(f"no deployment {raw}")
+        return app_id, await platform.deploys.get(ctx.principal, app_id, int(raw))
+
+    async def read_deployment(uri: str, v: dict[str, str], ctx: ToolContext) -> list[JsonObject]:
+        _, record = await _deployment(v, ctx)
+        return _contents(uri, record.public())
+
+    async def read_logs(uri: str, v: dict[str, str], ctx: ToolContext) -> list[JsonObject]:
+        _, record = await _deployment(v, ctx)
+        build = await platform.driver.logs(record.release_id, "build", None, 200)
+        runtime = await platform.driver.logs(record.release_id, "runtime", None, 200)
+        lines = [f"[build {x.stream}] {x.text}" for x in build.lines]
+        lines += [f"[runtime {x.stream}] {x.text}" for x in runtime.lines]
+        return [{"uri": uri, "mimeType": "text/plain", "text": "\n".join(lines)}]
+
     async def list_app_resources(ctx: ToolContext) -> list[JsonObject]:
         out: list[JsonObject] = []
         for view in await apps.list_apps(ctx.principal, offset=0, limit=LISTED_APPS):
@@ -110,6 +129,27 @@ def register(registry: Registry, platform: Platform) -> None:
             title="An app's deployments",
             description="Subscribe to follow every deployment state change.",
             mime_type=JSON,
+            scope="deploy:read",
+        )
+    )
+    registry.add_template(
+        ResourceTemplateDef(
+            "appdeck://apps/{app_id}/deployments/{number}",
+            "deployment",
+            read_deployment,
+            title="One deployment",
+            mime_type=JSON,
+            scope="deploy:read",
+        )
+    )
+    registry.add_template(
+        ResourceTemplateDef(
+            "appdeck://apps/{app_id}/deployments/{number}/logs",
+            "deployment-logs",
+            read_logs,
+            title="A deployment's logs",
+            description="The last 200 build and 200 runtime log lines.",
+            mime_type="text/plain",
             scope="deploy:read",
         )
     )

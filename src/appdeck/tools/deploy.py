@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from appdeck.common.errors import InvalidArgument, NotFound
+from appdeck.common.errors import FailedPrecondition, InvalidArgument, NotFound
 from appdeck.platform.deploy import states
 from appdeck.platform.services import Platform
 from appdeck.protocol.context import ToolContext
@@ -83,7 +83,13 @@ def tools(platform: Platform) -> list[ToolDef]:
         return result
 
     async def rollback_deploy(args: JsonObject, ctx: ToolContext) -> JsonObject:
-        restored = await ops.rollback(ctx.principal, args["app_id"], args.get("number"))
+        number = args.get("number")
+        await apps.load(ctx.principal, args["app_id"], "deploy.write")
+        live = await deploys.live(args["app_id"])
+        past_previous = number is not None and live is not None and number != live.previous
+        if past_previous and not args.get("confirm"):
+            await _confirm(ctx, f"Roll back past the previous release, to deployment #{number}?")
+        restored = await ops.rollback(ctx.principal, args["app_id"], number)
         view = await apps.get(ctx.principal, args["app_id"])
         return ok(
             f"Rolled back {view.app.name} to deployment #{restored.number}",
@@ -208,6 +214,29 @@ def tools(platform: Platform) -> list[ToolDef]:
         text = "\n".join(f"[{line['stream']}] {line['text']}" for line in lines[-50:])
         return ok(f"{len(lines)} {kind} log line(s) of deployment #{record.number}\n{text}", data)
 
+    async def _confirm(ctx: ToolContext, question: str) -> None:
+        session = ctx.session
+        if session is None or not session.supports("elicitation"):
+            raise FailedPrecondition(
+                "rolling back past the previous release needs a confirmation",
+                hint="call again with confirm: true",
+            )
+        answer = await ctx.elicit(
+            question,
+            {
+                "type": "object",
+                "properties": {
+                    "confirm": {"type": "boolean", "title": "Yes, roll back", "default": False}
+                },
+                "required": ["confirm"],
+            },
+        )
+        if (
+            answer.get("action") != "accept"
+            or (answer.get("content") or {}).get("confirm") is not True
+        ):
+            raise FailedPrecondition("the rollback was not confirmed", hint="nothing changed")
+
     number = {"type": "integer", "minimum": 1}
     return [
         ToolDef(
@@ -236,7 +265,17 @@ def tools(platform: Platform) -> list[ToolDef]:
             "rollback_deploy",
             "Put a previous release back live: the one before the live one, or a given number "
             "(superseded or rolled-back). Instant while the old release is still warm.",
-            obj({"app_id": APP_ID, "number": number}, ["app_id"]),
+            obj(
+                {
+                    "app_id": APP_ID,
+                    "number": number,
+                    "confirm": {
+                        "type": "boolean",
+                        "description": "confirm a rollback past the previous release",
+                    },
+                },
+                ["app_id"],
+            ),
             rollback_deploy,
             title="Roll back",
             output_schema=DEPLOYMENT_OUT,

@@ -58,6 +58,26 @@ class DeployService:
         self._instance = instance_id
         self._sleep = sleep
         self._locks: dict[int, asyncio.Lock] = {}
+        self._aside: set[asyncio.Task[None]] = set()
+
+    def background(self, work: Awaitable[None]) -> None:
+        """Run clean-up work (stopping a release nobody routes to) without making the caller
+        wait; failures are logged."""
+
+        async def run() -> None:
+            try:
+                await work
+            except Exception:
+                log.exception("background deploy work failed")
+
+        task = asyncio.create_task(run())
+        self._aside.add(task)
+        task.add_done_callback(self._aside.discard)
+
+    async def settle(self) -> None:
+        """Wait for background work (tests, shutdown)."""
+        if self._aside:
+            await asyncio.wait(set(self._aside), timeout=30)
 
     # -- reading --------------------------------------------------------------------------
 
@@ -310,7 +330,7 @@ class Operations:
                 message=f"Rolled back to {target.number}",
                 traffic=0,
             )
-            await s.runtime.stop(live.release_id)
+            s.background(s.runtime.stop(live.release_id))  # traffic already moved: stop it aside
             await s._announce(app, left)
             await s._announce(app, restored)
             await progress(f"Rolled back to release {target.number} {how}", 100)
