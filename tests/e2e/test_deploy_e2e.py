@@ -152,3 +152,62 @@ async def _tool_cleanup(server: Any, app_id: int) -> None:
         await _tool(
             http, sid, "manage_app", {"app_id": app_id, "action": "delete", "confirm": True}, 9
         )
+
+
+@pytest.mark.e2e
+async def test_the_official_client_deploys_the_fixture_app_with_every_strategy_as_tasks(
+    launch_appdeck: Launcher, tmp_path: Path
+) -> None:
+    from tests.e2e.helpers import call_tool_as_task, task_result
+
+    source, env = _source(tmp_path)
+    server = await launch_appdeck(env=env)
+    async with asyncio.timeout(120), official_client(server) as client:
+        made = await client.call_tool(
+            "register_app", {"name": "hello", "spec": {"runtime": "python"}}
+        )
+        app_id = made.structured_content["app_id"]
+        spec = await client.call_tool(
+            "set_app_spec",
+            {
+                "app_id": app_id,
+                "spec": _spec(
+                    source,
+                    instances=2,
+                    canary={"percent": 20, "steps": [20, 100], "analysis_window_s": 1},
+                ),
+            },
+        )
+        assert spec.structured_content["changed"] is True
+        await client.call_tool(
+            "env_vars", {"app_id": app_id, "action": "set", "name": "GREETING", "value": "hej"}
+        )
+        preflight = await client.call_tool("preflight_check", {"app_id": app_id})
+        assert preflight.structured_content["verdict"] != "fail", preflight
+        url = (await client.call_tool("get_app_url", {"app_id": app_id})).structured_content["url"]
+        for strategy in ("recreate", "rolling", "blue_green", "canary"):
+            created = await call_tool_as_task(
+                client, "deploy_app", {"app_id": app_id, "strategy": strategy}
+            )
+            assert created.task.status == "working"
+            result = await task_result(client, created.task.task_id, read_timeout=60)
+            assert result.structured_content["state"] == "live", (strategy, result)
+            async with httpx.AsyncClient(timeout=5) as http:
+                port = int(url.rsplit(":", 1)[1].strip("/"))
+                answer = await http.get(
+                    f"http://127.0.0.1:{port}/", headers={"host": "hello.localhost"}
+                )
+            assert answer.json()["greeting"] == "hej", strategy
+        listed = await client.call_tool("list_deployments", {"app_id": app_id})
+        assert [d["state"] for d in listed.structured_content["deployments"]][:2] == [
+            "live",
+            "superseded",
+        ]
+        logs = await client.call_tool("tail_deploy_logs", {"app_id": app_id, "lines": 20})
+        assert logs.structured_content["lines"]
+        restarted = await client.call_tool("restart_app", {"app_id": app_id})
+        assert restarted.structured_content["state"] == "live"
+        rolled = await client.call_tool("rollback_deploy", {"app_id": app_id})
+        assert rolled.structured_content["state"] == "live"
+        assert rolled.structured_content["number"] == 3
+    await _tool_cleanup(server, app_id)
