@@ -93,6 +93,9 @@ async def _serve(settings: Any, dev: bool) -> None:
     marker = settings.data_dir / "server.json"
     marker.write_text(json.dumps({"url": url, "base_url": services.base_url, "pid": os.getpid()}))
     print(f"AppDeck {__version__} MCP server listening on {url}", flush=True)
+    if services.ingress is not None:
+        ingress = f"http://<app>.localhost:{services.ingress.port}/"
+        print(f"Apps are served by the ingress router at {ingress}", flush=True)
     if dev:
         admin = IdentityAdmin(services.identities, services.token_issuer, services.audit_store)
         password = await admin.ensure_dev()
