@@ -82,14 +82,18 @@ class ResourceDef:
     scope: str | None = None
 
     def wire(self) -> JsonObject:
-        body: JsonObject = {"uri": self.uri, "name": self.name}
-        if self.title:
-            body["title"] = self.title
-        if self.description:
-            body["description"] = self.description
-        if self.mime_type:
-            body["mimeType"] = self.mime_type
-        return body
+        return _described({"uri": self.uri, "name": self.name}, self)
+
+
+def _described(body: JsonObject, item: ResourceDef | ResourceTemplateDef) -> JsonObject:
+    """Add the optional display fields shared by resources and resource templates."""
+    if item.title:
+        body["title"] = item.title
+    if item.description:
+        body["description"] = item.description
+    if item.mime_type:
+        body["mimeType"] = item.mime_type
+    return body
 
 
 _VAR = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -127,14 +131,7 @@ class ResourceTemplateDef:
         return m.groupdict() if m else None
 
     def wire(self) -> JsonObject:
-        body: JsonObject = {"uriTemplate": self.uri_template, "name": self.name}
-        if self.title:
-            body["title"] = self.title
-        if self.description:
-            body["description"] = self.description
-        if self.mime_type:
-            body["mimeType"] = self.mime_type
-        return body
+        return _described({"uriTemplate": self.uri_template, "name": self.name}, self)
 
 
 @dataclass(frozen=True, slots=True)
