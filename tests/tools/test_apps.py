@@ -188,3 +188,20 @@ async def test_a_prompt_for_another_tenants_app_is_invalid_params_not_internal(
     assert reply["error"]["data"]["code"] == "not_found"
     bad = await eve.rpc("prompts/get", {"name": "deploy_app_safely", "arguments": {"app_id": "x"}})
     assert bad["error"]["code"] == -32602
+
+
+async def test_deploy_tools_refuse_bad_input_and_change_nothing(world: World) -> None:
+    bob = await world.caller("bob")
+    app_id = (await bob.ok("register_app", name="shop"))["app_id"]
+    assert await bob.error("deploy_app", app_id=app_id, strategy="yolo") == "invalid_argument"
+    assert await bob.error("deploy_app", app_id=999999) == "not_found"
+    assert await bob.error("deploy_app", app_id=app_id) == "failed_precondition"  # no source yet
+    assert await bob.error("rollback_deploy", app_id=app_id) == "failed_precondition"
+    assert await bob.error("restart_app", app_id=app_id) == "failed_precondition"
+    assert await bob.error("tail_deploy_logs", app_id=app_id) == "not_found"
+    assert (await bob.ok("list_deployments", app_id=app_id))["deployments"] == []
+    checks = {
+        c["check"]: c["status"] for c in (await bob.ok("preflight_check", app_id=app_id))["checks"]
+    }
+    assert checks["source"] == "fail"
+    assert checks["port"] == "pass"

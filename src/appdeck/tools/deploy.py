@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,15 @@ def _shape(platform: Platform, app_name: str, record: DeploymentRecord) -> JsonO
     data["url"] = platform.config.url_of(app_name)
     data["done"] = record.state not in states.IN_PROGRESS
     return data
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def tools(platform: Platform) -> list[ToolDef]:
@@ -150,6 +160,18 @@ def tools(platform: Platform) -> list[ToolDef]:
             add("run_command", "fail", "no run_command", "set_app_spec with spec.run_command")
         else:
             add("run_command", "pass", spec.get("run_command") or "static files")
+        fixed_port = spec.get("port")
+        if not fixed_port:
+            add("port", "pass", "picked by the platform per instance (PORT)")
+        elif _port_free(int(fixed_port)):
+            add("port", "pass", f"{fixed_port} is free")
+        else:
+            add(
+                "port",
+                "fail",
+                f"port {fixed_port} is in use",
+                "set port to null: the platform picks one",
+            )
         add(
             "build_command",
             "pass" if spec.get("build_command") else "warn",
