@@ -33,6 +33,13 @@ def serve(
     with_conformance_fixtures: Annotated[
         bool, typer.Option(help="Register the MCP conformance suite's test tools and resources.")
     ] = False,
+    stop_apps_on_exit: Annotated[
+        bool,
+        typer.Option(
+            help="Stop the apps' processes when the server stops (default: they keep "
+            "running and the next start adopts them)."
+        ),
+    ] = False,
 ) -> None:
     """Run the MCP server until interrupted."""
     from appdeck.settings import Settings
@@ -53,12 +60,12 @@ def serve(
     try:
         import uvloop
 
-        uvloop.run(_serve(settings, dev))
+        uvloop.run(_serve(settings, dev, stop_apps_on_exit))
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
-        asyncio.run(_serve(settings, dev))
+        asyncio.run(_serve(settings, dev, stop_apps_on_exit))
 
 
-async def _serve(settings: Any, dev: bool) -> None:
+async def _serve(settings: Any, dev: bool, stop_apps: bool = False) -> None:
     import uvicorn
 
     from appdeck import logs
@@ -109,6 +116,6 @@ async def _serve(settings: Any, dev: bool) -> None:
     try:
         await server.serve(sockets=[sock])
     finally:
-        await services.stop()
+        await services.stop(stop_apps=stop_apps)
         sock.close()
         marker.unlink(missing_ok=True)
