@@ -75,6 +75,8 @@ async def serve(args: argparse.Namespace, data_dir: Path) -> None:
         services = await Services.start(settings, authenticator=AllowAnonymous(), port=port)
     else:
         services = await Services.start(settings, port=port)
+    # the same catalogue as the SDK server (one echo tool), so tools/list compares like with like
+    services.registry.tools.clear()
     services.registry.add_tool(
         ToolDef(
             name="echo", description="Echo the given text", input_schema=ECHO_SCHEMA, handler=echo
