@@ -143,6 +143,11 @@ async def test_the_fixture_app_goes_through_every_strategy(deploy_world: World) 
     build = await alice.ok("tail_deploy_logs", app_id=app_id, number=1, kind="build")
     assert isinstance(build["lines"], list)
 
+    renamed = await alice.ok("manage_app", app_id=app_id, action="update", name="hello2")
+    assert renamed["url"].startswith("http://hello2.localhost:")
+    assert (await fetch(world, "hello2")).status_code == 200  # the route moved with the name
+    assert (await fetch(world, "hello")).status_code == 404
+
 
 async def test_a_deploy_runs_as_a_task_with_progress(deploy_world: World) -> None:
     world = deploy_world

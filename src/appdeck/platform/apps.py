@@ -82,6 +82,11 @@ class AppService:
         self._clock = clock
         self._roles: dict[tuple[str, str], tuple[str | None, float]] = {}
         self._delete_hooks: list[DeleteHook] = []
+        self._rename_hooks: list[Callable[[str, str], None]] = []
+
+    def on_rename(self, hook: Callable[[str, str], None]) -> None:
+        """Call ``hook(old, new)`` after an app's name changed (its ingress route moves)."""
+        self._rename_hooks.append(hook)
 
     def on_delete(self, hook: DeleteHook) -> None:
         """Run ``hook`` before an app's rows go (the runtime stops its processes)."""
@@ -172,6 +177,9 @@ class AppService:
         if not values:
             return view
         app = await self.store.update(app_id, **values)
+        if app.name != view.app.name:
+            for hook in self._rename_hooks:
+                hook(view.app.name, app.name)
         await self._feed.emit(Change("app.updated", app.tenant_id, app.id))
         return AppView(app, view.role, self._url_of(app.name))
 

@@ -78,6 +78,7 @@ class Platform:
         )
         platform = cls(feed, apps, env, deploys, Operations(deploys), driver, router, config)
         apps.on_delete(platform._remove_app)
+        apps.on_rename(platform._move_route)
         feed.subscribe(platform._follow)
         return platform
 
@@ -94,6 +95,13 @@ class Platform:
             if release_id.startswith(prefix):
                 await self.driver.remove(release_id)
         self.router.forget(app.name)
+
+    def _move_route(self, old: str, new: str) -> None:
+        """The app is now reached by its new name; the old name stops answering."""
+        table = self.router.table
+        backends = table.get(old) or []
+        table.set(new, backends)
+        self.router.forget(old)
 
     async def _follow(self, change: Change) -> None:
         if change.kind == "app.created":
