@@ -43,18 +43,29 @@ WebSocket upgrades are refused (403) for now.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import html
 import logging
-import os
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
-from dataclasses import dataclass
-from typing import Any, cast
 
-import httptools
-import orjson
-
+from appdeck.platform.ingress.asgi import Message, Receive, Scope, Send
+from appdeck.platform.ingress.config import ProxyConfig
+from appdeck.platform.ingress.errors import (
+    UpstreamError,
+    _ClientGone,
+    _Closed,
+    _ConnectFailed,
+    _ConnectTimeout,
+    _ShuttingDown,
+    _TooLarge,
+)
+from appdeck.platform.ingress.headers import (
+    _chunk,
+    _ends_cleanly,
+    copy_request_headers,
+    drop_connection_listed,
+    forwarded_headers,
+    response_headers,
+)
+from appdeck.platform.ingress.pages import error_page, send_page
 from appdeck.platform.ingress.routes import (
     UPSTREAM_HOST,
     Counters,
@@ -62,528 +73,23 @@ from appdeck.platform.ingress.routes import (
     Resolved,
     RouteTable,
 )
+from appdeck.platform.ingress.streaming import upload, watch
+from appdeck.platform.ingress.upstream import _Connection, _Pool
+
+__all__ = [
+    "IngressProxy",
+    "Message",
+    "ProxyConfig",
+    "Receive",
+    "Scope",
+    "Send",
+    "UpstreamError",
+    "error_page",
+]
 
 log = logging.getLogger("appdeck.ingress")
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-
-_HIGH_WATER = 256 * 1024
-"""Upstream body bytes buffered (the client being slower) before upstream reads pause."""
-
-# Request headers the proxy never copies as they are; a few are rebuilt below.
-_REQUEST_SKIP = frozenset(
-    {
-        b"connection",
-        b"keep-alive",
-        b"proxy-connection",
-        b"proxy-authorization",
-        b"proxy-authenticate",
-        b"te",
-        b"trailer",
-        b"transfer-encoding",
-        b"upgrade",
-        b"expect",
-        b"content-length",
-        b"x-forwarded-for",
-        b"x-forwarded-proto",
-        b"x-forwarded-host",
-        b"forwarded",
-    }
-)
-_RESPONSE_SKIP = frozenset(
-    {
-        b"connection",
-        b"keep-alive",
-        b"proxy-connection",
-        b"proxy-authenticate",
-        b"proxy-authorization",
-        b"te",
-        b"trailer",
-        b"transfer-encoding",
-        b"upgrade",
-    }
-)
 _IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
-_CONNECTION_OPTIONS = frozenset({b"", b"close", b"keep-alive", b"upgrade"})
-
-
-@dataclass(frozen=True, slots=True)
-class ProxyConfig:
-    """Limits and timeouts of the ingress (seconds and bytes)."""
-
-    connect_timeout: float = 2.0
-    """Connecting to an upstream instance."""
-    response_timeout: float = 30.0
-    """From the request being sent to the upstream's response headers."""
-    idle_timeout: float = 60.0
-    """Between two pieces of a response body (an SSE stream must send something this often),
-    and for the upstream to take more of a request body."""
-    max_body_size: int = 10 * 1024 * 1024
-    """Largest request body forwarded; above it, 413."""
-    retry_after: int = 5
-    """``Retry-After`` seconds on the 503 page of an app with no live release."""
-    max_idle_per_upstream: int = 64
-    """Idle keep-alive connections kept per upstream instance."""
-    pool_idle_timeout: float = 4.0
-    """An idle pooled connection older than this is closed rather than reused (below
-    uvicorn's 5 s keep-alive, so the app rarely closes one under us)."""
-    trust_forwarded: bool = False
-    """A proxy in front of the ingress sets ``X-Forwarded-*``: keep and extend them."""
-    release_header: bool = False
-    """Add ``X-AppDeck-Release: <release id>`` to proxied responses."""
-
-
-# --- upstream errors -----------------------------------------------------------------------
-
-
-class UpstreamError(Exception):
-    """The upstream could not give a (whole) response; ``status`` is what the client gets."""
-
-    status = 502
-    code = "upstream_unavailable"
-
-
-class _ConnectFailed(UpstreamError):
-    pass
-
-
-class _ConnectTimeout(UpstreamError):
-    status = 504
-    code = "upstream_timeout"
-
-
-class _ResponseTimeout(UpstreamError):
-    status = 504
-    code = "upstream_timeout"
-
-
-class _IdleTimeout(UpstreamError):
-    status = 504
-    code = "upstream_timeout"
-
-
-class _Closed(UpstreamError):
-    pass
-
-
-class _ShuttingDown(UpstreamError):
-    status = 503
-    code = "shutting_down"
-
-
-class _BadResponse(UpstreamError):
-    pass
-
-
-class _ClientGone(Exception):
-    pass
-
-
-class _TooLarge(Exception):
-    pass
-
-
-class _StopParsing(Exception):
-    """Raised from a parser callback to stop at the end of the response (HEAD)."""
-
-
-def _chunk(data: bytes, last: bool) -> bytes:
-    """``data`` in chunked transfer coding (and the terminating chunk when ``last``)."""
-    out = b"%x\r\n%s\r\n" % (len(data), data) if data else b""
-    return out + b"0\r\n\r\n" if last else out
-
-
-def _ends_cleanly(headers: list[tuple[bytes, bytes]]) -> bool:
-    """Whether a response may be ended early without the client taking it for complete
-    data: a server-sent event stream (no Content-Length) is, a download is not."""
-    event_stream = False
-    for name, value in headers:
-        if name == b"content-length":
-            return False
-        if name == b"content-type" and value.lower().startswith(b"text/event-stream"):
-            event_stream = True
-    return event_stream
-
-
-async def _watch(receive: Receive, conn: _Connection) -> None:
-    """Wait for the client to disconnect while a response body streams."""
-    try:
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                conn.client_gone()
-                return
-    except Exception:  # a server-side failure reads as the client gone
-        log.debug("ingress: receive failed while streaming", exc_info=True)
-        conn.client_gone()
-
-
-def _expire(waiter: asyncio.Future[None], error: type[UpstreamError], message: str) -> None:
-    if not waiter.done():
-        waiter.set_exception(error(message))
-
-
-# --- one upstream connection ---------------------------------------------------------------
-
-
-class _Connection(asyncio.Protocol):
-    """A keep-alive HTTP/1.1 connection to one upstream; one exchange at a time."""
-
-    def __init__(self, pool: _Pool) -> None:
-        self.pool = pool
-        self.loop = pool.loop
-        self.transport: asyncio.Transport | None = None
-        self.parser = httptools.HttpResponseParser(self)
-        self.closed = False
-        self.in_use = True
-        self.idle_since = 0.0
-        self.write_paused = False
-        self._drain: asyncio.Future[None] | None = None
-        self._prepare()
-
-    def _prepare(self) -> None:
-        self.status = 0
-        self.headers: list[tuple[bytes, bytes]] = []
-        self.chunks: list[bytes] = []
-        self.buffered = 0
-        self.headers_done = False
-        self.complete = False
-        self.keep_alive = False
-        self.reusable = True
-        self.error: BaseException | None = None
-        self.received = False
-        self.head = False
-        self.interim = False
-        self.stopped = False
-        self.reading_paused = False
-        self.waiter: asyncio.Future[None] | None = None
-
-    # protocol callbacks
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass
-
-    def data_received(self, data: bytes) -> None:
-        if not self.in_use or self.complete:
-            # bytes nobody asked for: the connection can no longer be trusted
-            self.reusable = False
-            self.close()
-            return
-        self.received = True
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserCallbackError as exc:
-            if self.stopped:  # on purpose: a HEAD response, or bytes after the end
-                self.stopped = False
-                self.parser = httptools.HttpResponseParser(self)
-                if not self.reusable:
-                    self.close()
-                return
-            self._fail(_BadResponse(f"upstream response could not be handled: {exc}"))
-        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
-            self._fail(_BadResponse(f"invalid HTTP response from the upstream: {exc}"))
-
-    def eof_received(self) -> bool:
-        return False
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        if self.in_use and not self.complete and self.error is None:
-            if self.headers_done and self._ends_at_eof():
-                self.complete = True
-                self.keep_alive = False
-            else:
-                reason = f": {exc}" if exc else ""
-                self.error = _Closed(f"the upstream closed the connection{reason}")
-        self._wake()
-        drain, self._drain = self._drain, None
-        if drain is not None and not drain.done():
-            drain.set_result(None)
-        if not self.in_use:
-            self.pool.discard(self)
-
-    def pause_writing(self) -> None:
-        self.write_paused = True
-
-    def resume_writing(self) -> None:
-        self.write_paused = False
-        drain, self._drain = self._drain, None
-        if drain is not None and not drain.done():
-            drain.set_result(None)
-
-    # parser callbacks
-
-    def on_message_begin(self) -> None:
-        if self.complete:  # a second response to one request: never trust this connection
-            self.reusable = False
-            self.stopped = True
-            raise _StopParsing
-        self.headers = []
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers.append((name, value))
-
-    def on_headers_complete(self) -> None:
-        status = self.parser.get_status_code()
-        if status < 200:  # 100 Continue, 103 Early Hints: not the response
-            self.interim = True
-            return
-        self.status = status
-        self.headers_done = True
-        if self.head:  # llhttp cannot be told that a HEAD response has no body
-            self.complete = True
-            self.keep_alive = self.parser.should_keep_alive()
-            self._wake()
-            self.stopped = True
-            raise _StopParsing
-        self._wake()
-
-    def on_body(self, body: bytes) -> None:
-        self.chunks.append(body)
-        self.buffered += len(body)
-        if self.buffered >= _HIGH_WATER and not self.reading_paused and self.transport:
-            self.reading_paused = True
-            self.transport.pause_reading()
-        self._wake()
-
-    def on_message_complete(self) -> None:
-        if self.interim:
-            self.interim = False
-            return
-        self.complete = True
-        self.keep_alive = self.parser.should_keep_alive()
-        self._wake()
-
-    # helpers
-
-    def _ends_at_eof(self) -> bool:
-        """Whether the response's body is delimited by the connection closing."""
-        if self.status in (204, 304):
-            return True
-        for name, value in self.headers:
-            lower = name.lower()
-            if lower == b"content-length" or (
-                lower == b"transfer-encoding" and b"chunked" in value.lower()
-            ):
-                return False
-        return True
-
-    def _wake(self) -> None:
-        waiter = self.waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    def _fail(self, error: UpstreamError) -> None:
-        if self.error is None:
-            self.error = error
-        self.reusable = False
-        self._wake()
-        self.close()
-
-    def client_gone(self) -> None:
-        """The client disconnected: end whatever wait the proxy is in."""
-        if self.error is None:
-            self.error = _ClientGone()
-        waiter = self.waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_exception(_ClientGone())
-
-    def close(self) -> None:
-        if self.transport is not None and not self.closed:
-            self.closed = True
-            self.transport.abort()
-
-    async def _wait(self, deadline: float, error: type[UpstreamError], message: str) -> None:
-        waiter = self.loop.create_future()
-        self.waiter = waiter
-        timer = self.loop.call_at(deadline, _expire, waiter, error, message)
-        try:
-            await waiter
-        finally:
-            timer.cancel()
-            self.waiter = None
-
-    # the proxy's side
-
-    def send(self, data: bytes) -> None:
-        if self.transport is not None and not self.closed:
-            self.transport.write(data)
-
-    async def drain(self, within: float) -> None:
-        deadline = self.loop.time() + within
-        while self.write_paused and not self.closed:
-            drain = self._drain = self.loop.create_future()
-            timer = self.loop.call_at(
-                deadline, _expire, drain, _IdleTimeout, "the upstream stopped reading the body"
-            )
-            try:
-                await drain
-            finally:
-                timer.cancel()
-
-    async def response(self, within: float) -> None:
-        """Wait for the response headers (raises an :class:`UpstreamError`)."""
-        if self.headers_done:
-            return
-        deadline = self.loop.time() + within
-        while not self.headers_done:
-            if self.error is not None:
-                raise self.error
-            await self._wait(
-                deadline, _ResponseTimeout, f"no response from the upstream in {within:g} s"
-            )
-
-    async def read(self, idle_timeout: float) -> tuple[bytes, bool]:
-        """The body received since the last call, and whether the body is complete."""
-        while not self.chunks and not self.complete:
-            if self.error is not None:
-                raise self.error
-            await self._wait(
-                self.loop.time() + idle_timeout,
-                _IdleTimeout,
-                f"the upstream sent nothing for {idle_timeout:g} s",
-            )
-        return self.take()
-
-    def take(self) -> tuple[bytes, bool]:
-        chunks = self.chunks
-        if not chunks:
-            data = b""
-        elif len(chunks) == 1:
-            data = chunks[0]
-            self.chunks = []
-        else:
-            data = b"".join(chunks)
-            self.chunks = []
-        self.buffered = 0
-        if self.reading_paused and self.transport is not None:
-            self.reading_paused = False
-            self.transport.resume_reading()
-        return data, self.complete
-
-
-# --- the pool ------------------------------------------------------------------------------
-
-
-class _Pool:
-    """Idle keep-alive connections to one upstream instance (LIFO: the warmest first)."""
-
-    def __init__(self, proxy: IngressProxy, upstream: str, port: int) -> None:
-        self.proxy = proxy
-        self.upstream = upstream
-        self.port = port
-        self.loop = asyncio.get_running_loop()
-        self.idle: list[_Connection] = []
-        self.config = proxy.config
-
-    async def acquire(self) -> tuple[_Connection, bool]:
-        """A connection for one exchange, and whether it was reused."""
-        idle = self.idle
-        if idle:
-            now = self.loop.time()
-            limit = self.config.pool_idle_timeout
-            while idle:
-                conn = idle.pop()
-                if conn.closed:
-                    continue
-                if now - conn.idle_since > limit:
-                    conn.in_use = True  # so that connection_lost does not look it up
-                    conn.close()
-                    continue
-                conn.in_use = True
-                return conn, True
-        return await self.connect(), False
-
-    async def connect(self) -> _Connection:
-        timeout = self.config.connect_timeout
-        try:
-            async with asyncio.timeout(timeout):
-                _, conn = await self.loop.create_connection(
-                    lambda: _Connection(self), UPSTREAM_HOST, self.port
-                )
-        except TimeoutError:
-            raise _ConnectTimeout(
-                f"could not connect to {self.upstream} in {timeout:g} s"
-            ) from None
-        except OSError as exc:
-            reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
-            raise _ConnectFailed(f"could not connect to {self.upstream}: {reason}") from None
-        return conn
-
-    def release(self, conn: _Connection) -> None:
-        """Back to the pool after a whole exchange, or closed when it cannot be reused."""
-        if (
-            conn.closed
-            or not conn.keep_alive
-            or not conn.reusable
-            or conn.error is not None
-            or len(self.idle) >= self.config.max_idle_per_upstream
-            or self.proxy.closing
-            or self.proxy._pools.setdefault(self.upstream, self) is not self
-        ):
-            conn.close()
-            return
-        conn._prepare()
-        conn.in_use = False
-        conn.idle_since = self.loop.time()
-        self.idle.append(conn)
-
-    def discard(self, conn: _Connection) -> None:
-        """An idle connection closed (the app's keep-alive timeout): forget it."""
-        with contextlib.suppress(ValueError):
-            self.idle.remove(conn)
-
-    def close(self) -> None:
-        idle, self.idle = self.idle, []
-        for conn in idle:
-            conn.in_use = True
-            conn.close()
-
-
-# --- pages ---------------------------------------------------------------------------------
-
-_TITLES = {
-    400: "Bad request",
-    404: "No such app",
-    413: "Request body too large",
-    502: "Bad gateway",
-    503: "No live release",
-    504: "Gateway timeout",
-}
-
-_STYLE = (
-    "body{font:16px/1.5 system-ui,sans-serif;max-width:40em;margin:4em auto;padding:0 1em;"
-    "color:#222}h1{font-size:1.4em}small{color:#777}"
-)
-
-
-def error_page(
-    status: int, code: str, message: str, accept: bytes, **details: Any
-) -> tuple[list[tuple[bytes, bytes]], bytes]:
-    """The headers and body of an ingress error page: HTML, or JSON when the client asks."""
-    if b"json" in accept and b"text/html" not in accept:
-        body = orjson.dumps(
-            {"error": {"status": status, "code": code, "message": message, **details}}
-        )
-        content_type = b"application/json"
-    else:
-        title = _TITLES.get(status, "Error")
-        body = (
-            f'<!doctype html><html lang="en"><head><meta charset="utf-8">'
-            f"<title>{status} {title}</title><style>{_STYLE}</style></head><body>"
-            f"<h1>{status} · {title}</h1><p>{html.escape(message)}</p>"
-            f"<p><small>AppDeck ingress · {code}</small></p></body></html>\n"
-        ).encode()
-        content_type = b"text/html; charset=utf-8"
-    headers = [
-        (b"content-type", content_type),
-        (b"content-length", str(len(body)).encode()),
-        (b"cache-control", b"no-store"),
-    ]
-    return headers, body
 
 
 # --- the ASGI app --------------------------------------------------------------------------
@@ -654,34 +160,16 @@ class IngressProxy:
         if query:
             target = target + b"?" + query
         pieces = [method.encode(), b" ", target, b" HTTP/1.1\r\n"]
-        host = b""
-        accept = b""
-        length: bytes | None = None
-        chunked = False
-        connection: bytes | None = None
-        forwarded_for = forwarded_proto = forwarded_host = b""
-        for name, value in scope["headers"]:
-            if name in _REQUEST_SKIP:
-                if name == b"content-length":
-                    length = value
-                elif name == b"transfer-encoding":
-                    chunked = True
-                elif name == b"connection":
-                    connection = value
-                elif name == b"x-forwarded-for":
-                    forwarded_for = value
-                elif name == b"x-forwarded-proto":
-                    forwarded_proto = value
-                elif name == b"x-forwarded-host":
-                    forwarded_host = value
-                continue
-            if name == b"host":
-                if host:
-                    continue  # one Host only
-                host = value
-            elif name == b"accept":
-                accept = value
-            pieces += (name, b": ", value, b"\r\n")
+        (
+            host,
+            accept,
+            length,
+            chunked,
+            connection,
+            forwarded_for,
+            forwarded_proto,
+            forwarded_host,
+        ) = copy_request_headers(scope["headers"], pieces)
 
         resolved = self.routes.resolve(host)
         if resolved is None:
@@ -689,32 +177,14 @@ class IngressProxy:
             return
 
         if connection is not None:
-            drop = {t.strip().lower() for t in connection.split(b",")} - _CONNECTION_OPTIONS
-            if drop:
-                kept = pieces[:4]
-                for i in range(4, len(pieces), 4):
-                    if pieces[i] not in drop:
-                        kept += pieces[i : i + 4]
-                pieces = kept
-
-        client = scope.get("client")
-        address = client[0].encode() if client else b""
-        if config.trust_forwarded:
-            if forwarded_for:
-                address = forwarded_for + b", " + address
-            proto = forwarded_proto or scope["scheme"].encode()
-            original_host = forwarded_host or host
-        else:
-            proto = scope["scheme"].encode()
-            original_host = host
-        pieces += (
-            b"x-forwarded-for: ",
-            address,
-            b"\r\nx-forwarded-proto: ",
-            proto,
-            b"\r\nx-forwarded-host: ",
-            original_host,
-            b"\r\n",
+            pieces = drop_connection_listed(pieces, connection)
+        pieces += forwarded_headers(
+            scope,
+            host,
+            config.trust_forwarded,
+            forwarded_for,
+            forwarded_proto,
+            forwarded_host,
         )
 
         # the body: none, whole (one receive), or streamed
@@ -726,7 +196,7 @@ class IngressProxy:
             try:
                 declared = int(length)
             except ValueError:
-                await self._page(send, 400, "bad_request", "invalid Content-Length", accept)
+                await send_page(send, 400, "bad_request", "invalid Content-Length", accept)
                 return
             if declared > limit:
                 await self._too_large(send, accept)
@@ -817,7 +287,7 @@ class IngressProxy:
                     conn.head = method == "HEAD"
                     if streamed:
                         conn.send(head + (_chunk(body, False) if rechunk else body))
-                        await self._upload(conn, receive, len(body), rechunk)
+                        await upload(conn, receive, len(body), rechunk, config)
                     elif len(body) < 65536:
                         conn.send(head + body)
                     else:
@@ -843,7 +313,7 @@ class IngressProxy:
                     resolved.backend.release_id,
                     upstream,
                 )
-                await self._page(
+                await send_page(
                     send,
                     exc.status,
                     exc.code,
@@ -862,19 +332,7 @@ class IngressProxy:
             # 2. the response: headers, then the body as it comes
             assert conn is not None
             status = conn.status
-            headers: list[tuple[bytes, bytes]] = []
-            drop: set[bytes] | None = None
-            for name, value in conn.headers:
-                lower = name.lower()
-                if lower in _RESPONSE_SKIP:
-                    if lower == b"connection":
-                        drop = {t.strip().lower() for t in value.split(b",")}
-                    continue
-                headers.append((lower, value))
-            if status in (204, 304):  # no body, whatever length the app announced
-                drop = (drop or set()) | {b"content-length"}
-            if drop:
-                headers = [(n, v) for n, v in headers if n not in drop]
+            headers = response_headers(conn.headers, status)
             if config.release_header:
                 headers.append((b"x-appdeck-release", resolved.backend.release_id.encode()))
             counter.record(status, time.perf_counter() - started)
@@ -883,7 +341,7 @@ class IngressProxy:
                 while True:
                     if watcher is None and not conn.chunks and not conn.complete:
                         # a body still to come: notice the client leaving meanwhile
-                        watcher = asyncio.create_task(_watch(receive, conn))
+                        watcher = asyncio.create_task(watch(receive, conn))
                     data, done = await conn.read(config.idle_timeout)
                     await send({"type": "http.response.body", "body": data, "more_body": not done})
                     if done:
@@ -916,37 +374,9 @@ class IngressProxy:
                 else:
                     conn.close()
 
-    async def _upload(self, conn: _Connection, receive: Receive, sent: int, rechunk: bool) -> None:
-        """Stream the rest of the request body to the upstream as the client sends it."""
-        config = self.config
-        limit = config.max_body_size
-        while True:
-            if conn.headers_done or conn.error is not None:
-                conn.reusable = False  # it answered before the whole body: do not reuse
-                return
-            if conn.write_paused:
-                await conn.drain(config.idle_timeout)
-            try:
-                async with asyncio.timeout(config.idle_timeout):
-                    message = await receive()
-            except TimeoutError:
-                raise _ClientGone from None
-            if message["type"] != "http.request":
-                raise _ClientGone
-            data: bytes = message.get("body", b"")
-            more: bool = message.get("more_body", False)
-            sent += len(data)
-            if sent > limit:
-                raise _TooLarge
-            out = _chunk(data, not more) if rechunk else data
-            if out:
-                conn.send(out)
-            if not more:
-                return
-
     async def _miss(self, host: bytes, accept: bytes, send: Send) -> None:
         if not host:
-            await self._page(send, 400, "bad_request", "the request has no Host header", accept)
+            await send_page(send, 400, "bad_request", "the request has no Host header", accept)
             return
         name = self.routes.app_name(host)
         if name is None:
@@ -954,13 +384,13 @@ class IngressProxy:
             message = (
                 f"no app at host {shown!r}: apps are reached as <app>.{self.routes.domains[0]}"
             )
-            await self._page(send, 404, "no_such_app", message, accept, host=shown)
+            await send_page(send, 404, "no_such_app", message, accept, host=shown)
         elif name not in self.routes:
-            await self._page(send, 404, "no_such_app", f"no app named {name}", accept, app=name)
+            await send_page(send, 404, "no_such_app", f"no app named {name}", accept, app=name)
         else:
             self.counters.record_no_release(name)
             retry = str(self.config.retry_after).encode()
-            await self._page(
+            await send_page(
                 send,
                 503,
                 "no_live_release",
@@ -972,7 +402,7 @@ class IngressProxy:
 
     async def _too_large(self, send: Send, accept: bytes) -> None:
         limit = self.config.max_body_size
-        await self._page(
+        await send_page(
             send,
             413,
             "body_too_large",
@@ -980,19 +410,3 @@ class IngressProxy:
             accept,
             limit=limit,
         )
-
-    async def _page(
-        self,
-        send: Send,
-        status: int,
-        code: str,
-        message: str,
-        accept: bytes,
-        extra: list[tuple[bytes, bytes]] | None = None,
-        **details: Any,
-    ) -> None:
-        headers, body = error_page(status, code, message, accept, **details)
-        if extra:
-            headers += extra
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": body, "more_body": False})

@@ -1,0 +1,31 @@
+"""The ingress proxy's configuration: limits, timeouts and options."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyConfig:
+    """Limits and timeouts of the ingress (seconds and bytes)."""
+
+    connect_timeout: float = 2.0
+    """Connecting to an upstream instance."""
+    response_timeout: float = 30.0
+    """From the request being sent to the upstream's response headers."""
+    idle_timeout: float = 60.0
+    """Between two pieces of a response body (an SSE stream must send something this often),
+    and for the upstream to take more of a request body."""
+    max_body_size: int = 10 * 1024 * 1024
+    """Largest request body forwarded; above it, 413."""
+    retry_after: int = 5
+    """``Retry-After`` seconds on the 503 page of an app with no live release."""
+    max_idle_per_upstream: int = 64
+    """Idle keep-alive connections kept per upstream instance."""
+    pool_idle_timeout: float = 4.0
+    """An idle pooled connection older than this is closed rather than reused (below
+    uvicorn's 5 s keep-alive, so the app rarely closes one under us)."""
+    trust_forwarded: bool = False
+    """A proxy in front of the ingress sets ``X-Forwarded-*``: keep and extend them."""
+    release_header: bool = False
+    """Add ``X-AppDeck-Release: <release id>`` to proxied responses."""
