@@ -1,0 +1,160 @@
+"""The shared core of :class:`~appdeck.platform.runtime.local.LocalDriver`: its settings, the
+releases it knows (in memory, or found on disk after a restart), their log writers and
+``instances.json``, and the environment its builds and instances run with.
+
+The driver's concerns are mixins over :class:`DriverCore`: :mod:`.build`, :mod:`.supervision`,
+:mod:`.stopping` and :mod:`.adoption`, assembled in :mod:`.local`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final
+
+from appdeck.common.errors import InvalidArgument, NotFound
+from appdeck.platform.runtime.driver import LogKind, ReleaseSpec
+from appdeck.platform.runtime.model import Release, RestartPolicy, check_release_id
+from appdeck.platform.runtime.shim import LOG_MAX_BYTES, LogWriter, boot_id, is_running
+from appdeck.platform.runtime.state import read_json, read_spec, records, write_json
+from appdeck.platform.runtime.workspace import CopyLimits
+
+PASSED_ENV: Final = (
+    "PATH",
+    "HOME",
+    "USER",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "TMPDIR",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE",
+    "NODE_EXTRA_CA_CERTS",
+)
+"""The only variables of the server's own environment an app or a build sees: locale, paths,
+proxies and CA bundles; never the server's settings or secrets (``APPDECK_*``, ...)."""
+BUILD_ENV_PREFIXES: Final = ("PIP_", "NPM_CONFIG_", "npm_config_")
+"""Package-manager settings of the machine (indexes, mirrors, caches), for builds only."""
+
+
+class DriverCore:
+    """Settings and bookkeeping shared by every part of the local driver."""
+
+    def __init__(
+        self,
+        runtime_dir: Path,
+        *,
+        clock: Callable[[], float] = time.time,
+        restart: RestartPolicy | None = None,
+        log_max_bytes: int = LOG_MAX_BYTES,
+        source_limits: CopyLimits | None = None,
+        leftover_grace_s: float = 2.0,
+    ) -> None:
+        self.runtime_dir = Path(runtime_dir).resolve()
+        self.clock = clock
+        self.restart = restart or RestartPolicy()
+        self.log_max_bytes = log_max_bytes
+        self.source_limits = source_limits or CopyLimits()
+        self.leftover_grace_s = leftover_grace_s
+        self._releases: dict[str, Release] = {}
+        self._boot_id = boot_id()
+
+    # ---------------------------------------------------------------- bookkeeping
+
+    def _release(self, release_id: str, *, create_for: ReleaseSpec) -> Release:
+        release = self._existing(release_id)
+        if release is None:
+            directory = self.runtime_dir / "apps" / str(create_for.app_id) / "releases" / release_id
+            directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            release = Release(release_id, directory)
+            self._releases[release_id] = release
+        return release
+
+    def _existing(self, release_id: str) -> Release | None:
+        """The release, from memory or (after a restart) from its directory."""
+        check_release_id(release_id)
+        release = self._releases.get(release_id)
+        if release is not None:
+            return release
+        for directory in self.runtime_dir.glob(f"apps/*/releases/{release_id}"):
+            if directory.is_dir():
+                release = Release(release_id, directory)
+                state = read_json(directory / "instances.json")
+                release.unhealthy = bool(state.get("unhealthy", False))
+                with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+                    release.spec = read_spec(directory / "release.json")
+                self._releases[release_id] = release
+                return release
+        return None
+
+    def _log_path(self, release_id: str, kind: LogKind) -> Path:
+        if kind not in ("build", "runtime"):
+            raise InvalidArgument(f"log kind must be 'build' or 'runtime', not {kind!r}")
+        release = self._existing(release_id)
+        if release is None:
+            raise NotFound(f"no release {release_id} on this runtime")
+        return release.log(kind)
+
+    def _writer(self, release: Release) -> LogWriter:
+        if release.writer is None:
+            release.writer = LogWriter(
+                release.log("runtime"), max_bytes=self.log_max_bytes, clock=self.clock
+            )
+        return release.writer
+
+    def _recorded_alive(self, release: Release) -> list[dict[str, Any]]:
+        """Instances recorded on disk whose process still runs."""
+        state = read_json(release.directory / "instances.json")
+        if state.get("boot_id") != self._boot_id:
+            return []
+        return [
+            record
+            for record in records(state)
+            if is_running(int(record["pid"]), int(record["start_ticks"]))
+        ]
+
+    def _save_state(self, release: Release) -> None:
+        running = [inst.record() for inst in release.instances.values() if inst.pid is not None]
+        write_json(
+            release.directory / "instances.json",
+            {
+                "release_id": release.release_id,
+                "boot_id": self._boot_id,
+                "unhealthy": release.unhealthy,
+                "instances": sorted(running, key=lambda record: int(record["index"])),
+            },
+        )
+
+    # ---------------------------------------------------------------- environment
+
+    def _env(self, spec: ReleaseSpec, workspace: Path, *, port: int | None) -> dict[str, str]:
+        env = {name: os.environ[name] for name in PASSED_ENV if name in os.environ}
+        if port is None:  # a build
+            env.update(
+                (name, value)
+                for name, value in os.environ.items()
+                if name.startswith(BUILD_ENV_PREFIXES)
+            )
+        env.setdefault("PATH", os.defpath)
+        env["PYTHONUNBUFFERED"] = "1"
+        env.update(spec.env)
+        for bin_dir in (workspace / ".venv" / "bin", workspace / "node_modules" / ".bin"):
+            if bin_dir.is_dir():
+                env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
+        if (workspace / ".venv").is_dir():
+            env["VIRTUAL_ENV"] = str(workspace / ".venv")
+        if port is not None:  # always the platform's, whatever the app's env says
+            env["PORT"] = str(port)
+            env["HOST"] = "127.0.0.1"
+        return env

@@ -1,0 +1,128 @@
+"""The local driver's in-memory model of releases and instances, its restart policy, and the
+validation of what callers hand it (specs, release ids, health paths, log queries).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from appdeck.common.errors import InvalidArgument
+from appdeck.platform.runtime.driver import RUNTIMES, InstanceRef, LogKind, ReleaseSpec
+from appdeck.platform.runtime.shim import LogWriter
+
+RELEASE_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+MAX_INDEX: Final = 999
+
+
+@dataclass(frozen=True, slots=True)
+class RestartPolicy:
+    """When a crashed instance is restarted, and when the release is declared unhealthy."""
+
+    initial_backoff_s: float = 0.5
+    max_backoff_s: float = 10.0
+    crash_limit: int = 5
+    """More crashes than this within ``window_s`` is a crash loop."""
+    window_s: float = 60.0
+    reset_after_s: float = 60.0
+    """A run at least this long starts the backoff over."""
+
+
+@dataclass(slots=True, eq=False)
+class Instance:
+    """One instance of a release: its port, its shim process, and its supervision state."""
+
+    index: int
+    port: int
+    pid: int | None = None
+    start_ticks: int = 0
+    started_at: float = 0.0
+    own_child: bool = False
+    pidfd: int | None = None
+    stopping: bool = False
+    supervisor: asyncio.Task[None] | None = None
+    crashes: deque[float] = field(default_factory=deque)
+    backoff_s: float = 0.0
+
+    def ref(self, release_id: str) -> InstanceRef:
+        return InstanceRef(release_id, self.index, self.port, self.pid or 0, self.started_at)
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "port": self.port,
+            "pid": self.pid,
+            "pgid": self.pid,
+            "start_ticks": self.start_ticks,
+            "started_at": self.started_at,
+        }
+
+
+@dataclass(slots=True, eq=False)
+class Release:
+    """A release known to the driver: its directory, last spec and supervised instances."""
+
+    release_id: str
+    directory: Path
+    spec: ReleaseSpec | None = None
+    instances: dict[int, Instance] = field(default_factory=dict)
+    unhealthy: bool = False
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    writer: LogWriter | None = None
+
+    @property
+    def workspace(self) -> Path:
+        return self.directory / "src"
+
+    def log(self, kind: LogKind) -> Path:
+        return self.directory / f"{kind}.log"
+
+
+# -------------------------------------------------------------------- validation
+
+
+def validate(spec: ReleaseSpec) -> None:
+    check_release_id(spec.release_id)
+    if spec.app_id < 0:
+        raise InvalidArgument(f"app_id must not be negative, not {spec.app_id}")
+    if spec.runtime not in RUNTIMES:
+        raise InvalidArgument(f"runtime must be one of {', '.join(RUNTIMES)}, not {spec.runtime!r}")
+    if spec.instances < 0:
+        raise InvalidArgument("instances must not be negative")
+    if spec.build_timeout_s <= 0 or spec.health_timeout_s <= 0:
+        raise InvalidArgument("timeouts must be positive")
+    check_health_path(spec.health_path)
+    for name, value in spec.env.items():
+        if not ENV_NAME.fullmatch(name):
+            raise InvalidArgument(f"invalid environment variable name {name!r}")
+        if "\0" in value:
+            raise InvalidArgument(f"environment variable {name} contains a NUL character")
+    for command in (spec.build_command, spec.run_command):
+        if command is not None and "\0" in command:
+            raise InvalidArgument("commands must not contain NUL characters")
+
+
+def check_release_id(release_id: str) -> None:
+    if not isinstance(release_id, str) or not RELEASE_ID.fullmatch(release_id):
+        raise InvalidArgument(
+            f"invalid release id {release_id!r}: letters, digits, '.', '_' and '-' only"
+        )
+
+
+def check_health_path(path: str) -> None:
+    if not path.startswith("/") or any(c.isspace() or ord(c) < 32 for c in path):
+        raise InvalidArgument(f"health path must start with '/' and hold no spaces: {path!r}")
+
+
+def check_log_args(cursor: int | None, limit: int, grep: str | None) -> None:
+    if cursor is not None and cursor < 0:
+        raise InvalidArgument("cursor must not be negative")
+    if not 1 <= limit <= 10_000:
+        raise InvalidArgument("limit must be 1..10000")
+    if grep is not None and len(grep) > 500:
+        raise InvalidArgument("grep must be at most 500 characters")

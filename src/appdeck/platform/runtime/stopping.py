@@ -1,0 +1,109 @@
+"""Stopping instances: SIGTERM to the shim (which forwards it to its process group), SIGKILL
+to the group and every descendant after the grace period; removing a release; and detaching
+from running instances when the server shuts down (they keep running, for adoption).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+
+from appdeck.platform.runtime.core import DriverCore
+from appdeck.platform.runtime.model import Instance, Release
+from appdeck.platform.runtime.procs import forget_process, kill_leftovers, process_tree, until_gone
+from appdeck.platform.runtime.shim import LogWriter, is_running, signal_quietly
+from appdeck.platform.runtime.workspace import remove_tree
+
+
+class StopMixin(DriverCore):
+    """``stop``, ``remove`` and ``detach``."""
+
+    # ---------------------------------------------------------------- stop
+
+    async def stop(self, release_id: str, index: int | None = None, grace_s: float = 5.0) -> None:
+        release = self._existing(release_id)
+        if release is None:
+            return
+        async with release.lock:
+            await self._stop(release, index, grace_s)
+
+    async def _stop(self, release: Release, index: int | None, grace_s: float) -> None:
+        targets = [
+            inst for inst in release.instances.values() if index is None or inst.index == index
+        ]
+        # Recorded instances nobody supervises (a restarted server that did not adopt them).
+        for record in self._recorded_alive(release):
+            if (index is None or record["index"] == index) and record[
+                "index"
+            ] not in release.instances:
+                targets.append(
+                    Instance(
+                        index=record["index"],
+                        port=record["port"],
+                        pid=record["pid"],
+                        start_ticks=record["start_ticks"],
+                        started_at=record["started_at"],
+                    )
+                )
+        writer = self._writer(release)
+        await asyncio.gather(*(self._terminate(inst, grace_s, writer) for inst in targets))
+        for inst in targets:
+            release.instances.pop(inst.index, None)
+        self._save_state(release)
+
+    async def _terminate(self, instance: Instance, grace_s: float, writer: LogWriter) -> None:
+        instance.stopping = True
+        if instance.supervisor is not None:
+            instance.supervisor.cancel()
+            await asyncio.gather(instance.supervisor, return_exceptions=True)
+            instance.supervisor = None
+        pid = instance.pid
+        if pid is None or not is_running(pid, instance.start_ticks):
+            if pid is not None:
+                kill_leftovers(pid, instance.start_ticks, signal.SIGKILL)
+                forget_process(instance)
+            return
+        writer.system(f"stopping instance {instance.index} (pid {pid})", instance=instance.index)
+        tree = process_tree(pid)
+        signal_quietly(pid, signal.SIGTERM, instance.start_ticks)  # the shim tells its group
+        if not await until_gone(pid, instance.start_ticks, tree, within=grace_s, owner=instance):
+            writer.system(
+                f"instance {instance.index} did not stop within {grace_s:g}s: killed",
+                instance=instance.index,
+            )
+            tree |= process_tree(pid)
+            kill_leftovers(pid, instance.start_ticks, signal.SIGKILL)
+            for proc in tree.values():
+                signal_quietly(proc.pid, signal.SIGKILL, proc.start_ticks)
+            await until_gone(pid, instance.start_ticks, tree, within=5.0, owner=instance)
+        forget_process(instance)
+
+    async def remove(self, release_id: str) -> None:
+        release = self._existing(release_id)
+        if release is None:
+            return
+        async with release.lock:
+            await self._stop(release, None, 5.0)
+            if release.writer is not None:
+                release.writer.close()
+            await asyncio.to_thread(remove_tree, release.directory)
+            self._releases.pop(release_id, None)
+            with contextlib.suppress(OSError):
+                release.directory.parent.rmdir()  # releases/ of the app, when now empty
+                release.directory.parent.parent.rmdir()
+
+    async def detach(self) -> None:
+        for release in list(self._releases.values()):
+            for instance in release.instances.values():
+                if instance.supervisor is not None:
+                    instance.supervisor.cancel()
+                    await asyncio.gather(instance.supervisor, return_exceptions=True)
+                    instance.supervisor = None
+                if instance.pidfd is not None:
+                    os.close(instance.pidfd)
+                    instance.pidfd = None
+            if release.writer is not None:
+                release.writer.close()
+        self._releases.clear()

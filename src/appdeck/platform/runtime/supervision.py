@@ -1,0 +1,211 @@
+"""Running and supervising instances: spawning an instance's shim (in a new session, so it
+leads the instance's process group) and restarting it when it exits without being asked to.
+
+Supervision waits for the shim to exit (``pidfd``, or polling ``/proc`` where pidfds are
+unavailable) — the same way for instances it spawned and for adopted ones. An exit not asked
+for by ``stop`` is a crash: the instance is restarted on the same port after a backoff (see
+:class:`~.model.RestartPolicy`); a crash loop marks the release unhealthy and the instance is
+given up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any, Final
+
+from appdeck.common.errors import FailedPrecondition
+from appdeck.platform.runtime import shim as shim_module
+from appdeck.platform.runtime.core import DriverCore
+from appdeck.platform.runtime.driver import ReleaseSpec
+from appdeck.platform.runtime.model import Instance, Release
+from appdeck.platform.runtime.procs import forget_process, kill_leftovers, pidfd
+from appdeck.platform.runtime.shim import is_running, proc_stat
+
+log = logging.getLogger("appdeck.runtime")
+
+SHIM_PATH: Final = Path(shim_module.__file__).resolve()
+
+
+class SupervisionMixin(DriverCore):
+    """Spawning instances and supervising them (restarts, crash loops)."""
+
+    def _spawn(self, release: Release, instance: Instance) -> None:
+        """Start the shim of ``instance`` (in a new session) and remember who it is."""
+        spec = release.spec
+        assert spec is not None
+        workspace = release.workspace
+        argv = [
+            sys.executable,
+            "-I",
+            "-S",
+            str(SHIM_PATH),
+            "--log",
+            str(release.log("runtime")),
+            "--instance",
+            str(instance.index),
+            "--max-bytes",
+            str(self.log_max_bytes),
+            "--grace",
+            str(self.leftover_grace_s),
+            "--cwd",
+            str(workspace),
+            "--",
+            *self._run_argv(spec, workspace, instance.port),
+        ]
+        pid = os.posix_spawn(
+            sys.executable,
+            argv,
+            self._env(spec, workspace, port=instance.port),
+            file_actions=[
+                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+                (
+                    os.POSIX_SPAWN_OPEN,
+                    2,
+                    str(release.directory / "shim.stderr"),
+                    os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+                    0o600,
+                ),
+            ],
+            setsid=True,
+            setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),
+            setsigmask=(),
+        )
+        stat = proc_stat(pid)
+        instance.pid = pid
+        instance.own_child = True
+        instance.start_ticks = stat.start_ticks if stat else 0
+        instance.started_at = self.clock()
+        instance.pidfd = pidfd(pid)
+
+    def _run_argv(self, spec: ReleaseSpec, workspace: Path, port: int) -> list[str]:
+        if spec.run_command:
+            return ["/bin/sh", "-c", spec.run_command]
+        if spec.runtime == "static":
+            return [sys.executable, "-I", "-m", "http.server", str(port), "--bind", "127.0.0.1"]
+        if spec.runtime == "python":
+            for name in ("app.py", "main.py"):
+                if (workspace / name).is_file():
+                    return ["python", name]
+        if spec.runtime == "node":
+            package = workspace / "package.json"
+            if package.is_file() and "start" in _package_scripts(package):
+                return ["npm", "start"]
+            for name in ("server.js", "index.js"):
+                if (workspace / name).is_file():
+                    return ["node", name]
+        raise FailedPrecondition(
+            f"release {spec.release_id} has no run command",
+            hint="set run_command in the app spec",
+        )
+
+    async def _supervise(self, release: Release, instance: Instance) -> None:
+        try:
+            await self._supervision(release, instance)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception(
+                "supervising instance %s of release %s failed", instance.index, release.release_id
+            )
+            self._writer(release).system(
+                f"instance {instance.index} is no longer supervised (internal error)",
+                instance=instance.index,
+            )
+
+    async def _supervision(self, release: Release, instance: Instance) -> None:
+        """Restart ``instance`` whenever its process exits without being asked to."""
+        writer = self._writer(release)
+        policy = self.restart
+        while True:
+            pid, ticks = instance.pid, instance.start_ticks
+            await self._wait_exit(instance)
+            if pid is not None:
+                # The shim stops the app's leftovers before it exits; if the shim itself was
+                # killed, they are still there (holding the port): stop them.
+                kill_leftovers(pid, ticks, signal.SIGKILL)
+            if instance.stopping:
+                return
+            now = self.clock()
+            ran_for = now - instance.started_at
+            if ran_for >= policy.reset_after_s:
+                instance.backoff_s = policy.initial_backoff_s
+            instance.crashes.append(now)
+            while instance.crashes and instance.crashes[0] < now - policy.window_s:
+                instance.crashes.popleft()
+            crashes = len(instance.crashes)
+            if crashes > policy.crash_limit:
+                release.unhealthy = True
+                release.instances.pop(instance.index, None)
+                self._save_state(release)
+                writer.system(
+                    f"instance {instance.index} crashed {crashes} times within "
+                    f"{policy.window_s:g}s: crash loop, not restarting; release marked unhealthy",
+                    instance=instance.index,
+                )
+                return
+            delay = instance.backoff_s
+            instance.backoff_s = min(delay * 2, policy.max_backoff_s)
+            writer.system(
+                f"instance {instance.index} exited unexpectedly after {ran_for:.1f}s; "
+                f"restarting in {delay:g}s (crash {crashes} within {policy.window_s:g}s)",
+                instance=instance.index,
+            )
+            await asyncio.sleep(delay)
+            if _stop_requested(instance):  # stop() may have run during the backoff
+                return
+            try:
+                self._spawn(release, instance)
+            except OSError as exc:
+                writer.system(
+                    f"instance {instance.index} could not be restarted: {exc}",
+                    instance=instance.index,
+                )
+                instance.pid = None
+                instance.started_at = self.clock()
+                continue
+            self._save_state(release)
+
+    async def _wait_exit(self, instance: Instance) -> None:
+        """Return when the instance's process has exited (reaping it when it is our child)."""
+        pid = instance.pid
+        if pid is None:
+            return
+        try:
+            if instance.pidfd is not None:
+                loop = asyncio.get_running_loop()
+                exited: asyncio.Future[None] = loop.create_future()
+
+                def on_exit() -> None:
+                    if not exited.done():
+                        exited.set_result(None)
+
+                loop.add_reader(instance.pidfd, on_exit)
+                try:
+                    await exited
+                finally:
+                    loop.remove_reader(instance.pidfd)
+            else:
+                while is_running(pid, instance.start_ticks):  # noqa: ASYNC110
+                    await asyncio.sleep(0.2)
+        finally:
+            if not is_running(pid, instance.start_ticks):
+                forget_process(instance)
+
+
+def _stop_requested(instance: Instance) -> bool:
+    return instance.stopping
+
+
+def _package_scripts(package: Path) -> dict[str, Any]:
+    try:
+        scripts = json.loads(package.read_text()).get("scripts")
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return scripts if isinstance(scripts, dict) else {}
