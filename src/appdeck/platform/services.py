@@ -14,6 +14,7 @@ from appdeck.platform.deploy.engine import DeployService, Operations
 from appdeck.platform.deploy.ingress_router import IngressRouter
 from appdeck.platform.deploy.local import LocalRuntime
 from appdeck.platform.env import EnvService
+from appdeck.platform.logs import LogService
 from appdeck.platform.runtime.driver import RuntimeDriver
 from appdeck.storage.apps import AppRecord, AppStore
 from appdeck.storage.deployments import DeploymentStore
@@ -43,6 +44,7 @@ class Platform:
     driver: RuntimeDriver
     router: IngressRouter
     config: PlatformConfig
+    logs: LogService
 
     @classmethod
     def build(
@@ -66,17 +68,20 @@ class Platform:
         )
         sealer = Sealer.from_settings(config.secret_key, config.data_dir)
         env = EnvService(apps, sealer, feed)
+        deployments = DeploymentStore(engine)
         deploys = DeployService(
             apps,
             env,
-            DeploymentStore(engine),
+            deployments,
             LocalRuntime(driver),
             router,
             feed,
             sealer,
             instance_id=instance_id,
         )
-        platform = cls(feed, apps, env, deploys, Operations(deploys), driver, router, config)
+        logs = LogService(apps, env, deployments, driver, sealer)
+        ops = Operations(deploys)
+        platform = cls(feed, apps, env, deploys, ops, driver, router, config, logs)
         apps.on_delete(platform._remove_app)
         apps.on_rename(platform._move_route)
         feed.subscribe(platform._follow)
