@@ -1,12 +1,25 @@
-"""Settings, from ``APPDECK_*`` environment variables (and the CLI, which overrides them)."""
+"""Settings, from ``APPDECK_*`` environment variables (and the CLI, which overrides them).
+
+List settings take the form a person types: ``APPDECK_SOURCE_ROOTS`` is ``os.pathsep``-separated
+(``/srv/a:/srv/b``), the others are comma-separated (``a.example,b.example``); a JSON list
+(``["/srv/a"]``) is accepted too. :func:`load` turns any bad value into one
+:class:`InvalidSetting` line naming the ``APPDECK_*`` variable, never a traceback.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import re
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import AliasChoices, Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
+
+# NoDecode: pydantic-settings would parse these as JSON; the validators below split them instead
+PathList = Annotated[list[Path], NoDecode]
+StrList = Annotated[list[str], NoDecode]
 
 
 class Settings(BaseSettings):
@@ -21,10 +34,10 @@ class Settings(BaseSettings):
     ingress_port: int = Field(8088, ge=0, le=65535)
     public_url: str | None = None
     """The URL clients reach the server at (behind a proxy); default: http://host:port."""
-    allowed_hosts: list[str] = []
-    """Extra Host header names accepted on /mcp (DNS-rebinding defence)."""
-    allowed_origins: list[str] = []
-    """Extra browser origins accepted on /mcp."""
+    allowed_hosts: StrList = []
+    """Extra Host header names accepted on /mcp (DNS-rebinding defence); comma-separated."""
+    allowed_origins: StrList = []
+    """Extra browser origins accepted on /mcp; comma-separated."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["console", "json"] = "console"
 
@@ -48,7 +61,8 @@ class Settings(BaseSettings):
     """The ``aud`` tokens must carry; default: the canonical /mcp URL."""
     tenant_claim: str = "tid"
     user_claim: str = "sub"
-    jwt_algorithms: list[str] = ["ES256"]
+    jwt_algorithms: StrList = Field(["ES256"], min_length=1)
+    """Algorithms an external IdP's tokens may be signed with; comma-separated."""
     jwks_refetch_seconds: float = Field(60.0, ge=0)
     """At most one fetch of an external IdP's key set per this many seconds (unknown kid)."""
     access_token_ttl_seconds: int = Field(3600, ge=60)
@@ -63,14 +77,26 @@ class Settings(BaseSettings):
     # -- platform ------------------------------------------------------------------------
     secret_key: str | None = None
     """Encrypts env var values at rest; default: a key generated into the data dir."""
-    source_roots: list[Path] = []
-    """Directories app sources may be read from; default: the working directory."""
+    source_roots: PathList = []
+    """Directories app sources may be read from, ``os.pathsep``-separated; ``{tenant}`` in a
+    root stands for the caller's tenant id. Default: ``<data dir's parent>/appdeck-sources/
+    {tenant}`` (see :mod:`appdeck.platform.sources`, which owns the rule)."""
     max_apps_per_tenant: int = Field(100, ge=1)
 
     with_conformance_fixtures: bool = False
     app_version: str = Field(
         "dev", validation_alias=AliasChoices("APP_VERSION", "APPDECK_APP_VERSION")
     )
+
+    @field_validator("source_roots", mode="before")
+    @classmethod
+    def _split_paths(cls, value: Any) -> Any:
+        return _split(value, os.pathsep)
+
+    @field_validator("allowed_hosts", "allowed_origins", "jwt_algorithms", mode="before")
+    @classmethod
+    def _split_commas(cls, value: Any) -> Any:
+        return _split(value, ",")
 
     def database(self) -> str:
         if self.database_url:
@@ -87,3 +113,52 @@ class Settings(BaseSettings):
             return self.public_url.rstrip("/")
         host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
         return f"http://{host}:{port if port is not None else self.port}"
+
+
+class InvalidSetting(Exception):
+    """A setting has a value that cannot be used; ``str()`` is one line for a person."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        super().__init__(f"invalid setting {name}: {reason}")
+        self.name = name
+        self.reason = reason
+
+
+def load(**overrides: Any) -> Settings:
+    """The settings from the environment with ``overrides`` (the CLI's options) on top.
+
+    Raises :class:`InvalidSetting` for the first bad value, naming its ``APPDECK_*`` variable.
+    """
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        field = str(error["loc"][0]) if error["loc"] else "?"
+        reason = str(error["msg"]).removeprefix("Value error, ")
+        raise InvalidSetting(_env_name(field), reason) from None
+    except SettingsError as exc:  # a value pydantic-settings itself could not decode
+        found = re.search(r'field "([^"]+)"', str(exc))
+        field = found.group(1) if found else "?"
+        raise InvalidSetting(_env_name(field), "cannot be parsed") from None
+
+
+def _env_name(field: str) -> str:
+    if field.isupper():  # an alias such as APP_VERSION is already the variable's name
+        return field
+    return f"APPDECK_{field.upper()}"
+
+
+def _split(value: Any, separator: str) -> Any:
+    """``"a<sep>b"`` -> ``["a", "b"]`` (blanks dropped); a JSON list is taken as it is."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if text.startswith("["):
+        try:
+            return json.loads(text)
+        except ValueError:
+            raise ValueError(
+                f"starts with '[' but is not a JSON list; write values separated by "
+                f"{separator!r} instead"
+            ) from None
+    return [part.strip() for part in text.split(separator) if part.strip()]

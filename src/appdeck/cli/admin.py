@@ -38,9 +38,9 @@ console = Console()
 
 
 def _settings(data_dir: Path | None) -> Any:
-    from appdeck.settings import Settings
+    from appdeck.cli.config import settings_or_exit
 
-    return Settings.model_validate({"data_dir": data_dir} if data_dir is not None else {})
+    return settings_or_exit(**({"data_dir": data_dir} if data_dir is not None else {}))
 
 
 @asynccontextmanager

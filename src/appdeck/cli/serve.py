@@ -42,7 +42,7 @@ def serve(
     ] = False,
 ) -> None:
     """Run the MCP server until interrupted."""
-    from appdeck.settings import Settings
+    from appdeck.cli.config import settings_or_exit
 
     overrides: dict[str, Any] = {}
     for key, value in (
@@ -56,7 +56,7 @@ def serve(
             overrides[key] = value
     if with_conformance_fixtures:
         overrides["with_conformance_fixtures"] = True
-    settings = Settings(**overrides)
+    settings = settings_or_exit(**overrides)
     try:
         import uvloop
 

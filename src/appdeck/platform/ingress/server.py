@@ -54,9 +54,10 @@ class IngressServer:
         self._task: asyncio.Task[None] | None = None
         self._socket: socket.socket | None = None
 
-    def url_for(self, app_name: str) -> str:
-        """The URL an app is reached at through this router."""
-        return f"http://{app_name}.{self.routes.domains[0]}:{self.port}"
+    def url_for(self, route: str) -> str:
+        """The URL a route key (an app's: :func:`appdeck.platform.hostnames.route_label`) is
+        reached at through this router."""
+        return f"http://{route}.{self.routes.domains[0]}:{self.port}"
 
     async def start(self) -> int:
         """Listen and serve; the actual port (useful when ``port`` was 0)."""

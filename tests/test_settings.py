@@ -1,0 +1,75 @@
+"""List settings take the form a person types; a bad value is one InvalidSetting naming it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from appdeck.settings import InvalidSetting, load
+
+
+def test_source_roots_are_separated_by_the_path_separator(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("APPDECK_SOURCE_ROOTS", f"/a{os.pathsep}/srv/{{tenant}}{os.pathsep}")
+    assert load().source_roots == [Path("/a"), Path("/srv/{tenant}")]
+
+
+def test_a_single_source_root_needs_no_separator(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("APPDECK_SOURCE_ROOTS", "/srv/apps")
+    assert load().source_roots == [Path("/srv/apps")]
+
+
+def test_a_json_list_is_still_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("APPDECK_SOURCE_ROOTS", '["/a", "/b"]')
+    monkeypatch.setenv("APPDECK_ALLOWED_HOSTS", '["a.example"]')
+    settings = load()
+    assert settings.source_roots == [Path("/a"), Path("/b")]
+    assert settings.allowed_hosts == ["a.example"]
+
+
+def test_the_other_list_settings_are_comma_separated(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("APPDECK_ALLOWED_HOSTS", "a.example, b.example")
+    monkeypatch.setenv("APPDECK_ALLOWED_ORIGINS", "https://a.example,https://b.example:8443")
+    monkeypatch.setenv("APPDECK_JWT_ALGORITHMS", "ES256,RS256")
+    settings = load()
+    assert settings.allowed_hosts == ["a.example", "b.example"]
+    assert settings.allowed_origins == ["https://a.example", "https://b.example:8443"]
+    assert settings.jwt_algorithms == ["ES256", "RS256"]
+
+
+def test_an_empty_list_setting_means_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("APPDECK_SOURCE_ROOTS", "")
+    monkeypatch.setenv("APPDECK_ALLOWED_HOSTS", " ")
+    settings = load()
+    assert settings.source_roots == []
+    assert settings.allowed_hosts == []
+
+
+def test_python_callers_still_pass_lists() -> None:
+    settings = load(source_roots=[Path("/a")], allowed_hosts=["x.example"])
+    assert settings.source_roots == [Path("/a")]
+    assert settings.allowed_hosts == ["x.example"]
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "reason"),
+    [
+        ("APPDECK_SOURCE_ROOTS", "[not json", "not a JSON list"),
+        ("APPDECK_ALLOWED_ORIGINS", "[1, 2", "not a JSON list"),
+        ("APPDECK_JWT_ALGORITHMS", "", "at least 1 item"),
+        ("APPDECK_PORT", "eighty", "valid integer"),
+        ("APPDECK_LOG_LEVEL", "loud", "'debug'"),
+        ("APPDECK_MAX_APPS_PER_TENANT", "0", "greater than or equal to 1"),
+    ],
+)
+def test_a_bad_value_names_its_variable(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str, reason: str
+) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(InvalidSetting) as caught:
+        load()
+    assert caught.value.name == name
+    assert reason in caught.value.reason
+    assert str(caught.value).startswith(f"invalid setting {name}: ")
+    assert "\n" not in str(caught.value)
