@@ -11,7 +11,6 @@ import logging
 import secrets
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from urllib.parse import urlsplit
 
 from appdeck.auth import Authenticator
@@ -111,7 +110,7 @@ class Services:
             PlatformConfig(
                 data_dir=settings.data_dir,
                 secret_key=settings.secret_key,
-                source_roots=settings.source_roots or [Path.cwd()],
+                source_roots=settings.source_roots,
                 max_apps_per_tenant=settings.max_apps_per_tenant,
                 ingress_host=settings.host,
                 ingress_port=ingress_port,

@@ -7,7 +7,6 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Final
 
 from appdeck.common.errors import (
@@ -20,6 +19,7 @@ from appdeck.common.errors import (
 from appdeck.common.identity import Principal
 from appdeck.platform import access, specs
 from appdeck.platform.changes import Change, ChangeFeed
+from appdeck.platform.sources import SourceRoots
 from appdeck.storage.apps import AppRecord, AppStore
 from appdeck.storage.identity import IdentityStore
 
@@ -68,7 +68,7 @@ class AppService:
         identities: IdentityStore,
         feed: ChangeFeed,
         *,
-        source_roots: list[Path],
+        sources: SourceRoots,
         max_apps: int,
         url_of: Callable[[str], str],
         clock: Callable[[], float] = time.monotonic,
@@ -76,7 +76,7 @@ class AppService:
         self.store = store
         self._identities = identities
         self._feed = feed
-        self._roots = [r.resolve() for r in source_roots]
+        self.sources = sources
         self._max_apps = max_apps
         self._url_of = url_of
         self._clock = clock
@@ -130,7 +130,7 @@ class AppService:
     ) -> AppView:
         _check_name(name)
         complete = specs.validate(spec or {})
-        self._check_source(complete.get("source_path"))
+        self._check_source(principal.tenant, complete.get("source_path"))
         if await self.store.count(principal.tenant) >= self._max_apps:
             raise QuotaExceeded(
                 f"the tenant has {self._max_apps} apps, the most it may have",
@@ -210,7 +210,7 @@ class AppService:
         view = await self.load(principal, app_id, "spec.write")
         proposed = patch if replace else specs.merge(view.app.spec, patch)
         complete = specs.validate(proposed)
-        self._check_source(complete.get("source_path"))
+        self._check_source(view.app.tenant_id, complete.get("source_path"))
         changes = specs.diff(view.app.spec, complete)
         if dry_run or not changes:
             shown = AppRecord(**{**_fields(view.app), "spec": complete}) if dry_run else view.app
@@ -219,24 +219,10 @@ class AppService:
         await self._feed.emit(Change("spec.updated", app.tenant_id, app.id))
         return AppView(app, view.role, view.url), changes
 
-    def _check_source(self, path: object) -> None:
-        if path is None:
-            return
-        if not isinstance(path, str) or not path:
-            raise InvalidArgument("source_path must be a non-empty string")
-        raw = Path(path)
-        if not raw.is_absolute() or ".." in raw.parts:
-            raise InvalidArgument(
-                f"source_path must be an absolute path without '..': {path!r}"[:300]
-            )
-        real = raw.resolve()
-        if not any(real.is_relative_to(root) for root in self._roots):
-            raise InvalidArgument(
-                "source_path is outside the directories apps may be read from",
-                hint="an operator can allow more with APPDECK_SOURCE_ROOTS",
-            )
-        if not real.is_dir():
-            raise InvalidArgument(f"source_path is not a directory: {path!r}"[:300])
+    def _check_source(self, tenant: str, path: object) -> None:
+        """A spec's source must be in the tenant's own roots (the rule: platform/sources.py)."""
+        if path is not None:
+            self.sources.check(tenant, path)
 
     # -- members --------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ from appdeck.platform.deploy.local import LocalRuntime
 from appdeck.platform.env import EnvService
 from appdeck.platform.logs import LogService
 from appdeck.platform.runtime.driver import RuntimeDriver
+from appdeck.platform.sources import SourceRoots
 from appdeck.storage.apps import AppRecord, AppStore
 from appdeck.storage.deployments import DeploymentStore
 from appdeck.storage.identity import IdentityStore
@@ -26,6 +27,7 @@ class PlatformConfig:
     data_dir: Path
     secret_key: str | None
     source_roots: list[Path]
+    """As configured (``{tenant}`` unexpanded, empty for the default): see ``SourceRoots``."""
     max_apps_per_tenant: int
     ingress_host: str
     ingress_port: int
@@ -58,11 +60,12 @@ class Platform:
         instance_id: str,
     ) -> Platform:
         feed = ChangeFeed()
+        sources = SourceRoots(config.source_roots, data_dir=config.data_dir)
         apps = AppService(
             AppStore(engine),
             identities,
             feed,
-            source_roots=config.source_roots,
+            sources=sources,
             max_apps=config.max_apps_per_tenant,
             url_of=config.url_of,
         )
@@ -77,6 +80,7 @@ class Platform:
             router,
             feed,
             sealer,
+            sources=sources,
             instance_id=instance_id,
         )
         logs = LogService(apps, env, deployments, driver, sealer)

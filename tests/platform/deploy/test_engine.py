@@ -18,6 +18,7 @@ from appdeck.platform.crypto import Sealer
 from appdeck.platform.deploy.engine import DeployService, Operations
 from appdeck.platform.env import EnvService
 from appdeck.platform.services import PlatformConfig
+from appdeck.platform.sources import SourceRoots
 from appdeck.storage import Storage
 from appdeck.storage.apps import AppStore
 from appdeck.storage.deployments import DeploymentStore
@@ -67,7 +68,7 @@ async def rig(storage: Storage, tmp_path: Path) -> Rig:
         AppStore(storage.engine),
         identities,
         feed,
-        source_roots=[tmp_path],
+        sources=SourceRoots([tmp_path / "src"], data_dir=tmp_path / "data"),
         max_apps=10,
         url_of=config.url_of,
     )
@@ -82,6 +83,7 @@ async def rig(storage: Storage, tmp_path: Path) -> Rig:
         router,
         feed,
         sealer,
+        sources=apps.sources,
         instance_id="test",
         sleep=_no_wait,
     )

@@ -11,6 +11,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from appdeck.common.errors import Conflict, FailedPrecondition, InvalidArgument, NotFound
@@ -21,6 +22,7 @@ from appdeck.platform.crypto import Sealer
 from appdeck.platform.deploy import rollout, states
 from appdeck.platform.deploy.ports import Backend, BuildFailed, Release, Router, Runtime
 from appdeck.platform.env import EnvService
+from appdeck.platform.sources import SourceRoots
 from appdeck.platform.specs import STRATEGIES
 from appdeck.storage.apps import AppRecord
 from appdeck.storage.deployments import DeploymentRecord, DeploymentStore
@@ -45,10 +47,12 @@ class DeployService:
         feed: ChangeFeed,
         sealer: Sealer,
         *,
+        sources: SourceRoots,
         instance_id: str,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.apps = apps
+        self._sources = sources
         self._env = env
         self.store = store
         self.runtime = runtime
@@ -121,6 +125,7 @@ class DeployService:
             raise FailedPrecondition(
                 "the app has no source_path", hint="set_app_spec with spec.source_path first"
             )
+        source = self._source(app)
         if app.spec.get("runtime") != "static" and not app.spec.get("run_command"):
             raise FailedPrecondition(
                 "the app has no run_command", hint="set_app_spec with spec.run_command"
@@ -138,7 +143,7 @@ class DeployService:
             strategy=chosen,
             spec=app.spec,
             env=self._sealer.seal(json.dumps(env)),
-            source={"path": app.spec.get("source_path")},
+            source={"path": str(source)},
             created_by=principal.user,
             previous=live.number if live else None,
             instance_id=self._instance,
@@ -146,6 +151,17 @@ class DeployService:
         )
         await self._announce(app, record)
         return app, record
+
+    def _source(self, app: AppRecord) -> Path:
+        """The app's source, checked again now: the folder may have been swapped (for a link
+        out, say) since the spec named it, or the operator may have narrowed the roots."""
+        try:
+            return self._sources.check(app.tenant_id, app.spec["source_path"])
+        except InvalidArgument as exc:
+            raise FailedPrecondition(
+                f"the app's source no longer passes the source check: {exc.message}",
+                hint=exc.hint,
+            ) from None
 
     async def run(
         self, app: AppRecord, record: DeploymentRecord, progress: Progress = _quiet
