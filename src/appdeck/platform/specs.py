@@ -23,8 +23,9 @@ SPEC_SCHEMA: Final[dict[str, Any]] = {
         "source_path": {
             "type": ["string", "null"],
             "maxLength": 4096,
-            "description": "A directory on the server holding the app's source "
-            "(inside an allowed root).",
+            "description": "An absolute directory on the server holding the app's source, "
+            "inside one of your tenant's source roots (a refusal's hint lists them); checked "
+            "again at every deploy.",
         },
         "build_command": {"type": ["string", "null"], "maxLength": 2000},
         "run_command": {
