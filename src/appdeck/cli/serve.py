@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from appdeck import __version__
+from appdeck.common.listen import ListenError, listen
 
 DEV_TOKEN_TTL = 12 * 3600
 
@@ -58,11 +59,19 @@ def serve(
         overrides["with_conformance_fixtures"] = True
     settings = settings_or_exit(**overrides)
     try:
-        import uvloop
+        _run(_serve(settings, dev, stop_apps_on_exit))
+    except ListenError as exc:  # one line, no traceback: the port is what to change
+        typer.echo(f"appdeck serve: {exc}", err=True)
+        raise typer.Exit(1) from None
 
-        uvloop.run(_serve(settings, dev, stop_apps_on_exit))
+
+def _run(main: Coroutine[Any, Any, None]) -> None:
+    try:
+        import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
-        asyncio.run(_serve(settings, dev, stop_apps_on_exit))
+        asyncio.run(main)
+    else:
+        uvloop.run(main)
 
 
 async def _serve(settings: Any, dev: bool, stop_apps: bool = False) -> None:
@@ -75,14 +84,10 @@ async def _serve(settings: Any, dev: bool, stop_apps: bool = False) -> None:
     from appdeck.runtime import tune_gc
 
     logs.configure(settings.log_level, settings.log_format)
-    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
-    # IPPROTO_TCP explicitly: with protocol 0, plain asyncio sets no TCP_NODELAY on accepted
-    # connections, and uvicorn's two writes per response then wait ~40 ms for Nagle
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((settings.host, settings.port))
-    sock.listen(2048)  # connections queue from now on, so the printed URL is usable at once
-    port = sock.getsockname()[1]
+    # connections queue from now on, so the printed URL is usable at once; a loopback host is
+    # held on 127.0.0.1 and [::1] both, so no app can sit on the other one
+    socks = listen(settings.host, settings.port)
+    port = socks[0].getsockname()[1]
     services = await Services.start(settings, port=port)
     config = uvicorn.Config(
         services.asgi(),
@@ -114,8 +119,9 @@ async def _serve(settings: Any, dev: bool, stop_apps: bool = False) -> None:
             )
             print(f"Dev access token (12 h, every scope):\n{token}", flush=True)
     try:
-        await server.serve(sockets=[sock])
+        await server.serve(sockets=socks)
     finally:
         await services.stop(stop_apps=stop_apps)
-        sock.close()
+        for sock in socks:
+            sock.close()
         marker.unlink(missing_ok=True)

@@ -14,6 +14,8 @@ def _host_only(value: str) -> str:
     if value.startswith("["):  # [::1]:8080
         end = value.find("]")
         return value[1:end] if end > 0 else value
+    if value.count(":") > 1:  # a bare IPv6 address (::1), never host:port
+        return value
     host, _, port = value.rpartition(":")
     return host if host and port.isdigit() else value
 

@@ -1,5 +1,6 @@
 """The ingress router's own listener: uvicorn (httptools) serving :class:`IngressProxy`
-in-process, on a socket of its own (``127.0.0.1:8088`` by default; port 0 picks one)."""
+in-process, on a socket of its own (``127.0.0.1:8088`` by default, and ``[::1]`` on the same
+port: :mod:`appdeck.common.listen`; port 0 picks one)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from collections.abc import Iterator
 
 import uvicorn
 
+from appdeck.common.listen import listen
 from appdeck.platform.ingress.proxy import IngressProxy, ProxyConfig
 from appdeck.platform.ingress.routes import Counters, RouteTable
 
@@ -52,7 +54,7 @@ class IngressServer:
         self.keep_alive = keep_alive
         self._server: _EmbeddedServer | None = None
         self._task: asyncio.Task[None] | None = None
-        self._socket: socket.socket | None = None
+        self._sockets: list[socket.socket] = []
 
     def url_for(self, route: str) -> str:
         """The URL a route key (an app's: :func:`appdeck.platform.hostnames.route_label`) is
@@ -63,20 +65,12 @@ class IngressServer:
         """Listen and serve; the actual port (useful when ``port`` was 0)."""
         if self._task is not None:
             raise RuntimeError("the ingress server is already running")
-        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets that say TCP, and
-        # uvicorn writes headers and body separately (Nagle would hold the body ~40 ms)
-        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((self.host, self.port))
-            sock.listen(2048)
+        # a loopback host is held on 127.0.0.1 and [::1] both (no app can sit on the other)
+        socks = listen(self.host, self.port)
+        for sock in socks:
             sock.setblocking(False)
-        except OSError:
-            sock.close()
-            raise
-        self._socket = sock
-        self.port = sock.getsockname()[1]
+        self._sockets = socks
+        self.port = socks[0].getsockname()[1]
         self.proxy.closing = False
         config = uvicorn.Config(
             self.proxy,
@@ -95,12 +89,12 @@ class IngressServer:
             backlog=2048,
         )
         server = self._server = _EmbeddedServer(config)
-        task = self._task = asyncio.create_task(server.serve(sockets=[sock]))
+        task = self._task = asyncio.create_task(server.serve(sockets=socks))
         async with asyncio.timeout(10):
             while not server.started:
                 if task.done():
                     self._task = None
-                    sock.close()
+                    _close(socks)
                     task.result()  # raises what stopped it
                     raise RuntimeError("the ingress server stopped while starting")
                 await asyncio.sleep(0.002)
@@ -111,8 +105,9 @@ class IngressServer:
         """Stop listening; let in-flight responses finish for up to ``graceful_shutdown``
         seconds, then cut what is left (event streams end cleanly) and close every upstream
         connection. Safe to call twice."""
-        server, task, sock = self._server, self._task, self._socket
-        self._server = self._task = self._socket = None
+        server, task, socks = self._server, self._task, self._sockets
+        self._server = self._task = None
+        self._sockets = []
         if server is None or task is None:
             return
         loop = asyncio.get_running_loop()
@@ -130,10 +125,14 @@ class IngressServer:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         finally:
-            if sock is not None:
-                sock.close()
+            _close(socks)
         # handlers cut short unwind now
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(2):
                 while self.proxy.inflight:  # noqa: ASYNC110 - a bounded poll of a counter
                     await asyncio.sleep(0.01)
+
+
+def _close(socks: list[socket.socket]) -> None:
+    for sock in socks:
+        sock.close()
