@@ -70,6 +70,12 @@ async def test_an_instance_survives_a_kill_9_of_the_server_and_is_adopted(
     status, _ = await http_get(port, "/fail")
     assert status == 500
 
+    async def logged_while_down() -> bool:  # the app logs a request after answering it
+        page = await driver.logs("12-1", "runtime", cursor=0, grep='"GET /fail HTTP/1.1" 500')
+        return bool(page.lines)
+
+    await eventually(logged_while_down)
+
     adoption = await driver.adopt("12-1")
     assert adoption.dead == []
     assert adoption.adopted == [before]

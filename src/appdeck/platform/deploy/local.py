@@ -11,6 +11,9 @@ from appdeck.platform.deploy.ports import BuildFailed, Instance, Release
 from appdeck.platform.runtime import driver as rt
 
 HEALTH_POLL_S = 0.2
+SANDBOX_PORT = 8000
+"""An instance's port when the spec names none: every sandboxed instance has a loopback of
+its own, so they may all use the same."""
 
 
 def free_port() -> int:
@@ -22,6 +25,7 @@ def free_port() -> int:
 def release_spec(release: Release) -> rt.ReleaseSpec:
     spec = release.spec
     health = spec.get("health_check") or {}
+    resources = spec.get("resources") or {}
     return rt.ReleaseSpec(
         app_id=release.app_id,
         app_name=release.app_name,
@@ -35,12 +39,22 @@ def release_spec(release: Release) -> rt.ReleaseSpec:
         health_path=str(health.get("path", "/")),
         health_timeout_s=float(health.get("timeout_s", 5)),
         build_timeout_s=float(spec.get("build_timeout_s", 600)),
+        memory_mb=int(resources.get("memory_mb", 512)),
+        cpus=float(resources.get("cpus", 1.0)),
+        pids=int(resources.get("pids", 256)),
     )
 
 
+def upstream(ref: rt.InstanceRef) -> str:
+    """Where the ingress reaches an instance (see ``ingress.routes.UPSTREAM_HOST``)."""
+    address = f"127.0.0.1:{ref.port}"
+    return f"{ref.netns}@{address}" if ref.netns else address
+
+
 class LocalRuntime:
-    def __init__(self, driver: rt.RuntimeDriver) -> None:
+    def __init__(self, driver: rt.RuntimeDriver, *, sandboxed: bool = False) -> None:
         self.driver = driver
+        self.sandboxed = sandboxed
         self._refs: dict[tuple[str, int], rt.InstanceRef] = {}
 
     async def prepare(self, release: Release) -> None:
@@ -51,10 +65,12 @@ class LocalRuntime:
             raise BuildFailed(f"{exc.message}\n{tail}".strip()) from None
 
     async def start(self, release: Release, index: int) -> Instance:
-        port = int(release.spec["port"]) if release.spec.get("port") else free_port()
+        # Sandboxed, the port is inside the instance's own network namespace; unsandboxed,
+        # never a port the app names (it could be the control plane's).
+        port = int(release.spec.get("port") or SANDBOX_PORT) if self.sandboxed else free_port()
         ref = await self.driver.start(release_spec(release), index, port)
         self._refs[(release.release_id, index)] = ref
-        return Instance(release.release_id, index, f"127.0.0.1:{ref.port}")
+        return Instance(release.release_id, index, upstream(ref))
 
     async def wait_healthy(self, release: Release, instance: Instance, within_s: float) -> bool:
         ref = self._refs.get((instance.release_id, instance.index))
@@ -80,13 +96,13 @@ class LocalRuntime:
         refs = await self.driver.instances(release_id)
         for ref in refs:
             self._refs[(release_id, ref.index)] = ref
-        return [Instance(release_id, r.index, f"127.0.0.1:{r.port}") for r in refs]
+        return [Instance(release_id, r.index, upstream(r)) for r in refs]
 
     async def adopt(self, release: Release) -> list[Instance]:
-        found = await self.driver.adopt(release.release_id)
+        found = await self.driver.adopt(release.release_id, release_spec(release))
         for ref in found.adopted:
             self._refs[(release.release_id, ref.index)] = ref
-        return [Instance(release.release_id, r.index, f"127.0.0.1:{r.port}") for r in found.adopted]
+        return [Instance(release.release_id, r.index, upstream(r)) for r in found.adopted]
 
     async def crash_looping(self, release_id: str) -> bool:
         return await self.driver.unhealthy(release_id)

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 from typing import TYPE_CHECKING, cast
 
 import httptools
 
+from appdeck.platform import netns
 from appdeck.platform.ingress.errors import (
     UpstreamError,
     _BadResponse,
@@ -281,10 +283,13 @@ class _Connection(asyncio.Protocol):
 class _Pool:
     """Idle keep-alive connections to one upstream instance (LIFO: the warmest first)."""
 
-    def __init__(self, proxy: IngressProxy, upstream: str, port: int) -> None:
+    def __init__(
+        self, proxy: IngressProxy, upstream: str, port: int, netns: str | None = None
+    ) -> None:
         self.proxy = proxy
         self.upstream = upstream
         self.port = port
+        self.netns = netns
         self.loop = asyncio.get_running_loop()
         self.idle: list[_Connection] = []
         self.config = proxy.config
@@ -311,9 +316,12 @@ class _Pool:
         timeout = self.config.connect_timeout
         try:
             async with asyncio.timeout(timeout):
-                _, conn = await self.loop.create_connection(
-                    lambda: _Connection(self), UPSTREAM_HOST, self.port
-                )
+                if self.netns is None:
+                    _, conn = await self.loop.create_connection(
+                        lambda: _Connection(self), UPSTREAM_HOST, self.port
+                    )
+                else:
+                    _, conn = await self._connect_in_netns(self.netns)
         except TimeoutError:
             raise _ConnectTimeout(
                 f"could not connect to {self.upstream} in {timeout:g} s"
@@ -322,6 +330,20 @@ class _Pool:
             reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
             raise _ConnectFailed(f"could not connect to {self.upstream}: {reason}") from None
         return conn
+
+    async def _connect_in_netns(self, name: str) -> tuple[asyncio.BaseTransport, _Connection]:
+        """Connect to the instance's own loopback, inside its network namespace."""
+        lookup = self.proxy.netns
+        fd = lookup(name) if lookup is not None else None
+        if fd is None:
+            raise ConnectionRefusedError(errno.ECONNREFUSED, "the instance has no network yet")
+        sock = netns.socket_in(fd)
+        try:
+            await self.loop.sock_connect(sock, (UPSTREAM_HOST, self.port))
+            return await self.loop.create_connection(lambda: _Connection(self), sock=sock)
+        except BaseException:
+            sock.close()
+            raise
 
     def release(self, conn: _Connection) -> None:
         """Back to the pool after a whole exchange, or closed when it cannot be reused."""

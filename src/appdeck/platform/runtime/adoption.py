@@ -12,8 +12,8 @@ import asyncio
 import os
 import signal
 
-from appdeck.platform.runtime.driver import Adoption, InstanceRef
-from appdeck.platform.runtime.model import Instance
+from appdeck.platform.runtime.driver import Adoption, InstanceRef, ReleaseSpec
+from appdeck.platform.runtime.model import Instance, validate
 from appdeck.platform.runtime.procs import kill_leftovers, pidfd
 from appdeck.platform.runtime.shim import is_running
 from appdeck.platform.runtime.state import read_json, read_spec, records
@@ -25,12 +25,15 @@ class AdoptionMixin(SupervisionMixin):
 
     # ---------------------------------------------------------------- adopt
 
-    async def adopt(self, release_id: str) -> Adoption:
+    async def adopt(self, release_id: str, spec: ReleaseSpec | None = None) -> Adoption:
         release = self._existing(release_id)
         if release is None:
             return Adoption(adopted=[], dead=[])  # nothing was ever started here
         async with release.lock:
-            if release.spec is None:
+            if spec is not None:
+                validate(spec)
+                release.spec = spec  # with its env values, which the disk never holds
+            elif release.spec is None:
                 release.spec = read_spec(release.directory / "release.json")
             writer = self._writer(release)
             adopted: list[InstanceRef] = []
@@ -48,6 +51,7 @@ class AdoptionMixin(SupervisionMixin):
                     start_ticks=int(record["start_ticks"]),
                     started_at=float(record["started_at"]),
                     backoff_s=self.restart.initial_backoff_s,
+                    sandboxed=self.sandbox is not None,
                 )
                 pid = int(record["pid"])
                 if state.get("boot_id") == self._boot_id and is_running(pid, instance.start_ticks):

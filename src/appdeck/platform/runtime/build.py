@@ -10,23 +10,38 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import os
 import shutil
 import sys
 import time
 from pathlib import Path
 from typing import Final
 
-from appdeck.common.errors import Conflict
+from appdeck.common.errors import Conflict, InvalidArgument, QuotaExceeded
+from appdeck.platform.runtime import workspace as workspace_module
 from appdeck.platform.runtime.core import DriverCore
 from appdeck.platform.runtime.driver import BuildFailed, ReleaseSpec
 from appdeck.platform.runtime.logs import tail_text
 from appdeck.platform.runtime.model import Release, validate
 from appdeck.platform.runtime.procs import kill_tree
+from appdeck.platform.runtime.sandbox import APP_DIR
 from appdeck.platform.runtime.shim import LineSplitter, LogWriter
-from appdeck.platform.runtime.state import read_json, spec_to_json, write_json
-from appdeck.platform.runtime.workspace import copy_source, remove_tree
+from appdeck.platform.runtime.state import read_json, write_json
+from appdeck.platform.runtime.workspace import (
+    CopyStats,
+    copy_source,
+    open_dir_nofollow,
+    remove_tree,
+)
 
 LOG_TAIL_LINES: Final = 20
+COPY_TIMEOUT_S: Final = 300.0
+_COPY_CODE: Final = (
+    Path(workspace_module.__file__).read_text()
+    + "\nimport sys\nraise SystemExit(main(sys.argv[1:]))\n"
+)
+"""The sandboxed copy: :mod:`.workspace` run as a script (it is stdlib-only)."""
 
 
 class BuildMixin(DriverCore):
@@ -42,7 +57,7 @@ class BuildMixin(DriverCore):
             if (
                 not rebuild
                 and release.workspace.is_dir()
-                and read_json(built) == spec_to_json(spec)
+                and read_json(built) == self._record(spec)
             ):
                 release.spec = spec
                 return  # already built from this very spec (a release's source is frozen)
@@ -58,40 +73,94 @@ class BuildMixin(DriverCore):
                 await self._prepare(release, spec, writer)
             finally:
                 writer.close()
-            write_json(built, spec_to_json(spec))
+            write_json(built, self._record(spec))
 
     async def _prepare(self, release: Release, spec: ReleaseSpec, writer: LogWriter) -> None:
         writer.system(f"preparing release {spec.release_id} from {spec.source_path}")
         fresh = release.directory / "src.new"
         await asyncio.to_thread(remove_tree, fresh)
         try:
-            stats = await asyncio.to_thread(
-                copy_source,
-                spec.source_path,
-                fresh,
-                limits=self.source_limits,
-                exclude=self.runtime_dir,
-            )
+            if self.sandbox is None:
+                stats = await asyncio.to_thread(
+                    copy_source,
+                    spec.source_path,
+                    fresh,
+                    limits=self.source_limits,
+                    exclude=self.runtime_dir,
+                )
+            else:
+                stats = await self._sandboxed_copy(spec, fresh)
         except Exception as exc:
             await asyncio.to_thread(remove_tree, fresh)
             writer.system(f"copying the source failed: {exc}")
             raise
         await asyncio.to_thread(_swap_in, fresh, release.workspace)
         writer.system(f"copied {stats.files} entries ({stats.bytes} bytes) into the workspace")
-        write_json(release.directory / "release.json", spec_to_json(spec))
+        write_json(release.directory / "release.json", self._record(spec))
         deadline = time.monotonic() + spec.build_timeout_s
         for step, argv in self._build_steps(spec, release.workspace, writer):
             await self._run_step(release, spec, step, argv, deadline, writer)
         writer.system("build succeeded")
 
+    async def _sandboxed_copy(self, spec: ReleaseSpec, fresh: Path) -> CopyStats:
+        """Copy the source inside the app's sandbox, as the app's uid (see :mod:`.workspace`):
+        the source directory is opened here without following any link (so one swapped in
+        after the platform checked the path is refused), and handed over as that descriptor."""
+        assert self.sandbox is not None
+        uid = self.sandbox.uid_for(spec.app_id)
+        os.mkdir(fresh, mode=0o700)
+        os.chown(fresh, uid, uid)
+        source_fd = open_dir_nofollow(spec.source_path)
+        copy_limits = (str(self.source_limits.max_bytes), str(self.source_limits.max_files))
+        argv = self.sandbox.wrap(
+            ["python3", "-I", "-S", "-c", _COPY_CODE, "/source", APP_DIR, *copy_limits],
+            app_id=spec.app_id,
+            own_network=True,
+            workspace=fresh,
+            source_fd=source_fd,
+        )
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *argv,
+                env=self._env(spec, fresh, port=None),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                pass_fds=(source_fd,),
+                start_new_session=True,
+            )
+            try:
+                async with asyncio.timeout(COPY_TIMEOUT_S):
+                    out, err = await process.communicate()
+            finally:
+                kill_tree(process.pid)
+                await process.wait()
+        finally:
+            os.close(source_fd)
+        try:
+            outcome = json.loads(out.decode().strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            reason = err.decode(errors="replace").strip()[-300:] or f"exit {process.returncode}"
+            raise InvalidArgument(f"the source could not be copied: {reason}") from None
+        if "error" in outcome:
+            error = QuotaExceeded if outcome["error"] == "quota" else InvalidArgument
+            raise error(str(outcome.get("message")), hint=outcome.get("hint"))
+        return CopyStats(
+            files=int(outcome["files"]),
+            bytes=int(outcome["bytes"]),
+            symlinks=int(outcome["symlinks"]),
+        )
+
     def _build_steps(
         self, spec: ReleaseSpec, workspace: Path, writer: LogWriter
     ) -> list[tuple[str, list[str]]]:
         steps: list[tuple[str, list[str]]] = []
+        inside = Path(APP_DIR) if self.sandbox is not None else workspace
+        python = "python3" if self.sandbox is not None else sys.executable
         if spec.runtime == "python":
-            venv = workspace / ".venv"
+            venv = inside / ".venv"
             if (workspace / "requirements.txt").is_file():
-                steps.append(("venv", [sys.executable, "-m", "venv", str(venv)]))
+                steps.append(("venv", [python, "-m", "venv", str(venv)]))
                 steps.append(
                     (
                         "pip install",
@@ -108,9 +177,9 @@ class BuildMixin(DriverCore):
                     )
                 )
             else:
-                steps.append(("venv", [sys.executable, "-m", "venv", "--without-pip", str(venv)]))
+                steps.append(("venv", [python, "-m", "venv", "--without-pip", str(venv)]))
         elif spec.runtime == "node" and (workspace / "package.json").is_file():
-            npm = shutil.which("npm")
+            npm = shutil.which("npm") if self.sandbox is None else _in_usr("npm")
             if npm is None:
                 writer.system("package.json found but npm is not installed: skipping npm install")
             else:
@@ -132,6 +201,10 @@ class BuildMixin(DriverCore):
         if remaining <= 0:
             self._build_failed(release, spec, step, None, writer)
         writer.system(f"{step}: {' '.join(argv)}")
+        if self.sandbox is not None:
+            argv = self.sandbox.wrap(
+                argv, app_id=spec.app_id, own_network=True, workspace=release.workspace
+            )
         process = await asyncio.create_subprocess_exec(
             *argv,
             cwd=release.workspace,
@@ -209,3 +282,8 @@ def _swap_in(fresh: Path, workspace: Path) -> None:
         workspace.rename(old)
     fresh.rename(workspace)
     remove_tree(old)
+
+
+def _in_usr(name: str) -> str | None:
+    """``name`` on the sandbox's PATH (its /usr is the host's)."""
+    return shutil.which(name, path="/usr/local/bin:/usr/bin:/bin")

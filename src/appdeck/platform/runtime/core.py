@@ -9,7 +9,11 @@ The driver's concerns are mixins over :class:`DriverCore`: :mod:`.build`, :mod:`
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import hmac
+import json
 import os
+import secrets
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,8 +22,15 @@ from typing import Any, Final
 from appdeck.common.errors import InvalidArgument, NotFound
 from appdeck.platform.runtime.driver import LogKind, ReleaseSpec
 from appdeck.platform.runtime.model import Release, RestartPolicy, check_release_id
+from appdeck.platform.runtime.sandbox import APP_DIR, SANDBOX_PATH, Sandbox
 from appdeck.platform.runtime.shim import LOG_MAX_BYTES, LogWriter, boot_id, is_running
-from appdeck.platform.runtime.state import read_json, read_spec, records, write_json
+from appdeck.platform.runtime.state import (
+    read_json,
+    read_spec,
+    records,
+    spec_to_json,
+    write_json,
+)
 from appdeck.platform.runtime.workspace import CopyLimits
 
 PASSED_ENV: Final = (
@@ -44,6 +55,8 @@ PASSED_ENV: Final = (
 )
 """The only variables of the server's own environment an app or a build sees: locale, paths,
 proxies and CA bundles; never the server's settings or secrets (``APPDECK_*``, ...)."""
+_LOCALE_ENV: Final = ("LANG", "LC_ALL", "LC_CTYPE", "TZ")
+"""What a sandboxed app gets of the server's environment: its locale."""
 BUILD_ENV_PREFIXES: Final = ("PIP_", "NPM_CONFIG_", "npm_config_")
 """Package-manager settings of the machine (indexes, mirrors, caches), for builds only."""
 
@@ -60,6 +73,7 @@ class DriverCore:
         log_max_bytes: int = LOG_MAX_BYTES,
         source_limits: CopyLimits | None = None,
         leftover_grace_s: float = 2.0,
+        sandbox: Sandbox | None = None,
     ) -> None:
         self.runtime_dir = Path(runtime_dir).resolve()
         self.clock = clock
@@ -67,6 +81,10 @@ class DriverCore:
         self.log_max_bytes = log_max_bytes
         self.source_limits = source_limits or CopyLimits()
         self.leftover_grace_s = leftover_grace_s
+        self.sandbox = sandbox
+        """None: apps run unsandboxed, as the server's user (``APPDECK_SANDBOX=off``)."""
+        self.runtime_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._digest_key = _digest_key(self.runtime_dir / ".env-digest.key")
         self._releases: dict[str, Release] = {}
         self._boot_id = boot_id()
 
@@ -139,22 +157,59 @@ class DriverCore:
     # ---------------------------------------------------------------- environment
 
     def _env(self, spec: ReleaseSpec, workspace: Path, *, port: int | None) -> dict[str, str]:
-        env = {name: os.environ[name] for name in PASSED_ENV if name in os.environ}
-        if port is None:  # a build
-            env.update(
-                (name, value)
-                for name, value in os.environ.items()
-                if name.startswith(BUILD_ENV_PREFIXES)
-            )
-        env.setdefault("PATH", os.defpath)
+        """The whole environment of a build step (``port`` None) or an instance: nothing of
+        the server's own but locale, paths (and, unsandboxed, proxies and package-manager
+        settings), then the app's env, then ``PORT``/``HOST``, which are always the
+        platform's."""
+        if self.sandbox is not None:
+            env = {name: os.environ[name] for name in _LOCALE_ENV if name in os.environ}
+            env["PATH"] = SANDBOX_PATH
+            env["HOME"] = "/tmp"  # noqa: S108 - the sandbox's private tmpfs
+            inside = Path(APP_DIR)
+        else:
+            env = {name: os.environ[name] for name in PASSED_ENV if name in os.environ}
+            if port is None:  # a build
+                env.update(
+                    (name, value)
+                    for name, value in os.environ.items()
+                    if name.startswith(BUILD_ENV_PREFIXES)
+                )
+            env.setdefault("PATH", os.defpath)
+            inside = workspace
         env["PYTHONUNBUFFERED"] = "1"
         env.update(spec.env)
-        for bin_dir in (workspace / ".venv" / "bin", workspace / "node_modules" / ".bin"):
-            if bin_dir.is_dir():
-                env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
+        if self.sandbox is None:
+            for bin_dir in (".venv/bin", "node_modules/.bin"):
+                if (workspace / bin_dir).is_dir():
+                    env["PATH"] = f"{inside / bin_dir}{os.pathsep}{env['PATH']}"
+        else:
+            env["PATH"] = SANDBOX_PATH
         if (workspace / ".venv").is_dir():
-            env["VIRTUAL_ENV"] = str(workspace / ".venv")
+            env["VIRTUAL_ENV"] = str(inside / ".venv")
         if port is not None:  # always the platform's, whatever the app's env says
             env["PORT"] = str(port)
             env["HOST"] = "127.0.0.1"
         return env
+
+    def _record(self, spec: ReleaseSpec) -> dict[str, Any]:
+        """``spec`` as its state files record it (no env values)."""
+        return spec_to_json(spec, self.env_digest(spec.env))
+
+    def env_digest(self, env: dict[str, str]) -> str:
+        """A keyed digest of env values: state files record names and this, never values."""
+        body = json.dumps(sorted(env.items()), ensure_ascii=False).encode()
+        return hmac.new(self._digest_key, body, hashlib.sha256).hexdigest()
+
+
+def _digest_key(path: Path) -> bytes:
+    try:
+        key = path.read_bytes()
+        if len(key) == 32:
+            return key
+    except OSError:
+        pass
+    key = secrets.token_bytes(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(key)
+    return key

@@ -54,6 +54,10 @@ class ReleaseSpec:
     health_path: str = "/"
     health_timeout_s: float = 5.0
     build_timeout_s: float = 600.0
+    memory_mb: int = 512
+    """Limits of each instance (sandboxed): memory in MiB (swap included), CPUs, processes."""
+    cpus: float = 1.0
+    pids: int = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +72,10 @@ class InstanceRef:
     app); 0 where a driver has no local process."""
     started_at: float
     """When this process started (the driver's clock, epoch seconds)."""
+    netns: str | None = None
+    """Sandboxed: the instance's network namespace, by name (``"<release_id>.<index>"``):
+    ``port`` is on the loopback of that namespace, reached through the driver's
+    ``netns_fd``. None: ``port`` is on the host's loopback."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,9 +218,11 @@ class RuntimeDriver(Protocol):
         """True once an instance of the release crash-looped (sticky until :meth:`remove`)."""
         ...
 
-    async def adopt(self, release_id: str) -> Adoption:
+    async def adopt(self, release_id: str, spec: ReleaseSpec | None = None) -> Adoption:
         """After a server restart: take over the release's instances that still run, report
-        the others. Idempotent; a release never started here adopts nothing."""
+        the others. Idempotent; a release never started here adopts nothing. ``spec`` is
+        what restarts of the adopted instances run with: pass it (the driver keeps no env
+        values on disk; without it, restarts get the env's names with empty values)."""
         ...
 
     async def releases(self) -> list[str]:
@@ -221,6 +231,11 @@ class RuntimeDriver(Protocol):
 
     async def remove(self, release_id: str) -> None:
         """Stop every instance and delete the workspace and logs of the release."""
+        ...
+
+    def netns_fd(self, key: str) -> int | None:
+        """An fd of the network namespace named by an :attr:`InstanceRef.netns` (owned by
+        the driver), or None when that instance is gone or has no network of its own yet."""
         ...
 
     async def detach(self) -> None:

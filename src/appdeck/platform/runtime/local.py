@@ -38,9 +38,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import time
 
 from appdeck.common.errors import Conflict, FailedPrecondition, InvalidArgument
+from appdeck.platform import netns
 from appdeck.platform.runtime.adoption import AdoptionMixin
 from appdeck.platform.runtime.build import LOG_TAIL_LINES, BuildMixin
 from appdeck.platform.runtime.core import BUILD_ENV_PREFIXES, PASSED_ENV
@@ -57,7 +59,7 @@ from appdeck.platform.runtime.model import (
     validate,
 )
 from appdeck.platform.runtime.procs import free_port
-from appdeck.platform.runtime.state import read_json, spec_to_json, write_json
+from appdeck.platform.runtime.state import read_json, write_json
 from appdeck.platform.runtime.stopping import StopMixin
 from appdeck.platform.runtime.supervision import SHIM_PATH
 from appdeck.platform.runtime.workspace import CopyLimits
@@ -103,10 +105,15 @@ class LocalDriver(BuildMixin, AdoptionMixin, StopMixin):
                     hint="adopt the release after a server restart, or stop it",
                 )
             release.spec = spec
-            if read_json(release.directory / "release.json") != spec_to_json(spec):
+            if read_json(release.directory / "release.json") != self._record(spec):
                 # What restarts (and a later adoption) will run: the spec of the last start.
-                write_json(release.directory / "release.json", spec_to_json(spec))
-            instance = Instance(index=index, port=port, backoff_s=self.restart.initial_backoff_s)
+                write_json(release.directory / "release.json", self._record(spec))
+            instance = Instance(
+                index=index,
+                port=port,
+                backoff_s=self.restart.initial_backoff_s,
+                sandboxed=self.sandbox is not None,
+            )
             release.instances[index] = instance
             try:
                 self._spawn(release, instance)
@@ -134,7 +141,13 @@ class LocalDriver(BuildMixin, AdoptionMixin, StopMixin):
 
         try:
             async with asyncio.timeout(timeout):
-                status = await _http_status("127.0.0.1", ref.port, path)
+                sock = None
+                if ref.netns is not None:
+                    fd = self.netns_fd(ref.netns)
+                    if fd is None:
+                        return Health(False, "the instance has no network yet", None, elapsed())
+                    sock = netns.socket_in(fd)
+                status = await _http_status("127.0.0.1", ref.port, path, sock)
         except TimeoutError:
             return Health(False, f"no answer within {timeout:g}s", None, elapsed())
         except (OSError, ValueError) as exc:
@@ -191,6 +204,11 @@ class LocalDriver(BuildMixin, AdoptionMixin, StopMixin):
         release = self._existing(release_id)
         return release is not None and release.unhealthy
 
+    @property
+    def sandboxed(self) -> bool:
+        """Whether apps run in the sandbox (each instance on a loopback of its own)."""
+        return self.sandbox is not None
+
     async def releases(self) -> list[str]:
         found = {path.name for path in self.runtime_dir.glob("apps/*/releases/*") if path.is_dir()}
         return sorted(found | set(self._releases))
@@ -199,8 +217,16 @@ class LocalDriver(BuildMixin, AdoptionMixin, StopMixin):
 # -------------------------------------------------------------------- helpers
 
 
-async def _http_status(host: str, port: int, path: str) -> int:
-    reader, writer = await asyncio.open_connection(host, port)
+async def _http_status(host: str, port: int, path: str, sock: socket.socket | None) -> int:
+    if sock is None:
+        reader, writer = await asyncio.open_connection(host, port)
+    else:
+        try:
+            await asyncio.get_running_loop().sock_connect(sock, (host, port))
+        except BaseException:
+            sock.close()
+            raise
+        reader, writer = await asyncio.open_connection(sock=sock)
     try:
         writer.write(
             f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUser-Agent: appdeck-health\r\n"

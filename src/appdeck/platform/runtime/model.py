@@ -48,9 +48,20 @@ class Instance:
     supervisor: asyncio.Task[None] | None = None
     crashes: deque[float] = field(default_factory=deque)
     backoff_s: float = 0.0
+    sandboxed: bool = False
+    netns_fd: int | None = None
+    """An fd of the network namespace of process ``netns_pid`` (sandboxed instances)."""
+    netns_pid: int | None = None
 
     def ref(self, release_id: str) -> InstanceRef:
-        return InstanceRef(release_id, self.index, self.port, self.pid or 0, self.started_at)
+        return InstanceRef(
+            release_id,
+            self.index,
+            self.port,
+            self.pid or 0,
+            self.started_at,
+            f"{release_id}.{self.index}" if self.sandboxed else None,
+        )
 
     def record(self) -> dict[str, Any]:
         return {
@@ -81,6 +92,11 @@ class Release:
 
     def log(self, kind: LogKind) -> Path:
         return self.directory / f"{kind}.log"
+
+
+def instance_key(release: Release, instance: Instance) -> str:
+    """The instance's name for its cgroup and its network namespace: ``<release>.<index>``."""
+    return f"{release.release_id}.{instance.index}"
 
 
 # -------------------------------------------------------------------- validation

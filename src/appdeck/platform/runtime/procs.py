@@ -102,5 +102,8 @@ def forget_process(instance: Instance) -> None:
     if instance.pidfd is not None:
         os.close(instance.pidfd)
     instance.pidfd = None
+    if instance.netns_fd is not None:
+        os.close(instance.netns_fd)
+    instance.netns_fd = instance.netns_pid = None
     instance.pid = None
     instance.own_child = False

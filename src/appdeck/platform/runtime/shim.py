@@ -36,6 +36,7 @@ import argparse
 import contextlib
 import ctypes
 import fcntl
+import importlib.util
 import json
 import os
 import selectors
@@ -43,6 +44,7 @@ import signal
 import sys
 import time
 import traceback
+import types
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -424,11 +426,13 @@ class Shim:
         *,
         grace_s: float,
         cwd: Path | None = None,
+        confine: Confinement | None = None,
     ) -> None:
         self.command = list(command)
         self.cwd = cwd
         self.writer = writer
         self.grace_s = grace_s
+        self.confine = confine
         self.pid = 0
         self.status: int | None = None
         self.selector = selectors.DefaultSelector()
@@ -452,6 +456,8 @@ class Shim:
                 return 128 + self.stop_signal
             if self.cwd is not None:
                 os.chdir(self.cwd)
+            if self.confine is not None:
+                self.confine.enter()
             self._spawn()
         except OSError as exc:
             self.writer.system(f"cannot start {' '.join(self.command)}: {exc.strerror or exc}")
@@ -472,16 +478,17 @@ class Shim:
     def _spawn(self) -> None:
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        actions: list[tuple[int, ...] | tuple[int, int, str, int, int]] = [  # no fds but these
+            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_DUP2, out_w, 1),
+            (os.POSIX_SPAWN_DUP2, err_w, 2),
+        ]
         try:
             self.pid = os.posix_spawnp(
                 self.command[0],
                 self.command,
                 dict(os.environ),
-                file_actions=[
-                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                    (os.POSIX_SPAWN_DUP2, out_w, 1),
-                    (os.POSIX_SPAWN_DUP2, err_w, 2),
-                ],
+                file_actions=actions,
                 setsigdef=(signal.SIGPIPE, signal.SIGXFSZ, *_FORWARDED),
                 setsigmask=(),
             )
@@ -492,7 +499,10 @@ class Shim:
             os.set_blocking(fd, False)
             self.splitters[fd] = (stream, LineSplitter())
             self.selector.register(fd, selectors.EVENT_READ)
-        self.writer.system(f"started pid {self.pid}: {' '.join(self.command)}")
+        shown = self.command
+        if self.confine is not None and "--" in shown:  # the app's command, not the sandbox's
+            shown = shown[len(shown) - shown[::-1].index("--") :]
+        self.writer.system(f"started pid {self.pid}: {' '.join(shown)}")
 
     def _forward(self, signum: int, _frame: FrameType | None) -> None:
         """Pass a stop signal on to the whole group once, without receiving it back."""
@@ -501,7 +511,15 @@ class Shim:
             return  # nothing to pass it to yet: run() will not start the app
         signal.signal(signum, signal.SIG_IGN)
         try:
-            os.killpg(os.getpgrp(), signum)
+            if self.confine is None:
+                os.killpg(os.getpgrp(), signum)
+            else:
+                # Not to the sandbox's own process: it would die at once and take the
+                # sandbox down with it (--die-with-parent) before the app could finish.
+                me = os.getpid()
+                for proc in group_members(os.getpgrp()):
+                    if proc.pid not in (me, self.pid):
+                        signal_quietly(proc.pid, signum, proc.start_ticks)
         finally:
             signal.signal(signum, self._forward)
 
@@ -585,6 +603,11 @@ class Shim:
 
     def _report_exit(self, status: int | None) -> int:
         code = os.waitstatus_to_exitcode(status) if status is not None else 1
+        if self.confine is not None and self.confine.oom_killed():
+            self.writer.system(
+                "the app was killed by the kernel's out-of-memory killer: it reached its "
+                f"memory limit of {self.confine.memory_mb} MiB (raise spec.resources.memory_mb)"
+            )
         if code < 0:
             try:
                 name = signal.Signals(-code).name
@@ -594,6 +617,59 @@ class Shim:
             return 128 - code
         self.writer.system(f"pid {self.pid} exited with code {code}")
         return code
+
+
+class Confinement:
+    """What a sandboxed instance's shim sets up before it starts the app: a network namespace
+    of its own (loopback only) and membership of the instance's cgroups."""
+
+    def __init__(
+        self,
+        *,
+        netns: bool,
+        cgroup_procs: Sequence[Path] = (),
+        oom_events: Path | None = None,
+        memory_mb: int = 0,
+    ) -> None:
+        self.netns = netns
+        self.cgroup_procs = list(cgroup_procs)
+        self.oom_events = oom_events
+        self.memory_mb = memory_mb
+        self._ooms = 0
+
+    def enter(self) -> None:
+        for procs in self.cgroup_procs:
+            with open(procs, "w", encoding="ascii") as handle:
+                handle.write(str(os.getpid()))
+        self._ooms = self._oom_count()
+        if self.netns:
+            _load_netns().unshare_loopback_only()
+
+    def oom_killed(self) -> bool:
+        return self._oom_count() > self._ooms
+
+    def _oom_count(self) -> int:
+        if self.oom_events is None:
+            return 0
+        try:
+            for line in self.oom_events.read_text().splitlines():
+                name, _, value = line.partition(" ")
+                if name == "oom_kill":
+                    return int(value)
+        except (OSError, ValueError):
+            pass
+        return 0
+
+
+def _load_netns() -> types.ModuleType:
+    """``appdeck.platform.netns``, loaded by path (this file runs outside the package)."""
+    path = Path(__file__).resolve().parent.parent / "netns.py"
+    spec = importlib.util.spec_from_file_location("appdeck_netns", path)
+    if spec is None or spec.loader is None:
+        raise OSError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _ignore(_signum: int, _frame: FrameType | None) -> None:
@@ -608,14 +684,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-bytes", type=int, default=LOG_MAX_BYTES)
     parser.add_argument("--cwd", type=Path, default=None)
     parser.add_argument("--grace", type=float, default=2.0, help="for leftovers, in seconds")
+    parser.add_argument("--netns", action="store_true", help="a loopback-only network")
+    parser.add_argument("--cgroup-procs", type=Path, action="append", default=[])
+    parser.add_argument("--oom-events", type=Path, default=None)
+    parser.add_argument("--memory-mb", type=int, default=0)
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("no command given (after --)")
     writer = LogWriter(args.log, max_bytes=args.max_bytes, instance=args.instance)
+    confine = None
+    if args.netns or args.cgroup_procs:
+        confine = Confinement(
+            netns=args.netns,
+            cgroup_procs=args.cgroup_procs,
+            oom_events=args.oom_events,
+            memory_mb=args.memory_mb,
+        )
     try:
-        return Shim(command, writer, grace_s=args.grace, cwd=args.cwd).run()
+        return Shim(command, writer, grace_s=args.grace, cwd=args.cwd, confine=confine).run()
     except BaseException:  # noqa: BLE001 - the last resort of the instance's root process
         # A defect in the shim: say so, then take the app down with us rather than leave it
         # running with nobody reading its output.

@@ -17,16 +17,24 @@ from typing import Any
 from appdeck.platform.runtime.driver import ReleaseSpec
 
 
-def spec_to_json(spec: ReleaseSpec) -> dict[str, Any]:
+def spec_to_json(spec: ReleaseSpec, env_digest: str) -> dict[str, Any]:
+    """The spec as recorded on disk: the env's names and a keyed digest of its values, never
+    the values (they are the app's secrets)."""
     data = asdict(spec)
     data["source_path"] = str(spec.source_path)
+    data["env"] = sorted(spec.env)
+    data["env_digest"] = env_digest
     return data
 
 
 def read_spec(path: Path) -> ReleaseSpec:
+    """The recorded spec, with its env's values empty: whoever restarts the release after a
+    server restart hands the driver the whole spec again (see ``adopt``)."""
     data = read_json(path)
+    data.pop("env_digest", None)
     data["source_path"] = Path(data["source_path"])
-    data["env"] = dict(data.get("env") or {})
+    names = data.get("env") or []
+    data["env"] = dict.fromkeys(names, "") if isinstance(names, list) else {}
     return ReleaseSpec(**data)
 
 

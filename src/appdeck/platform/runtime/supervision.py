@@ -20,10 +20,12 @@ from pathlib import Path
 from typing import Any, Final
 
 from appdeck.common.errors import FailedPrecondition
+from appdeck.platform import netns
 from appdeck.platform.runtime import shim as shim_module
+from appdeck.platform.runtime.cgroups import Limits
 from appdeck.platform.runtime.core import DriverCore
 from appdeck.platform.runtime.driver import ReleaseSpec
-from appdeck.platform.runtime.model import Instance, Release
+from appdeck.platform.runtime.model import Instance, Release, instance_key
 from appdeck.platform.runtime.procs import forget_process, kill_leftovers, pidfd
 from appdeck.platform.runtime.shim import is_running, proc_stat
 
@@ -55,9 +57,22 @@ class SupervisionMixin(DriverCore):
             str(self.leftover_grace_s),
             "--cwd",
             str(workspace),
-            "--",
-            *self._run_argv(spec, workspace, instance.port),
         ]
+        command = self._run_argv(spec, workspace, instance.port)
+        if self.sandbox is not None:
+            argv += ["--netns", "--memory-mb"]
+            argv.append(str(spec.memory_mb))
+            limits = Limits(memory_mb=spec.memory_mb, cpus=spec.cpus, pids=spec.pids)
+            if self.sandbox.cgroups is not None:
+                group = self.sandbox.cgroups.create(instance_key(release, instance), limits)
+                for procs in group.procs:
+                    argv += ["--cgroup-procs", str(procs)]
+                if group.oom_events is not None:
+                    argv += ["--oom-events", str(group.oom_events)]
+            command = self.sandbox.wrap(
+                command, app_id=spec.app_id, own_network=False, workspace=workspace, limits=limits
+            )
+        argv += ["--", *command]
         pid = os.posix_spawn(
             sys.executable,
             argv,
@@ -88,7 +103,8 @@ class SupervisionMixin(DriverCore):
         if spec.run_command:
             return ["/bin/sh", "-c", spec.run_command]
         if spec.runtime == "static":
-            return [sys.executable, "-I", "-m", "http.server", str(port), "--bind", "127.0.0.1"]
+            python = sys.executable if self.sandbox is None else "python3"
+            return [python, "-I", "-m", "http.server", str(port), "--bind", "127.0.0.1"]
         if spec.runtime == "python":
             for name in ("app.py", "main.py"):
                 if (workspace / name).is_file():
@@ -130,6 +146,7 @@ class SupervisionMixin(DriverCore):
                 # The shim stops the app's leftovers before it exits; if the shim itself was
                 # killed, they are still there (holding the port): stop them.
                 kill_leftovers(pid, ticks, signal.SIGKILL)
+            await self._release_group(release, instance)
             if instance.stopping:
                 return
             now = self.clock()
@@ -171,6 +188,33 @@ class SupervisionMixin(DriverCore):
                 instance.started_at = self.clock()
                 continue
             self._save_state(release)
+
+    async def _release_group(self, release: Release, instance: Instance) -> None:
+        """Kill what is left in the instance's cgroup and remove it."""
+        cgroups = self.sandbox.cgroups if self.sandbox is not None else None
+        if cgroups is not None:
+            await asyncio.to_thread(cgroups.remove, instance_key(release, instance))
+
+    def netns_fd(self, key: str) -> int | None:
+        """An fd of the network namespace of the instance ``"<release_id>.<index>"`` (owned
+        by the driver: valid until the instance's process changes), or None."""
+        release_id, _, index = key.rpartition(".")
+        release = self._releases.get(release_id)
+        instance = release.instances.get(int(index)) if release and index.isdigit() else None
+        if instance is None or instance.pid is None:
+            return None
+        if instance.netns_fd is not None and instance.netns_pid == instance.pid:
+            return instance.netns_fd
+        fd = netns.open_of(instance.pid)
+        if fd is None:
+            return None
+        if not is_running(instance.pid, instance.start_ticks):  # a recycled pid: not ours
+            os.close(fd)
+            return None
+        if instance.netns_fd is not None:
+            os.close(instance.netns_fd)
+        instance.netns_fd, instance.netns_pid = fd, instance.pid
+        return fd
 
     async def _wait_exit(self, instance: Instance) -> None:
         """Return when the instance's process has exited (reaping it when it is our child)."""

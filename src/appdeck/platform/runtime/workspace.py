@@ -12,6 +12,13 @@ The source is untrusted: it is whatever a repository or an upload contained. The
   symlink during the copy is refused instead of followed.
 
 Which source paths a caller may name at all is the platform's decision, not this module's.
+
+Sandboxed, the copy runs *inside* the app's sandbox, as the app's uid, with the source
+mounted read-only at ``/source`` and the new workspace at ``/app`` (:func:`main`, run by
+``python3 -I -S -c <this file>``): it reads only what that uid may read, and a link that
+escapes resolves inside the sandbox, where nothing of the host's is to be found. So this
+module must stay stdlib-only apart from the two error classes, which it defines itself when
+the platform is not importable.
 """
 
 from __future__ import annotations
@@ -24,7 +31,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, NoReturn
 
-from appdeck.common.errors import InvalidArgument, QuotaExceeded
+try:
+    from appdeck.common.errors import InvalidArgument, QuotaExceeded
+except ImportError:  # run inside a sandbox, stdlib only
+
+    class InvalidArgument(Exception):  # type: ignore[no-redef]
+        def __init__(self, message: str, *, hint: str | None = None) -> None:
+            super().__init__(message)
+            self.message = message
+            self.hint = hint
+
+    class QuotaExceeded(InvalidArgument):  # type: ignore[no-redef]
+        pass
+
 
 IGNORED_NAMES: Final = frozenset(
     {
@@ -108,7 +127,9 @@ def copy_source(
         raise InvalidArgument(f"source path {str(source)!r} is not a directory")
     skip = exclude.resolve() if exclude is not None else None
     counter = _Counter(limits or CopyLimits())
-    dest.mkdir(parents=True, mode=0o755)
+    dest.mkdir(parents=True, mode=0o755, exist_ok=True)
+    if any(dest.iterdir()):
+        raise InvalidArgument(f"the copy's destination {str(dest)!r} is not empty")
 
     def walk_error(error: OSError) -> None:
         raise InvalidArgument(f"cannot read the source: {error.strerror} ({error.filename})")
@@ -202,9 +223,57 @@ def _copy_file(path: Path, target_path: Path, root: Path, counter: _Counter) -> 
         os.fchmod(dst.fileno(), mode)
 
 
+def open_dir_nofollow(path: Path) -> int:
+    """An ``O_PATH`` descriptor of the directory ``path`` (absolute), opened one component
+    at a time without following any symlink: a link anywhere on the way (one swapped in after
+    the path was checked, say) is refused (InvalidArgument), never followed."""
+    if not path.is_absolute():
+        raise InvalidArgument(f"source path {str(path)!r} is not absolute")
+    flags = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open("/", flags)
+    try:
+        for part in path.parts[1:]:
+            if part in ("", ".", ".."):
+                raise InvalidArgument(f"source path {str(path)!r} is not a plain path")
+            try:
+                child = os.open(part, flags, dir_fd=fd)
+            except OSError as exc:
+                raise InvalidArgument(
+                    f"source path {str(path)!r} cannot be opened without following a link "
+                    f"({exc.strerror}: {part!r})",
+                    hint="name the directory itself, not a link to it",
+                ) from None
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def remove_tree(path: Path) -> None:
     """Delete a directory tree if it exists (symlinks are removed, never followed)."""
     if path.is_symlink() or path.is_file():
         path.unlink(missing_ok=True)
     elif path.exists():
         shutil.rmtree(path)
+
+
+def main(argv: list[str]) -> int:
+    """``<source> <dest> <max_bytes> <max_files>``: copy, and print the outcome as one JSON
+    object on stdout (``{"files", "bytes", "symlinks"}`` or ``{"error", "message", "hint"}``)."""
+    import json
+
+    source, dest, max_bytes, max_files = argv
+    try:
+        stats = copy_source(
+            Path(source),
+            Path(dest),
+            limits=CopyLimits(max_bytes=int(max_bytes), max_files=int(max_files)),
+        )
+    except InvalidArgument as exc:
+        kind = "quota" if isinstance(exc, QuotaExceeded) else "invalid"
+        print(json.dumps({"error": kind, "message": exc.message, "hint": exc.hint}))
+        return 1
+    print(json.dumps({"files": stats.files, "bytes": stats.bytes, "symlinks": stats.symlinks}))
+    return 0

@@ -1,0 +1,179 @@
+"""Resource limits of sandboxed instances through cgroups: v2 (unified) or v1 (a hierarchy
+per controller), whichever the host has writable.
+
+Each instance gets a group ``appdeck/<key>`` (under every controller's mount on v1) with a
+memory limit (swap included where the host accounts it), a process-count limit and a CPU
+quota. The instance's shim joins the group before it starts the app, so the app and all it
+forks are counted; nothing it does can leave the group (moving a process needs root outside
+its sandbox). When the instance ends, :meth:`Cgroups.remove` kills whatever is still in the
+group and removes it.
+
+On hosts where neither is writable the driver falls back to rlimits (see
+:mod:`.sandbox`): weaker (``RLIMIT_NPROC`` counts the app's uid, not one instance), and said so
+at start-up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+log = logging.getLogger("appdeck.runtime")
+
+ROOT: Final = Path("/sys/fs/cgroup")
+_V1_CONTROLLERS: Final = ("memory", "pids", "cpu")
+_CPU_PERIOD_US: Final = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What one instance may use."""
+
+    memory_mb: int = 512
+    cpus: float = 1.0
+    pids: int = 256
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """One instance's cgroup: the files its shim writes its pid to, and where OOM kills are
+    counted (``oom_kill N`` in both v1's ``memory.oom_control`` and v2's ``memory.events``)."""
+
+    procs: tuple[Path, ...]
+    oom_events: Path | None
+
+
+class Cgroups:
+    """Creates, limits and removes instance groups under ``<mount>/appdeck``."""
+
+    def __init__(self, version: int, root: Path = ROOT, name: str = "appdeck") -> None:
+        self.version = version
+        self.root = root
+        self.name = name
+
+    @classmethod
+    def detect(cls, root: Path = ROOT, name: str = "appdeck") -> Cgroups | None:
+        """The host's writable cgroup hierarchy, or None (no cgroups we may manage)."""
+        if (root / "cgroup.controllers").is_file():
+            found = cls(2, root, name)
+            try:
+                wanted = {"memory", "pids", "cpu"}
+                available = set((root / "cgroup.controllers").read_text().split())
+                if not wanted <= available:
+                    return None
+                base = root / name
+                base.mkdir(exist_ok=True)
+                _enable(root, wanted)
+                _enable(base, wanted)
+            except OSError:
+                return None
+            return found
+        if all((root / controller).is_dir() for controller in _V1_CONTROLLERS):
+            try:
+                for controller in _V1_CONTROLLERS:
+                    (root / controller / name).mkdir(exist_ok=True)
+            except OSError:
+                return None
+            return cls(1, root, name)
+        return None
+
+    def _dirs(self, key: str) -> list[Path]:
+        if self.version == 2:
+            return [self.root / self.name / key]
+        return [self.root / controller / self.name / key for controller in _V1_CONTROLLERS]
+
+    def create(self, key: str, limits: Limits) -> Group:
+        """A fresh group for ``key`` with ``limits`` (an old one of that key is removed)."""
+        self.remove(key)
+        dirs = self._dirs(key)
+        for directory in dirs:
+            directory.mkdir()
+        memory = limits.memory_mb * 1024 * 1024
+        pids = str(limits.pids + 4)  # the shim and the sandbox's own two processes
+        quota = max(1000, int(limits.cpus * _CPU_PERIOD_US))
+        if self.version == 2:
+            group = dirs[0]
+            _write(group / "memory.max", str(memory))
+            with contextlib.suppress(OSError):
+                _write(group / "memory.swap.max", "0")
+            _write(group / "pids.max", pids)
+            _write(group / "cpu.max", f"{quota} {_CPU_PERIOD_US}")
+            return Group((group / "cgroup.procs",), group / "memory.events")
+        memory_dir, pids_dir, cpu_dir = dirs
+        _write(memory_dir / "memory.limit_in_bytes", str(memory))
+        with contextlib.suppress(OSError):  # swap accounting may be off
+            _write(memory_dir / "memory.memsw.limit_in_bytes", str(memory))
+        _write(pids_dir / "pids.max", pids)
+        _write(cpu_dir / "cpu.cfs_period_us", str(_CPU_PERIOD_US))
+        _write(cpu_dir / "cpu.cfs_quota_us", str(quota))
+        return Group(tuple(d / "cgroup.procs" for d in dirs), memory_dir / "memory.oom_control")
+
+    def pids(self, key: str) -> set[int]:
+        found: set[int] = set()
+        for directory in self._dirs(key):
+            with contextlib.suppress(OSError, ValueError):
+                found.update(int(x) for x in (directory / "cgroup.procs").read_text().split())
+        return found
+
+    def remove(self, key: str, *, within_s: float = 2.0) -> None:
+        """Kill everything still in the group, then remove it (a no-op when there is none)."""
+        dirs = [d for d in self._dirs(key) if d.is_dir()]
+        if not dirs:
+            return
+        deadline = time.monotonic() + within_s
+        while True:
+            left = self.pids(key)
+            if not left:
+                break
+            if self.version == 2:
+                with contextlib.suppress(OSError):
+                    _write(dirs[0] / "cgroup.kill", "1")
+            for pid in left:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            if time.monotonic() > deadline:
+                log.warning("cgroup %s still holds processes %s", key, sorted(left))
+                return
+            time.sleep(0.02)
+        for directory in dirs:
+            for _ in range(50):  # the kernel frees an emptied group a moment later
+                try:
+                    directory.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.02)
+
+
+def oom_kills(events: Path | None) -> int:
+    """How many processes of the group the OOM killer killed so far (0 when unknown)."""
+    if events is None:
+        return 0
+    try:
+        for line in events.read_text().splitlines():
+            name, _, value = line.partition(" ")
+            if name == "oom_kill":
+                return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _enable(group: Path, controllers: set[str]) -> None:
+    control = group / "cgroup.subtree_control"
+    enabled = set(control.read_text().split())
+    missing = controllers - enabled
+    if missing:
+        _write(control, " ".join(f"+{c}" for c in sorted(missing)))
+
+
+def _write(path: Path, value: str) -> None:
+    with open(path, "w", encoding="ascii") as handle:
+        handle.write(value)

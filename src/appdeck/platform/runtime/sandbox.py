@@ -1,0 +1,225 @@
+"""The sandbox every build step, source copy and instance of an app runs in.
+
+App code is hostile until proven otherwise. Each command of an app runs as
+
+    setpriv --reuid U --regid U --clear-groups --inh-caps=-all --no-new-privs \\
+      bwrap --unshare-user --uid U --gid U --disable-userns --unshare-pid --unshare-ipc \\
+            --unshare-uts --unshare-cgroup-try [--unshare-net] --die-with-parent \\
+            --ro-bind /usr /usr ... --ro-bind-try /etc/<a few files> ... \\
+            --proc /proc --dev /dev --tmpfs /tmp --bind <workspace> /app --chdir /app -- <command>
+
+- **Its own uid** (:meth:`Sandbox.uid_for`: ``uid_base + app_id``), which owns nothing on
+  the host but the app's workspace: the server's files (data dir, keys, database) and other
+  apps' files are out of reach even if they were mounted; it cannot signal the server or any
+  other app. It is dropped *before* bubblewrap runs, so nothing runs as root in the sandbox.
+- **Its own PID, IPC, UTS and mount namespaces**: it sees its own processes only, a read-only
+  ``/usr``, a handful of ``/etc`` files (no shadow, no keys), a private ``/proc`` and ``/tmp``,
+  and its workspace at ``/app``, the only writable place.
+- **Its own network namespace** holding only ``lo``: an instance's is created by its shim (see
+  :mod:`appdeck.platform.netns`; the ingress and the health checks reach into it); a build
+  step's by bubblewrap (``--unshare-net``).
+- **A cleared environment**: the driver builds it (:meth:`DriverCore._env`); nothing of the
+  server's own environment but locale and paths passes.
+- **Limits** through cgroups (:mod:`.cgroups`), or rlimits where the host has none writable.
+- ``--die-with-parent``: when its shim (or, for a build, the server) dies, the sandbox and
+  everything in its PID namespace die with it, whatever it forked or however it daemonised.
+
+bubblewrap adds no measurable start-up time (``bench/sandbox.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from appdeck.platform.runtime.cgroups import Cgroups, Limits
+
+APP_DIR: Final = "/app"
+"""Where the workspace is, inside the sandbox."""
+STAGE: Final = Path("/run/appdeck-sandbox")
+"""Mount points (``app``, ``source``) that each sandbox, in a mount namespace of its own,
+binds its workspace and source onto before bubblewrap takes them (see :meth:`Sandbox.wrap`)."""
+_STAGE_SCRIPT: Final = (
+    'mount --bind "$1" /run/appdeck-sandbox/app || exit 126\n'
+    'if [ -n "$2" ]; then mount --bind "$2" /run/appdeck-sandbox/source || exit 126; fi\n'
+    "shift 2\n"
+    'exec "$@"\n'
+)
+SANDBOX_PATH: Final = (
+    f"{APP_DIR}/.venv/bin:{APP_DIR}/node_modules/.bin:/usr/local/bin:/usr/bin:/bin"
+)
+ETC_FILES: Final = (
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/hosts",
+    "/etc/resolv.conf",
+    "/etc/nsswitch.conf",
+    "/etc/host.conf",
+    "/etc/localtime",
+    "/etc/mime.types",
+    "/etc/os-release",
+    "/etc/debian_version",
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/alternatives",
+    "/etc/ssl/certs",
+    "/etc/ca-certificates",
+    "/etc/ca-certificates.conf",
+    "/etc/python3",
+    "/etc/python3.11",
+)
+"""The only files of the host's ``/etc`` a sandbox sees: name service, TLS roots, locale."""
+MAX_UID: Final = 2**31 - 2
+
+
+class SandboxUnavailable(RuntimeError):
+    """The host cannot sandbox apps; the message says what to install or set."""
+
+
+@dataclass(frozen=True, slots=True)
+class Sandbox:
+    """How to confine an app's commands on this host (see the module docstring)."""
+
+    uid_base: int = 200_000
+    bwrap: str = "bwrap"
+    setpriv: str = "setpriv"
+    cgroups: Cgroups | None = None
+    """None: limits fall back to rlimits (weaker; said at start-up)."""
+    defaults: Limits = field(default_factory=Limits)
+
+    def uid_for(self, app_id: int) -> int:
+        uid = self.uid_base + app_id
+        if not 0 < uid <= MAX_UID:
+            raise ValueError(f"app {app_id} has no sandbox uid below {MAX_UID}")
+        return uid
+
+    def wrap(
+        self,
+        command: Sequence[str],
+        *,
+        app_id: int,
+        own_network: bool,
+        workspace: Path,
+        source_fd: int | None = None,
+        limits: Limits | None = None,
+    ) -> list[str]:
+        """``command`` confined, with ``workspace`` at ``/app`` (and the directory open on
+        ``source_fd`` in the process that runs the argv, read-only at ``/source``).
+        ``own_network``: bubblewrap makes a loopback-only namespace (for builds; an
+        instance's shim makes its own first, which the platform can then reach it in).
+
+        bubblewrap runs as the app's uid, which may not traverse the server's private
+        directories to the workspace; so the argv starts, as root, in a mount namespace of
+        its own where the workspace (and source) are bound onto :data:`STAGE`'s mount points,
+        which it can reach. The source is bound from its descriptor (``/proc/self/fd/N``),
+        so exactly the directory the platform checked and opened is what the copy sees."""
+        uid = str(self.uid_for(app_id))
+        source = f"/proc/self/fd/{source_fd}" if source_fd is not None else ""
+        argv: list[str] = [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "/bin/sh",
+            "-c",
+            _STAGE_SCRIPT,
+            "appdeck-stage",
+            str(workspace),
+            source,
+        ]
+        if self.cgroups is None:
+            limits = limits or self.defaults
+            argv += [
+                "prlimit",
+                f"--as={limits.memory_mb * 1024 * 1024}",
+                f"--nproc={limits.pids}",
+                "--",
+            ]
+        argv += [
+            self.setpriv,
+            f"--reuid={uid}",
+            f"--regid={uid}",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--no-new-privs",
+            self.bwrap,
+            "--unshare-user",
+            "--uid",
+            uid,
+            "--gid",
+            uid,
+            "--disable-userns",
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--die-with-parent",
+            "--hostname",
+            "app",
+        ]
+        if own_network:
+            argv.append("--unshare-net")
+        argv += ["--ro-bind", "/usr", "/usr"]
+        for name in ("bin", "lib", "lib32", "lib64", "libx32", "sbin"):
+            target = os.readlink(f"/{name}") if os.path.islink(f"/{name}") else None
+            if target is not None:
+                argv += ["--symlink", target, f"/{name}"]
+            elif os.path.isdir(f"/{name}"):
+                argv += ["--ro-bind", f"/{name}", f"/{name}"]
+        for path in ETC_FILES:
+            argv += ["--ro-bind-try", path, path]
+        argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]  # noqa: S108
+        argv += ["--bind", str(STAGE / "app"), APP_DIR]
+        if source_fd is not None:
+            argv += ["--ro-bind", str(STAGE / "source"), "/source"]
+        argv += ["--chdir", APP_DIR, "--", *command]
+        return argv
+
+    def check(self) -> None:
+        """Run a confined ``true``: raise :class:`SandboxUnavailable` saying what is missing."""
+        if os.geteuid() != 0:
+            raise SandboxUnavailable(
+                "sandboxing apps needs root (to run each app as a uid of its own); "
+                "run the server as root, or set APPDECK_SANDBOX=off on a one-tenant dev machine"
+            )
+        for tool, package in ((self.bwrap, "bubblewrap"), (self.setpriv, "util-linux")):
+            if shutil.which(tool) is None:
+                raise SandboxUnavailable(
+                    f"sandboxing apps needs {tool}: install the Debian package {package} "
+                    "(apt-get install bubblewrap), or set APPDECK_SANDBOX=off on a one-tenant "
+                    "dev machine"
+                )
+        try:
+            for point in ("app", "source"):
+                (STAGE / point).mkdir(parents=True, exist_ok=True, mode=0o755)
+            with tempfile.TemporaryDirectory() as probe:
+                os.chown(probe, self.uid_for(0), self.uid_for(0))
+                argv = self.wrap(
+                    ["/usr/bin/true"], app_id=0, own_network=True, workspace=Path(probe)
+                )
+                done = subprocess.run(argv, capture_output=True, timeout=10, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise SandboxUnavailable(f"the sandbox does not start: {exc}") from None
+        if done.returncode != 0:
+            reason = done.stderr.decode(errors="replace").strip().splitlines()
+            raise SandboxUnavailable(
+                "the sandbox does not start on this host ("
+                + (reason[-1] if reason else f"exit {done.returncode}")
+                + "): user namespaces may be disabled; set APPDECK_SANDBOX=off on a one-tenant "
+                "dev machine"
+            )
+
+
+def detect(uid_base: int = 200_000) -> Sandbox:
+    """The sandbox of this host (cgroups found, or None for the rlimit fallback); raises
+    :class:`SandboxUnavailable` when apps cannot be sandboxed here."""
+    sandbox = Sandbox(uid_base=uid_base, cgroups=Cgroups.detect())
+    sandbox.check()
+    return sandbox
