@@ -10,7 +10,7 @@ async def test_an_agent_registers_lists_and_reads_an_app(world: World) -> None:
     made = await bob.ok("register_app", name="shop", description="a shop")
     assert made["name"] == "shop"
     assert made["your_role"] == "owner"
-    assert made["url"].startswith("http://shop.localhost:")
+    assert made["url"].startswith("http://shop--acme.localhost:")  # the tenant is in the host
     assert made["spec"]["runtime"] == "python"  # defaults filled in
     listed = await bob.ok("list_my_apps")
     assert [a["name"] for a in listed["apps"]] == ["shop"]
@@ -28,7 +28,9 @@ async def test_names_are_slugs_and_unique_per_tenant(world: World) -> None:
     await bob.ok("register_app", name="shop")
     assert await bob.error("register_app", name="shop") == "conflict"
     eve = await world.caller("eve", "globex")
-    assert (await eve.ok("register_app", name="shop"))["name"] == "shop"  # another tenant
+    theirs = await eve.ok("register_app", name="shop")  # another tenant: another hostname
+    assert theirs["name"] == "shop"
+    assert theirs["url"].startswith("http://shop--globex.localhost:")
 
 
 async def test_a_tenant_has_an_app_quota(world: World) -> None:

@@ -53,7 +53,7 @@ async def fetch(world: World, name: str) -> httpx.Response:
     async with httpx.AsyncClient(timeout=5) as http:
         return await http.get(
             f"http://127.0.0.1:{world.services.ingress.port}/",
-            headers={"host": f"{name}.localhost"},
+            headers={"host": f"{name}--acme.localhost"},
         )
 
 
@@ -87,7 +87,7 @@ async def test_the_fixture_app_goes_through_every_strategy(deploy_world: World) 
     body = (await fetch(world, "hello")).json()
     assert body["greeting"] == "bonjour"
     url = await alice.ok("get_app_url", app_id=app_id)
-    assert url["url"] == f"http://hello.localhost:{world.services.ingress.port}/"  # type: ignore[union-attr]
+    assert url["url"] == f"http://hello--acme.localhost:{world.services.ingress.port}/"  # type: ignore[union-attr]
 
     for strategy in ("recreate", "blue_green"):
         assert (await deploy(alice, app_id, strategy))["state"] == "live", strategy
@@ -105,7 +105,7 @@ async def test_the_fixture_app_goes_through_every_strategy(deploy_world: World) 
                     return
                 r = await http.get(
                     f"http://127.0.0.1:{world.services.ingress.port}/",  # type: ignore[union-attr]
-                    headers={"host": "hello.localhost"},
+                    headers={"host": "hello--acme.localhost"},
                 )
                 seen.append((r.status_code, r.text))
                 await asyncio.sleep(0.01)
@@ -144,7 +144,7 @@ async def test_the_fixture_app_goes_through_every_strategy(deploy_world: World) 
     assert isinstance(build["lines"], list)
 
     renamed = await alice.ok("manage_app", app_id=app_id, action="update", name="hello2")
-    assert renamed["url"].startswith("http://hello2.localhost:")
+    assert renamed["url"].startswith("http://hello2--acme.localhost:")
     assert (await fetch(world, "hello2")).status_code == 200  # the route moved with the name
     assert (await fetch(world, "hello")).status_code == 404
 

@@ -13,6 +13,7 @@ from appdeck.auth.bearer import PAT_PREFIX
 from appdeck.auth.hashing import hash_password, new_secret, token_hash
 from appdeck.auth.tokens import AccessClaims, TokenIssuer
 from appdeck.common.errors import InvalidArgument, NotFound
+from appdeck.platform import hostnames
 from appdeck.storage.identity import (
     IdentityStore,
     PersonalTokenRecord,
@@ -56,6 +57,14 @@ class IdentityAdmin:
             raise InvalidArgument(
                 f"invalid tenant id {tenant_id!r}",
                 hint="lower-case letters, digits and dashes, at most 63 characters",
+            )
+        if not hostnames.routable_tenant(tenant_id):
+            # the id is part of every app hostname (<app>--<tenant>.localhost): it must parse
+            # back unambiguously and leave room for an app name in a 63-character DNS label
+            raise InvalidArgument(
+                f"invalid tenant id {tenant_id!r}: apps are served at {hostnames.PATTERN}",
+                hint="no '--', no '-' at either end, at most "
+                f"{hostnames.MAX_LABEL - len(hostnames.SEPARATOR) - 1} characters",
             )
         return await self._identities.create_tenant(tenant_id, name or tenant_id)
 

@@ -13,6 +13,7 @@ import typer
 
 from appdeck import __version__
 from appdeck.common.listen import ListenError, listen
+from appdeck.platform import hostnames
 
 DEV_TOKEN_TTL = 12 * 3600
 
@@ -106,7 +107,7 @@ async def _serve(settings: Any, dev: bool, stop_apps: bool = False) -> None:
     marker.write_text(json.dumps({"url": url, "base_url": services.base_url, "pid": os.getpid()}))
     print(f"AppDeck {__version__} MCP server listening on {url}", flush=True)
     if services.ingress is not None:
-        ingress = f"http://<app>.localhost:{services.ingress.port}/"
+        ingress = f"http://{hostnames.PATTERN}:{services.ingress.port}/"
         print(f"Apps are served by the ingress router at {ingress}", flush=True)
     if dev:
         admin = IdentityAdmin(services.identities, services.token_issuer, services.audit_store)

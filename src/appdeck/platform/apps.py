@@ -17,7 +17,7 @@ from appdeck.common.errors import (
     QuotaExceeded,
 )
 from appdeck.common.identity import Principal
-from appdeck.platform import access, specs
+from appdeck.platform import access, hostnames, specs
 from appdeck.platform.changes import Change, ChangeFeed
 from appdeck.platform.sources import SourceRoots
 from appdeck.storage.apps import AppRecord, AppStore
@@ -27,6 +27,7 @@ APP_NAME: Final = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,38}[a-z0-9])?$")
 ROLE_TTL: Final = 30.0
 
 DeleteHook = Callable[[AppRecord], Awaitable[None]]
+RenameHook = Callable[[AppRecord, AppRecord], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +71,7 @@ class AppService:
         *,
         sources: SourceRoots,
         max_apps: int,
-        url_of: Callable[[str], str],
+        url_of: Callable[[str, str], str],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
@@ -82,10 +83,11 @@ class AppService:
         self._clock = clock
         self._roles: dict[tuple[str, str], tuple[str | None, float]] = {}
         self._delete_hooks: list[DeleteHook] = []
-        self._rename_hooks: list[Callable[[str, str], None]] = []
+        self._rename_hooks: list[RenameHook] = []
 
-    def on_rename(self, hook: Callable[[str, str], None]) -> None:
-        """Call ``hook(old, new)`` after an app's name changed (its ingress route moves)."""
+    def on_rename(self, hook: RenameHook) -> None:
+        """Call ``hook(old, new)`` with the app before and after its name changed (its ingress
+        route moves: only its own, the route key carries the tenant)."""
         self._rename_hooks.append(hook)
 
     def on_delete(self, hook: DeleteHook) -> None:
@@ -117,7 +119,10 @@ class AppService:
         access.require(action, role, app_ref=str(app_id))
         assert app is not None
         assert role is not None
-        return AppView(app, role, self._url_of(app.name))
+        return AppView(app, role, self._url(app))
+
+    def _url(self, app: AppRecord) -> str:
+        return self._url_of(app.name, app.tenant_id)
 
     # -- apps -----------------------------------------------------------------------------
 
@@ -128,7 +133,7 @@ class AppService:
         spec: dict[str, Any] | None = None,
         description: str | None = None,
     ) -> AppView:
-        _check_name(name)
+        _check_name(name, principal.tenant)
         complete = specs.validate(spec or {})
         self._check_source(principal.tenant, complete.get("source_path"))
         if await self.store.count(principal.tenant) >= self._max_apps:
@@ -138,7 +143,7 @@ class AppService:
             )
         app = await self.store.create(principal.tenant, name, description, complete, principal.user)
         await self._feed.emit(Change("app.created", app.tenant_id, app.id))
-        return AppView(app, "owner", self._url_of(app.name))
+        return AppView(app, "owner", self._url(app))
 
     async def list_apps(
         self, principal: Principal, *, offset: int, limit: int, name_contains: str | None = None
@@ -152,7 +157,7 @@ class AppService:
             name_contains=name_contains,
         )
         return [
-            AppView(app, "owner" if admin else (role or "viewer"), self._url_of(app.name))
+            AppView(app, "owner" if admin else (role or "viewer"), self._url(app))
             for app, role in rows
         ]
 
@@ -170,7 +175,7 @@ class AppService:
         view = await self.load(principal, app_id, "app.update")
         values: dict[str, Any] = {}
         if name is not None and name != view.app.name:
-            _check_name(name)
+            _check_name(name, view.app.tenant_id)
             values["name"] = name
         if description is not None:
             values["description"] = description[:2000]
@@ -179,9 +184,9 @@ class AppService:
         app = await self.store.update(app_id, **values)
         if app.name != view.app.name:
             for hook in self._rename_hooks:
-                hook(view.app.name, app.name)
+                hook(view.app, app)
         await self._feed.emit(Change("app.updated", app.tenant_id, app.id))
-        return AppView(app, view.role, self._url_of(app.name))
+        return AppView(app, view.role, self._url(app))
 
     async def delete(self, principal: Principal, app_id: int, *, confirmed: bool) -> AppRecord:
         view = await self.load(principal, app_id, "app.delete")
@@ -273,12 +278,21 @@ class AppService:
         return removed
 
 
-def _check_name(name: object) -> None:
+def _check_name(name: object, tenant: str) -> None:
     if not isinstance(name, str) or not APP_NAME.match(name):
         raise InvalidArgument(
             f"invalid app name {name!r}"[:200],
             hint="lower-case letters, digits and dashes, 1-40 characters, "
-            "starting and ending with a letter or digit (it becomes <name>.localhost)",
+            f"starting and ending with a letter or digit (it becomes {hostnames.PATTERN})",
+        )
+    unroutable = hostnames.unroutable_reason(name, tenant)
+    if unroutable is not None:
+        limit = min(40, hostnames.max_app_name_length(tenant))
+        raise InvalidArgument(
+            unroutable,
+            hint=f"choose a name of at most {limit} characters"
+            if hostnames.routable_tenant(tenant)
+            else "ask an operator for a tenant whose id has no '--'",
         )
 
 

@@ -7,13 +7,15 @@ from pathlib import Path
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from appdeck.platform import hostnames
 from appdeck.platform.apps import AppService
-from appdeck.platform.changes import Change, ChangeFeed
+from appdeck.platform.changes import ChangeFeed
 from appdeck.platform.crypto import Sealer
 from appdeck.platform.deploy.engine import DeployService, Operations
 from appdeck.platform.deploy.ingress_router import IngressRouter
 from appdeck.platform.deploy.local import LocalRuntime
 from appdeck.platform.env import EnvService
+from appdeck.platform.routing import AppRoutes
 from appdeck.platform.logs import LogService
 from appdeck.platform.runtime.driver import RuntimeDriver
 from appdeck.platform.sources import SourceRoots
@@ -32,8 +34,9 @@ class PlatformConfig:
     ingress_host: str
     ingress_port: int
 
-    def url_of(self, app_name: str) -> str:
-        return f"http://{app_name}.localhost:{self.ingress_port}/"
+    def url_of(self, app_name: str, tenant: str) -> str:
+        """Where the app is served (the hostname rule is :mod:`appdeck.platform.hostnames`)."""
+        return hostnames.url(app_name, tenant, self.ingress_port)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,15 +90,13 @@ class Platform:
         ops = Operations(deploys)
         platform = cls(feed, apps, env, deploys, ops, driver, router, config, logs)
         apps.on_delete(platform._remove_app)
-        apps.on_rename(platform._move_route)
-        feed.subscribe(platform._follow)
+        AppRoutes(apps, router).attach(feed)  # after: the processes stop, then the route goes
         return platform
 
     async def start(self) -> tuple[int, int]:
         """After a restart: route every app (503 until it has a live release), then end
         interrupted deployments and bring live releases back."""
-        for app in await self.apps.store.all_apps():
-            self.router.unroute(app.name)
+        await AppRoutes(self.apps, self.router).restore()
         return await self.ops.reconcile()
 
     async def _remove_app(self, app: AppRecord) -> None:
@@ -103,17 +104,3 @@ class Platform:
         for release_id in await self.driver.releases():
             if release_id.startswith(prefix):
                 await self.driver.remove(release_id)
-        self.router.forget(app.name)
-
-    def _move_route(self, old: str, new: str) -> None:
-        """The app is now reached by its new name; the old name stops answering."""
-        table = self.router.table
-        backends = table.get(old) or []
-        table.set(new, backends)
-        self.router.forget(old)
-
-    async def _follow(self, change: Change) -> None:
-        if change.kind == "app.created":
-            app = await self.apps.store.get(change.app_id)
-            if app is not None and app.name not in self.router.table:
-                self.router.unroute(app.name)

@@ -135,7 +135,8 @@ def tools(platform: Platform) -> list[ToolDef]:
     return [
         ToolDef(
             "register_app",
-            "Register a new app: a unique name (it becomes <name>.localhost) and optionally its "
+            "Register a new app: a name unique in your tenant (it is served at "
+            "<name>--<tenant>.localhost) and optionally its "
             "spec (runtime, source_path, build and run commands, health check, instances, "
             "default strategy, canary settings). You become its owner.",
             obj(
@@ -174,7 +175,8 @@ def tools(platform: Platform) -> list[ToolDef]:
         ),
         ToolDef(
             "get_app_url",
-            "The URL the app is served at by the ingress router (http://<name>.localhost:<port>/).",
+            "The URL the app is served at by the ingress router "
+            "(http://<name>--<tenant>.localhost:<port>/).",
             obj({"app_id": APP_ID}, ["app_id"]),
             get_app_url,
             title="Get an app's URL",

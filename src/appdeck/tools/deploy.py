@@ -15,6 +15,7 @@ from appdeck.platform.logs import LogQuery
 from appdeck.platform.services import Platform
 from appdeck.protocol.context import ToolContext
 from appdeck.protocol.registry import ToolDef
+from appdeck.storage.apps import AppRecord
 from appdeck.storage.deployments import DeploymentRecord
 from appdeck.tools.shapes import APP_ID, decode_cursor, encode_cursor, hints, obj, ok
 
@@ -37,9 +38,9 @@ DEFAULT_WAIT_S = 20.0
 _background: set[asyncio.Task[Any]] = set()
 
 
-def _shape(platform: Platform, app_name: str, record: DeploymentRecord) -> JsonObject:
+def _shape(platform: Platform, app: AppRecord, record: DeploymentRecord) -> JsonObject:
     data = record.public()
-    data["url"] = platform.config.url_of(app_name)
+    data["url"] = platform.config.url_of(app.name, app.tenant_id)
     data["done"] = record.state not in states.IN_PROGRESS
     return data
 
@@ -73,14 +74,14 @@ def tools(platform: Platform) -> list[ToolDef]:
             if not done:
                 current = await deploys.store.get(app.id, record.number)
                 assert current is not None
-                data = _shape(platform, app.name, current)
+                data = _shape(platform, app, current)
                 return ok(
                     f"Deployment #{record.number} is still {current.state} after {wait:g}s; follow "
                     f"it with list_deployments or subscribe to appdeck://apps/{app.id}/deployments",
                     data,
                 )
         final = await run
-        data = _shape(platform, app.name, final)
+        data = _shape(platform, app, final)
         result = ok(
             f"Deployment #{final.number} of {app.name}: {final.state}. {final.status_message}", data
         )
@@ -104,13 +105,13 @@ def tools(platform: Platform) -> list[ToolDef]:
         view = await apps.get(ctx.principal, args["app_id"])
         return ok(
             f"Rolled back {view.app.name} to deployment #{restored.number}",
-            _shape(platform, view.app.name, restored),
+            _shape(platform, view.app, restored),
         )
 
     async def restart_app(args: JsonObject, ctx: ToolContext) -> JsonObject:
         record = await ops.restart(ctx.principal, args["app_id"])
         view = await apps.get(ctx.principal, args["app_id"])
-        return ok(f"Restarted {view.app.name} (rolling)", _shape(platform, view.app.name, record))
+        return ok(f"Restarted {view.app.name} (rolling)", _shape(platform, view.app, record))
 
     async def list_deployments(args: JsonObject, ctx: ToolContext) -> JsonObject:
         offset = decode_cursor(args.get("cursor"))
@@ -123,7 +124,7 @@ def tools(platform: Platform) -> list[ToolDef]:
             offset=offset,
             limit=limit + 1,
         )
-        items = [_shape(platform, view.app.name, r) for r in records[:limit]]
+        items = [_shape(platform, view.app, r) for r in records[:limit]]
         for item in items:
             item.pop("steps", None)
         data: JsonObject = {"app_id": view.app.id, "deployments": items}

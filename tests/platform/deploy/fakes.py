@@ -1,12 +1,17 @@
 """A runtime and a router that keep everything in memory: the engine's logic under test,
-without processes (the real drivers have their own tests; the e2e suite runs them together)."""
+without processes (the real drivers have their own tests; the e2e suite runs them together).
+
+The router also feeds a real ingress route table (``FakeRouter.ingress``), so a test can ask
+what a hostname serves (:meth:`FakeRouter.serves`) the way the ingress would answer it."""
 
 from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
 
+from appdeck.platform.deploy.ingress_router import IngressRouter
 from appdeck.platform.deploy.ports import Backend, BuildFailed, Instance, Release
+from appdeck.platform.ingress import Counters, RouteTable
 
 
 @dataclass
@@ -52,23 +57,33 @@ class FakeRouter:
     table: dict[str, list[Backend]] = field(default_factory=dict)
     history: list[dict[str, int]] = field(default_factory=list)
     error_rates: dict[str, float] = field(default_factory=dict)
+    ingress: IngressRouter = field(default_factory=lambda: IngressRouter(RouteTable(), Counters()))
 
-    def route(self, app_name: str, backends: list[Backend]) -> None:
+    def route(self, route: str, backends: list[Backend]) -> None:
         assert sum(b.weight for b in backends) == 100
         assert all(b.upstreams for b in backends if b.weight), backends
-        self.table[app_name] = backends
+        assert "--" in route, f"{route!r} is a bare name, not an app's route key"
+        self.table[route] = backends
         self.history.append({b.release_id: b.weight for b in backends})
+        self.ingress.route(route, backends)
 
-    def unroute(self, app_name: str) -> None:
-        self.table.pop(app_name, None)
+    def unroute(self, route: str) -> None:
+        assert "--" in route, f"{route!r} is a bare name, not an app's route key"
+        self.table.pop(route, None)
         self.history.append({})
+        self.ingress.unroute(route)
 
-    def mark(self, app_name: str, release_id: str) -> None:
+    def mark(self, route: str, release_id: str) -> None:
         return None
 
-    def window(self, app_name: str, release_id: str) -> tuple[int, int]:
+    def window(self, route: str, release_id: str) -> tuple[int, int]:
         rate = self.error_rates.get(release_id, 0.0)
         return 100, int(rate * 100)
 
-    def weights(self, app_name: str) -> dict[str, int]:
-        return {b.release_id: b.weight for b in self.table.get(app_name, [])}
+    def weights(self, route: str) -> dict[str, int]:
+        return {b.release_id: b.weight for b in self.table.get(route, [])}
+
+    def serves(self, host: str) -> str | None:
+        """The release the ingress would send a request for ``host`` to (a 100 % route)."""
+        resolved = self.ingress.table.resolve(host.encode())
+        return None if resolved is None else resolved.backend.release_id

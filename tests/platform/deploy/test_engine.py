@@ -17,6 +17,7 @@ from appdeck.platform.changes import ChangeFeed
 from appdeck.platform.crypto import Sealer
 from appdeck.platform.deploy.engine import DeployService, Operations
 from appdeck.platform.env import EnvService
+from appdeck.platform.routing import AppRoutes
 from appdeck.platform.services import PlatformConfig
 from appdeck.platform.sources import SourceRoots
 from appdeck.storage import Storage
@@ -25,6 +26,11 @@ from appdeck.storage.deployments import DeploymentStore
 from appdeck.storage.identity import IdentityStore
 
 from .fakes import FakeRouter, FakeRuntime
+
+SHOP = "shop--acme"
+"""The route key of acme's app ``shop`` (its hostname is ``shop--acme.localhost``)."""
+SHOP_HOST = f"{SHOP}.localhost"
+GLOBEX_HOST = "shop--globex.localhost"
 
 
 async def _no_wait(seconds: float) -> None:
@@ -41,6 +47,7 @@ class Rig:
     router: FakeRouter
     alice: Principal
     app_id: int
+    feed: ChangeFeed
 
     async def deploy(self, strategy: str | None = None) -> str:
         app, record = await self.deploys.create(self.alice, self.app_id, strategy)
@@ -94,12 +101,12 @@ async def rig(storage: Storage, tmp_path: Path) -> Rig:
         "canary": {"percent": 10, "steps": [10, 50, 100], "analysis_window_s": 0.1},
     }
     app = await apps.register(alice, "shop", spec)
-    return Rig(apps, env, deploys, Operations(deploys), runtime, router, alice, app.app.id)
+    return Rig(apps, env, deploys, Operations(deploys), runtime, router, alice, app.app.id, feed)
 
 
 async def test_a_first_deploy_goes_live_with_all_traffic(rig: Rig) -> None:
     assert await rig.deploy() == "live"
-    assert rig.router.weights("shop") == {f"{rig.app_id}-1": 100}
+    assert rig.router.weights(SHOP) == {f"{rig.app_id}-1": 100}
     assert len(await rig.runtime.running(f"{rig.app_id}-1")) == 2
 
 
@@ -107,7 +114,7 @@ async def test_a_rolling_deploy_replaces_the_old_release_without_a_gap(rig: Rig)
     await rig.deploy()
     assert await rig.deploy("rolling") == "live"
     assert await rig.states() == {1: "superseded", 2: "live"}
-    assert rig.router.weights("shop") == {f"{rig.app_id}-2": 100}
+    assert rig.router.weights(SHOP) == {f"{rig.app_id}-2": 100}
     assert await rig.runtime.running(f"{rig.app_id}-1") == []
     assert all(h for h in rig.router.history)  # the route was never empty
 
@@ -127,7 +134,7 @@ async def test_blue_green_switches_at_once_and_keeps_the_old_set_warm(rig: Rig) 
     assert restored.number == 1
     assert len(rig.runtime.prepared) == prepared  # instant: nothing rebuilt
     assert await rig.states() == {1: "live", 2: "rolled_back"}
-    assert rig.router.weights("shop") == {f"{rig.app_id}-1": 100}
+    assert rig.router.weights(SHOP) == {f"{rig.app_id}-1": 100}
 
 
 async def test_a_bad_canary_is_rolled_back_automatically(rig: Rig) -> None:
@@ -135,7 +142,7 @@ async def test_a_bad_canary_is_rolled_back_automatically(rig: Rig) -> None:
     rig.router.error_rates[f"{rig.app_id}-2"] = 0.5
     assert await rig.deploy("canary") == "rolled_back"
     assert await rig.states() == {1: "live", 2: "rolled_back"}
-    assert rig.router.weights("shop") == {f"{rig.app_id}-1": 100}
+    assert rig.router.weights(SHOP) == {f"{rig.app_id}-1": 100}
     assert await rig.runtime.running(f"{rig.app_id}-2") == []
     assert {f"{rig.app_id}-2": 10, f"{rig.app_id}-1": 90} in rig.router.history
     record = await rig.deploys.store.get(rig.app_id, 2)
@@ -156,14 +163,14 @@ async def test_a_failed_build_leaves_the_live_release_serving(rig: Rig) -> None:
     await rig.spec(build_command="false")
     assert await rig.deploy() == "failed"
     assert await rig.states() == {1: "live", 2: "failed"}
-    assert rig.router.weights("shop") == {f"{rig.app_id}-1": 100}
+    assert rig.router.weights(SHOP) == {f"{rig.app_id}-1": 100}
 
 
 async def test_an_unhealthy_release_fails_and_traffic_stays_on_the_old_one(rig: Rig) -> None:
     await rig.deploy()
     await rig.env.set_vars(rig.alice, rig.app_id, {"UNHEALTHY": "1"}, secret=False)
     assert await rig.deploy("blue_green") == "failed"
-    assert rig.router.weights("shop") == {f"{rig.app_id}-1": 100}
+    assert rig.router.weights(SHOP) == {f"{rig.app_id}-1": 100}
     assert await rig.runtime.running(f"{rig.app_id}-2") == []
 
 
@@ -200,4 +207,132 @@ async def test_reconcile_fails_interrupted_deploys_and_restores_live_routes(rig:
     interrupted, restored = await rig.ops.reconcile()
     assert (interrupted, restored) == (1, 1)
     assert await rig.states() == {1: "live", 2: "failed"}
-    assert len(rig.router.table["shop"][0].upstreams) == 2  # adopted one, restarted one
+    assert len(rig.router.table[SHOP][0].upstreams) == 2  # adopted one, restarted one
+
+
+# -- one hostname per app: another tenant's app of the same name never moves this one's route --
+
+
+@dataclass
+class Neighbour:
+    """Tenant globex's admin, with an app named like acme's (``shop``)."""
+
+    principal: Principal
+    app_id: int
+
+
+async def _neighbour(rig: Rig, storage: Storage) -> Neighbour:
+    admin = IdentityAdmin(IdentityStore(storage.engine))
+    await admin.create_tenant("globex")
+    user = await admin.create_user("globex", "bob", None, role="admin")
+    bob = Principal("globex", user.id, kind="oauth")
+    acme_shop = await rig.apps.get(rig.alice, rig.app_id)
+    made = await rig.apps.register(bob, "shop", dict(acme_shop.app.spec))
+    return Neighbour(bob, made.app.id)
+
+
+async def _deploy_as(rig: Rig, who: Neighbour, strategy: str | None = None) -> str:
+    app, record = await rig.deploys.create(who.principal, who.app_id, strategy)
+    return (await rig.deploys.run(app, record)).state
+
+
+def _attach_routes(rig: Rig, router: FakeRouter) -> AppRoutes:
+    routes = AppRoutes(rig.apps, router.ingress)
+    routes.attach(rig.feed)
+    return routes
+
+
+async def test_another_tenants_app_of_the_same_name_never_changes_what_a_hostname_serves(
+    rig: Rig, storage: Storage
+) -> None:
+    _attach_routes(rig, rig.router)
+    assert await rig.deploy() == "live"
+    acme = f"{rig.app_id}-1"
+    assert rig.router.serves(SHOP_HOST) == acme
+
+    bob = await _neighbour(rig, storage)  # registering: acme's host still serves acme
+    assert rig.router.serves(SHOP_HOST) == acme
+    assert rig.router.serves(GLOBEX_HOST) is None  # known to the table, nothing live yet
+    assert "shop--globex" in rig.router.ingress.table
+
+    for strategy in ("rolling", "canary", "blue_green", "recreate"):  # deploying
+        assert await _deploy_as(rig, bob, strategy) == "live", strategy
+        assert rig.router.serves(SHOP_HOST) == acme, strategy
+    live = await rig.deploys.live(bob.app_id)
+    assert live is not None
+    assert rig.router.serves(GLOBEX_HOST) == f"{bob.app_id}-{live.number}"
+
+    await rig.ops.restart(bob.principal, bob.app_id)  # restarting and rolling back
+    await rig.ops.rollback(bob.principal, bob.app_id)
+    assert rig.router.serves(SHOP_HOST) == acme
+
+    renamed = await rig.apps.update(bob.principal, bob.app_id, name="shop2")  # renaming
+    assert renamed.url == "http://shop2--globex.localhost:8088/"
+    assert rig.router.serves(SHOP_HOST) == acme
+    assert rig.router.serves("shop2--globex.localhost") is not None
+    assert "shop--globex" not in rig.router.ingress.table
+
+    await rig.apps.update(bob.principal, bob.app_id, name="shop")  # and back
+    await rig.apps.delete(bob.principal, bob.app_id, confirmed=True)  # deleting
+    assert rig.router.serves(SHOP_HOST) == acme
+    assert "shop--globex" not in rig.router.ingress.table
+    assert rig.router.ingress.table.keys() == ["shop--acme"]
+
+
+async def test_renaming_or_deleting_acmes_app_leaves_globexs_app_of_that_name_alone(
+    rig: Rig, storage: Storage
+) -> None:
+    _attach_routes(rig, rig.router)
+    bob = await _neighbour(rig, storage)
+    assert await _deploy_as(rig, bob) == "live"
+    globex = f"{bob.app_id}-1"
+    assert await rig.deploy() == "live"
+    await rig.apps.update(rig.alice, rig.app_id, name="store")
+    assert rig.router.serves(GLOBEX_HOST) == globex
+    assert rig.router.serves("store--acme.localhost") == f"{rig.app_id}-1"
+    assert rig.router.serves(SHOP_HOST) is None
+    await rig.apps.delete(rig.alice, rig.app_id, confirmed=True)
+    assert rig.router.serves(GLOBEX_HOST) == globex
+    assert rig.router.ingress.table.keys() == ["shop--globex"]
+
+
+async def test_after_a_restart_each_tenants_app_gets_its_own_hostname_back(
+    rig: Rig, storage: Storage
+) -> None:
+    bob = await _neighbour(rig, storage)
+    assert await rig.deploy() == "live"
+    assert await _deploy_as(rig, bob) == "live"
+    acme, globex = f"{rig.app_id}-1", f"{bob.app_id}-1"
+
+    # the server restarts: empty route table, the instances survive and are adopted
+    restarted = FakeRouter()
+    rig.deploys.router = restarted
+    for release_id in (acme, globex):
+        rig.runtime.adoptable[release_id] = rig.runtime.running_.pop(release_id)
+    routes = _attach_routes(rig, restarted)
+    assert await routes.restore() == 2
+    assert await rig.ops.reconcile() == (0, 2)
+    assert restarted.serves(SHOP_HOST) == acme
+    assert restarted.serves(GLOBEX_HOST) == globex
+
+    await rig.apps.update(bob.principal, bob.app_id, name="renamed")
+    await rig.apps.delete(bob.principal, bob.app_id, confirmed=True)
+    assert restarted.serves(SHOP_HOST) == acme
+    assert restarted.ingress.table.keys() == ["shop--acme"]
+
+
+async def test_an_app_name_too_long_for_its_tenants_hostnames_is_refused(
+    rig: Rig, storage: Storage
+) -> None:
+    admin = IdentityAdmin(IdentityStore(storage.engine))
+    tenant = "t" * 40
+    await admin.create_tenant(tenant)
+    user = await admin.create_user(tenant, "tess", None, role="admin")
+    tess = Principal(tenant, user.id, kind="oauth")
+    with pytest.raises(InvalidArgument, match="at most 21"):
+        await rig.apps.register(tess, "a" * 22)
+    made = await rig.apps.register(tess, "a" * 21)
+    with pytest.raises(InvalidArgument, match="at most 21"):
+        await rig.apps.update(tess, made.app.id, name="b" * 22)
+    with pytest.raises(InvalidArgument, match="--"):
+        await admin.create_tenant("two--parts")

@@ -22,9 +22,9 @@ C = "127.0.0.1:9003"
         b"blog.localhost.:80",
     ],
 )
-def test_a_host_names_its_app_whatever_the_case_and_port(host: bytes) -> None:
+def test_a_host_names_its_route_whatever_the_case_and_port(host: bytes) -> None:
     routes = RouteTable()
-    assert routes.app_name(host) == "blog"
+    assert routes.route_of(host) == "blog"
 
 
 @pytest.mark.parametrize(
@@ -44,24 +44,24 @@ def test_a_host_names_its_app_whatever_the_case_and_port(host: bytes) -> None:
         b"blog.localhostx",
     ],
 )
-def test_only_a_slug_under_a_base_domain_names_an_app(host: bytes) -> None:
-    assert RouteTable().app_name(host) is None
+def test_only_a_label_under_a_base_domain_names_a_route(host: bytes) -> None:
+    assert RouteTable().route_of(host) is None
 
 
-def test_extra_base_domains_name_apps_too() -> None:
+def test_extra_base_domains_name_routes_too() -> None:
     routes = RouteTable(extra_domains=["Apps.Example.Test", "dev.internal."])
     assert routes.domains == ("localhost", "apps.example.test", "dev.internal")
-    assert routes.app_name(b"blog.apps.example.test:443") == "blog"
-    assert routes.app_name(b"blog.dev.internal") == "blog"
-    assert routes.app_name(b"blog.localhost") == "blog"
-    assert routes.app_name(b"blog.example.test") is None
+    assert routes.route_of(b"blog.apps.example.test:443") == "blog"
+    assert routes.route_of(b"blog.dev.internal") == "blog"
+    assert routes.route_of(b"blog.localhost") == "blog"
+    assert routes.route_of(b"blog.example.test") is None
     with pytest.raises(ValueError, match="base domain"):
         RouteTable(extra_domains=["bad domain"])
 
 
 @pytest.mark.parametrize("name", ["", "Blog", "blog.x", "b_x", "x" * 64, "blog/x"])
-def test_app_names_must_be_slugs(name: str) -> None:
-    with pytest.raises(ValueError, match="app name"):
+def test_route_keys_must_be_dns_labels(name: str) -> None:
+    with pytest.raises(ValueError, match="route key"):
         RouteTable().set(name, [Backend("r1", 100, [A])])
 
 
@@ -137,7 +137,7 @@ def test_instances_take_turns_and_the_next_one_is_the_fallback() -> None:
     routes.set("solo", [Backend("r1", 100, [A])])
     solo = routes.resolve(b"solo.localhost")
     assert solo is not None
-    assert (solo.app_name, solo.upstream, solo.fallback) == ("solo", A, None)
+    assert (solo.route, solo.upstream, solo.fallback) == ("solo", A, None)
 
 
 def test_resolve_misses_both_unknown_apps_and_apps_without_a_live_release() -> None:
@@ -149,7 +149,7 @@ def test_resolve_misses_both_unknown_apps_and_apps_without_a_live_release() -> N
     assert "idle" in routes
     assert "empty" in routes
     assert "nope" not in routes
-    assert routes.apps() == ["empty", "idle"]
+    assert routes.keys() == ["empty", "idle"]
     assert routes.get("idle") == [Backend("r1", 0, [A])]
 
 

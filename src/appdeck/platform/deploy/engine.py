@@ -3,6 +3,9 @@
 One deployment at a time per app: a second deploy while one is in progress is refused with
 ``conflict`` (naming the one in progress), rather than queued, so an agent always knows what
 will run. Every step is written to the store before it is announced.
+
+Traffic moves on the app's route key (``Release.route``, from :mod:`appdeck.platform.hostnames`),
+never on its name: another tenant's app of the same name has another key.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any
 
 from appdeck.common.errors import Conflict, FailedPrecondition, InvalidArgument, NotFound
 from appdeck.common.identity import Principal
+from appdeck.platform import hostnames
 from appdeck.platform.apps import AppService
 from appdeck.platform.changes import Change, ChangeFeed
 from appdeck.platform.crypto import Sealer
@@ -136,6 +140,9 @@ class DeployService:
                 f"deployment {running[0].number} of this app is still {running[0].state}",
                 hint="wait for it (list_deployments) before deploying again",
             )
+        unroutable = hostnames.unroutable_reason(app.name, app.tenant_id)
+        if unroutable is not None:  # only apps made before the hostname rule can get here
+            raise FailedPrecondition(unroutable, hint="rename the app (manage_app update)")
         env = await self._env.resolved(app_id, dict(app.spec.get("env") or {}))
         live = await self.live(app_id)
         record = await self.store.create(
@@ -267,7 +274,8 @@ class DeployService:
 
     def _release(self, app: AppRecord, record: DeploymentRecord) -> Release:
         env = json.loads(self._sealer.open(record.env))
-        return Release(app.id, app.name, record.number, record.spec, env)
+        route = hostnames.route_label(app.name, app.tenant_id)
+        return Release(app.id, app.name, record.number, record.spec, env, route)
 
     async def _announce(self, app: AppRecord, record: DeploymentRecord) -> None:
         await self._feed.emit(Change("deployment.updated", app.tenant_id, app.id, record.number))
@@ -281,10 +289,10 @@ async def plan_abort(
 ) -> None:
     if old is not None and old_instances:
         router.route(
-            new.app_name, [Backend(old.release_id, 100, tuple(i.upstream for i in old_instances))]
+            new.route, [Backend(old.release_id, 100, tuple(i.upstream for i in old_instances))]
         )
     else:
-        router.unroute(new.app_name)
+        router.unroute(new.route)
     await runtime.stop(new.release_id)
 
 
@@ -331,7 +339,8 @@ class Operations:
                     await plan.start_one(index)
                 instances = plan.started
             s.router.route(
-                app.name, [Backend(release.release_id, 100, tuple(i.upstream for i in instances))]
+                release.route,
+                [Backend(release.release_id, 100, tuple(i.upstream for i in instances))],
             )
             how = "instantly (it was still warm)" if warm else "after starting it again"
             states.check(target.state, states.LIVE)
@@ -373,14 +382,15 @@ class Operations:
             for index in range(count):
                 others = [i for k, i in sorted(serving.items()) if k != index]
                 s.router.route(
-                    app.name, [Backend(release.release_id, 100, tuple(i.upstream for i in others))]
+                    release.route,
+                    [Backend(release.release_id, 100, tuple(i.upstream for i in others))],
                 )
                 await s.runtime.stop(release.release_id, index)
                 serving[index] = await plan.start_one(index)
                 await progress(f"Restarted instance {index + 1} of {count}", 100)
             serving.pop(surge.index, None)
             s.router.route(
-                app.name,
+                release.route,
                 [
                     Backend(
                         release.release_id,
@@ -417,6 +427,10 @@ class Operations:
             app = await s.apps.store.get(record.app_id)
             if app is None:
                 continue
+            unroutable = hostnames.unroutable_reason(app.name, app.tenant_id)
+            if unroutable is not None:  # never route a label another app could also have
+                log.error("not routing app %s after a restart: %s", app.id, unroutable)
+                continue
             release = s._release(app, record)
             instances = {i.index: i for i in await s.runtime.adopt(release)}
             missing = [
@@ -434,6 +448,6 @@ class Operations:
                     )
             if instances:
                 upstreams = tuple(i.upstream for _, i in sorted(instances.items()))
-                s.router.route(app.name, [Backend(release.release_id, 100, upstreams)])
+                s.router.route(release.route, [Backend(release.release_id, 100, upstreams)])
                 restored += 1
         return interrupted, restored

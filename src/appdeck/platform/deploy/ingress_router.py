@@ -1,4 +1,9 @@
-"""The deploy engine's Router port on the ingress router's route table and counters."""
+"""The deploy engine's Router port on the ingress router's route table and counters.
+
+Everything is keyed by route key (an app's is ``<app>--<tenant>``, from
+:mod:`appdeck.platform.hostnames`), so two tenants' apps of one name never touch each other's
+route, counters or canary marks.
+"""
 
 from __future__ import annotations
 
@@ -12,25 +17,33 @@ class IngressRouter:
         self.counters = counters
         self._marks: dict[tuple[str, str], ingress.Mark] = {}
 
-    def route(self, app_name: str, backends: list[Backend]) -> None:
+    def route(self, route: str, backends: list[Backend]) -> None:
         self.table.set(
-            app_name,
+            route,
             [ingress.Backend(b.release_id, b.weight, tuple(b.upstreams)) for b in backends],
         )
 
-    def unroute(self, app_name: str) -> None:
+    def unroute(self, route: str) -> None:
         """The app stays known (503 "no live release"), with no backend."""
-        self.table.set(app_name, [])
+        self.table.set(route, [])
 
-    def forget(self, app_name: str) -> None:
+    def forget(self, route: str) -> None:
         """The app is gone (404)."""
-        self.table.remove(app_name)
-        self.counters.forget(app_name)
+        self.table.remove(route)
+        self.counters.forget(route)
+        for key in [k for k in self._marks if k[0] == route]:
+            del self._marks[key]
 
-    def mark(self, app_name: str, release_id: str) -> None:
-        self._marks[(app_name, release_id)] = self.counters.mark(app_name, release_id)
+    def move(self, old: str, new: str) -> None:
+        """The app's key changed (it was renamed): ``new`` serves what ``old`` did, ``old``
+        is gone. Only these two keys change."""
+        self.table.set(new, self.table.get(old) or [])
+        self.forget(old)
 
-    def window(self, app_name: str, release_id: str) -> tuple[int, int]:
-        mark = self._marks.get((app_name, release_id))
-        stats = self.counters.since(mark) if mark else self.counters.get(app_name, release_id)
+    def mark(self, route: str, release_id: str) -> None:
+        self._marks[(route, release_id)] = self.counters.mark(route, release_id)
+
+    def window(self, route: str, release_id: str) -> tuple[int, int]:
+        mark = self._marks.get((route, release_id))
+        stats = self.counters.since(mark) if mark else self.counters.get(route, release_id)
         return stats.requests, stats.status_5xx

@@ -16,11 +16,19 @@ class BuildFailed(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Release:
+    """One deployment of an app, as the runtime and the router see it.
+
+    ``route`` is the app's route key (:func:`appdeck.platform.hostnames.route_label`,
+    ``<app>--<tenant>``): the router routes, counts and marks by it, never by ``app_name``,
+    which is unique only within a tenant.
+    """
+
     app_id: int
     app_name: str
     number: int
     spec: dict[str, Any]
     env: dict[str, str]
+    route: str
 
     @property
     def release_id(self) -> str:
@@ -52,9 +60,11 @@ class Runtime(Protocol):
 
 
 class Router(Protocol):
-    def route(self, app_name: str, backends: list[Backend]) -> None: ...
-    def unroute(self, app_name: str) -> None: ...
-    def mark(self, app_name: str, release_id: str) -> None: ...
-    def window(self, app_name: str, release_id: str) -> tuple[int, int]:
+    """Traffic by route key (a :class:`Release`'s ``route``), one app per key."""
+
+    def route(self, route: str, backends: list[Backend]) -> None: ...
+    def unroute(self, route: str) -> None: ...
+    def mark(self, route: str, release_id: str) -> None: ...
+    def window(self, route: str, release_id: str) -> tuple[int, int]:
         """Requests and 5xx answers for the release since its last :meth:`mark`."""
         ...

@@ -45,7 +45,8 @@ class Rollout:
 
     @property
     def name(self) -> str:
-        return self.new.app_name
+        """The route key traffic moves on (the app's, never its bare name)."""
+        return self.new.route
 
     def _backend(self, release: Release, weight: int, instances: list[Instance]) -> Backend:
         return Backend(release.release_id, weight, tuple(i.upstream for i in instances))

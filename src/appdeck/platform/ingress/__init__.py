@@ -1,15 +1,16 @@
-"""The ingress router: ``Host: <app>.localhost`` → the app's live release (weighted for
-canaries), on its own port, with per-release counters for canary analysis.
+"""The ingress router: ``Host: <app>--<tenant>.localhost`` → the app's live release (weighted
+for canaries), on its own port, with per-release counters for canary analysis. The table is
+keyed by route key, the host's first label (:mod:`appdeck.platform.hostnames` gives an app's).
 
     routes = RouteTable()
-    routes.set("blog", [Backend("r7", 90, ["127.0.0.1:9101"]), Backend("r8", 10, [...])])
+    routes.set("blog--acme", [Backend("r7", 90, ["127.0.0.1:9101"]), Backend("r8", 10, [...])])
     server = IngressServer(routes, Counters(), port=8088)
     port = await server.start()
 """
 
 from appdeck.platform.ingress.proxy import IngressProxy, ProxyConfig, error_page
 from appdeck.platform.ingress.routes import (
-    APP_NAME,
+    ROUTE_KEY,
     Backend,
     Counters,
     Mark,
@@ -20,7 +21,7 @@ from appdeck.platform.ingress.routes import (
 from appdeck.platform.ingress.server import IngressServer
 
 __all__ = [
-    "APP_NAME",
+    "ROUTE_KEY",
     "Backend",
     "Counters",
     "IngressProxy",

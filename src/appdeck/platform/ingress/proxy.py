@@ -1,4 +1,5 @@
-"""The ingress reverse proxy: a raw ASGI app that forwards ``<app>.localhost`` to the app.
+"""The ingress reverse proxy: a raw ASGI app that forwards ``<app>--<tenant>.localhost`` to
+the app (the host's first label is the route key, see :mod:`appdeck.platform.hostnames`).
 
 Per request: the ``Host`` header picks a release and one of its instances
 (:meth:`RouteTable.resolve`); the request goes to ``127.0.0.1:<port>`` over a pooled
@@ -16,7 +17,7 @@ What is forwarded, and what is not:
 - request headers except the hop-by-hop ones (``Connection`` and the headers it names,
   ``Keep-Alive``, ``Proxy-*``, ``TE``, ``Trailer``, ``Transfer-Encoding``, ``Upgrade``) and
   ``Expect`` (the ingress answers ``100-continue`` itself);
-- ``Host`` stays the client's (``blog.localhost:8088``), so the app sees the name it is
+- ``Host`` stays the client's (``blog--acme.localhost:8088``), so the app sees the name it is
   reached by (absolute URLs, cookies, virtual hosts); the upstream address is never a header;
 - ``X-Forwarded-For`` / ``-Proto`` / ``-Host`` are the ingress's own: the client's address,
   ``http``, the client's ``Host``. Whatever the client sent in them (and in ``Forwarded``) is
@@ -47,6 +48,7 @@ import logging
 import time
 
 from appdeck.platform.ingress.asgi import Message, Receive, Scope, Send
+from appdeck.platform import hostnames
 from appdeck.platform.ingress.config import ProxyConfig
 from appdeck.platform.ingress.errors import (
     UpstreamError,
@@ -221,7 +223,7 @@ class IngressProxy:
             pieces.append(b"\r\n\r\n")
         else:
             pieces.append(b"\r\n")
-        counter = self.counters.counter(resolved.app_name, resolved.backend.release_id)
+        counter = self.counters.counter(resolved.route, resolved.backend.release_id)
         await self._forward(
             method,
             receive,
@@ -278,7 +280,7 @@ class IngressProxy:
                             "ingress: %s; trying %s (app %s, release %s)",
                             exc,
                             fallback,
-                            resolved.app_name,
+                            resolved.route,
                             resolved.backend.release_id,
                         )
                         upstream, fallback = fallback, None
@@ -309,7 +311,7 @@ class IngressProxy:
                 log.warning(
                     "ingress: %s (app %s, release %s, upstream %s)",
                     exc,
-                    resolved.app_name,
+                    resolved.route,
                     resolved.backend.release_id,
                     upstream,
                 )
@@ -317,9 +319,9 @@ class IngressProxy:
                     send,
                     exc.status,
                     exc.code,
-                    f"app {resolved.app_name}: {exc}",
+                    f"app {resolved.route}: {exc}",
                     accept,
-                    app=resolved.app_name,
+                    app=resolved.route,
                     release=resolved.backend.release_id,
                 )
                 return
@@ -358,7 +360,7 @@ class IngressProxy:
                     log.warning(
                         "ingress: response cut short: %s (app %s, release %s, upstream %s)",
                         exc,
-                        resolved.app_name,
+                        resolved.route,
                         resolved.backend.release_id,
                         upstream,
                     )
@@ -378,11 +380,12 @@ class IngressProxy:
         if not host:
             await send_page(send, 400, "bad_request", "the request has no Host header", accept)
             return
-        name = self.routes.app_name(host)
+        name = self.routes.route_of(host)
         if name is None:
             shown = host.decode("latin-1")
             message = (
-                f"no app at host {shown!r}: apps are reached as <app>.{self.routes.domains[0]}"
+                f"no app at host {shown!r}: apps are reached as "
+                f"<app>{hostnames.SEPARATOR}<tenant>.{self.routes.domains[0]}"
             )
             await send_page(send, 404, "no_such_app", message, accept, host=shown)
         elif name not in self.routes:

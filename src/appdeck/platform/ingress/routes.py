@@ -1,9 +1,13 @@
 """Which release answers a Host, and how each release is doing.
 
-:class:`RouteTable` maps an app name to its backends (one per release that may take traffic,
+:class:`RouteTable` maps a route key to its backends (one per release that may take traffic,
 with a weight); :meth:`RouteTable.resolve` turns a ``Host`` header into an upstream address by
 weight (canaries) and round robin (instances). :class:`Counters` counts what each release
 answered, for canary analysis.
+
+A route key is the first DNS label of the host, and an app's key is the one
+:mod:`appdeck.platform.hostnames` gives it (``<app>--<tenant>``): never the bare app name,
+which is unique only within a tenant. The table itself treats keys as opaque labels.
 
 Both are plain synchronous objects: every method runs to completion without awaiting, so on
 one event loop they are atomic. Writers may also call from another thread: a route change
@@ -21,8 +25,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-APP_NAME = re.compile(r"[a-z0-9-]{1,63}")
-_APP_NAME_BYTES = re.compile(rb"[a-z0-9-]{1,63}")
+ROUTE_KEY = re.compile(r"[a-z0-9-]{1,63}")
+"""A route key: one DNS label (see :mod:`appdeck.platform.hostnames` for an app's)."""
+_ROUTE_KEY_BYTES = re.compile(rb"[a-z0-9-]{1,63}")
 _DOMAIN = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*")
 _UPSTREAM = re.compile(r"127\.0\.0\.1:([1-9][0-9]{0,4})")
 _RELEASE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
@@ -67,11 +72,11 @@ class Backend:
 
 
 class Resolved(NamedTuple):
-    """Where one request goes: the app, the release chosen by weight, its next instance
-    (round robin), and the instance after it (``fallback``, tried once when ``upstream``
-    refuses the connection; ``None`` when the release has one instance)."""
+    """Where one request goes: the route (the app's key), the release chosen by weight, its
+    next instance (round robin), and the instance after it (``fallback``, tried once when
+    ``upstream`` refuses the connection; ``None`` when the release has one instance)."""
 
-    app_name: str
+    route: str
     backend: Backend
     upstream: str
     fallback: str | None
@@ -96,11 +101,12 @@ class _Route:
 
 
 class RouteTable:
-    """App name → weighted backends, and ``Host`` header → upstream.
+    """Route key → weighted backends, and ``Host`` header → upstream.
 
-    A host matches ``<app>.localhost`` or ``<app>.<domain>`` for each of ``extra_domains``;
-    case-insensitive, with any ``:port`` and a trailing dot ignored. ``<app>`` is a slug,
-    ``[a-z0-9-]{1,63}``. ``rng`` chooses among canary backends (inject a seeded
+    A host matches ``<key>.localhost`` or ``<key>.<domain>`` for each of ``extra_domains``;
+    case-insensitive, with any ``:port`` and a trailing dot ignored. ``<key>`` is one DNS
+    label, ``[a-z0-9-]{1,63}``: an app's is ``<app>--<tenant>``
+    (:mod:`appdeck.platform.hostnames`). ``rng`` chooses among canary backends (inject a seeded
     :class:`random.Random` in tests).
     """
 
@@ -123,49 +129,49 @@ class RouteTable:
 
     # --- writers -------------------------------------------------------------------------
 
-    def set(self, app_name: str, backends: Sequence[Backend]) -> None:
-        """Route ``app_name`` to ``backends``, replacing what it had; the next request sees it.
+    def set(self, route: str, backends: Sequence[Backend]) -> None:
+        """Route ``route`` to ``backends``, replacing what it had; the next request sees it.
 
         Weights must sum to 100, or all be 0 (or the list be empty): the app exists but has
         no live release, and requests get a 503. Release ids must differ.
         """
-        if not isinstance(app_name, str) or not APP_NAME.fullmatch(app_name):
-            raise ValueError(f"invalid app name {app_name!r}: want [a-z0-9-]{{1,63}}")
+        if not isinstance(route, str) or not ROUTE_KEY.fullmatch(route):
+            raise ValueError(f"invalid route key {route!r}: want [a-z0-9-]{{1,63}}")
         frozen = tuple(backends)
         for backend in frozen:
             if not isinstance(backend, Backend):
                 raise ValueError(f"{backend!r} is not a Backend")
         ids = [b.release_id for b in frozen]
         if len(set(ids)) != len(ids):
-            raise ValueError(f"app {app_name}: a release is listed twice")
+            raise ValueError(f"route {route}: a release is listed twice")
         total = sum(b.weight for b in frozen)
         if total not in (0, 100):
-            raise ValueError(f"app {app_name}: weights sum to {total}, want 100 (or all 0)")
-        route = _Route(app_name, frozen)
+            raise ValueError(f"route {route}: weights sum to {total}, want 100 (or all 0)")
+        built = _Route(route, frozen)
         with self._lock:
-            self._routes[app_name] = route
+            self._routes[route] = built
 
-    def remove(self, app_name: str) -> None:
-        """Forget ``app_name``: its host gets a 404 from now on. No error if unknown."""
+    def remove(self, route: str) -> None:
+        """Forget ``route``: its host gets a 404 from now on. No error if unknown."""
         with self._lock:
-            self._routes.pop(app_name, None)
+            self._routes.pop(route, None)
 
     # --- readers -------------------------------------------------------------------------
 
-    def get(self, app_name: str) -> list[Backend] | None:
-        """The backends of ``app_name`` as last set, or ``None`` when it has no route."""
-        route = self._routes.get(app_name)
-        return None if route is None else list(route.backends)
+    def get(self, route: str) -> list[Backend] | None:
+        """The backends of ``route`` as last set, or ``None`` when it is not routed."""
+        found = self._routes.get(route)
+        return None if found is None else list(found.backends)
 
-    def apps(self) -> list[str]:
-        """The routed app names, sorted."""
+    def keys(self) -> list[str]:
+        """The routed keys, sorted."""
         return sorted(self._routes)
 
-    def __contains__(self, app_name: object) -> bool:
-        return app_name in self._routes
+    def __contains__(self, route: object) -> bool:
+        return route in self._routes
 
-    def app_name(self, host_header: bytes) -> str | None:
-        """The app a ``Host`` header names (whether or not it is routed), or ``None``."""
+    def route_of(self, host_header: bytes) -> str | None:
+        """The route key a ``Host`` header names (whether or not it is routed), or ``None``."""
         try:
             return self._names[host_header]
         except KeyError:
@@ -189,16 +195,16 @@ class RouteTable:
         for suffix in self._suffixes:
             if host.endswith(suffix):
                 label = host[: -len(suffix)]
-                if _APP_NAME_BYTES.fullmatch(label):
+                if _ROUTE_KEY_BYTES.fullmatch(label):
                     return label.decode("ascii")
                 return None
         return None
 
     def resolve(self, host_header: bytes) -> Resolved | None:
         """The upstream for a request with this ``Host``; ``None`` when the host names no
-        routed app or the app has no live release (tell them apart with :meth:`app_name`
+        route or the route has no live release (tell them apart with :meth:`route_of`
         and ``in``)."""
-        name = self.app_name(host_header)
+        name = self.route_of(host_header)
         if name is None:
             return None
         route = self._routes.get(name)
@@ -260,7 +266,7 @@ class ReleaseStats:
 
 
 class ReleaseCounter:
-    """The live counters of one (app, release); the proxy updates them in place."""
+    """The live counters of one (route, release); the proxy updates them in place."""
 
     __slots__ = ("aborted", "by_class", "epoch", "latency_sum", "started", "upstream_errors")
 
@@ -299,7 +305,7 @@ class ReleaseCounter:
 class Mark:
     """A point in one release's counters; :meth:`Counters.since` measures from it."""
 
-    app_name: str
+    route: str
     release_id: str
     epoch: int
     at: float
@@ -307,10 +313,12 @@ class Mark:
 
 
 class Counters:
-    """Per-(app, release) response counters, for canary analysis and metrics.
+    """Per-(route, release) response counters, for canary analysis and metrics.
 
-    ``snapshot(app)`` gives the totals; ``mark`` / ``since`` give a window (what a canary
-    did since its step began); ``reset`` starts a release over.
+    Keyed by route key (an app's, see :mod:`appdeck.platform.hostnames`), like the route
+    table: two tenants' apps of one name never share counters. ``snapshot(route)`` gives the
+    totals; ``mark`` / ``since`` give a window (what a canary did since its step began);
+    ``reset`` starts a release over.
     """
 
     def __init__(self) -> None:
@@ -318,9 +326,9 @@ class Counters:
         self._no_release: dict[str, int] = {}
         self._epoch = 0
 
-    def counter(self, app_name: str, release_id: str) -> ReleaseCounter:
-        """The live counter of (app, release), created on first use (the proxy's hot path)."""
-        key = (app_name, release_id)
+    def counter(self, route: str, release_id: str) -> ReleaseCounter:
+        """The live counter of (route, release), created on first use (the proxy's hot path)."""
+        key = (route, release_id)
         cell = self._cells.get(key)
         if cell is None:
             self._epoch += 1
@@ -329,55 +337,55 @@ class Counters:
 
     def record(
         self,
-        app_name: str,
+        route: str,
         release_id: str,
         status: int,
         latency: float,
         *,
         upstream_error: bool = False,
     ) -> None:
-        self.counter(app_name, release_id).record(status, latency, upstream_error)
+        self.counter(route, release_id).record(status, latency, upstream_error)
 
-    def record_no_release(self, app_name: str) -> None:
-        """A request for ``app_name`` answered 503 because no release was live."""
-        self._no_release[app_name] = self._no_release.get(app_name, 0) + 1
+    def record_no_release(self, route: str) -> None:
+        """A request for ``route`` answered 503 because no release was live."""
+        self._no_release[route] = self._no_release.get(route, 0) + 1
 
-    def no_release(self, app_name: str) -> int:
-        """How many requests for ``app_name`` found no live release."""
-        return self._no_release.get(app_name, 0)
+    def no_release(self, route: str) -> int:
+        """How many requests for ``route`` found no live release."""
+        return self._no_release.get(route, 0)
 
-    def snapshot(self, app_name: str) -> dict[str, ReleaseStats]:
-        """Release id → its totals, for every release of ``app_name`` that was counted."""
+    def snapshot(self, route: str) -> dict[str, ReleaseStats]:
+        """Release id → its totals, for every release of ``route`` that was counted."""
         return {
             release: cell.stats()
-            for (app, release), cell in list(self._cells.items())
-            if app == app_name
+            for (key, release), cell in list(self._cells.items())
+            if key == route
         }
 
-    def get(self, app_name: str, release_id: str) -> ReleaseStats:
+    def get(self, route: str, release_id: str) -> ReleaseStats:
         """The totals of one release (all zero if it never answered)."""
-        cell = self._cells.get((app_name, release_id))
+        cell = self._cells.get((route, release_id))
         return ReleaseStats() if cell is None else cell.stats()
 
-    def reset(self, app_name: str, release_id: str) -> None:
+    def reset(self, route: str, release_id: str) -> None:
         """Start the release's counters over (marks taken before now measure from here)."""
         self._epoch += 1
-        self._cells[(app_name, release_id)] = ReleaseCounter(self._epoch)
+        self._cells[(route, release_id)] = ReleaseCounter(self._epoch)
 
-    def forget(self, app_name: str) -> None:
-        """Drop every counter of ``app_name`` (the app was deleted)."""
-        for key in [k for k in self._cells if k[0] == app_name]:
+    def forget(self, route: str) -> None:
+        """Drop every counter of ``route`` (the app was deleted)."""
+        for key in [k for k in self._cells if k[0] == route]:
             del self._cells[key]
-        self._no_release.pop(app_name, None)
+        self._no_release.pop(route, None)
 
-    def mark(self, app_name: str, release_id: str) -> Mark:
+    def mark(self, route: str, release_id: str) -> Mark:
         """Remember where the release's counters stand now."""
-        cell = self.counter(app_name, release_id)
-        return Mark(app_name, release_id, cell.epoch, time.monotonic(), cell.stats())
+        cell = self.counter(route, release_id)
+        return Mark(route, release_id, cell.epoch, time.monotonic(), cell.stats())
 
     def since(self, mark: Mark) -> ReleaseStats:
         """What the release answered after ``mark`` (after its reset, if it was reset since)."""
-        cell = self.counter(mark.app_name, mark.release_id)
+        cell = self.counter(mark.route, mark.release_id)
         now = cell.stats()
         if cell.epoch != mark.epoch:
             return now
