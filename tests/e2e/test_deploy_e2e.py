@@ -10,7 +10,6 @@ import sys
 import warnings
 from pathlib import Path
 from typing import Any
-
 from urllib.parse import urlsplit
 
 import httpx

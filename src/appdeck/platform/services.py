@@ -15,8 +15,8 @@ from appdeck.platform.deploy.engine import DeployService, Operations
 from appdeck.platform.deploy.ingress_router import IngressRouter
 from appdeck.platform.deploy.local import LocalRuntime
 from appdeck.platform.env import EnvService
-from appdeck.platform.routing import AppRoutes
 from appdeck.platform.logs import LogService
+from appdeck.platform.routing import AppRoutes
 from appdeck.platform.runtime.driver import RuntimeDriver
 from appdeck.platform.sources import SourceRoots
 from appdeck.storage.apps import AppRecord, AppStore

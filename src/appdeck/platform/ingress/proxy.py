@@ -47,8 +47,8 @@ import asyncio
 import logging
 import time
 
-from appdeck.platform.ingress.asgi import Message, Receive, Scope, Send
 from appdeck.platform import hostnames
+from appdeck.platform.ingress.asgi import Message, Receive, Scope, Send
 from appdeck.platform.ingress.config import ProxyConfig
 from appdeck.platform.ingress.errors import (
     UpstreamError,
