@@ -4,7 +4,9 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint types unit e2e conformance bench clean
+DEBS   := bubblewrap python3-venv
+
+.PHONY: run test lint types unit e2e conformance bench clean system-deps
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -12,7 +14,19 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
-run: $(STAMP)
+# The Debian packages the app sandbox needs (bubblewrap; Debian's python3 with venv inside
+# it), installed when missing and when we may (root with apt-get): idempotent, and quiet when
+# everything is there.
+system-deps:
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  missing=""; for p in $(DEBS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	  if [ -n "$$missing" ]; then \
+	    echo "installing Debian packages:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  fi; \
+	fi
+
+run: $(STAMP) system-deps
 	$(BIN)/appdeck serve --dev
 
 lint: $(STAMP)
@@ -22,7 +36,7 @@ lint: $(STAMP)
 types: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP)
+unit: $(STAMP) system-deps
 	$(BIN)/pytest -q
 
 conformance: $(STAMP)

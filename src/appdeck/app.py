@@ -27,7 +27,9 @@ from appdeck.platform.changes import Change
 from appdeck.platform.deploy.ingress_router import IngressRouter
 from appdeck.platform.ingress.routes import Counters, RouteTable
 from appdeck.platform.ingress.server import IngressServer
+from appdeck.platform.runtime import sandbox
 from appdeck.platform.runtime.local import LocalDriver
+from appdeck.platform.runtime.sandbox import Sandbox
 from appdeck.platform.services import Platform, PlatformConfig
 from appdeck.prompts.deploy import register as register_deploy_prompts
 from appdeck.protocol.registry import Registry
@@ -102,7 +104,9 @@ class Services:
         registry = Registry()
         instance_id = secrets.token_hex(8)
         table, counters = RouteTable(), Counters()
+        driver = LocalDriver(settings.data_dir / "runtime", sandbox=_sandbox(settings))
         ingress = IngressServer(table, counters, host=settings.host, port=settings.ingress_port)
+        ingress.proxy.netns = driver.netns_fd  # sandboxed instances: their own loopback
         ingress_port = await ingress.start()
         platform = Platform.build(
             storage.engine,
@@ -115,7 +119,7 @@ class Services:
                 ingress_host=settings.host,
                 ingress_port=ingress_port,
             ),
-            driver=LocalDriver(settings.data_dir / "runtime"),
+            driver=driver,
             router=IngressRouter(table, counters),
             instance_id=instance_id,
         )
@@ -329,3 +333,23 @@ async def _authentication(
     )
     await bearer.load_revocations()
     return keys, issuer, bearer
+
+
+def _sandbox(settings: Settings) -> Sandbox | None:
+    """The sandbox apps run in, or None (``APPDECK_SANDBOX=off``, or ``auto`` on a host that
+    cannot sandbox): unconfined apps are warned about at every start. ``on`` where the host
+    cannot sandbox raises :class:`~appdeck.platform.runtime.sandbox.SandboxUnavailable`."""
+    reason = "APPDECK_SANDBOX=off"
+    if settings.sandbox != "off":
+        try:
+            return sandbox.detect(settings.sandbox_uid_base)
+        except sandbox.SandboxUnavailable as exc:
+            if settings.sandbox == "on":
+                raise
+            reason = str(exc)
+    log.warning(
+        "apps run UNSANDBOXED (%s): they run as the server's user and can read its data dir, "
+        "keys and database; never let more than one trusted tenant deploy here",
+        reason,
+    )
+    return None

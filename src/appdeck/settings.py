@@ -75,6 +75,13 @@ class Settings(BaseSettings):
     rate_limit_burst: int = Field(200, ge=1)
 
     # -- platform ------------------------------------------------------------------------
+    sandbox: Literal["on", "off", "auto"] = "on"
+    """``on``: every build and instance of an app runs sandboxed (its own uid, namespaces and
+    limits), and the server refuses to start where it cannot; ``off``: apps run as the
+    server's user, unconfined (one-tenant dev machines only; warned at every start);
+    ``auto`` (what ``serve --dev`` uses when this is unset): on where possible, else off."""
+    sandbox_uid_base: int = Field(200_000, ge=1000, le=2**31 - 2)
+    """App ``n`` runs as uid/gid ``sandbox_uid_base + n``: pick a range no host user has."""
     secret_key: str | None = None
     """Encrypts env var values at rest; default: a key generated into the data dir."""
     source_roots: PathList = []

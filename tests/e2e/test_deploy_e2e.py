@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -46,7 +45,7 @@ async def _tool(http: httpx.AsyncClient, sid: str, name: str, args: dict[str, An
 def _spec(source: Path, **extra: Any) -> dict[str, Any]:
     return {
         "source_path": str(source),
-        "run_command": f"{sys.executable} app.py",
+        "run_command": "python3 app.py",
         "health_check": {"path": "/healthz", "timeout_s": 2},
         **extra,
     }

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -66,7 +65,7 @@ async def test_the_fixture_app_goes_through_every_strategy(deploy_world: World) 
     alice = await world.caller("alice")
     spec = {
         "source_path": str(world.source),
-        "run_command": f"{sys.executable} app.py",
+        "run_command": "python3 app.py",
         "health_check": {"path": "/healthz", "timeout_s": 2},
         "instances": 2,
         "canary": {
@@ -154,7 +153,7 @@ async def test_a_deploy_runs_as_a_task_with_progress(deploy_world: World) -> Non
     alice = await world.caller("alice")
     spec = {
         "source_path": str(world.source),
-        "run_command": f"{sys.executable} app.py",
+        "run_command": "python3 app.py",
         "health_check": {"path": "/healthz"},
     }
     app_id = (await alice.ok("register_app", name="tasked", spec=spec))["app_id"]

@@ -14,6 +14,7 @@ import typer
 from appdeck import __version__
 from appdeck.common.listen import ListenError, listen
 from appdeck.platform import hostnames
+from appdeck.platform.runtime.sandbox import SandboxUnavailable
 
 DEV_TOKEN_TTL = 12 * 3600
 
@@ -58,12 +59,17 @@ def serve(
             overrides[key] = value
     if with_conformance_fixtures:
         overrides["with_conformance_fixtures"] = True
+    if dev and "APPDECK_SANDBOX" not in os.environ:
+        overrides["sandbox"] = "auto"  # a one-tenant dev setup may run apps unconfined
     settings = settings_or_exit(**overrides)
     try:
         _run(_serve(settings, dev, stop_apps_on_exit))
     except ListenError as exc:  # one line, no traceback: the port is what to change
         typer.echo(f"appdeck serve: {exc}", err=True)
         raise typer.Exit(1) from None
+    except SandboxUnavailable as exc:  # one line: what to install or set
+        typer.echo(f"appdeck serve: {exc}", err=True)
+        raise typer.Exit(2) from None
 
 
 def _run(main: Coroutine[Any, Any, None]) -> None:

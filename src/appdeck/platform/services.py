@@ -79,7 +79,7 @@ class Platform:
             apps,
             env,
             deployments,
-            LocalRuntime(driver),
+            LocalRuntime(driver, sandboxed=driver.sandboxed),
             router,
             feed,
             sealer,

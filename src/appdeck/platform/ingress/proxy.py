@@ -46,6 +46,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 
 from appdeck.platform import hostnames
 from appdeck.platform.ingress.asgi import Message, Receive, Scope, Send
@@ -101,11 +102,19 @@ class IngressProxy:
     """The ASGI app of the ingress router. ``await aclose()`` when done with it."""
 
     def __init__(
-        self, routes: RouteTable, counters: Counters, config: ProxyConfig | None = None
+        self,
+        routes: RouteTable,
+        counters: Counters,
+        config: ProxyConfig | None = None,
+        *,
+        netns: Callable[[str], int | None] | None = None,
     ) -> None:
         self.routes = routes
         self.counters = counters
         self.config = config or ProxyConfig()
+        self.netns = netns
+        """Names an upstream's network namespace (``<netns>@…``) to an fd of it (owned by
+        the runtime), or None when the instance has none (gone, or not started yet)."""
         self.closing = False
         self.inflight = 0
         """Requests being handled right now."""
@@ -128,10 +137,11 @@ class IngressProxy:
             if len(self._pools) >= 256:  # forget instances long gone (their pools are empty)
                 for key in [k for k, p in self._pools.items() if not p.idle]:
                     del self._pools[key]
-            host, _, port = upstream.rpartition(":")
+            netns, _, address = upstream.rpartition("@")
+            host, _, port = address.rpartition(":")
             if host != UPSTREAM_HOST:  # RouteTable validates; never forward anywhere else
                 raise _ConnectFailed(f"refusing to forward to {upstream}")
-            pool = self._pools[upstream] = _Pool(self, upstream, int(port))
+            pool = self._pools[upstream] = _Pool(self, upstream, int(port), netns or None)
         return pool
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -29,10 +29,13 @@ ROUTE_KEY = re.compile(r"[a-z0-9-]{1,63}")
 """A route key: one DNS label (see :mod:`appdeck.platform.hostnames` for an app's)."""
 _ROUTE_KEY_BYTES = re.compile(rb"[a-z0-9-]{1,63}")
 _DOMAIN = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*")
-_UPSTREAM = re.compile(r"127\.0\.0\.1:([1-9][0-9]{0,4})")
+_UPSTREAM = re.compile(r"(?:[A-Za-z0-9._-]{1,64}@)?127\.0\.0\.1:([1-9][0-9]{0,4})")
 _RELEASE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 UPSTREAM_HOST = "127.0.0.1"
-"""The only address the ingress ever forwards to: apps listen on loopback."""
+"""The only address the ingress ever forwards to: apps listen on loopback — the host's, or,
+for a sandboxed instance, the loopback of its own network namespace, written
+``"<netns>@127.0.0.1:<port>"`` (``<netns>`` names the instance's namespace to the proxy's
+``netns`` lookup)."""
 
 _HOST_CACHE_SIZE = 4096
 
@@ -43,7 +46,8 @@ class Backend:
 
     ``weight`` is its share of requests in percent (0..100; 0 keeps it routable for nothing,
     e.g. the old set of a blue/green switch, kept warm). ``upstreams`` are its instances,
-    ``"127.0.0.1:<port>"`` each, used round robin. A list is accepted and kept as a tuple.
+    ``"127.0.0.1:<port>"`` or ``"<netns>@127.0.0.1:<port>"`` each, used round robin. A list
+    is accepted and kept as a tuple.
     """
 
     release_id: str
@@ -62,7 +66,8 @@ class Backend:
             match = _UPSTREAM.fullmatch(upstream)
             if match is None or int(match.group(1)) > 65535:
                 raise ValueError(
-                    f"release {self.release_id}: upstream {upstream!r} is not 127.0.0.1:<port>"
+                    f"release {self.release_id}: upstream {upstream!r} is not "
+                    "[<netns>@]127.0.0.1:<port>"
                 )
         if len(set(upstreams)) != len(upstreams):
             raise ValueError(f"release {self.release_id}: an upstream is listed twice")

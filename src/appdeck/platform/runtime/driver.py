@@ -233,6 +233,11 @@ class RuntimeDriver(Protocol):
         """Stop every instance and delete the workspace and logs of the release."""
         ...
 
+    @property
+    def sandboxed(self) -> bool:
+        """Whether instances run sandboxed, each on a network namespace of its own."""
+        ...
+
     def netns_fd(self, key: str) -> int | None:
         """An fd of the network namespace named by an :attr:`InstanceRef.netns` (owned by
         the driver), or None when that instance is gone or has no network of its own yet."""
