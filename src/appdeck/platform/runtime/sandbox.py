@@ -179,7 +179,7 @@ class Sandbox:
         argv += ["--bind", str(STAGE / "app"), APP_DIR]
         if source_fd is not None:
             argv += ["--ro-bind", str(STAGE / "source"), "/source"]
-        argv += ["--chdir", APP_DIR, "--", *command]
+        argv += ["--remount-ro", "/", "--chdir", APP_DIR, "--", *command]
         return argv
 
     def check(self) -> None:
