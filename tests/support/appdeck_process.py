@@ -49,6 +49,7 @@ def clean_env() -> dict[str, str]:
         k: v for k, v in os.environ.items() if not k.startswith("APPDECK_") and k != "APP_VERSION"
     }
     env["PYTHONUNBUFFERED"] = "1"
+    env["APPDECK_SANDBOX"] = "on"  # --dev alone would fall back to unsandboxed apps
     return env
 
 
