@@ -80,6 +80,7 @@ class Services:
     async def start(
         cls, settings: Settings, *, authenticator: Authenticator | None = None, port: int = 0
     ) -> Services:
+        runtime = _sandbox(settings)  # first: a host that cannot sandbox opens nothing
         storage = await Storage.open(settings.database())
         base_url = settings.base_url(port)
         identities = IdentityStore(storage.engine)
@@ -104,7 +105,7 @@ class Services:
         registry = Registry()
         instance_id = secrets.token_hex(8)
         table, counters = RouteTable(), Counters()
-        driver = LocalDriver(settings.data_dir / "runtime", sandbox=_sandbox(settings))
+        driver = LocalDriver(settings.data_dir / "runtime", sandbox=runtime)
         ingress = IngressServer(table, counters, host=settings.host, port=settings.ingress_port)
         ingress.proxy.netns = driver.netns_fd  # sandboxed instances: their own loopback
         ingress_port = await ingress.start()

@@ -82,3 +82,14 @@ def test_admin_commands_refuse_a_bad_setting_in_one_line(
         "appdeck: invalid setting APPDECK_ALLOWED_HOSTS: starts with '[' but is not a JSON "
         "list; write values separated by ',' instead"
     ]
+
+
+def test_serve_refuses_to_run_apps_unsandboxed_unless_told_and_says_what_to_install(
+    tmp_path: Path,
+) -> None:
+    done = _appdeck(tmp_path, "serve", "--port", "0", "--ingress-port", "0", PATH="/nonexistent")
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "bubblewrap" in lines[0]
+    assert "APPDECK_SANDBOX=off" in lines[0]
