@@ -35,10 +35,23 @@ SPEC_SCHEMA: Final[dict[str, Any]] = {
         },
         "port": {
             "type": ["integer", "null"],
-            "minimum": 1024,
+            "minimum": 1,
             "maximum": 65535,
-            "description": "Leave null: the platform picks a port per instance "
-            "and passes it as PORT.",
+            "description": "The port the app listens on inside its own sandbox (every instance "
+            "has a loopback of its own, so any port is free); never a port of the server. "
+            "Leave null: the platform picks one and passes it as PORT, which apps should "
+            "read.",
+        },
+        "resources": {
+            "type": "object",
+            "additionalProperties": False,
+            "description": "Limits of each instance; the kernel enforces them (an instance "
+            "over its memory is killed, and its log says so).",
+            "properties": {
+                "memory_mb": {"type": "integer", "minimum": 32, "maximum": 65536},
+                "cpus": {"type": "number", "minimum": 0.05, "maximum": 64},
+                "pids": {"type": "integer", "minimum": 16, "maximum": 32768},
+            },
         },
         "health_check": {
             "type": "object",
@@ -81,6 +94,7 @@ DEFAULTS: Final[dict[str, Any]] = {
     "run_command": None,
     "port": None,
     "health_check": {"path": "/", "timeout_s": 5},
+    "resources": {"memory_mb": 512, "cpus": 1.0, "pids": 256},
     "instances": 1,
     "env": {},
     "default_strategy": "rolling",
