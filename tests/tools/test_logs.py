@@ -5,7 +5,6 @@ and the lines stay out of the summary text."""
 from __future__ import annotations
 
 import json
-import sys
 
 from .conftest import World
 
@@ -35,7 +34,7 @@ async def test_a_printed_secret_is_masked_in_logs_unless_an_admin_reveals_it(wor
     alice, bob, carol = [await world.caller(u) for u in ("alice", "bob", "carol")]
     spec = {
         "source_path": str(world.source),
-        "run_command": f"{sys.executable} app.py",
+        "run_command": "python3 app.py",
         "build_command": 'echo "building with $SECRET"',
         "health_check": {"path": "/", "timeout_s": 5},
     }

@@ -4,7 +4,6 @@ tool error at register_app, set_app_spec and deploy_app."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -100,7 +99,7 @@ async def test_a_source_swapped_for_a_link_after_set_app_spec_is_refused_at_depl
     tenant_world: World,
 ) -> None:
     alice = await tenant_world.caller("alice", "acme")
-    spec = {"source_path": str(tenant_world.source), "run_command": f"{sys.executable} app.py"}
+    spec = {"source_path": str(tenant_world.source), "run_command": "python3 app.py"}
     app_id = (await alice.ok("register_app", name="shop", spec=spec))["app_id"]
     moved = tenant_world.source.with_name("hello-old")
     tenant_world.source.rename(moved)

@@ -275,7 +275,13 @@ class DeployService:
     def _release(self, app: AppRecord, record: DeploymentRecord) -> Release:
         env = json.loads(self._sealer.open(record.env))
         route = hostnames.route_label(app.name, app.tenant_id)
-        return Release(app.id, app.name, record.number, record.spec, env, route)
+        # The copy reads the path as checked at create() (links resolved), and opens it
+        # without following links: a folder swapped for a link since is refused, not read.
+        spec = {
+            **record.spec,
+            "source_path": record.source.get("path") or record.spec.get("source_path"),
+        }
+        return Release(app.id, app.name, record.number, spec, env, route)
 
     async def _announce(self, app: AppRecord, record: DeploymentRecord) -> None:
         await self._feed.emit(Change("deployment.updated", app.tenant_id, app.id, record.number))

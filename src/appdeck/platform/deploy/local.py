@@ -61,8 +61,11 @@ class LocalRuntime:
         try:
             await self.driver.prepare(release_spec(release))
         except rt.BuildFailed as exc:
-            tail = "\n".join(exc.log_tail[-10:])
-            raise BuildFailed(f"{exc.message}\n{tail}".strip()) from None
+            # Not the log's tail: it is app output (it may print its secrets, or instructions
+            # to an agent), which only tail_deploy_logs hands out, masked for the caller.
+            raise BuildFailed(
+                f"{exc.message}; read the build log (tail_deploy_logs with kind 'build')"
+            ) from None
 
     async def start(self, release: Release, index: int) -> Instance:
         # Sandboxed, the port is inside the instance's own network namespace; unsandboxed,
