@@ -73,3 +73,8 @@ def test_a_bad_value_names_its_variable(
     assert reason in caught.value.reason
     assert str(caught.value).startswith(f"invalid setting {name}: ")
     assert "\n" not in str(caught.value)
+
+
+def test_egress_allow_takes_comma_separated_networks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("APPDECK_EGRESS_ALLOW", "203.0.113.0/24, fd00::/8")
+    assert [str(n) for n in load().egress_allow] == ["203.0.113.0/24", "fd00::/8"]

@@ -28,6 +28,7 @@ from appdeck.platform.deploy.ingress_router import IngressRouter
 from appdeck.platform.ingress.routes import Counters, RouteTable
 from appdeck.platform.ingress.server import IngressServer
 from appdeck.platform.runtime import sandbox
+from appdeck.platform.runtime.egress import EgressPolicy, EgressProxy
 from appdeck.platform.runtime.local import LocalDriver
 from appdeck.platform.runtime.sandbox import Sandbox
 from appdeck.platform.services import Platform, PlatformConfig
@@ -105,7 +106,13 @@ class Services:
         registry = Registry()
         instance_id = secrets.token_hex(8)
         table, counters = RouteTable(), Counters()
-        driver = LocalDriver(settings.data_dir / "runtime", sandbox=runtime)
+        driver = LocalDriver(
+            settings.data_dir / "runtime",
+            sandbox=runtime,
+            egress=EgressProxy(EgressPolicy(networks=tuple(settings.egress_allow)))
+            if runtime is not None
+            else None,
+        )
         ingress = IngressServer(table, counters, host=settings.host, port=settings.ingress_port)
         ingress.proxy.netns = driver.netns_fd  # sandboxed instances: their own loopback
         ingress_port = await ingress.start()

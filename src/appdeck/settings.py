@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from ipaddress import IPv4Network, IPv6Network
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -80,6 +81,9 @@ class Settings(BaseSettings):
     limits), and the server refuses to start where it cannot; ``off``: apps run as the
     server's user, unconfined (one-tenant dev machines only; warned at every start);
     ``auto`` (what ``serve --dev`` uses when this is unset): on where possible, else off."""
+    egress_allow: Annotated[list[IPv4Network | IPv6Network], NoDecode] = []
+    """Networks (CIDR, comma-separated) sandboxes may reach through the outbound proxy besides
+    public addresses: an internal package mirror, say. Never this host's own addresses."""
     sandbox_uid_base: int = Field(200_000, ge=1000, le=2**31 - 2)
     """App ``n`` runs as uid/gid ``sandbox_uid_base + n``: pick a range no host user has."""
     secret_key: str | None = None
@@ -100,7 +104,9 @@ class Settings(BaseSettings):
     def _split_paths(cls, value: Any) -> Any:
         return _split(value, os.pathsep)
 
-    @field_validator("allowed_hosts", "allowed_origins", "jwt_algorithms", mode="before")
+    @field_validator(
+        "allowed_hosts", "allowed_origins", "jwt_algorithms", "egress_allow", mode="before"
+    )
     @classmethod
     def _split_commas(cls, value: Any) -> Any:
         return _split(value, ",")

@@ -66,6 +66,28 @@ def unshare_loopback_only() -> None:
         pass  # an older kernel: the app keeps to ports >= 1024
 
 
+def new_loopback_only() -> int:
+    """A new loopback-only network namespace, as an fd (the caller closes it; the namespace
+    lives while a process or an fd holds it). Made on a short-lived thread of its own, since
+    ``unshare`` moves only the calling thread: the server's threads stay where they are."""
+    made: list[int] = []
+    failed: list[BaseException] = []
+
+    def make() -> None:
+        try:
+            unshare_loopback_only()
+            made.append(os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            failed.append(exc)
+
+    worker = threading.Thread(target=make, name="appdeck-netns")
+    worker.start()
+    worker.join()
+    if failed:
+        raise failed[0]
+    return made[0]
+
+
 def host_inode() -> int:
     """The inode of the server's own network namespace (to tell a namespace from it)."""
     return os.stat("/proc/self/ns/net").st_ino

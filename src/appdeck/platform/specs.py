@@ -42,6 +42,19 @@ SPEC_SCHEMA: Final[dict[str, Any]] = {
             "Leave null: the platform picks one and passes it as PORT, which apps should "
             "read.",
         },
+        "network": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "outbound": {
+                    "type": "boolean",
+                    "description": "Let the app open TLS connections to public internet "
+                    "addresses (through a proxy the platform sets as HTTPS_PROXY); never to "
+                    "this host, private networks or other apps. Off by default; builds always "
+                    "may (to fetch dependencies).",
+                },
+            },
+        },
         "resources": {
             "type": "object",
             "additionalProperties": False,
@@ -95,6 +108,7 @@ DEFAULTS: Final[dict[str, Any]] = {
     "port": None,
     "health_check": {"path": "/", "timeout_s": 5},
     "resources": {"memory_mb": 512, "cpus": 1.0, "pids": 256},
+    "network": {"outbound": False},
     "instances": 1,
     "env": {},
     "default_strategy": "rolling",

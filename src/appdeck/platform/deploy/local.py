@@ -39,6 +39,7 @@ def release_spec(release: Release) -> rt.ReleaseSpec:
         health_path=str(health.get("path", "/")),
         health_timeout_s=float(health.get("timeout_s", 5)),
         build_timeout_s=float(spec.get("build_timeout_s", 600)),
+        outbound=bool((spec.get("network") or {}).get("outbound", False)),
         memory_mb=int(resources.get("memory_mb", 512)),
         cpus=float(resources.get("cpus", 1.0)),
         pids=int(resources.get("pids", 256)),

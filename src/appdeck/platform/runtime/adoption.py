@@ -13,7 +13,7 @@ import os
 import signal
 
 from appdeck.platform.runtime.driver import Adoption, InstanceRef, ReleaseSpec
-from appdeck.platform.runtime.model import Instance, validate
+from appdeck.platform.runtime.model import Instance, Release, instance_key, validate
 from appdeck.platform.runtime.procs import kill_leftovers, pidfd
 from appdeck.platform.runtime.shim import is_running
 from appdeck.platform.runtime.state import read_json, read_spec, records
@@ -68,6 +68,7 @@ class AdoptionMixin(SupervisionMixin):
                             f"instance {index} (pid {pid}) adopted after a restart",
                             instance=index,
                         )
+                        self._serve_egress(release, instance)
                         adopted.append(instance.ref(release_id))
                         continue
                 if state.get("boot_id") == self._boot_id:
@@ -79,3 +80,20 @@ class AdoptionMixin(SupervisionMixin):
                 dead.append(instance.ref(release_id))
             self._save_state(release)
             return Adoption(adopted=adopted, dead=dead)
+
+    def _serve_egress(self, release: Release, instance: Instance) -> None:
+        """An adopted instance that may go out gets its proxy again (it died with the old
+        server)."""
+        spec = release.spec
+        if self.egress is None or spec is None or not spec.outbound:
+            return
+        key = instance_key(release, instance)
+        space = self.netns_fd(key)
+        if space is not None:
+            try:
+                self.egress.listen(key, space)
+            except OSError as exc:
+                self._writer(release).system(
+                    f"instance {instance.index}: no outbound network after the restart ({exc})",
+                    instance=instance.index,
+                )

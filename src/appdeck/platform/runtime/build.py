@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Final
 
 from appdeck.common.errors import Conflict, InvalidArgument, QuotaExceeded
+from appdeck.platform import netns
 from appdeck.platform.runtime import workspace as workspace_module
 from appdeck.platform.runtime.core import DriverCore
 from appdeck.platform.runtime.driver import BuildFailed, ReleaseSpec
@@ -98,8 +99,19 @@ class BuildMixin(DriverCore):
         writer.system(f"copied {stats.files} entries ({stats.bytes} bytes) into the workspace")
         write_json(release.directory / "release.json", self._record(spec))
         deadline = time.monotonic() + spec.build_timeout_s
-        for step, argv in self._build_steps(spec, release.workspace, writer):
-            await self._run_step(release, spec, step, argv, deadline, writer)
+        space = None
+        if self.sandbox is not None:  # one network for the build's steps, with a way out
+            space = netns.new_loopback_only()
+            if self.egress is not None:
+                self.egress.listen(f"{spec.release_id}.build", space)
+        try:
+            for step, argv in self._build_steps(spec, release.workspace, writer):
+                await self._run_step(release, spec, step, argv, deadline, writer, space)
+        finally:
+            if space is not None:
+                if self.egress is not None:
+                    await self.egress.stop(f"{spec.release_id}.build")
+                os.close(space)
         writer.system("build succeeded")
 
     async def _sandboxed_copy(self, spec: ReleaseSpec, fresh: Path) -> CopyStats:
@@ -196,23 +208,32 @@ class BuildMixin(DriverCore):
         argv: list[str],
         deadline: float,
         writer: LogWriter,
+        space: int | None = None,
     ) -> None:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             self._build_failed(release, spec, step, None, writer)
         writer.system(f"{step}: {' '.join(argv)}")
-        if self.sandbox is not None:
-            argv = self.sandbox.wrap(
-                argv, app_id=spec.app_id, own_network=True, workspace=release.workspace
-            )
+        if self.sandbox is not None and space is not None:
+            argv = [
+                "nsenter",
+                f"--net=/proc/self/fd/{space}",
+                "--",
+                *self.sandbox.wrap(
+                    argv, app_id=spec.app_id, own_network=False, workspace=release.workspace
+                ),
+            ]
         process = await asyncio.create_subprocess_exec(
             *argv,
             cwd=release.workspace,
-            env=self._env(spec, release.workspace, port=None),
+            env=self._env(
+                spec, release.workspace, port=None, egress=space is not None and bool(self.egress)
+            ),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             start_new_session=True,
+            pass_fds=() if space is None else (space,),
         )
         assert process.stdout is not None
         assert process.stderr is not None

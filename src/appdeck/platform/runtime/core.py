@@ -8,6 +8,7 @@ The driver's concerns are mixins over :class:`DriverCore`: :mod:`.build`, :mod:`
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import hmac
@@ -21,7 +22,14 @@ from typing import Any, Final
 
 from appdeck.common.errors import InvalidArgument, NotFound
 from appdeck.platform.runtime.driver import LogKind, ReleaseSpec
-from appdeck.platform.runtime.model import Release, RestartPolicy, check_release_id
+from appdeck.platform.runtime.egress import EgressProxy, proxy_env
+from appdeck.platform.runtime.model import (
+    Instance,
+    Release,
+    RestartPolicy,
+    check_release_id,
+    instance_key,
+)
 from appdeck.platform.runtime.sandbox import APP_DIR, SANDBOX_PATH, Sandbox
 from appdeck.platform.runtime.shim import LOG_MAX_BYTES, LogWriter, boot_id, is_running
 from appdeck.platform.runtime.state import (
@@ -58,6 +66,7 @@ proxies and CA bundles; never the server's settings or secrets (``APPDECK_*``, .
 _LOCALE_ENV: Final = ("LANG", "LC_ALL", "LC_CTYPE", "TZ")
 """What a sandboxed app gets of the server's environment: its locale."""
 BUILD_ENV_PREFIXES: Final = ("PIP_", "NPM_CONFIG_", "npm_config_")
+_CA_ENV: Final = ("SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS")
 """Package-manager settings of the machine (indexes, mirrors, caches), for builds only."""
 
 
@@ -74,6 +83,7 @@ class DriverCore:
         source_limits: CopyLimits | None = None,
         leftover_grace_s: float = 2.0,
         sandbox: Sandbox | None = None,
+        egress: EgressProxy | None = None,
     ) -> None:
         self.runtime_dir = Path(runtime_dir).resolve()
         self.clock = clock
@@ -83,6 +93,8 @@ class DriverCore:
         self.leftover_grace_s = leftover_grace_s
         self.sandbox = sandbox
         """None: apps run unsandboxed, as the server's user (``APPDECK_SANDBOX=off``)."""
+        self.egress = egress if egress is not None or sandbox is None else EgressProxy()
+        """The outbound proxy served in sandboxes' namespaces (builds; instances that ask)."""
         self.runtime_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._digest_key = _digest_key(self.runtime_dir / ".env-digest.key")
         self._releases: dict[str, Release] = {}
@@ -156,13 +168,31 @@ class DriverCore:
 
     # ---------------------------------------------------------------- environment
 
-    def _env(self, spec: ReleaseSpec, workspace: Path, *, port: int | None) -> dict[str, str]:
+    async def _release_group(self, release: Release, instance: Instance) -> None:
+        """After an instance's process ended: stop its outbound proxy, kill what is left in
+        its cgroup and remove the group."""
+        key = instance_key(release, instance)
+        if self.egress is not None:
+            await self.egress.stop(key)
+        cgroups = self.sandbox.cgroups if self.sandbox is not None else None
+        if cgroups is not None:
+            await asyncio.to_thread(cgroups.remove, key)
+
+    def _env(
+        self, spec: ReleaseSpec, workspace: Path, *, port: int | None, egress: bool = False
+    ) -> dict[str, str]:
         """The whole environment of a build step (``port`` None) or an instance: nothing of
         the server's own but locale, paths (and, unsandboxed, proxies and package-manager
         settings), then the app's env, then ``PORT``/``HOST``, which are always the
         platform's."""
         if self.sandbox is not None:
             env = {name: os.environ[name] for name in _LOCALE_ENV if name in os.environ}
+            if port is None:  # a build: the machine's package-manager settings and CA bundles
+                env.update(
+                    (name, value)
+                    for name, value in os.environ.items()
+                    if name.startswith(BUILD_ENV_PREFIXES) or name in _CA_ENV
+                )
             env["PATH"] = SANDBOX_PATH
             env["HOME"] = "/tmp"  # noqa: S108 - the sandbox's private tmpfs
             inside = Path(APP_DIR)
@@ -178,6 +208,8 @@ class DriverCore:
             inside = workspace
         env["PYTHONUNBUFFERED"] = "1"
         env.update(spec.env)
+        if egress:
+            env.update(proxy_env())
         if self.sandbox is None:
             for bin_dir in (".venv/bin", "node_modules/.bin"):
                 if (workspace / bin_dir).is_dir():

@@ -54,6 +54,9 @@ class ReleaseSpec:
     health_path: str = "/"
     health_timeout_s: float = 5.0
     build_timeout_s: float = 600.0
+    outbound: bool = False
+    """Sandboxed instances may open TLS connections to public addresses (through the egress
+    proxy); builds always may."""
     memory_mb: int = 512
     """Limits of each instance (sandboxed): memory in MiB (swap included), CPUs, processes."""
     cpus: float = 1.0

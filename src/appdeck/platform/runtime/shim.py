@@ -685,6 +685,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cwd", type=Path, default=None)
     parser.add_argument("--grace", type=float, default=2.0, help="for leftovers, in seconds")
     parser.add_argument("--netns", action="store_true", help="a loopback-only network")
+    parser.add_argument("--netns-fd", type=int, default=None, help="join this network")
     parser.add_argument("--cgroup-procs", type=Path, action="append", default=[])
     parser.add_argument("--oom-events", type=Path, default=None)
     parser.add_argument("--memory-mb", type=int, default=0)
@@ -693,9 +694,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("no command given (after --)")
+    if args.netns_fd is not None:  # the driver made the instance's network: join it first
+        _load_netns().setns(args.netns_fd)
+        os.close(args.netns_fd)
     writer = LogWriter(args.log, max_bytes=args.max_bytes, instance=args.instance)
     confine = None
-    if args.netns or args.cgroup_procs:
+    if args.netns or args.cgroup_procs or args.netns_fd is not None:
         confine = Confinement(
             netns=args.netns,
             cgroup_procs=args.cgroup_procs,

@@ -51,6 +51,7 @@ class StopMixin(DriverCore):
         await asyncio.gather(*(self._terminate(inst, grace_s, writer) for inst in targets))
         for inst in targets:
             release.instances.pop(inst.index, None)
+            await self._release_group(release, inst)
         self._save_state(release)
 
     async def _terminate(self, instance: Instance, grace_s: float, writer: LogWriter) -> None:
@@ -107,3 +108,5 @@ class StopMixin(DriverCore):
             if release.writer is not None:
                 release.writer.close()
         self._releases.clear()
+        if self.egress is not None:  # adopted instances get theirs again from the next server
+            await self.egress.close()

@@ -59,12 +59,20 @@ class SupervisionMixin(DriverCore):
             str(workspace),
         ]
         command = self._run_argv(spec, workspace, instance.port)
+        actions: list[tuple[int, ...] | tuple[int, int, str, int, int]] = []
+        key = instance_key(release, instance)
+        egress = False
         if self.sandbox is not None:
-            argv += ["--netns", "--memory-mb"]
-            argv.append(str(spec.memory_mb))
+            space = netns.new_loopback_only()  # the instance's network, before it runs
+            instance.netns_fd, instance.netns_pid = space, None
+            actions.append((os.POSIX_SPAWN_DUP2, space, 3))
+            argv += ["--netns-fd", "3", "--memory-mb", str(spec.memory_mb)]
+            if spec.outbound and self.egress is not None:
+                self.egress.listen(key, space)  # before the app starts: nothing can take it
+                egress = True
             limits = Limits(memory_mb=spec.memory_mb, cpus=spec.cpus, pids=spec.pids)
             if self.sandbox.cgroups is not None:
-                group = self.sandbox.cgroups.create(instance_key(release, instance), limits)
+                group = self.sandbox.cgroups.create(key, limits)
                 for procs in group.procs:
                     argv += ["--cgroup-procs", str(procs)]
                 if group.oom_events is not None:
@@ -76,8 +84,9 @@ class SupervisionMixin(DriverCore):
         pid = os.posix_spawn(
             sys.executable,
             argv,
-            self._env(spec, workspace, port=instance.port),
+            self._env(spec, workspace, port=instance.port, egress=egress),
             file_actions=[
+                *actions,
                 (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
                 (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
                 (
@@ -94,6 +103,8 @@ class SupervisionMixin(DriverCore):
         )
         stat = proc_stat(pid)
         instance.pid = pid
+        if instance.netns_fd is not None:
+            instance.netns_pid = pid  # the shim joins the namespace first thing
         instance.own_child = True
         instance.start_ticks = stat.start_ticks if stat else 0
         instance.started_at = self.clock()
@@ -188,12 +199,6 @@ class SupervisionMixin(DriverCore):
                 instance.started_at = self.clock()
                 continue
             self._save_state(release)
-
-    async def _release_group(self, release: Release, instance: Instance) -> None:
-        """Kill what is left in the instance's cgroup and remove it."""
-        cgroups = self.sandbox.cgroups if self.sandbox is not None else None
-        if cgroups is not None:
-            await asyncio.to_thread(cgroups.remove, instance_key(release, instance))
 
     def netns_fd(self, key: str) -> int | None:
         """An fd of the network namespace of the instance ``"<release_id>.<index>"`` (owned
