@@ -4,7 +4,6 @@ secret of its env is left in plaintext anywhere in the data dir."""
 from __future__ import annotations
 
 import asyncio
-import os
 import secrets
 import shutil
 from pathlib import Path
@@ -28,21 +27,36 @@ async def _tool(http: httpx.AsyncClient, sid: str, name: str, args: dict[str, An
     return result["structuredContent"]
 
 
-def _uids_of_processes_running(command: str) -> set[int]:
-    """The uids of processes whose command line is ``command``."""
-    found = set()
+def _uids_of_apps_started_by(server_pid: int, command: str) -> set[int]:
+    """The uids of the descendants of ``server_pid`` whose command line is ``command``."""
+    parents: dict[int, int] = {}
+    lines: dict[int, str] = {}
+    uids: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
+            stat = (entry / "stat").read_bytes()
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
             status = (entry / "status").read_text()
         except OSError:
             continue
-        if cmdline.strip() == command:
-            uid_line = next(line for line in status.splitlines() if line.startswith("Uid:"))
-            found.add(int(uid_line.split()[1]))
-    return found
+        pid = int(entry.name)
+        parents[pid] = int(stat[stat.rindex(b")") + 2 :].split()[1])
+        lines[pid] = cmdline.strip()
+        uid_line = next(line for line in status.splitlines() if line.startswith("Uid:"))
+        uids[pid] = int(uid_line.split()[1])
+
+    def descends(pid: int) -> bool:
+        for _ in range(64):
+            pid = parents.get(pid, 0)
+            if pid == server_pid:
+                return True
+            if pid <= 1:
+                return False
+        return False
+
+    return {uids[pid] for pid, line in lines.items() if line == command and descends(pid)}
 
 
 @pytest.mark.e2e
@@ -82,10 +96,9 @@ async def test_a_deployed_app_runs_as_its_own_uid_and_its_secrets_never_touch_th
             )
         assert answer.json()["greeting"] == secret  # the app has it, in its environment
 
-        uids = _uids_of_processes_running("python3 app.py")
+        uids = _uids_of_apps_started_by(server.process.pid, "python3 app.py")
         assert uids, "the app's processes were not found"
-        assert os.getuid() not in uids
-        assert min(uids) >= 200_000
+        assert uids == {200_000 + app_id}  # not the server's uid (root)
 
         leaks = [
             str(path)
