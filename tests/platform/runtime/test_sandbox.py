@@ -220,3 +220,31 @@ async def test_a_fork_bomb_stays_within_its_process_limit(driver: LocalDriver) -
     outcome = await probe(driver, ref, "/forkbomb?limit=5000")
     assert outcome["forked"] < 40
     assert (await driver.health(bystander)).ok
+
+
+async def test_a_builds_fork_bomb_stays_within_the_builds_process_limit(
+    driver: LocalDriver, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    source = tmp_path / "bomb"
+    source.mkdir()
+    (source / "bomb.py").write_text(
+        "import os, time\n"
+        "n = 0\n"
+        "while n < 5000:\n"
+        "    try:\n"
+        "        pid = os.fork()\n"
+        "    except OSError:\n"
+        "        break\n"
+        "    if pid == 0:\n"
+        "        time.sleep(20)\n"
+        "        os._exit(0)\n"
+        "    n += 1\n"
+        "print('forked', n, flush=True)\n"
+    )
+    await driver.prepare(spec(43, source, build_command="python3 bomb.py", pids=16))
+    page = await driver.logs("43-1", "build", cursor=0, grep="forked")
+    forked = int(page.lines[-1].text.split()[1])
+    assert forked < 520  # a build may run 512 processes, not thousands
+    if sandbox.cgroups is not None:  # the build's group is gone with the build
+        assert not sandbox.cgroups.pids("43-1.build")
+        assert not any(path.exists() for path in sandbox.cgroups._dirs("43-1.build"))

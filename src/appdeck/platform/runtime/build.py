@@ -21,6 +21,7 @@ from typing import Final
 from appdeck.common.errors import Conflict, InvalidArgument, QuotaExceeded
 from appdeck.platform import netns
 from appdeck.platform.runtime import workspace as workspace_module
+from appdeck.platform.runtime.cgroups import Limits
 from appdeck.platform.runtime.core import DriverCore
 from appdeck.platform.runtime.driver import BuildFailed, ReleaseSpec
 from appdeck.platform.runtime.logs import tail_text
@@ -100,18 +101,24 @@ class BuildMixin(DriverCore):
         write_json(release.directory / "release.json", self._record(spec))
         deadline = time.monotonic() + spec.build_timeout_s
         space = None
+        key = f"{spec.release_id}.build"
+        procs: tuple[Path, ...] = ()
         if self.sandbox is not None:  # one network for the build's steps, with a way out
             space = netns.new_loopback_only()
             if self.egress is not None:
-                self.egress.listen(f"{spec.release_id}.build", space)
+                self.egress.listen(key, space)
+            if self.sandbox.cgroups is not None:
+                procs = self.sandbox.cgroups.create(key, build_limits(spec)).procs
         try:
             for step, argv in self._build_steps(spec, release.workspace, writer):
-                await self._run_step(release, spec, step, argv, deadline, writer, space)
+                await self._run_step(release, spec, step, argv, deadline, writer, space, procs)
         finally:
             if space is not None:
                 if self.egress is not None:
-                    await self.egress.stop(f"{spec.release_id}.build")
+                    await self.egress.stop(key)
                 os.close(space)
+            if procs and self.sandbox is not None and self.sandbox.cgroups is not None:
+                await asyncio.to_thread(self.sandbox.cgroups.remove, key)
         writer.system("build succeeded")
 
     async def _sandboxed_copy(self, spec: ReleaseSpec, fresh: Path) -> CopyStats:
@@ -209,6 +216,7 @@ class BuildMixin(DriverCore):
         deadline: float,
         writer: LogWriter,
         space: int | None = None,
+        procs: tuple[Path, ...] = (),
     ) -> None:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
@@ -220,7 +228,12 @@ class BuildMixin(DriverCore):
                 f"--net=/proc/self/fd/{space}",
                 "--",
                 *self.sandbox.wrap(
-                    argv, app_id=spec.app_id, own_network=False, workspace=release.workspace
+                    argv,
+                    app_id=spec.app_id,
+                    own_network=False,
+                    workspace=release.workspace,
+                    limits=build_limits(spec),
+                    cgroup_procs=procs,
                 ),
             ]
         process = await asyncio.create_subprocess_exec(
@@ -308,3 +321,10 @@ def _swap_in(fresh: Path, workspace: Path) -> None:
 def _in_usr(name: str) -> str | None:
     """``name`` on the sandbox's PATH (its /usr is the host's)."""
     return shutil.which(name, path="/usr/local/bin:/usr/bin:/bin")
+
+
+def build_limits(spec: ReleaseSpec) -> Limits:
+    """A build's limits: the instance's, but room for compilers and package managers."""
+    return Limits(
+        memory_mb=max(spec.memory_mb, 1024), cpus=max(spec.cpus, 1.0), pids=max(spec.pids, 512)
+    )

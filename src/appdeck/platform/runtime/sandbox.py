@@ -46,11 +46,15 @@ STAGE: Final = Path("/run/appdeck-sandbox")
 """Mount points (``app``, ``source``) that each sandbox, in a mount namespace of its own,
 binds its workspace and source onto before bubblewrap takes them (see :meth:`Sandbox.wrap`)."""
 _STAGE_SCRIPT: Final = (
+    'for procs in $3; do echo $$ > "$procs" || exit 126; done\n'
     'mount --bind "$1" /run/appdeck-sandbox/app || exit 126\n'
     'if [ -n "$2" ]; then mount --bind "$2" /run/appdeck-sandbox/source || exit 126; fi\n'
-    "shift 2\n"
+    "shift 3\n"
     'exec "$@"\n'
 )
+"""Run as root before the sandbox: join the cgroups named in $3 (space-separated ``cgroup.procs``
+files: a build's; an instance's shim joins its own), then bind the workspace ($1) and source
+($2) onto the stage's mount points."""
 SANDBOX_PATH: Final = (
     f"{APP_DIR}/.venv/bin:{APP_DIR}/node_modules/.bin:/usr/local/bin:/usr/bin:/bin"
 )
@@ -109,6 +113,7 @@ class Sandbox:
         workspace: Path,
         source_fd: int | None = None,
         limits: Limits | None = None,
+        cgroup_procs: Sequence[Path] = (),
     ) -> list[str]:
         """``command`` confined, with ``workspace`` at ``/app`` (and the directory open on
         ``source_fd`` in the process that runs the argv, read-only at ``/source``).
@@ -133,6 +138,7 @@ class Sandbox:
             "appdeck-stage",
             str(workspace),
             source,
+            " ".join(str(path) for path in cgroup_procs),
         ]
         if self.cgroups is None:
             limits = limits or self.defaults

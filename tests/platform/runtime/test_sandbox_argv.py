@@ -1,0 +1,66 @@
+"""How a command is wrapped into the sandbox (no processes started here)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from appdeck.platform.runtime.cgroups import Cgroups, Limits
+from appdeck.platform.runtime.sandbox import Sandbox
+
+
+def test_each_app_runs_as_a_uid_of_its_own_dropped_before_bubblewrap() -> None:
+    argv = Sandbox(uid_base=200_000, cgroups=Cgroups(1)).wrap(
+        ["python3", "app.py"], app_id=7, own_network=False, workspace=Path("/w")
+    )
+    setpriv = argv.index("setpriv")
+    assert argv[setpriv + 1 : setpriv + 6] == [
+        "--reuid=200007",
+        "--regid=200007",
+        "--clear-groups",
+        "--inh-caps=-all",
+        "--no-new-privs",
+    ]
+    assert argv.index("bwrap") > setpriv
+    assert argv[argv.index("--uid") + 1] == "200007"
+    assert "--unshare-net" not in argv  # an instance's network is made by the platform
+    assert argv[-3:] == ["--", "python3", "app.py"]
+    assert argv[argv.index("--remount-ro") + 1] == "/"
+
+
+def test_builds_and_copies_can_get_a_network_of_bubblewraps() -> None:
+    argv = Sandbox(cgroups=Cgroups(1)).wrap(
+        ["true"], app_id=1, own_network=True, workspace=Path("/w"), source_fd=9
+    )
+    assert "--unshare-net" in argv
+    assert "/proc/self/fd/9" in argv  # the source is bound from the checked descriptor
+
+
+def test_without_cgroups_rlimits_limit_memory_and_processes() -> None:
+    argv = Sandbox(cgroups=None).wrap(
+        ["true"], app_id=1, own_network=False, workspace=Path("/w"), limits=Limits(64, 1, 32)
+    )
+    at = argv.index("prlimit")
+    assert argv[at : at + 5] == [
+        "prlimit",
+        f"--as={64 * 1024 * 1024}",
+        "--nproc=32",
+        "--",
+        "setpriv",
+    ]
+
+
+def test_the_host_etc_is_not_mounted_whole() -> None:
+    argv = Sandbox(cgroups=Cgroups(1)).wrap(
+        ["true"], app_id=1, own_network=False, workspace=Path("/w")
+    )
+    mounted = {argv[i + 1] for i, arg in enumerate(argv) if arg.startswith("--ro-bind")}
+    assert "/etc" not in mounted
+    assert "/etc/shadow" not in mounted
+    assert not any(path.startswith(("/root", "/home", "/var")) for path in mounted)
+
+
+def test_an_app_id_past_the_uid_range_is_refused() -> None:
+    with pytest.raises(ValueError, match="no sandbox uid"):
+        Sandbox(uid_base=200_000).uid_for(2**31)
