@@ -32,6 +32,7 @@ run: $(STAMP) system-deps
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
+	$(BIN)/lint-imports --no-cache
 
 types: $(STAMP)
 	$(BIN)/mypy
