@@ -78,3 +78,9 @@ def test_a_bad_value_names_its_variable(
 def test_egress_allow_takes_comma_separated_networks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("APPDECK_EGRESS_ALLOW", "203.0.113.0/24, fd00::/8")
     assert [str(n) for n in load().egress_allow] == ["203.0.113.0/24", "fd00::/8"]
+
+
+def test_a_redis_url_is_refused_until_the_redis_bus_exists(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("APPDECK_REDIS_URL", "redis://127.0.0.1:6379/0")
+    with pytest.raises(InvalidSetting, match="APPDECK_REDIS_URL: .*not supported yet"):
+        load()

@@ -30,6 +30,8 @@ class Settings(BaseSettings):
     database_url: str | None = None
     """``postgresql+asyncpg://…`` for PostgreSQL; default: SQLite in the data dir."""
     redis_url: str | None = None
+    """Refused for now: the Redis bus that lets several replicas share sessions is not built
+    yet, and a setting that silently does nothing is worse than none."""
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
     ingress_port: int = Field(8088, ge=0, le=65535)
@@ -98,6 +100,16 @@ class Settings(BaseSettings):
     app_version: str = Field(
         "dev", validation_alias=AliasChoices("APP_VERSION", "APPDECK_APP_VERSION")
     )
+
+    @field_validator("redis_url")
+    @classmethod
+    def _no_redis_yet(cls, value: str | None) -> str | None:
+        if value:
+            raise ValueError(
+                "not supported yet: AppDeck runs as one process with an in-process event bus "
+                "(the Redis bus for several replicas is planned); unset it"
+            )
+        return value
 
     @field_validator("source_roots", mode="before")
     @classmethod
