@@ -255,11 +255,7 @@ class Services:
         with contextlib.suppress(Exception):
             await self.sweep()
         if self.platform is not None:
-            await self.platform.deploys.settle()
-            if stop_apps:
-                for release_id in await self.platform.driver.releases():
-                    await self.platform.driver.stop(release_id)
-            await self.platform.driver.detach()  # apps keep running; the next start adopts them
+            await self.platform.shutdown(stop_apps=stop_apps)  # else apps keep running
         if self.ingress is not None:
             await self.ingress.stop()
         await self.audit.close()

@@ -10,6 +10,7 @@ place (:func:`appdeck.protocol.errors.tool_error_result`).
     ├── PermissionDenied     forbidden            visible, but the caller's role does not allow it
     ├── Conflict             conflict             the state forbids it right now (retry may work)
     ├── FailedPrecondition   failed_precondition  something else must be done first
+    │   └── ConfirmationRequired                  a destructive step the caller must confirm
     ├── QuotaExceeded        quota_exceeded       a limit on what a client controls was reached
     ├── Unavailable          unavailable          a dependency is down; retry later
     └── Internal             internal             a bug; the message never carries library text
@@ -17,7 +18,7 @@ place (:func:`appdeck.protocol.errors.tool_error_result`).
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 
 class AppDeckError(Exception):
@@ -70,6 +71,19 @@ class FailedPrecondition(AppDeckError):
     code = "failed_precondition"
 
 
+class ConfirmationRequired(FailedPrecondition):
+    """A destructive step that goes ahead only when confirmed. The service decides *whether*
+    a confirmation is needed (after checking the caller may do it at all); the adapter decides
+    *how* to get one (``elicitation/create``, else ``confirm: true`` on a second call).
+
+    ``question`` is what to ask the human; ``what`` names the step (``the deletion``)."""
+
+    def __init__(self, message: str, *, question: str, what: str, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint or "call again with confirm: true")
+        self.question = question
+        self.what = what
+
+
 class QuotaExceeded(AppDeckError):
     """A limit on something the client controls was reached."""
 
@@ -86,3 +100,34 @@ class Internal(AppDeckError):
     """A defect. The message is generic; details go to the server log only."""
 
     code = "internal"
+
+
+CODES: Final = tuple(
+    cls.code
+    for cls in (
+        InvalidArgument,
+        NotFound,
+        PermissionDenied,
+        Conflict,
+        FailedPrecondition,
+        QuotaExceeded,
+        Unavailable,
+        Internal,
+    )
+)
+
+ERROR_SCHEMA: Final[dict[str, Any]] = {
+    "type": "object",
+    "description": "Set on error results (isError: true) only: what went wrong and what to do.",
+    "properties": {
+        "code": {"type": "string", "enum": list(CODES)},
+        "message": {"type": "string"},
+        "hint": {"type": "string", "description": "What to do about it."},
+        "details": {
+            "type": "object",
+            "description": "e.g. field: the argument that was refused.",
+        },
+    },
+    "required": ["code", "message"],
+}
+"""The JSON Schema of :meth:`AppDeckError.to_dict`, as tool results carry it."""

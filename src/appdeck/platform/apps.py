@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from appdeck.common.errors import (
+    ConfirmationRequired,
     FailedPrecondition,
     InvalidArgument,
     NotFound,
@@ -191,8 +192,11 @@ class AppService:
     async def delete(self, principal: Principal, app_id: int, *, confirmed: bool) -> AppRecord:
         view = await self.load(principal, app_id, "app.delete")
         if not confirmed:
-            raise FailedPrecondition(
+            raise ConfirmationRequired(
                 f"deleting app {view.app.name} stops it and removes its data",
+                question=f"Delete app {view.app.name} (id {app_id})? "
+                "Its processes stop and its data is removed.",
+                what="the deletion",
                 hint="call again with confirm: true to go ahead",
             )
         for hook in self._delete_hooks:

@@ -11,9 +11,11 @@ from appdeck.platform import hostnames
 from appdeck.platform.apps import AppService
 from appdeck.platform.changes import ChangeFeed
 from appdeck.platform.crypto import Sealer
+from appdeck.platform.deploy.deployments import Deployments
 from appdeck.platform.deploy.engine import DeployService, Operations
 from appdeck.platform.deploy.ingress_router import IngressRouter
 from appdeck.platform.deploy.local import LocalRuntime
+from appdeck.platform.deploy.preflight import PreflightService
 from appdeck.platform.env import EnvService
 from appdeck.platform.logs import LogService
 from appdeck.platform.routing import AppRoutes
@@ -41,15 +43,20 @@ class PlatformConfig:
 
 @dataclass(frozen=True, slots=True)
 class Platform:
+    """The services every adapter (MCP tools, resources and prompts, the CLI, a web page)
+    calls. Adapters reach nothing else: no driver, router, store or config. ``deploys`` and
+    ``ops`` are the deploy engine itself, for the composition root and the benchmarks."""
+
     feed: ChangeFeed
     apps: AppService
     env: EnvService
+    deployments: Deployments
+    preflight: PreflightService
+    logs: LogService
     deploys: DeployService
     ops: Operations
-    driver: RuntimeDriver
-    router: IngressRouter
-    config: PlatformConfig
-    logs: LogService
+    _driver: RuntimeDriver
+    _router: IngressRouter
 
     @classmethod
     def build(
@@ -88,7 +95,18 @@ class Platform:
         )
         logs = LogService(apps, env, deployments, driver, sealer)
         ops = Operations(deploys)
-        platform = cls(feed, apps, env, deploys, ops, driver, router, config, logs)
+        platform = cls(
+            feed=feed,
+            apps=apps,
+            env=env,
+            deployments=Deployments(apps, deploys, ops),
+            preflight=PreflightService(apps, env, sandboxed=driver.sandboxed),
+            logs=logs,
+            deploys=deploys,
+            ops=ops,
+            _driver=driver,
+            _router=router,
+        )
         apps.on_delete(platform._remove_app)
         AppRoutes(apps, router).attach(feed)  # after: the processes stop, then the route goes
         return platform
@@ -96,11 +114,20 @@ class Platform:
     async def start(self) -> tuple[int, int]:
         """After a restart: route every app (503 until it has a live release), then end
         interrupted deployments and bring live releases back."""
-        await AppRoutes(self.apps, self.router).restore()
+        await AppRoutes(self.apps, self._router).restore()
         return await self.ops.reconcile()
+
+    async def shutdown(self, *, stop_apps: bool = False) -> None:
+        """Wait for deploys under way, then let go of the apps: they keep running for the
+        next start to adopt, unless ``stop_apps``."""
+        await self.deployments.settle()
+        if stop_apps:
+            for release_id in await self._driver.releases():
+                await self._driver.stop(release_id)
+        await self._driver.detach()
 
     async def _remove_app(self, app: AppRecord) -> None:
         prefix = f"{app.id}-"
-        for release_id in await self.driver.releases():
+        for release_id in await self._driver.releases():
             if release_id.startswith(prefix):
-                await self.driver.remove(release_id)
+                await self._driver.remove(release_id)

@@ -21,22 +21,18 @@ SPEC_SCHEMA: Final[dict[str, Any]] = {
     "properties": {
         "runtime": {"enum": list(RUNTIMES), "description": "How the app is built and run."},
         "source_path": {
-            "type": ["string", "null"],
-            "maxLength": 4096,
+            "anyOf": [{"type": "string", "maxLength": 4096}, {"type": "null"}],
             "description": "An absolute directory on the server holding the app's source, "
             "inside one of your tenant's source roots (a refusal's hint lists them); checked "
             "again at every deploy.",
         },
-        "build_command": {"type": ["string", "null"], "maxLength": 2000},
+        "build_command": {"anyOf": [{"type": "string", "maxLength": 2000}, {"type": "null"}]},
         "run_command": {
-            "type": ["string", "null"],
-            "maxLength": 2000,
+            "anyOf": [{"type": "string", "maxLength": 2000}, {"type": "null"}],
             "description": "The command that serves HTTP on $PORT (not needed for static apps).",
         },
         "port": {
-            "type": ["integer", "null"],
-            "minimum": 1,
-            "maximum": 65535,
+            "anyOf": [{"type": "integer", "minimum": 1, "maximum": 65535}, {"type": "null"}],
             "description": "The port the app listens on inside its own sandbox (every instance "
             "has a loopback of its own, so any port is free); never a port of the server. "
             "Leave null: the platform picks one and passes it as PORT, which apps should "
@@ -99,6 +95,40 @@ SPEC_SCHEMA: Final[dict[str, Any]] = {
         },
     },
 }
+
+# Nullable fields are ``anyOf [X, null]``, not ``type: [X, "null"]``: several MCP clients read
+# ``type`` as one string (the MCP Inspector's schema-portability check warns about the array).
+
+
+def patch_schema() -> dict[str, Any]:
+    """What ``set_app_spec`` accepts as ``spec``: a JSON merge patch of the spec, where
+    ``null`` on a top-level field resets it to its default. The spec it produces is then
+    checked against :data:`SPEC_SCHEMA` as a whole."""
+    properties: dict[str, Any] = {}
+    for name, sub in SPEC_SCHEMA["properties"].items():
+        resettable = isinstance(DEFAULTS.get(name), dict)  # merge() puts the default back
+        properties[name] = _nullable(sub) if resettable else sub
+        if resettable and sub.get("description"):
+            properties[name]["description"] = sub["description"]
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": properties,
+        "description": "Fields of the app spec to change; null resets a field to its default.",
+    }
+
+
+def full_schema() -> dict[str, Any]:
+    """:data:`SPEC_SCHEMA` as it sits inside a tool's input schema (no ``$schema``)."""
+    return {k: v for k, v in SPEC_SCHEMA.items() if k not in ("$schema", "title")}
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    body = {k: v for k, v in schema.items() if k != "description"}
+    if "anyOf" in body and {"type": "null"} in body["anyOf"]:
+        return body
+    return {"anyOf": [body, {"type": "null"}]}
+
 
 DEFAULTS: Final[dict[str, Any]] = {
     "runtime": "python",

@@ -26,15 +26,15 @@ def _app_id(args: dict[str, str]) -> int:
 
 
 def register(registry: Registry, platform: Platform) -> None:
-    apps, deploys = platform.apps, platform.deploys
+    apps, deployments = platform.apps, platform.deployments
 
     async def deploy_safely(args: dict[str, str], ctx: ToolContext) -> JsonObject:
         view = await apps.get(ctx.principal, _app_id(args))
         strategy = args.get("strategy") or view.app.spec.get("default_strategy", "rolling")
-        live = await deploys.live(view.app.id)
+        live = await deployments.live(ctx.principal, view.app.id)
         text = (
             f"Deploy the app {view.app.name} (id {view.app.id}) safely with the {strategy} strategy.\n"
-            f"Live now: {'deployment #' + str(live.number) if live else 'nothing (first deploy)'}.\n"
+            f"Live now: {'deployment #' + str(live.record.number) if live else 'nothing (first deploy)'}.\n"
             "Steps:\n"
             "1. Call preflight_check; fix every 'fail' (set_app_spec, env_vars) before going on.\n"
             "2. Read appdeck://apps/{id}/spec and confirm the health_check path answers 200.\n"
@@ -49,7 +49,7 @@ def register(registry: Registry, platform: Platform) -> None:
     async def debug_failed(args: dict[str, str], ctx: ToolContext) -> JsonObject:
         app_id = _app_id(args)
         view = await apps.get(ctx.principal, app_id)
-        records = await deploys.list_for(ctx.principal, app_id, states_=None, offset=0, limit=10)
+        records = [d.record for d in await deployments.list(ctx.principal, app_id, limit=10)]
         if args.get("number"):
             records = [r for r in records if str(r.number) == args["number"]] or records
         failed = next((r for r in records if r.state in (states.FAILED, states.ROLLED_BACK)), None)

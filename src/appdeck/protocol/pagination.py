@@ -1,12 +1,11 @@
-"""Opaque cursors for list methods: an offset, base64-encoded so clients do not parse it."""
+"""Paging of the MCP list methods (the codec is :mod:`appdeck.common.cursors`)."""
 
 from __future__ import annotations
 
-import base64
-import binascii
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
+from appdeck.common import cursors
 from appdeck.protocol.errors import InvalidParams
 
 T = TypeVar("T")
@@ -15,24 +14,15 @@ PAGE_SIZE = 100
 
 
 def encode(offset: int) -> str:
-    return base64.urlsafe_b64encode(f"o:{offset}".encode()).decode().rstrip("=")
+    return cursors.encode(offset)
 
 
 def decode(cursor: object) -> int:
     """The offset a cursor stands for; -32602 for anything we did not hand out."""
-    if cursor is None:
-        return 0
-    if not isinstance(cursor, str) or len(cursor) > 64:
-        raise InvalidParams("Invalid cursor")
     try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        tag, _, num = raw.partition(":")
-        offset = int(num)
-    except (binascii.Error, UnicodeDecodeError, ValueError):
+        return cursors.decode(cursor)
+    except cursors.BadCursor:
         raise InvalidParams("Invalid cursor") from None
-    if tag != "o" or offset < 0:
-        raise InvalidParams("Invalid cursor")
-    return offset
 
 
 def page(

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from jsonschema import Draft202012Validator
 
-from appdeck.protocol.validation import Check, compile_check
+from appdeck.protocol.arguments import ArgumentCheck
 
 if TYPE_CHECKING:
     from appdeck.protocol.context import ToolContext
@@ -49,8 +49,10 @@ class ToolDef:
     """For multi-action tools: the scope each ``arguments.action`` needs beyond ``scope``."""
     validate_arguments: bool = True
     meta: JsonObject | None = None
-    validator: Draft202012Validator | None = field(default=None, compare=False)
-    fast_check: Check | None = field(default=None, compare=False)
+    validation_schema: JsonObject | None = None
+    """The schema arguments are checked against, when stricter than the published
+    ``input_schema`` (per-action ``oneOf`` branches; see ``appdeck.tools.kit``)."""
+    validator: ArgumentCheck | None = field(default=None, compare=False)
 
     def wire(self) -> JsonObject:
         body: JsonObject = {
@@ -182,6 +184,8 @@ class Registry:
         if tool.name in self.tools:
             raise ValueError(f"tool {tool.name!r} registered twice")
         Draft202012Validator.check_schema(tool.input_schema)
+        if tool.validation_schema is not None:
+            Draft202012Validator.check_schema(tool.validation_schema)
         if tool.validate_arguments and tool.validator is None:
             tool = _with_validator(tool)
         self.tools[tool.name] = tool
@@ -214,8 +218,4 @@ class Registry:
 def _with_validator(tool: ToolDef) -> ToolDef:
     from dataclasses import replace
 
-    return replace(
-        tool,
-        validator=Draft202012Validator(tool.input_schema),
-        fast_check=compile_check(tool.input_schema),
-    )
+    return replace(tool, validator=ArgumentCheck(tool.validation_schema or tool.input_schema))

@@ -6,8 +6,9 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-from appdeck.common.errors import AppDeckError
+from appdeck.common.errors import AppDeckError, InvalidArgument
 from appdeck.protocol import jsonrpc, pagination
+from appdeck.protocol.arguments import Problem
 from appdeck.protocol.call import Call
 from appdeck.protocol.context import ToolContext
 from appdeck.protocol.errors import (
@@ -119,14 +120,10 @@ class ToolsFeature:
 async def run_tool(tool: ToolDef, arguments: JsonObject, ctx: ToolContext) -> JsonObject:
     """Validate the arguments and run the tool. Tool failures become ``isError`` results;
     protocol errors (McpError) propagate to the dispatcher."""
-    fast = tool.fast_check
-    if tool.validator is not None and not (fast is not None and fast(arguments)):
-        error = next(iter(tool.validator.iter_errors(arguments)), None)
-        if error is not None:
-            where = "/".join(str(p) for p in error.absolute_path) or "arguments"
-            return tool_error_result(
-                _invalid(f"Invalid arguments for {tool.name}: {where}: {error.message}")
-            )
+    if tool.validator is not None:
+        problem = tool.validator.problem(arguments)
+        if problem is not None:
+            return tool_error_result(_invalid(tool.name, problem))
     try:
         return await tool.handler(arguments, ctx)
     except (McpError, asyncio.CancelledError):
@@ -138,7 +135,8 @@ async def run_tool(tool: ToolDef, arguments: JsonObject, ctx: ToolContext) -> Js
         return tool_error_result(exc)
 
 
-def _invalid(message: str) -> AppDeckError:
-    from appdeck.common.errors import InvalidArgument
-
-    return InvalidArgument(message[:1000])
+def _invalid(tool: str, problem: Problem) -> AppDeckError:
+    message = f"Invalid arguments for {tool}: {problem.message}"[:1000]
+    if problem.field is None:
+        return InvalidArgument(message)
+    return InvalidArgument(message, field=problem.field)

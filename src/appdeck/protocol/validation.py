@@ -7,13 +7,16 @@ plain Python predicate (~1 µs). When the predicate says "valid" the arguments a
 it says "invalid", or the schema uses any other keyword, ``jsonschema`` decides and words the
 error. So the fast path can only ever skip work, never change an answer.
 
-Supported: type (one or a list), properties, required, additionalProperties (bool), enum,
-const, minLength, maxLength, minimum, maximum, exclusiveMinimum, exclusiveMaximum, items,
-minItems, maxItems, and the annotations (title, description, default, examples, $schema...).
+Supported: type (one or a list), properties, required, additionalProperties (a bool or a
+schema), propertyNames, minProperties, maxProperties, enum, const, pattern, minLength,
+maxLength, minimum, maximum, exclusiveMinimum, exclusiveMaximum, items, minItems, maxItems,
+anyOf, oneOf, and the annotations (title, description, default, examples, $schema...). That
+covers the schemas the tools generate, per-action ``oneOf`` branches and the app spec included.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -132,7 +135,37 @@ def _keyword(key: str, value: Any) -> Check:
             return not isinstance(v, list) or all(item(i) for i in v)
 
         return items
+    if key == "pattern" and isinstance(value, str):
+        search = re.compile(value).search
+
+        def pattern(v: Any) -> bool:
+            return not isinstance(v, str) or search(v) is not None
+
+        return pattern
+    if key in ("anyOf", "oneOf") and isinstance(value, list) and value:
+        return _combined(key, [_compile(sub) for sub in value])
+    if key == "propertyNames":
+        name = _compile(value)
+
+        def names(v: Any) -> bool:
+            return not isinstance(v, dict) or all(name(k) for k in v)
+
+        return names
     raise Unsupported
+
+
+def _combined(key: str, branches: list[Check]) -> Check:
+    if key == "anyOf":
+
+        def any_of(v: Any) -> bool:
+            return any(f(v) for f in branches)
+
+        return any_of
+
+    def one_of(v: Any) -> bool:
+        return sum(1 for f in branches if f(v)) == 1
+
+    return one_of
 
 
 _SIZES: dict[str, tuple[type, bool]] = {
@@ -140,6 +173,8 @@ _SIZES: dict[str, tuple[type, bool]] = {
     "maxLength": (str, False),
     "minItems": (list, True),
     "maxItems": (list, False),
+    "minProperties": (dict, True),
+    "maxProperties": (dict, False),
 }
 
 
@@ -149,7 +184,7 @@ def _size(key: str, limit: int) -> Check:
     def size(v: Any) -> bool:
         if not isinstance(v, kind):
             return True
-        n = len(v) if isinstance(v, (str, list)) else 0
+        n = len(v) if isinstance(v, (str, list, dict)) else 0
         return n >= limit if at_least else n <= limit
 
     return size
@@ -159,9 +194,11 @@ def _object(schema: dict[str, Any]) -> Check:
     props = schema.get("properties", {})
     required = schema.get("required", [])
     extra = schema.get("additionalProperties", True)
-    if not isinstance(props, dict) or not isinstance(required, list) or not isinstance(extra, bool):
+    if not isinstance(props, dict) or not isinstance(required, list):
         raise Unsupported
     compiled = {name: _compile(sub) for name, sub in props.items()}
+    if not isinstance(extra, bool):
+        return _object_with_extra(compiled, required, _compile(extra))
 
     def check(value: Any) -> bool:
         if not isinstance(value, dict):
@@ -177,6 +214,19 @@ def _object(schema: dict[str, Any]) -> Check:
             elif not test(item):
                 return False
         return True
+
+    return check
+
+
+def _object_with_extra(compiled: dict[str, Check], required: list[Any], extra: Check) -> Check:
+    """An object whose other properties must each fit a schema (a map of names to values)."""
+
+    def check(value: Any) -> bool:
+        if not isinstance(value, dict):
+            return True
+        if any(name not in value for name in required):
+            return False
+        return all(compiled.get(name, extra)(item) for name, item in value.items())
 
     return check
 

@@ -14,6 +14,7 @@ from appdeck.protocol.registry import Registry, ResourceDef, ResourceTemplateDef
 JsonObject = dict[str, Any]
 JSON = "application/json"
 LISTED_APPS = 100
+LISTED_DEPLOYMENTS = 50
 LOG_LINES = 200
 
 
@@ -52,18 +53,15 @@ def register(registry: Registry, platform: Platform) -> None:
         return _contents(uri, body)
 
     async def read_deployments(uri: str, v: dict[str, str], ctx: ToolContext) -> list[JsonObject]:
-        view = await apps.load(ctx.principal, _app_id(v), "deploy.read")
-        records = await platform.deploys.store.for_app(view.app.id, limit=50)
-        items = [r.public() for r in records]
-        return _contents(uri, {"app_id": view.app.id, "deployments": items})
-
-    async def _deployment(v: dict[str, str], ctx: ToolContext) -> tuple[int, Any]:
-        app_id, number = _deployment_ref(v)
-        return app_id, await platform.deploys.get(ctx.principal, app_id, number)
+        app_id = _app_id(v)
+        views = await platform.deployments.list(ctx.principal, app_id, limit=LISTED_DEPLOYMENTS)
+        items = [d.record.public() for d in views]
+        return _contents(uri, {"app_id": app_id, "deployments": items})
 
     async def read_deployment(uri: str, v: dict[str, str], ctx: ToolContext) -> list[JsonObject]:
-        _, record = await _deployment(v, ctx)
-        return _contents(uri, record.public())
+        app_id, number = _deployment_ref(v)
+        view = await platform.deployments.get(ctx.principal, app_id, number)
+        return _contents(uri, view.record.public())
 
     async def read_logs(uri: str, v: dict[str, str], ctx: ToolContext) -> list[JsonObject]:
         app_id, number = _deployment_ref(v)

@@ -1,4 +1,6 @@
-"""MCP tools: thin adapters over the platform services (validate, call, shape the result)."""
+"""MCP tools: thin adapters over the platform services, declared with :mod:`appdeck.tools.kit`
+(typed arguments and results next to each handler; the schemas are generated from them).
+docs/tools-cookbook.md shows how to add a family."""
 
 from __future__ import annotations
 
@@ -7,7 +9,8 @@ from appdeck.protocol.registry import Registry
 
 
 def register_all(registry: Registry, platform: Platform) -> None:
-    from appdeck.tools import apps, deploy, env_vars
+    from appdeck.tools import apps, deploy, env_vars, logs, manage_app, preflight
 
-    for tool in (*apps.tools(platform), *env_vars.tools(platform), *deploy.tools(platform)):
-        registry.add_tool(tool)
+    families = (apps, manage_app, env_vars, deploy, preflight, logs)
+    for tool in (tool for family in families for tool in family.TOOLS):
+        registry.add_tool(tool.definition(platform))

@@ -1,96 +1,152 @@
-"""env_vars: list, get, set, unset, import (.env text). Values are masked unless revealed."""
+"""env_vars: an app's environment variables (EnvService). Values are masked unless revealed."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Literal
+
+from pydantic import Field
 
 from appdeck.common.errors import InvalidArgument
-from appdeck.platform.services import Platform
-from appdeck.protocol.context import ToolContext
-from appdeck.protocol.registry import ToolDef
-from appdeck.tools.shapes import APP_ID, hints, obj, ok
+from appdeck.tools.kit import AppId, Arguments, Call, Hints, Output, Reply, Tool
 
-JsonObject = dict[str, Any]
+env_vars = Tool(
+    "env_vars",
+    title="Environment variables",
+    description="Read and change an app's environment variables (each action needs its own "
+    "arguments, see action). Values are encrypted at rest and secrets are masked unless an "
+    "admin passes reveal: true. A change takes effect at the next restart_app or deploy_app; "
+    "preflight_check with required_env checks none is missing.",
+    scope="apps:read",
+    hints=Hints(read_only=False),
+)
 
-
-def tools(platform: Platform) -> list[ToolDef]:
-    env = platform.env
-
-    async def env_vars(args: JsonObject, ctx: ToolContext) -> JsonObject:
-        action, app_id = args["action"], args["app_id"]
-        who = ctx.principal
-        if action == "list":
-            items = await env.list_vars(who, app_id)
-            return ok(f"{len(items)} env var(s)", {"app_id": app_id, "vars": items})
-        if action == "get":
-            item = await env.get(who, app_id, _name(args), reveal=bool(args.get("reveal")))
-            return ok(f"{item['name']} = {item['value']}", {"app_id": app_id, **item})
-        if action == "set":
-            values = dict(args.get("values") or {})
-            if "name" in args:
-                if "value" not in args:
-                    raise InvalidArgument("set needs value (or values: {NAME: value})")
-                values[args["name"]] = args["value"]
-            if not values:
-                raise InvalidArgument("set needs name + value, or values")
-            names = await env.set_vars(who, app_id, values, secret=bool(args.get("secret")))
-            data = {"app_id": app_id, "set": names, "needs_restart": True}
-            return ok(f"Set {', '.join(names)}; restart or redeploy the app to apply", data)
-        if action == "unset":
-            names = list(args.get("names") or []) + ([args["name"]] if "name" in args else [])
-            if not names:
-                raise InvalidArgument("unset needs name or names")
-            removed = await env.unset(who, app_id, names)
-            return ok(f"Removed {removed} env var(s)", {"app_id": app_id, "removed": removed})
-        text = args.get("dotenv")
-        if not isinstance(text, str):
-            raise InvalidArgument("import needs dotenv: the text of a .env file")
-        names = await env.import_dotenv(who, app_id, text, secret=bool(args.get("secret")))
-        data = {"app_id": app_id, "set": names, "needs_restart": True}
-        return ok(f"Imported {len(names)} env var(s)", data)
-
-    return [
-        ToolDef(
-            "env_vars",
-            "An app's environment variables. action: list (names only), get (a value; secrets "
-            "masked unless reveal: true — admins only), set (name + value, or values; secret: "
-            "true to mask it), unset (name or names), import (dotenv: .env text). Values are "
-            "encrypted at rest; a change takes effect at the next restart or deploy.",
-            obj(
-                {
-                    "app_id": APP_ID,
-                    "action": {"enum": ["list", "get", "set", "unset", "import"]},
-                    "name": {"type": "string", "maxLength": 128},
-                    "value": {"type": "string", "maxLength": 32768},
-                    "values": {
-                        "type": "object",
-                        "maxProperties": 200,
-                        "additionalProperties": {"type": "string", "maxLength": 32768},
-                    },
-                    "names": {"type": "array", "items": {"type": "string"}, "maxItems": 200},
-                    "secret": {"type": "boolean"},
-                    "reveal": {"type": "boolean"},
-                    "dotenv": {"type": "string", "maxLength": 65536},
-                },
-                ["app_id", "action"],
-            ),
-            env_vars,
-            title="Environment variables",
-            output_schema={"type": "object", "properties": {"app_id": {"type": "integer"}}},
-            annotations=hints(read_only=False),
-            scope="apps:read",
-            action_scopes={
-                "get": "apps:write",
-                "set": "apps:write",
-                "unset": "apps:write",
-                "import": "apps:write",
-            },
-        ),
-    ]
+VarName = Annotated[str, Field(max_length=128, description="A name: letters, digits and _.")]
+Value = Annotated[str, Field(max_length=32768)]
+SECRET = Field(default=False, description="Mask the value in every output.")
 
 
-def _name(args: JsonObject) -> str:
-    name = args.get("name")
-    if not isinstance(name, str):
-        raise InvalidArgument("this action needs name")
-    return name
+class ListVars(Arguments):
+    """The names (never the values)."""
+
+    action: Literal["list"]
+    app_id: AppId
+
+
+class VarInfo(Output):
+    name: str
+    secret: bool
+    updated_at: float
+
+
+class VarList(Output):
+    app_id: int
+    vars: list[VarInfo]
+
+
+@env_vars.handles(ListVars, VarList)
+async def _list(args: ListVars, call: Call) -> Reply:
+    items = await call.platform.env.list_vars(call.principal, args.app_id)
+    data = VarList.model_validate({"app_id": args.app_id, "vars": items})
+    return Reply(f"{len(items)} env var(s)", data)
+
+
+class GetVar(Arguments):
+    """One value; a secret is masked unless reveal: true (admins and owners)."""
+
+    action: Literal["get"]
+    app_id: AppId
+    name: VarName
+    reveal: bool = False
+
+
+class Var(Output):
+    app_id: int
+    name: str
+    secret: bool
+    value: str
+    revealed: bool
+
+
+@env_vars.handles(GetVar, Var, scope="apps:write")
+async def _get(args: GetVar, call: Call) -> Reply:
+    item = await call.platform.env.get(call.principal, args.app_id, args.name, reveal=args.reveal)
+    return Reply(
+        f"{item['name']} = {item['value']}", Var.model_validate({"app_id": args.app_id, **item})
+    )
+
+
+class SetVars(Arguments):
+    """name + value, or values ({NAME: value}); secret: true masks them."""
+
+    action: Literal["set"]
+    app_id: AppId
+    name: VarName | None = None
+    value: Value | None = None
+    values: dict[str, Value] | None = Field(default=None, max_length=200)
+    secret: bool = SECRET
+
+
+class VarsSet(Output):
+    app_id: int
+    set: list[str]
+    needs_restart: bool
+
+
+@env_vars.handles(SetVars, VarsSet, scope="apps:write")
+async def _set(args: SetVars, call: Call) -> Reply:
+    values = dict(args.values or {})
+    if args.name is not None:
+        if args.value is None:
+            raise InvalidArgument("set needs value (or values: {NAME: value})", field="value")
+        values[args.name] = args.value
+    if not values:
+        raise InvalidArgument("set needs name + value, or values", field="name")
+    names = await call.platform.env.set_vars(
+        call.principal, args.app_id, values, secret=args.secret
+    )
+    data = VarsSet(app_id=args.app_id, set=names, needs_restart=True)
+    return Reply(f"Set {', '.join(names)}; restart or redeploy the app to apply", data)
+
+
+class UnsetVars(Arguments):
+    """Remove name, or names."""
+
+    action: Literal["unset"]
+    app_id: AppId
+    name: VarName | None = None
+    names: list[str] | None = Field(default=None, max_length=200)
+
+
+class VarsRemoved(Output):
+    app_id: int
+    removed: int
+
+
+@env_vars.handles(UnsetVars, VarsRemoved, scope="apps:write")
+async def _unset(args: UnsetVars, call: Call) -> Reply:
+    names = list(args.names or []) + ([args.name] if args.name is not None else [])
+    if not names:
+        raise InvalidArgument("unset needs name or names", field="name")
+    removed = await call.platform.env.unset(call.principal, args.app_id, names)
+    return Reply(f"Removed {removed} env var(s)", VarsRemoved(app_id=args.app_id, removed=removed))
+
+
+class ImportVars(Arguments):
+    """Set every KEY=value line of a .env text."""
+
+    action: Literal["import"]
+    app_id: AppId
+    dotenv: str = Field(max_length=65536, description="The text of a .env file.")
+    secret: bool = SECRET
+
+
+@env_vars.handles(ImportVars, VarsSet, scope="apps:write")
+async def _import(args: ImportVars, call: Call) -> Reply:
+    names = await call.platform.env.import_dotenv(
+        call.principal, args.app_id, args.dotenv, secret=args.secret
+    )
+    data = VarsSet(app_id=args.app_id, set=names, needs_restart=True)
+    return Reply(f"Imported {len(names)} env var(s)", data)
+
+
+TOOLS = (env_vars,)
