@@ -1,0 +1,165 @@
+"""The real platform services over a real database, with the runtime, router and log source in
+memory (tests/platform/deploy/fakes.py): what the service tests and the tools' property test
+drive. Nothing here starts a process."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+
+from appdeck.auth.admin import IdentityAdmin
+from appdeck.common.identity import Principal
+from appdeck.platform.apps import AppService
+from appdeck.platform.changes import ChangeFeed
+from appdeck.platform.crypto import Sealer
+from appdeck.platform.deploy.deployments import Deployments
+from appdeck.platform.deploy.engine import DeployService, Operations
+from appdeck.platform.deploy.preflight import PreflightService
+from appdeck.platform.env import EnvService
+from appdeck.platform.logs import LogService
+from appdeck.platform.runtime.driver import LogLine, LogPage
+from appdeck.platform.services import Platform, PlatformConfig
+from appdeck.platform.sources import SourceRoots
+from appdeck.storage import Storage
+from appdeck.storage.apps import AppStore
+from appdeck.storage.deployments import DeploymentStore
+from appdeck.storage.identity import IdentityStore
+from tests.platform.deploy.fakes import FakeRouter, FakeRuntime
+
+
+async def no_wait(seconds: float) -> None:
+    await asyncio.sleep(0)
+
+
+class FakeDriver:
+    """The runtime driver's log and release-listing side: every release logs two lines."""
+
+    sandboxed = True
+
+    def __init__(self, runtime: FakeRuntime) -> None:
+        self.runtime = runtime
+
+    async def logs(
+        self,
+        release_id: str,
+        kind: str,
+        cursor: int | None = None,
+        limit: int = 200,
+        grep: str | None = None,
+    ) -> LogPage:
+        lines = [LogLine(1.0, "stdout", f"{kind} line {i} of {release_id}", i, 0) for i in range(2)]
+        start = cursor or 0
+        lines = [x for x in lines if x.seq >= start and (not grep or grep in x.text)][:limit]
+        return LogPage(lines, (lines[-1].seq + 1) if lines else start)
+
+    async def follow(
+        self,
+        release_id: str,
+        kind: str,
+        cursor: int | None = None,
+        limit: int = 200,
+        grep: str | None = None,
+        timeout_s: float = 10.0,
+    ) -> LogPage:
+        return await self.logs(release_id, kind, cursor, limit, grep)
+
+    async def releases(self) -> list[str]:
+        return list(self.runtime.running_)
+
+    async def remove(self, release_id: str) -> None:
+        await self.runtime.stop(release_id)
+
+    async def stop(self, release_id: str) -> None:
+        await self.runtime.stop(release_id)
+
+    async def detach(self) -> None:
+        return None
+
+
+@dataclass
+class OnFakes:
+    platform: Platform
+    runtime: FakeRuntime
+    router: FakeRouter
+    admin: IdentityAdmin
+    alice: Principal
+    """Tenant admin of acme: owner of every app of acme."""
+    bob: Principal
+    """A plain user of acme: no role on any app until granted."""
+    eve: Principal
+    """Admin of another tenant."""
+    source: Path
+
+
+async def platform_on_fakes(storage: Storage, tmp_path: Path) -> OnFakes:
+    roots = tmp_path / "src"
+    source = roots / "shop"
+    source.mkdir(parents=True)
+    (source / "app.py").write_text("print('hi')\n")
+    identities = IdentityStore(storage.engine)
+    admin = IdentityAdmin(identities)
+    principals = []
+    for tenant, user, role in (
+        ("acme", "alice", "admin"),
+        ("acme", "bob", None),
+        ("globex", "eve", "admin"),
+    ):
+        if await identities.get_tenant(tenant) is None:
+            await admin.create_tenant(tenant)
+        made = (
+            await admin.create_user(tenant, user, None, role=role)
+            if role
+            else await admin.create_user(tenant, user, None)
+        )
+        principals.append(Principal(tenant, made.id, kind="oauth"))
+    config = PlatformConfig(tmp_path / "data", None, [roots], 10, "127.0.0.1", 8088)
+    feed = ChangeFeed()
+    apps = AppService(
+        AppStore(storage.engine),
+        identities,
+        feed,
+        sources=SourceRoots([roots], data_dir=tmp_path / "data"),
+        max_apps=10,
+        url_of=config.url_of,
+    )
+    sealer = Sealer.from_settings(None, tmp_path)
+    env = EnvService(apps, sealer, feed)
+    runtime, router = FakeRuntime(), FakeRouter()
+    store = DeploymentStore(storage.engine)
+    engine = DeployService(
+        apps,
+        env,
+        store,
+        runtime,
+        router,
+        feed,
+        sealer,
+        sources=apps.sources,
+        instance_id="test",
+        sleep=no_wait,
+    )
+    ops = Operations(engine)
+    driver = FakeDriver(runtime)
+    platform = Platform(
+        feed=feed,
+        apps=apps,
+        env=env,
+        deployments=Deployments(apps, engine, ops),
+        preflight=PreflightService(apps, env, sandboxed=True),
+        logs=LogService(apps, env, store, driver, sealer),  # type: ignore[arg-type]
+        deploys=engine,
+        ops=ops,
+        _driver=driver,  # type: ignore[arg-type]
+        _router=router,  # type: ignore[arg-type]
+    )
+    alice, bob, eve = principals
+    return OnFakes(platform, runtime, router, admin, alice, bob, eve, source)
+
+
+def shop_spec(source: Path) -> dict[str, object]:
+    return {
+        "source_path": str(source),
+        "run_command": "python3 app.py",
+        "canary": {"percent": 10, "steps": [10, 100], "analysis_window_s": 0.1},
+    }
