@@ -27,8 +27,8 @@ import uvicorn
 from appdeck import logs
 from appdeck.app import Services
 from appdeck.protocol.registry import ToolDef
-from appdeck.runtime import tune_gc
 from appdeck.settings import Settings
+from appdeck.tuning import tune_gc
 
 ECHO_SCHEMA = {
     "type": "object",

@@ -141,7 +141,7 @@ def listen(port: int) -> socket.socket:
 async def serve(kind: str, port: int, upstream_port: int) -> None:
     import uvicorn
 
-    from appdeck.runtime import tune_gc
+    from appdeck.tuning import tune_gc
 
     if kind == "ingress":
         from appdeck.platform.ingress import Backend, Counters, IngressServer, RouteTable

@@ -82,5 +82,5 @@ def test_egress_allow_takes_comma_separated_networks(monkeypatch: pytest.MonkeyP
 
 def test_a_redis_url_is_refused_until_the_redis_bus_exists(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("APPDECK_REDIS_URL", "redis://127.0.0.1:6379/0")
-    with pytest.raises(InvalidSetting, match="APPDECK_REDIS_URL: .*not supported yet"):
+    with pytest.raises(InvalidSetting, match=r"APPDECK_REDIS_URL: .*not supported yet"):
         load()

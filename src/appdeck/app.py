@@ -44,7 +44,7 @@ from appdeck.storage.audit import AuditStore
 from appdeck.storage.identity import IdentityStore
 from appdeck.storage.oauth import OAuthStore
 from appdeck.tools import register_all as register_tools
-from appdeck.transport.asgi import ASGIApp
+from appdeck.transport.responses import ASGIApp
 from appdeck.transport.guard import Guard
 from appdeck.transport.hub import StreamHub
 from appdeck.transport.mcp_http import HttpSettings, McpHttpApp

@@ -88,7 +88,7 @@ async def _serve(settings: Any, dev: bool, stop_apps: bool = False) -> None:
     from appdeck.app import Services
     from appdeck.auth import scopes
     from appdeck.auth.admin import IdentityAdmin
-    from appdeck.runtime import tune_gc
+    from appdeck.tuning import tune_gc
 
     logs.configure(settings.log_level, settings.log_format)
     # connections queue from now on, so the printed URL is usable at once; a loopback host is

@@ -7,11 +7,10 @@ type checks is an order of magnitude cheaper than building a model per message.
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any
 
+from appdeck.common.types import JsonObject as JsonObject
 from appdeck.protocol.errors import InvalidRequest
 
-JsonObject = dict[str, Any]
 RequestId = str | int
 
 

@@ -15,7 +15,7 @@ from appdeck.auth.audit import AuditEvent, AuditLog
 from appdeck.auth.ratelimit import RateLimiter
 from appdeck.common.identity import Principal
 from appdeck.protocol import errors as rpc
-from appdeck.transport.asgi import Headers
+from appdeck.transport.responses import Headers
 
 JsonObject = dict[str, Any]
 

@@ -26,7 +26,7 @@ from appdeck.protocol.call import Call
 from appdeck.protocol.jsonrpc import Kind, classify
 from appdeck.protocol.server import OPEN_METHODS, McpServer
 from appdeck.protocol.sessions import Session
-from appdeck.transport.asgi import Headers, Receive, Scope, Send, read_body, send_empty, send_json
+from appdeck.transport.responses import Headers, Receive, Scope, Send, read_body, send_empty, send_json
 from appdeck.transport.guard import Guard, HttpError
 from appdeck.transport.hub import StreamHub
 from appdeck.transport.security import HostPolicy

@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from appdeck.transport.asgi import ASGIApp, Receive, Scope, Send
+from appdeck.transport.responses import ASGIApp, Receive, Scope, Send
 
 HealthCheck = Callable[[], Awaitable[dict[str, object]]]
 

@@ -12,8 +12,8 @@ import secrets
 from typing import Any
 
 from appdeck.protocol.call import Call
-from appdeck.transport.asgi import Send
 from appdeck.transport.hub import StreamHub
+from appdeck.transport.responses import Send
 from appdeck.transport.sse import SSE_HEADERS, encode_event, event_id, priming
 
 JsonObject = dict[str, Any]

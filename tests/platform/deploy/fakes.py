@@ -23,7 +23,7 @@ class FakeRuntime:
 
     async def prepare(self, release: Release) -> None:
         self.prepared.append(release.release_id)
-        if release.spec.get("build_command") == "false":
+        if release.spec.build_command == "false":
             raise BuildFailed("the build command exited with status 1")
 
     async def start(self, release: Release, index: int) -> Instance:

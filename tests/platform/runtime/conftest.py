@@ -21,10 +21,10 @@ from typing import Any
 
 import pytest
 
+from appdeck.platform.release import AppSpec, Release
 from appdeck.platform.runtime import (
     InstanceRef,
     LocalDriver,
-    ReleaseSpec,
     RestartPolicy,
 )
 
@@ -105,7 +105,52 @@ async def driver(runtime_dir: Path) -> AsyncIterator[LocalDriver]:
         kill_everything_under(runtime_dir)
 
 
-def make_spec(source: Path = HELLO, **overrides: Any) -> ReleaseSpec:
+def build_release(
+    *,
+    app_id: int,
+    app_name: str = "hello",
+    source_path: Path = HELLO,
+    release_id: str | None = None,
+    env: dict[str, str] | None = None,
+    **spec: Any,
+) -> Release:
+    """A :class:`Release` from the flat fields tests like to write: ``release_id`` ("12-3"),
+    ``health_path``/``health_timeout_s``, ``memory_mb``/``cpus``/``pids``, ``outbound`` and
+    any top-level spec field."""
+    number = 1
+    if release_id is not None:
+        app, _, rest = release_id.partition("-")
+        app_id, number = int(app), int(rest)
+    fields: dict[str, Any] = {}
+    health: dict[str, Any] = {}
+    resources: dict[str, Any] = {}
+    for name, value in spec.items():
+        if name == "health_path":
+            health["path"] = value
+        elif name == "health_timeout_s":
+            health["timeout_s"] = value
+        elif name in ("memory_mb", "cpus", "pids"):
+            resources[name] = value
+        elif name == "outbound":
+            fields["network"] = {"outbound": value}
+        else:
+            fields[name] = value
+    if health:
+        fields["health_check"] = health
+    if resources:
+        fields["resources"] = resources
+    return Release(
+        app_id,
+        app_name,
+        number,
+        AppSpec.from_dict(fields),
+        env or {},
+        route=f"{app_name}--test",
+        source_path=Path(source_path),
+    )
+
+
+def make_spec(source: Path = HELLO, **overrides: Any) -> Release:
     fields: dict[str, Any] = {
         "app_id": 12,
         "app_name": "hello",
@@ -119,7 +164,7 @@ def make_spec(source: Path = HELLO, **overrides: Any) -> ReleaseSpec:
         "build_timeout_s": 30.0,
     }
     fields.update(overrides)
-    return ReleaseSpec(**fields)
+    return build_release(**fields)
 
 
 async def eventually(

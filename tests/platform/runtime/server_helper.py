@@ -17,21 +17,26 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from appdeck.platform.runtime import LocalDriver, ReleaseSpec
+from appdeck.platform.release import AppSpec, Release
+from appdeck.platform.runtime import LocalDriver
 
 
 async def serve(runtime_dir: Path, source: Path, port: int, then: str) -> None:
     driver = LocalDriver(runtime_dir)
-    spec = ReleaseSpec(
-        app_id=12,
-        app_name="hello",
-        release_id="12-1",
+    spec = Release(
+        12,
+        "hello",
+        1,
+        AppSpec.from_dict(
+            {
+                "runtime": "command",
+                "run_command": f"exec {shlex.quote(sys.executable)} app.py",
+                "health_check": {"path": "/healthz", "timeout_s": 1.0},
+            }
+        ),
+        {"GREETING": "from before the crash"},
+        route="hello--test",
         source_path=source,
-        runtime="command",
-        run_command=f"exec {shlex.quote(sys.executable)} app.py",
-        env={"GREETING": "from before the crash"},
-        health_path="/healthz",
-        health_timeout_s=1.0,
     )
     await driver.prepare(spec)
     ref = await driver.start(spec, 0, port)

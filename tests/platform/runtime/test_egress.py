@@ -72,9 +72,7 @@ async def echo_port() -> AsyncIterator[int]:
         await server.wait_closed()
 
 
-async def driver_with(
-    runtime_dir: Path, sandbox: Sandbox, policy: EgressPolicy
-) -> LocalDriver:
+async def driver_with(runtime_dir: Path, sandbox: Sandbox, policy: EgressPolicy) -> LocalDriver:
     return LocalDriver(
         runtime_dir,
         restart=FAST_RESTARTS,

@@ -16,10 +16,18 @@ from typing import Any
 import pytest
 
 from appdeck.platform import netns
-from appdeck.platform.runtime import InstanceRef, LocalDriver, ReleaseSpec
+from appdeck.platform.release import Release
+from appdeck.platform.runtime import InstanceRef, LocalDriver
 from appdeck.platform.runtime.sandbox import Sandbox, SandboxUnavailable, detect
 
-from .conftest import FAST_RESTARTS, HELLO, eventually, kill_everything_under, wait_healthy
+from .conftest import (
+    FAST_RESTARTS,
+    HELLO,
+    build_release,
+    eventually,
+    kill_everything_under,
+    wait_healthy,
+)
 
 HOSTILE = HELLO.parent / "hostile"
 UID_BASE = 300_000
@@ -48,7 +56,7 @@ async def driver(runtime_dir: Path, sandbox: Sandbox) -> AsyncIterator[LocalDriv
         kill_everything_under(runtime_dir)
 
 
-def spec(app_id: int, source: Path = HOSTILE, **overrides: Any) -> ReleaseSpec:
+def spec(app_id: int, source: Path = HOSTILE, **overrides: Any) -> Release:
     fields: dict[str, Any] = {
         "app_id": app_id,
         "app_name": f"app{app_id}",
@@ -62,10 +70,10 @@ def spec(app_id: int, source: Path = HOSTILE, **overrides: Any) -> ReleaseSpec:
         "build_timeout_s": 30.0,
     }
     fields.update(overrides)
-    return ReleaseSpec(**fields)
+    return build_release(**fields)
 
 
-async def started(driver: LocalDriver, release: ReleaseSpec) -> InstanceRef:
+async def started(driver: LocalDriver, release: Release) -> InstanceRef:
     await driver.prepare(release)
     ref = await driver.start(release, 0, 8000)
     await wait_healthy(driver, ref)

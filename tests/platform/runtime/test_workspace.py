@@ -112,9 +112,9 @@ async def test_a_release_id_that_is_not_a_plain_name_is_refused(
     driver: LocalDriver, release_id: str
 ) -> None:
     with pytest.raises(InvalidArgument, match="release id"):
-        await driver.prepare(make_spec(release_id=release_id))
-    with pytest.raises(InvalidArgument, match="release id"):
         await driver.logs(release_id, "runtime")
+    with pytest.raises(InvalidArgument, match="release id"):
+        await driver.stop(release_id)
 
 
 async def test_a_source_containing_the_runtime_directory_skips_it(tmp_path: Path) -> None:

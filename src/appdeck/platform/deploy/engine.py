@@ -24,8 +24,15 @@ from appdeck.platform.apps import AppService
 from appdeck.platform.changes import Change, ChangeFeed
 from appdeck.platform.crypto import Sealer
 from appdeck.platform.deploy import rollout, states
-from appdeck.platform.deploy.ports import Backend, BuildFailed, Release, Router, Runtime
+from appdeck.platform.deploy.ports import (
+    Backend,
+    BuildFailed,
+    Release,
+    RouterPort,
+    RuntimePort,
+)
 from appdeck.platform.env import EnvService
+from appdeck.platform.release import AppSpec
 from appdeck.platform.sources import SourceRoots
 from appdeck.platform.specs import STRATEGIES
 from appdeck.storage.apps import AppRecord
@@ -46,8 +53,8 @@ class DeployService:
         apps: AppService,
         env: EnvService,
         store: DeploymentStore,
-        runtime: Runtime,
-        router: Router,
+        runtime: RuntimePort,
+        router: RouterPort,
         feed: ChangeFeed,
         sealer: Sealer,
         *,
@@ -253,9 +260,7 @@ class DeployService:
         elif record.strategy == "blue_green":
             await rollout.blue_green(plan)
         else:
-            settings = dict(record.spec.get("canary") or {})
-            first = int(settings.get("percent", 10))
-            steps = sorted({first, *[int(s) for s in settings.get("steps", [first, 50, 100])]})
+            canary = plan.new.spec.canary
 
             async def enter_canary() -> None:
                 await step(
@@ -264,9 +269,9 @@ class DeployService:
 
             await rollout.canary(
                 plan,
-                steps=steps,
-                window_s=float(settings.get("analysis_window_s", 30)),
-                max_error_rate=float(settings.get("max_error_rate", 0.05)),
+                steps=canary.plan(),
+                window_s=canary.analysis_window_s,
+                max_error_rate=canary.max_error_rate,
                 enter=enter_canary,
             )
 
@@ -277,11 +282,16 @@ class DeployService:
         route = hostnames.route_label(app.name, app.tenant_id)
         # The copy reads the path as checked at create() (links resolved), and opens it
         # without following links: a folder swapped for a link since is refused, not read.
-        spec = {
-            **record.spec,
-            "source_path": record.source.get("path") or record.spec.get("source_path"),
-        }
-        return Release(app.id, app.name, record.number, spec, env, route)
+        source = record.source.get("path") or record.spec.get("source_path") or "/nonexistent"
+        return Release(
+            app.id,
+            app.name,
+            record.number,
+            AppSpec.from_dict(record.spec),
+            env,
+            route,
+            Path(str(source)),
+        )
 
     async def _announce(self, app: AppRecord, record: DeploymentRecord) -> None:
         await self._feed.emit(Change("deployment.updated", app.tenant_id, app.id, record.number))
@@ -291,7 +301,11 @@ class DeployService:
 
 
 async def plan_abort(
-    runtime: Runtime, router: Router, new: Release, old: Release | None, old_instances: list[Any]
+    runtime: RuntimePort,
+    router: RouterPort,
+    new: Release,
+    old: Release | None,
+    old_instances: list[Any],
 ) -> None:
     if old is not None and old_instances:
         router.route(
@@ -335,13 +349,13 @@ class Operations:
                 )
             release = s._release(app, target)
             instances = await s.runtime.running(release.release_id)
-            warm = len(instances) >= int(release.spec.get("instances", 1))
+            warm = len(instances) >= release.spec.instances
             if not warm:
                 await progress(f"Release {target.number} is cold: starting it", 0)
                 await s.runtime.stop(release.release_id)
                 await s.runtime.prepare(release)
                 plan = rollout.Rollout(s.runtime, s.router, release, None, [], progress, s._sleep)
-                for index in range(int(release.spec.get("instances", 1))):
+                for index in range(release.spec.instances):
                     await plan.start_one(index)
                 instances = plan.started
             s.router.route(
@@ -381,7 +395,7 @@ class Operations:
                     "the app has no live release to restart", hint="deploy_app first"
                 )
             release = s._release(app, live)
-            count = int(release.spec.get("instances", 1))
+            count = release.spec.instances
             plan = rollout.Rollout(s.runtime, s.router, release, None, [], progress, s._sleep)
             surge = await plan.start_one(count)
             serving = {i.index: i for i in await s.runtime.running(release.release_id)}
@@ -439,9 +453,7 @@ class Operations:
                 continue
             release = s._release(app, record)
             instances = {i.index: i for i in await s.runtime.adopt(release)}
-            missing = [
-                k for k in range(int(release.spec.get("instances", 1))) if k not in instances
-            ]
+            missing = [k for k in range(release.spec.instances) if k not in instances]
             if missing:
                 try:
                     await s.runtime.prepare(release)

@@ -1,55 +1,34 @@
 """What the deploy engine needs from a runtime (processes) and a router (traffic).
 
 Narrow on purpose: the local-process driver and the ingress router implement them through
-small adapters, and a Kubernetes driver could (Deployments, Services, weighted routes).
+small adapters (:mod:`.local_runtime`, :mod:`.ingress_router`), and a Kubernetes driver could
+(Deployments, Services, weighted routes). A release has one shape from here to the driver:
+:class:`appdeck.platform.release.Release`; a route's backends are the ingress's
+:class:`~appdeck.platform.ingress.routes.Backend`; a failed build is the driver's
+:class:`~appdeck.platform.runtime.driver.BuildFailed`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
-
-class BuildFailed(Exception):
-    """Preparing or building a release failed; the message says why (with a log tail)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Release:
-    """One deployment of an app, as the runtime and the router see it.
-
-    ``route`` is the app's route key (:func:`appdeck.platform.hostnames.route_label`,
-    ``<app>--<tenant>``): the router routes, counts and marks by it, never by ``app_name``,
-    which is unique only within a tenant.
-    """
-
-    app_id: int
-    app_name: str
-    number: int
-    spec: dict[str, Any]
-    env: dict[str, str]
-    route: str
-
-    @property
-    def release_id(self) -> str:
-        return f"{self.app_id}-{self.number}"
+from appdeck.platform.ingress.routes import Backend as Backend
+from appdeck.platform.release import Release as Release
+from appdeck.platform.runtime.driver import BuildFailed as BuildFailed
 
 
 @dataclass(frozen=True, slots=True)
 class Instance:
+    """A started instance, as traffic reaches it."""
+
     release_id: str
     index: int
-    upstream: str  # "127.0.0.1:port"
+    upstream: str
+    """``127.0.0.1:<port>``, or ``<netns>@127.0.0.1:<port>`` for a sandboxed instance."""
 
 
-@dataclass(frozen=True, slots=True)
-class Backend:
-    release_id: str
-    weight: int  # percent
-    upstreams: tuple[str, ...]
-
-
-class Runtime(Protocol):
+class RuntimePort(Protocol):
     async def prepare(self, release: Release) -> None: ...
     async def start(self, release: Release, index: int) -> Instance: ...
     async def wait_healthy(self, release: Release, instance: Instance, within_s: float) -> bool: ...
@@ -59,7 +38,7 @@ class Runtime(Protocol):
     async def crash_looping(self, release_id: str) -> bool: ...
 
 
-class Router(Protocol):
+class RouterPort(Protocol):
     """Traffic by route key (a :class:`Release`'s ``route``), one app per key."""
 
     def route(self, route: str, backends: list[Backend]) -> None: ...

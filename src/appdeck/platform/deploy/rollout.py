@@ -16,7 +16,14 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from appdeck.platform.deploy.ports import Backend, BuildFailed, Instance, Release, Router, Runtime
+from appdeck.platform.deploy.ports import (
+    Backend,
+    BuildFailed,
+    Instance,
+    Release,
+    RouterPort,
+    RuntimePort,
+)
 
 Report = Callable[[str, int | None], Awaitable[None]]
 """Announce a step: a message, and the percent of traffic the new release now gets."""
@@ -34,8 +41,8 @@ class CanaryRejected(Exception):
 
 @dataclass
 class Rollout:
-    runtime: Runtime
-    router: Router
+    runtime: RuntimePort
+    router: RouterPort
     new: Release
     old: Release | None
     old_instances: list[Instance]
@@ -63,11 +70,11 @@ class Rollout:
     async def start_one(self, index: int) -> Instance:
         instance = await self.runtime.start(self.new, index)
         self.started.append(instance)
-        timeout = float(self.new.spec.get("health_check", {}).get("timeout_s", 5))
+        timeout = self.new.spec.health_check.timeout_s
         if not await self.runtime.wait_healthy(self.new, instance, max(START_WITHIN_S, timeout)):
             raise RolloutFailed(
                 f"instance {index} of the new release did not pass its health check "
-                f"({self.new.spec.get('health_check', {}).get('path', '/')})"
+                f"({self.new.spec.health_check.path})"
             )
         return instance
 
@@ -77,7 +84,7 @@ class Rollout:
         await self.runtime.stop(self.new.release_id)
 
     def instances(self) -> int:
-        return int(self.new.spec.get("instances", 1))
+        return self.new.spec.instances
 
 
 async def recreate(r: Rollout) -> None:

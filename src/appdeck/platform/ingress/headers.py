@@ -7,7 +7,7 @@ head is built as a list of byte pieces, four per header: name, ``": "``, value, 
 
 from __future__ import annotations
 
-from appdeck.platform.ingress.asgi import Scope
+from appdeck.common.types import Scope
 
 # Request headers the proxy never copies as they are; a few are rebuilt below.
 _REQUEST_SKIP = frozenset(

@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from appdeck.platform.ingress.asgi import Send
+from appdeck.common.types import Send
 
 _TITLES = {
     400: "Bad request",

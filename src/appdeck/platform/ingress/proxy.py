@@ -48,8 +48,8 @@ import logging
 import time
 from collections.abc import Callable
 
+from appdeck.common.types import Message, Receive, Scope, Send
 from appdeck.platform import hostnames
-from appdeck.platform.ingress.asgi import Message, Receive, Scope, Send
 from appdeck.platform.ingress.config import ProxyConfig
 from appdeck.platform.ingress.errors import (
     UpstreamError,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from appdeck.platform.ingress.asgi import Receive
+from appdeck.common.types import Receive
 from appdeck.platform.ingress.config import ProxyConfig
 from appdeck.platform.ingress.errors import _ClientGone, _TooLarge
 from appdeck.platform.ingress.headers import _chunk

@@ -5,6 +5,7 @@ on local processes, with :mod:`.shim` (the first process of every instance), :mo
 (reading the JSON-lines logs) and :mod:`.workspace` (copying a source safely).
 """
 
+from appdeck.platform.release import AppSpec, Release, RuntimeKind
 from appdeck.platform.runtime.driver import (
     RUNTIMES,
     Adoption,
@@ -15,8 +16,6 @@ from appdeck.platform.runtime.driver import (
     LogLine,
     LogPage,
     LogStream,
-    ReleaseSpec,
-    Runtime,
     RuntimeDriver,
 )
 from appdeck.platform.runtime.local import LocalDriver, RestartPolicy, free_port
@@ -25,6 +24,7 @@ from appdeck.platform.runtime.workspace import CopyLimits
 __all__ = [
     "RUNTIMES",
     "Adoption",
+    "AppSpec",
     "BuildFailed",
     "CopyLimits",
     "Health",
@@ -34,9 +34,9 @@ __all__ = [
     "LogLine",
     "LogPage",
     "LogStream",
-    "ReleaseSpec",
+    "Release",
     "RestartPolicy",
-    "Runtime",
     "RuntimeDriver",
+    "RuntimeKind",
     "free_port",
 ]

@@ -12,8 +12,8 @@ import asyncio
 import os
 import signal
 
-from appdeck.platform.runtime.driver import Adoption, InstanceRef, ReleaseSpec
-from appdeck.platform.runtime.model import Instance, Release, instance_key, validate
+from appdeck.platform.runtime.driver import Adoption, InstanceRef, Release
+from appdeck.platform.runtime.model import InstanceState, ReleaseState, instance_key, validate
 from appdeck.platform.runtime.procs import kill_leftovers, pidfd
 from appdeck.platform.runtime.shim import is_running
 from appdeck.platform.runtime.state import read_json, read_spec, records
@@ -25,26 +25,26 @@ class AdoptionMixin(SupervisionMixin):
 
     # ---------------------------------------------------------------- adopt
 
-    async def adopt(self, release_id: str, spec: ReleaseSpec | None = None) -> Adoption:
-        release = self._existing(release_id)
-        if release is None:
+    async def adopt(self, release_id: str, release: Release | None = None) -> Adoption:
+        state = self._existing(release_id)
+        if state is None:
             return Adoption(adopted=[], dead=[])  # nothing was ever started here
-        async with release.lock:
-            if spec is not None:
-                validate(spec)
-                release.spec = spec  # with its env values, which the disk never holds
-            elif release.spec is None:
-                release.spec = read_spec(release.directory / "release.json")
-            writer = self._writer(release)
+        async with state.lock:
+            if release is not None:
+                validate(release)
+                state.release = release  # with its env values, which the disk never holds
+            elif state.release is None:
+                state.release = read_spec(state.directory / "release.json")
+            writer = self._writer(state)
             adopted: list[InstanceRef] = []
             dead: list[InstanceRef] = []
-            state = read_json(release.directory / "instances.json")
-            for record in records(state):
+            recorded = read_json(state.directory / "instances.json")
+            for record in records(recorded):
                 index = int(record["index"])
-                if index in release.instances:
-                    adopted.append(release.instances[index].ref(release_id))
+                if index in state.instances:
+                    adopted.append(state.instances[index].ref(release_id))
                     continue
-                instance = Instance(
+                instance = InstanceState(
                     index=index,
                     port=int(record["port"]),
                     pid=int(record["pid"]),
@@ -54,46 +54,46 @@ class AdoptionMixin(SupervisionMixin):
                     sandboxed=self.sandbox is not None,
                 )
                 pid = int(record["pid"])
-                if state.get("boot_id") == self._boot_id and is_running(pid, instance.start_ticks):
+                if recorded.get("boot_id") == self._boot_id and is_running(
+                    pid, instance.start_ticks
+                ):
                     instance.pidfd = pidfd(pid)
                     if instance.pidfd is not None and not is_running(pid, instance.start_ticks):
                         os.close(instance.pidfd)  # exited (and maybe reused) while we looked
                         instance.pidfd = None
                     else:
-                        release.instances[index] = instance
-                        instance.supervisor = asyncio.create_task(
-                            self._supervise(release, instance)
-                        )
+                        state.instances[index] = instance
+                        instance.supervisor = asyncio.create_task(self._supervise(state, instance))
                         writer.system(
                             f"instance {index} (pid {pid}) adopted after a restart",
                             instance=index,
                         )
-                        self._serve_egress(release, instance)
+                        self._serve_egress(state, instance)
                         adopted.append(instance.ref(release_id))
                         continue
-                if state.get("boot_id") == self._boot_id:
+                if recorded.get("boot_id") == self._boot_id:
                     kill_leftovers(pid, instance.start_ticks, signal.SIGKILL)
                 writer.system(
                     f"instance {index} (pid {pid}) was not running after a restart",
                     instance=index,
                 )
                 dead.append(instance.ref(release_id))
-            self._save_state(release)
+            self._save_state(state)
             return Adoption(adopted=adopted, dead=dead)
 
-    def _serve_egress(self, release: Release, instance: Instance) -> None:
+    def _serve_egress(self, state: ReleaseState, instance: InstanceState) -> None:
         """An adopted instance that may go out gets its proxy again (it died with the old
         server)."""
-        spec = release.spec
-        if self.egress is None or spec is None or not spec.outbound:
+        release = state.release
+        if self.egress is None or release is None or not release.spec.outbound:
             return
-        key = instance_key(release, instance)
+        key = instance_key(state, instance)
         space = self.netns_fd(key)
         if space is not None:
             try:
                 self.egress.listen(key, space)
             except OSError as exc:
-                self._writer(release).system(
+                self._writer(state).system(
                     f"instance {instance.index}: no outbound network after the restart ({exc})",
                     instance=instance.index,
                 )

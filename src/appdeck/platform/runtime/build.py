@@ -23,9 +23,9 @@ from appdeck.platform import netns
 from appdeck.platform.runtime import workspace as workspace_module
 from appdeck.platform.runtime.cgroups import Limits
 from appdeck.platform.runtime.core import DriverCore
-from appdeck.platform.runtime.driver import BuildFailed, ReleaseSpec
+from appdeck.platform.runtime.driver import BuildFailed, Release
 from appdeck.platform.runtime.logs import tail_text
-from appdeck.platform.runtime.model import Release, validate
+from appdeck.platform.runtime.model import ReleaseState, validate
 from appdeck.platform.runtime.procs import kill_tree
 from appdeck.platform.runtime.sandbox import APP_DIR
 from appdeck.platform.runtime.shim import LineSplitter, LogWriter
@@ -51,67 +51,67 @@ class BuildMixin(DriverCore):
 
     # ---------------------------------------------------------------- build
 
-    async def prepare(self, spec: ReleaseSpec, *, rebuild: bool = False) -> None:
-        validate(spec)
-        release = self._release(spec.release_id, create_for=spec)
-        async with release.lock:
-            built = release.directory / "built.json"
+    async def prepare(self, release: Release, *, rebuild: bool = False) -> None:
+        validate(release)
+        state = self._release(release.release_id, create_for=release)
+        async with state.lock:
+            built = state.directory / "built.json"
             if (
                 not rebuild
-                and release.workspace.is_dir()
-                and read_json(built) == self._record(spec)
+                and state.workspace.is_dir()
+                and read_json(built) == self._record(release)
             ):
-                release.spec = spec
+                state.release = release
                 return  # already built from this very spec (a release's source is frozen)
-            if release.instances or self._recorded_alive(release):  # running or restarting
+            if state.instances or self._recorded_alive(state):  # running or restarting
                 raise Conflict(
-                    f"release {spec.release_id} has running instances",
+                    f"release {release.release_id} has running instances",
                     hint="stop them before building the release again",
                 )
             built.unlink(missing_ok=True)
-            release.spec = spec
-            writer = LogWriter(release.log("build"), max_bytes=self.log_max_bytes, clock=self.clock)
+            state.release = release
+            writer = LogWriter(state.log("build"), max_bytes=self.log_max_bytes, clock=self.clock)
             try:
-                await self._prepare(release, spec, writer)
+                await self._prepare(state, release, writer)
             finally:
                 writer.close()
-            write_json(built, self._record(spec))
+            write_json(built, self._record(release))
 
-    async def _prepare(self, release: Release, spec: ReleaseSpec, writer: LogWriter) -> None:
-        writer.system(f"preparing release {spec.release_id} from {spec.source_path}")
-        fresh = release.directory / "src.new"
+    async def _prepare(self, state: ReleaseState, release: Release, writer: LogWriter) -> None:
+        writer.system(f"preparing release {release.release_id} from {release.source_path}")
+        fresh = state.directory / "src.new"
         await asyncio.to_thread(remove_tree, fresh)
         try:
             if self.sandbox is None:
                 stats = await asyncio.to_thread(
                     copy_source,
-                    spec.source_path,
+                    release.source_path,
                     fresh,
                     limits=self.source_limits,
                     exclude=self.runtime_dir,
                 )
             else:
-                stats = await self._sandboxed_copy(spec, fresh)
+                stats = await self._sandboxed_copy(release, fresh)
         except Exception as exc:
             await asyncio.to_thread(remove_tree, fresh)
             writer.system(f"copying the source failed: {exc}")
             raise
-        await asyncio.to_thread(_swap_in, fresh, release.workspace)
+        await asyncio.to_thread(_swap_in, fresh, state.workspace)
         writer.system(f"copied {stats.files} entries ({stats.bytes} bytes) into the workspace")
-        write_json(release.directory / "release.json", self._record(spec))
-        deadline = time.monotonic() + spec.build_timeout_s
+        write_json(state.directory / "release.json", self._record(release))
+        deadline = time.monotonic() + release.spec.build_timeout_s
         space = None
-        key = f"{spec.release_id}.build"
+        key = f"{release.release_id}.build"
         procs: tuple[Path, ...] = ()
         if self.sandbox is not None:  # one network for the build's steps, with a way out
             space = netns.new_loopback_only()
             if self.egress is not None:
                 self.egress.listen(key, space)
             if self.sandbox.cgroups is not None:
-                procs = self.sandbox.cgroups.create(key, build_limits(spec)).procs
+                procs = self.sandbox.cgroups.create(key, build_limits(release)).procs
         try:
-            for step, argv in self._build_steps(spec, release.workspace, writer):
-                await self._run_step(release, spec, step, argv, deadline, writer, space, procs)
+            for step, argv in self._build_steps(release, state.workspace, writer):
+                await self._run_step(state, release, step, argv, deadline, writer, space, procs)
         finally:
             if space is not None:
                 if self.egress is not None:
@@ -121,19 +121,19 @@ class BuildMixin(DriverCore):
                 await asyncio.to_thread(self.sandbox.cgroups.remove, key)
         writer.system("build succeeded")
 
-    async def _sandboxed_copy(self, spec: ReleaseSpec, fresh: Path) -> CopyStats:
+    async def _sandboxed_copy(self, release: Release, fresh: Path) -> CopyStats:
         """Copy the source inside the app's sandbox, as the app's uid (see :mod:`.workspace`):
         the source directory is opened here without following any link (so one swapped in
         after the platform checked the path is refused), and handed over as that descriptor."""
         assert self.sandbox is not None
-        uid = self.sandbox.uid_for(spec.app_id)
+        uid = self.sandbox.uid_for(release.app_id)
         os.mkdir(fresh, mode=0o700)
         os.chown(fresh, uid, uid)
-        source_fd = open_dir_nofollow(spec.source_path)
+        source_fd = open_dir_nofollow(release.source_path)
         copy_limits = (str(self.source_limits.max_bytes), str(self.source_limits.max_files))
         argv = self.sandbox.wrap(
             ["python3", "-I", "-S", "-c", _COPY_CODE, "/source", APP_DIR, *copy_limits],
-            app_id=spec.app_id,
+            app_id=release.app_id,
             own_network=True,
             workspace=fresh,
             source_fd=source_fd,
@@ -141,7 +141,7 @@ class BuildMixin(DriverCore):
         try:
             process = await asyncio.create_subprocess_exec(
                 *argv,
-                env=self._env(spec, fresh, port=None),
+                env=self._env(release, fresh, port=None),
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
@@ -171,12 +171,12 @@ class BuildMixin(DriverCore):
         )
 
     def _build_steps(
-        self, spec: ReleaseSpec, workspace: Path, writer: LogWriter
+        self, release: Release, workspace: Path, writer: LogWriter
     ) -> list[tuple[str, list[str]]]:
         steps: list[tuple[str, list[str]]] = []
         inside = Path(APP_DIR) if self.sandbox is not None else workspace
         python = "python3" if self.sandbox is not None else sys.executable
-        if spec.runtime == "python":
+        if release.spec.runtime == "python":
             venv = inside / ".venv"
             if (workspace / "requirements.txt").is_file():
                 steps.append(("venv", [python, "-m", "venv", str(venv)]))
@@ -197,20 +197,20 @@ class BuildMixin(DriverCore):
                 )
             else:
                 steps.append(("venv", [python, "-m", "venv", "--without-pip", str(venv)]))
-        elif spec.runtime == "node" and (workspace / "package.json").is_file():
+        elif release.spec.runtime == "node" and (workspace / "package.json").is_file():
             npm = shutil.which("npm") if self.sandbox is None else _in_usr("npm")
             if npm is None:
                 writer.system("package.json found but npm is not installed: skipping npm install")
             else:
                 steps.append(("npm install", [npm, "install", "--no-audit", "--no-fund"]))
-        if spec.build_command:
-            steps.append(("build command", ["/bin/sh", "-c", spec.build_command]))
+        if release.spec.build_command:
+            steps.append(("build command", ["/bin/sh", "-c", release.spec.build_command]))
         return steps
 
     async def _run_step(
         self,
+        state: ReleaseState,
         release: Release,
-        spec: ReleaseSpec,
         step: str,
         argv: list[str],
         deadline: float,
@@ -220,7 +220,7 @@ class BuildMixin(DriverCore):
     ) -> None:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            self._build_failed(release, spec, step, None, writer)
+            self._build_failed(state, release, step, None, writer)
         writer.system(f"{step}: {' '.join(argv)}")
         if self.sandbox is not None and space is not None:
             argv = [
@@ -229,18 +229,18 @@ class BuildMixin(DriverCore):
                 "--",
                 *self.sandbox.wrap(
                     argv,
-                    app_id=spec.app_id,
+                    app_id=release.app_id,
                     own_network=False,
-                    workspace=release.workspace,
-                    limits=build_limits(spec),
+                    workspace=state.workspace,
+                    limits=build_limits(release),
                     cgroup_procs=procs,
                 ),
             ]
         process = await asyncio.create_subprocess_exec(
             *argv,
-            cwd=release.workspace,
+            cwd=state.workspace,
             env=self._env(
-                spec, release.workspace, port=None, egress=space is not None and bool(self.egress)
+                release, state.workspace, port=None, egress=space is not None and bool(self.egress)
             ),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
@@ -275,30 +275,32 @@ class BuildMixin(DriverCore):
             if transport is not None:
                 transport.close()  # pipes a stray daemon still holds open
         if timed_out:
-            self._build_failed(release, spec, step, None, writer)
+            self._build_failed(state, release, step, None, writer)
         if process.returncode != 0:
-            self._build_failed(release, spec, step, process.returncode, writer)
+            self._build_failed(state, release, step, process.returncode, writer)
 
     def _build_failed(
         self,
+        state: ReleaseState,
         release: Release,
-        spec: ReleaseSpec,
         step: str,
         exit_code: int | None,
         writer: LogWriter,
     ) -> None:
         if exit_code is None:
-            message = f"{step} did not finish within {spec.build_timeout_s:g}s (build timeout)"
+            message = (
+                f"{step} did not finish within {release.spec.build_timeout_s:g}s (build timeout)"
+            )
         else:
             message = f"{step} failed with exit code {exit_code}"
         writer.system(f"build failed: {message}")
         raise BuildFailed(
-            f"build of release {spec.release_id} failed: {message}",
-            release_id=spec.release_id,
+            f"build of release {release.release_id} failed: {message}",
+            release_id=release.release_id,
             step=step,
             exit_code=exit_code,
             timed_out=exit_code is None,
-            log_tail=tail_text(release.log("build"), LOG_TAIL_LINES),
+            log_tail=tail_text(state.log("build"), LOG_TAIL_LINES),
         )
 
 
@@ -323,8 +325,10 @@ def _in_usr(name: str) -> str | None:
     return shutil.which(name, path="/usr/local/bin:/usr/bin:/bin")
 
 
-def build_limits(spec: ReleaseSpec) -> Limits:
+def build_limits(release: Release) -> Limits:
     """A build's limits: the instance's, but room for compilers and package managers."""
     return Limits(
-        memory_mb=max(spec.memory_mb, 1024), cpus=max(spec.cpus, 1.0), pids=max(spec.pids, 512)
+        memory_mb=max(release.spec.resources.memory_mb, 1024),
+        cpus=max(release.spec.resources.cpus, 1.0),
+        pids=max(release.spec.resources.pids, 512),
     )

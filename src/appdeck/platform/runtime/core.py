@@ -16,16 +16,16 @@ import json
 import os
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
 from appdeck.common.errors import InvalidArgument, NotFound
-from appdeck.platform.runtime.driver import LogKind, ReleaseSpec
+from appdeck.platform.runtime.driver import LogKind, Release
 from appdeck.platform.runtime.egress import EgressProxy, proxy_env
 from appdeck.platform.runtime.model import (
-    Instance,
-    Release,
+    InstanceState,
+    ReleaseState,
     RestartPolicy,
     check_release_id,
     instance_key,
@@ -97,81 +97,81 @@ class DriverCore:
         """The outbound proxy served in sandboxes' namespaces (builds; instances that ask)."""
         self.runtime_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._digest_key = _digest_key(self.runtime_dir / ".env-digest.key")
-        self._releases: dict[str, Release] = {}
+        self._releases: dict[str, ReleaseState] = {}
         self._boot_id = boot_id()
 
     # ---------------------------------------------------------------- bookkeeping
 
-    def _release(self, release_id: str, *, create_for: ReleaseSpec) -> Release:
-        release = self._existing(release_id)
-        if release is None:
+    def _release(self, release_id: str, *, create_for: Release) -> ReleaseState:
+        state = self._existing(release_id)
+        if state is None:
             directory = self.runtime_dir / "apps" / str(create_for.app_id) / "releases" / release_id
             directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-            release = Release(release_id, directory)
-            self._releases[release_id] = release
-        return release
+            state = ReleaseState(release_id, directory)
+            self._releases[release_id] = state
+        return state
 
-    def _existing(self, release_id: str) -> Release | None:
+    def _existing(self, release_id: str) -> ReleaseState | None:
         """The release, from memory or (after a restart) from its directory."""
         check_release_id(release_id)
-        release = self._releases.get(release_id)
-        if release is not None:
-            return release
+        state = self._releases.get(release_id)
+        if state is not None:
+            return state
         for directory in self.runtime_dir.glob(f"apps/*/releases/{release_id}"):
             if directory.is_dir():
-                release = Release(release_id, directory)
-                state = read_json(directory / "instances.json")
-                release.unhealthy = bool(state.get("unhealthy", False))
+                state = ReleaseState(release_id, directory)
+                recorded = read_json(directory / "instances.json")
+                state.unhealthy = bool(recorded.get("unhealthy", False))
                 with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-                    release.spec = read_spec(directory / "release.json")
-                self._releases[release_id] = release
-                return release
+                    state.release = read_spec(directory / "release.json")
+                self._releases[release_id] = state
+                return state
         return None
 
     def _log_path(self, release_id: str, kind: LogKind) -> Path:
         if kind not in ("build", "runtime"):
             raise InvalidArgument(f"log kind must be 'build' or 'runtime', not {kind!r}")
-        release = self._existing(release_id)
-        if release is None:
+        state = self._existing(release_id)
+        if state is None:
             raise NotFound(f"no release {release_id} on this runtime")
-        return release.log(kind)
+        return state.log(kind)
 
-    def _writer(self, release: Release) -> LogWriter:
-        if release.writer is None:
-            release.writer = LogWriter(
-                release.log("runtime"), max_bytes=self.log_max_bytes, clock=self.clock
+    def _writer(self, state: ReleaseState) -> LogWriter:
+        if state.writer is None:
+            state.writer = LogWriter(
+                state.log("runtime"), max_bytes=self.log_max_bytes, clock=self.clock
             )
-        return release.writer
+        return state.writer
 
-    def _recorded_alive(self, release: Release) -> list[dict[str, Any]]:
+    def _recorded_alive(self, state: ReleaseState) -> list[dict[str, Any]]:
         """Instances recorded on disk whose process still runs."""
-        state = read_json(release.directory / "instances.json")
-        if state.get("boot_id") != self._boot_id:
+        recorded = read_json(state.directory / "instances.json")
+        if recorded.get("boot_id") != self._boot_id:
             return []
         return [
             record
-            for record in records(state)
+            for record in records(recorded)
             if is_running(int(record["pid"]), int(record["start_ticks"]))
         ]
 
-    def _save_state(self, release: Release) -> None:
-        running = [inst.record() for inst in release.instances.values() if inst.pid is not None]
+    def _save_state(self, state: ReleaseState) -> None:
+        running = [inst.record() for inst in state.instances.values() if inst.pid is not None]
         write_json(
-            release.directory / "instances.json",
+            state.directory / "instances.json",
             {
-                "release_id": release.release_id,
+                "release_id": state.release_id,
                 "boot_id": self._boot_id,
-                "unhealthy": release.unhealthy,
+                "unhealthy": state.unhealthy,
                 "instances": sorted(running, key=lambda record: int(record["index"])),
             },
         )
 
     # ---------------------------------------------------------------- environment
 
-    async def _release_group(self, release: Release, instance: Instance) -> None:
+    async def _release_group(self, state: ReleaseState, instance: InstanceState) -> None:
         """After an instance's process ended: stop its outbound proxy, kill what is left in
         its cgroup and remove the group."""
-        key = instance_key(release, instance)
+        key = instance_key(state, instance)
         if self.egress is not None:
             await self.egress.stop(key)
         cgroups = self.sandbox.cgroups if self.sandbox is not None else None
@@ -179,7 +179,7 @@ class DriverCore:
             await asyncio.to_thread(cgroups.remove, key)
 
     def _env(
-        self, spec: ReleaseSpec, workspace: Path, *, port: int | None, egress: bool = False
+        self, release: Release, workspace: Path, *, port: int | None, egress: bool = False
     ) -> dict[str, str]:
         """The whole environment of a build step (``port`` None) or an instance: nothing of
         the server's own but locale, paths (and, unsandboxed, proxies and package-manager
@@ -207,7 +207,7 @@ class DriverCore:
             env.setdefault("PATH", os.defpath)
             inside = workspace
         env["PYTHONUNBUFFERED"] = "1"
-        env.update(spec.env)
+        env.update(release.env)
         if egress:
             env.update(proxy_env())
         if self.sandbox is None:
@@ -223,11 +223,11 @@ class DriverCore:
             env["HOST"] = "127.0.0.1"
         return env
 
-    def _record(self, spec: ReleaseSpec) -> dict[str, Any]:
+    def _record(self, release: Release) -> dict[str, Any]:
         """``spec`` as its state files record it (no env values)."""
-        return spec_to_json(spec, self.env_digest(spec.env))
+        return spec_to_json(release, self.env_digest(release.env))
 
-    def env_digest(self, env: dict[str, str]) -> str:
+    def env_digest(self, env: Mapping[str, str]) -> str:
         """A keyed digest of env values: state files record names and this, never values."""
         body = json.dumps(sorted(env.items()), ensure_ascii=False).encode()
         return hmac.new(self._digest_key, body, hashlib.sha256).hexdigest()

@@ -24,43 +24,16 @@ How a Kubernetes driver maps onto it later:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Literal, NamedTuple, Protocol, runtime_checkable
 
 from appdeck.common.errors import FailedPrecondition
+from appdeck.platform.release import Release as Release
+from appdeck.platform.release import RuntimeKind as RuntimeKind
 
-Runtime = Literal["python", "node", "static", "command"]
-RUNTIMES: tuple[Runtime, ...] = ("python", "node", "static", "command")
+RUNTIMES: tuple[RuntimeKind, ...] = ("python", "node", "static", "command")
 LogKind = Literal["build", "runtime"]
 LogStream = Literal["stdout", "stderr", "system"]
-
-
-@dataclass(frozen=True, slots=True)
-class ReleaseSpec:
-    """What a driver needs to build and run one release (frozen with the deployment)."""
-
-    app_id: int
-    app_name: str
-    release_id: str
-    """Unique over the platform, e.g. ``"12-3"``; letters, digits, ``.``, ``_`` and ``-``."""
-    source_path: Path
-    """A local directory with the app's source; copied, never used in place."""
-    runtime: Runtime
-    build_command: str | None = None
-    run_command: str | None = None
-    env: dict[str, str] = field(default_factory=dict)
-    instances: int = 1
-    health_path: str = "/"
-    health_timeout_s: float = 5.0
-    build_timeout_s: float = 600.0
-    outbound: bool = False
-    """Sandboxed instances may open TLS connections to public addresses (through the egress
-    proxy); builds always may."""
-    memory_mb: int = 512
-    """Limits of each instance (sandboxed): memory in MiB (swap included), CPUs, processes."""
-    cpus: float = 1.0
-    pids: int = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,34 +99,34 @@ class Adoption:
 class BuildFailed(FailedPrecondition):
     """The build of a release failed: a step exited non-zero or ran out of time.
 
-    ``details``: ``release_id``, ``step``, ``exit_code`` (None on timeout), ``timed_out`` and
-    ``log_tail`` (the last lines of the build log).
+    ``details``: ``release_id``, ``step``, ``exit_code`` (None on timeout), ``timed_out`` and,
+    from the local driver, ``log_tail`` (the last lines of the build log: app output, for
+    operators; never handed to a tool caller as is).
     """
 
     def __init__(
         self,
         message: str,
         *,
-        release_id: str,
-        step: str,
-        exit_code: int | None,
-        timed_out: bool,
-        log_tail: list[str],
+        release_id: str = "",
+        step: str = "",
+        exit_code: int | None = None,
+        timed_out: bool = False,
+        log_tail: list[str] | None = None,
     ) -> None:
         super().__init__(
             message,
-            hint="read the build log of the release for the full output",
+            hint="read the build log of the release (tail_deploy_logs with kind 'build')",
             release_id=release_id,
             step=step,
             exit_code=exit_code,
             timed_out=timed_out,
-            log_tail=log_tail,
         )
         self.release_id = release_id
         self.step = step
         self.exit_code = exit_code
         self.timed_out = timed_out
-        self.log_tail = log_tail
+        self.log_tail = log_tail or []
 
 
 @runtime_checkable
@@ -161,7 +134,7 @@ class RuntimeDriver(Protocol):
     """Builds and runs releases. All methods are safe to call concurrently for different
     releases; calls for one release are serialised by the driver."""
 
-    async def prepare(self, spec: ReleaseSpec, *, rebuild: bool = False) -> None:
+    async def prepare(self, release: Release, *, rebuild: bool = False) -> None:
         """Create the release's workspace from ``spec.source_path`` and build it (dependencies,
         then ``build_command``) within ``spec.build_timeout_s``.
 
@@ -172,7 +145,7 @@ class RuntimeDriver(Protocol):
         """
         ...
 
-    async def start(self, spec: ReleaseSpec, index: int, port: int) -> InstanceRef:
+    async def start(self, release: Release, index: int, port: int) -> InstanceRef:
         """Start instance ``index`` on ``port`` (``PORT`` and ``HOST`` in its environment) and
         supervise it: restarted with backoff when it exits, until it crash-loops.
         Returns at once; use :meth:`health` to learn when it serves."""
@@ -221,7 +194,7 @@ class RuntimeDriver(Protocol):
         """True once an instance of the release crash-looped (sticky until :meth:`remove`)."""
         ...
 
-    async def adopt(self, release_id: str, spec: ReleaseSpec | None = None) -> Adoption:
+    async def adopt(self, release_id: str, release: Release | None = None) -> Adoption:
         """After a server restart: take over the release's instances that still run, report
         the others. Idempotent; a release never started here adopts nothing. ``spec`` is
         what restarts of the adopted instances run with: pass it (the driver keeps no env

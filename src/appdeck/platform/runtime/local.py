@@ -46,13 +46,13 @@ from appdeck.platform import netns
 from appdeck.platform.runtime.adoption import AdoptionMixin
 from appdeck.platform.runtime.build import LOG_TAIL_LINES, BuildMixin
 from appdeck.platform.runtime.core import BUILD_ENV_PREFIXES, PASSED_ENV
-from appdeck.platform.runtime.driver import Health, InstanceRef, LogKind, LogPage, ReleaseSpec
+from appdeck.platform.runtime.driver import Health, InstanceRef, LogKind, LogPage, Release
 from appdeck.platform.runtime.logs import last_seq, read_page
 from appdeck.platform.runtime.model import (
     ENV_NAME,
     MAX_INDEX,
     RELEASE_ID,
-    Instance,
+    InstanceState,
     RestartPolicy,
     check_health_path,
     check_log_args,
@@ -84,55 +84,57 @@ class LocalDriver(BuildMixin, AdoptionMixin, StopMixin):
 
     # ---------------------------------------------------------------- run
 
-    async def start(self, spec: ReleaseSpec, index: int, port: int) -> InstanceRef:
-        validate(spec)
+    async def start(self, release: Release, index: int, port: int) -> InstanceRef:
+        validate(release)
         if not 0 <= index <= MAX_INDEX:
             raise InvalidArgument(f"instance index must be 0..{MAX_INDEX}, not {index}")
         if not 1 <= port <= 65535:
             raise InvalidArgument(f"port must be 1..65535, not {port}")
-        release = self._existing(spec.release_id)
-        if release is None or not release.workspace.is_dir():
+        state = self._existing(release.release_id)
+        if state is None or not state.workspace.is_dir():
             raise FailedPrecondition(
-                f"release {spec.release_id} has no workspace",
+                f"release {release.release_id} has no workspace",
                 hint="prepare the release before starting it",
             )
-        async with release.lock:
-            if index in release.instances:
-                raise Conflict(f"instance {index} of release {spec.release_id} is already running")
-            if any(r["index"] == index for r in self._recorded_alive(release)):
+        async with state.lock:
+            if index in state.instances:
                 raise Conflict(
-                    f"instance {index} of release {spec.release_id} runs unsupervised",
+                    f"instance {index} of release {release.release_id} is already running"
+                )
+            if any(r["index"] == index for r in self._recorded_alive(state)):
+                raise Conflict(
+                    f"instance {index} of release {release.release_id} runs unsupervised",
                     hint="adopt the release after a server restart, or stop it",
                 )
-            release.spec = spec
-            if read_json(release.directory / "release.json") != self._record(spec):
+            state.release = release
+            if read_json(state.directory / "release.json") != self._record(release):
                 # What restarts (and a later adoption) will run: the spec of the last start.
-                write_json(release.directory / "release.json", self._record(spec))
-            instance = Instance(
+                write_json(state.directory / "release.json", self._record(release))
+            instance = InstanceState(
                 index=index,
                 port=port,
                 backoff_s=self.restart.initial_backoff_s,
                 sandboxed=self.sandbox is not None,
             )
-            release.instances[index] = instance
+            state.instances[index] = instance
             try:
-                self._spawn(release, instance)
+                self._spawn(state, instance)
             except BaseException:
-                del release.instances[index]
+                del state.instances[index]
                 raise
-            self._save_state(release)
-            instance.supervisor = asyncio.create_task(self._supervise(release, instance))
-            return instance.ref(release.release_id)
+            self._save_state(state)
+            instance.supervisor = asyncio.create_task(self._supervise(state, instance))
+            return instance.ref(state.release_id)
 
     # ---------------------------------------------------------------- observe
 
     async def health(
         self, ref: InstanceRef, *, path: str | None = None, timeout_s: float | None = None
     ) -> Health:
-        release = self._releases.get(ref.release_id)
-        spec = release.spec if release is not None else None
-        path = path or (spec.health_path if spec else "/")
-        timeout = timeout_s or (spec.health_timeout_s if spec else 5.0)
+        state = self._releases.get(ref.release_id)
+        release = state.release if state is not None else None
+        path = path or (release.spec.health_check.path if release else "/")
+        timeout = timeout_s or (release.spec.health_check.timeout_s if release else 5.0)
         check_health_path(path)
         started = time.perf_counter()
 
@@ -191,18 +193,18 @@ class LocalDriver(BuildMixin, AdoptionMixin, StopMixin):
             await asyncio.sleep(0.02)  # let the writer finish the line it numbered
 
     async def instances(self, release_id: str) -> list[InstanceRef]:
-        release = self._releases.get(release_id)
-        if release is None:
+        state = self._releases.get(release_id)
+        if state is None:
             return []
         return [
             inst.ref(release_id)
-            for _, inst in sorted(release.instances.items())
+            for _, inst in sorted(state.instances.items())
             if inst.pid is not None
         ]
 
     async def unhealthy(self, release_id: str) -> bool:
-        release = self._existing(release_id)
-        return release is not None and release.unhealthy
+        state = self._existing(release_id)
+        return state is not None and state.unhealthy
 
     @property
     def sandboxed(self) -> bool:

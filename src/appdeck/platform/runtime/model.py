@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from appdeck.common.errors import InvalidArgument
-from appdeck.platform.runtime.driver import RUNTIMES, InstanceRef, LogKind, ReleaseSpec
+from appdeck.platform.runtime.driver import RUNTIMES, InstanceRef, LogKind, Release
 from appdeck.platform.runtime.shim import LogWriter
 
 RELEASE_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
@@ -34,7 +34,7 @@ class RestartPolicy:
 
 
 @dataclass(slots=True, eq=False)
-class Instance:
+class InstanceState:
     """One instance of a release: its port, its shim process, and its supervision state."""
 
     index: int
@@ -75,13 +75,13 @@ class Instance:
 
 
 @dataclass(slots=True, eq=False)
-class Release:
+class ReleaseState:
     """A release known to the driver: its directory, last spec and supervised instances."""
 
     release_id: str
     directory: Path
-    spec: ReleaseSpec | None = None
-    instances: dict[int, Instance] = field(default_factory=dict)
+    release: Release | None = None
+    instances: dict[int, InstanceState] = field(default_factory=dict)
     unhealthy: bool = False
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     writer: LogWriter | None = None
@@ -94,31 +94,33 @@ class Release:
         return self.directory / f"{kind}.log"
 
 
-def instance_key(release: Release, instance: Instance) -> str:
+def instance_key(state: ReleaseState, instance: InstanceState) -> str:
     """The instance's name for its cgroup and its network namespace: ``<release>.<index>``."""
-    return f"{release.release_id}.{instance.index}"
+    return f"{state.release_id}.{instance.index}"
 
 
 # -------------------------------------------------------------------- validation
 
 
-def validate(spec: ReleaseSpec) -> None:
-    check_release_id(spec.release_id)
-    if spec.app_id < 0:
-        raise InvalidArgument(f"app_id must not be negative, not {spec.app_id}")
-    if spec.runtime not in RUNTIMES:
-        raise InvalidArgument(f"runtime must be one of {', '.join(RUNTIMES)}, not {spec.runtime!r}")
-    if spec.instances < 0:
+def validate(release: Release) -> None:
+    check_release_id(release.release_id)
+    if release.app_id < 0:
+        raise InvalidArgument(f"app_id must not be negative, not {release.app_id}")
+    if release.spec.runtime not in RUNTIMES:
+        raise InvalidArgument(
+            f"runtime must be one of {', '.join(RUNTIMES)}, not {release.spec.runtime!r}"
+        )
+    if release.spec.instances < 0:
         raise InvalidArgument("instances must not be negative")
-    if spec.build_timeout_s <= 0 or spec.health_timeout_s <= 0:
+    if release.spec.build_timeout_s <= 0 or release.spec.health_check.timeout_s <= 0:
         raise InvalidArgument("timeouts must be positive")
-    check_health_path(spec.health_path)
-    for name, value in spec.env.items():
+    check_health_path(release.spec.health_check.path)
+    for name, value in release.env.items():
         if not ENV_NAME.fullmatch(name):
             raise InvalidArgument(f"invalid environment variable name {name!r}")
         if "\0" in value:
             raise InvalidArgument(f"environment variable {name} contains a NUL character")
-    for command in (spec.build_command, spec.run_command):
+    for command in (release.spec.build_command, release.spec.run_command):
         if command is not None and "\0" in command:
             raise InvalidArgument("commands must not contain NUL characters")
 

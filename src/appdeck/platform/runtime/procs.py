@@ -12,7 +12,7 @@ import socket
 import time
 from typing import Final
 
-from appdeck.platform.runtime.model import Instance
+from appdeck.platform.runtime.model import InstanceState
 from appdeck.platform.runtime.shim import (
     ProcStat,
     all_procs,
@@ -67,7 +67,7 @@ async def until_gone(
     tree: dict[int, ProcStat],
     *,
     within: float,
-    owner: Instance,
+    owner: InstanceState,
 ) -> bool:
     """Wait until ``pid`` and every process of ``tree`` are gone; False on timeout."""
     deadline = time.monotonic() + within
@@ -94,7 +94,7 @@ def kill_tree(pid: int) -> None:
         signal_quietly(proc.pid, signal.SIGKILL, proc.start_ticks)
 
 
-def forget_process(instance: Instance) -> None:
+def forget_process(instance: InstanceState) -> None:
     """Drop the instance's (exited) process: reap it when it is our child, close its pidfd."""
     if instance.own_child and instance.pid is not None:
         with contextlib.suppress(ChildProcessError):

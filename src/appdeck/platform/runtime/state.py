@@ -10,32 +10,45 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from appdeck.platform.runtime.driver import ReleaseSpec
+from appdeck.platform.release import AppSpec, Release
 
 
-def spec_to_json(spec: ReleaseSpec, env_digest: str) -> dict[str, Any]:
-    """The spec as recorded on disk: the env's names and a keyed digest of its values, never
-    the values (they are the app's secrets)."""
-    data = asdict(spec)
-    data["source_path"] = str(spec.source_path)
-    data["env"] = sorted(spec.env)
-    data["env_digest"] = env_digest
-    return data
+def spec_to_json(release: Release, env_digest: str) -> dict[str, Any]:
+    """The release as recorded on disk: the env's names and a keyed digest of its values,
+    never the values (they are the app's secrets)."""
+    spec = release.spec.to_dict()
+    spec["env"] = sorted(spec.get("env") or {})  # the spec's own defaults: names only too
+    return {
+        "app_id": release.app_id,
+        "app_name": release.app_name,
+        "number": release.number,
+        "route": release.route,
+        "source_path": str(release.source_path),
+        "spec": spec,
+        "env": sorted(release.env),
+        "env_digest": env_digest,
+    }
 
 
-def read_spec(path: Path) -> ReleaseSpec:
-    """The recorded spec, with its env's values empty: whoever restarts the release after a
-    server restart hands the driver the whole spec again (see ``adopt``)."""
+def read_spec(path: Path) -> Release:
+    """The recorded release, with its env's values empty: whoever restarts the release after
+    a server restart hands the driver the whole release again (see ``adopt``)."""
     data = read_json(path)
-    data.pop("env_digest", None)
-    data["source_path"] = Path(data["source_path"])
+    spec = dict(data["spec"])
+    spec["env"] = dict.fromkeys(spec.get("env") or [], "")
     names = data.get("env") or []
-    data["env"] = dict.fromkeys(names, "") if isinstance(names, list) else {}
-    return ReleaseSpec(**data)
+    return Release(
+        int(data["app_id"]),
+        str(data["app_name"]),
+        int(data["number"]),
+        AppSpec.from_dict(spec),
+        dict.fromkeys(names, "") if isinstance(names, list) else {},
+        route=str(data.get("route") or ""),
+        source_path=Path(data["source_path"]),
+    )
 
 
 def read_json(path: Path) -> dict[str, Any]:

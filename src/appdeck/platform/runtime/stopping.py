@@ -11,7 +11,7 @@ import os
 import signal
 
 from appdeck.platform.runtime.core import DriverCore
-from appdeck.platform.runtime.model import Instance, Release
+from appdeck.platform.runtime.model import InstanceState, ReleaseState
 from appdeck.platform.runtime.procs import forget_process, kill_leftovers, process_tree, until_gone
 from appdeck.platform.runtime.shim import LogWriter, is_running, signal_quietly
 from appdeck.platform.runtime.workspace import remove_tree
@@ -23,23 +23,23 @@ class StopMixin(DriverCore):
     # ---------------------------------------------------------------- stop
 
     async def stop(self, release_id: str, index: int | None = None, grace_s: float = 5.0) -> None:
-        release = self._existing(release_id)
-        if release is None:
+        state = self._existing(release_id)
+        if state is None:
             return
-        async with release.lock:
-            await self._stop(release, index, grace_s)
+        async with state.lock:
+            await self._stop(state, index, grace_s)
 
-    async def _stop(self, release: Release, index: int | None, grace_s: float) -> None:
+    async def _stop(self, state: ReleaseState, index: int | None, grace_s: float) -> None:
         targets = [
-            inst for inst in release.instances.values() if index is None or inst.index == index
+            inst for inst in state.instances.values() if index is None or inst.index == index
         ]
         # Recorded instances nobody supervises (a restarted server that did not adopt them).
-        for record in self._recorded_alive(release):
+        for record in self._recorded_alive(state):
             if (index is None or record["index"] == index) and record[
                 "index"
-            ] not in release.instances:
+            ] not in state.instances:
                 targets.append(
-                    Instance(
+                    InstanceState(
                         index=record["index"],
                         port=record["port"],
                         pid=record["pid"],
@@ -47,14 +47,14 @@ class StopMixin(DriverCore):
                         started_at=record["started_at"],
                     )
                 )
-        writer = self._writer(release)
+        writer = self._writer(state)
         await asyncio.gather(*(self._terminate(inst, grace_s, writer) for inst in targets))
         for inst in targets:
-            release.instances.pop(inst.index, None)
-            await self._release_group(release, inst)
-        self._save_state(release)
+            state.instances.pop(inst.index, None)
+            await self._release_group(state, inst)
+        self._save_state(state)
 
-    async def _terminate(self, instance: Instance, grace_s: float, writer: LogWriter) -> None:
+    async def _terminate(self, instance: InstanceState, grace_s: float, writer: LogWriter) -> None:
         instance.stopping = True
         if instance.supervisor is not None:
             instance.supervisor.cancel()
@@ -82,22 +82,22 @@ class StopMixin(DriverCore):
         forget_process(instance)
 
     async def remove(self, release_id: str) -> None:
-        release = self._existing(release_id)
-        if release is None:
+        state = self._existing(release_id)
+        if state is None:
             return
-        async with release.lock:
-            await self._stop(release, None, 5.0)
-            if release.writer is not None:
-                release.writer.close()
-            await asyncio.to_thread(remove_tree, release.directory)
+        async with state.lock:
+            await self._stop(state, None, 5.0)
+            if state.writer is not None:
+                state.writer.close()
+            await asyncio.to_thread(remove_tree, state.directory)
             self._releases.pop(release_id, None)
             with contextlib.suppress(OSError):
-                release.directory.parent.rmdir()  # releases/ of the app, when now empty
-                release.directory.parent.parent.rmdir()
+                state.directory.parent.rmdir()  # releases/ of the app, when now empty
+                state.directory.parent.parent.rmdir()
 
     async def detach(self) -> None:
-        for release in list(self._releases.values()):
-            for instance in release.instances.values():
+        for state in list(self._releases.values()):
+            for instance in state.instances.values():
                 if instance.supervisor is not None:
                     instance.supervisor.cancel()
                     await asyncio.gather(instance.supervisor, return_exceptions=True)
@@ -105,8 +105,8 @@ class StopMixin(DriverCore):
                 if instance.pidfd is not None:
                     os.close(instance.pidfd)
                     instance.pidfd = None
-            if release.writer is not None:
-                release.writer.close()
+            if state.writer is not None:
+                state.writer.close()
         self._releases.clear()
         if self.egress is not None:  # adopted instances get theirs again from the next server
             await self.egress.close()

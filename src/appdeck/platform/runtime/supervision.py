@@ -24,8 +24,8 @@ from appdeck.platform import netns
 from appdeck.platform.runtime import shim as shim_module
 from appdeck.platform.runtime.cgroups import Limits
 from appdeck.platform.runtime.core import DriverCore
-from appdeck.platform.runtime.driver import ReleaseSpec
-from appdeck.platform.runtime.model import Instance, Release, instance_key
+from appdeck.platform.runtime.driver import Release
+from appdeck.platform.runtime.model import InstanceState, ReleaseState, instance_key
 from appdeck.platform.runtime.procs import forget_process, kill_leftovers, pidfd
 from appdeck.platform.runtime.shim import is_running, proc_stat
 
@@ -37,18 +37,18 @@ SHIM_PATH: Final = Path(shim_module.__file__).resolve()
 class SupervisionMixin(DriverCore):
     """Spawning instances and supervising them (restarts, crash loops)."""
 
-    def _spawn(self, release: Release, instance: Instance) -> None:
+    def _spawn(self, state: ReleaseState, instance: InstanceState) -> None:
         """Start the shim of ``instance`` (in a new session) and remember who it is."""
-        spec = release.spec
-        assert spec is not None
-        workspace = release.workspace
+        release = state.release
+        assert release is not None
+        workspace = state.workspace
         argv = [
             sys.executable,
             "-I",
             "-S",
             str(SHIM_PATH),
             "--log",
-            str(release.log("runtime")),
+            str(state.log("runtime")),
             "--instance",
             str(instance.index),
             "--max-bytes",
@@ -58,19 +58,23 @@ class SupervisionMixin(DriverCore):
             "--cwd",
             str(workspace),
         ]
-        command = self._run_argv(spec, workspace, instance.port)
+        command = self._run_argv(release, workspace, instance.port)
         actions: list[tuple[int, ...] | tuple[int, int, str, int, int]] = []
-        key = instance_key(release, instance)
+        key = instance_key(state, instance)
         egress = False
         if self.sandbox is not None:
             space = netns.new_loopback_only()  # the instance's network, before it runs
             instance.netns_fd, instance.netns_pid = space, None
             actions.append((os.POSIX_SPAWN_DUP2, space, 3))
-            argv += ["--netns-fd", "3", "--memory-mb", str(spec.memory_mb)]
-            if spec.outbound and self.egress is not None:
+            argv += ["--netns-fd", "3", "--memory-mb", str(release.spec.resources.memory_mb)]
+            if release.spec.outbound and self.egress is not None:
                 self.egress.listen(key, space)  # before the app starts: nothing can take it
                 egress = True
-            limits = Limits(memory_mb=spec.memory_mb, cpus=spec.cpus, pids=spec.pids)
+            limits = Limits(
+                memory_mb=release.spec.resources.memory_mb,
+                cpus=release.spec.resources.cpus,
+                pids=release.spec.resources.pids,
+            )
             if self.sandbox.cgroups is not None:
                 group = self.sandbox.cgroups.create(key, limits)
                 for procs in group.procs:
@@ -78,13 +82,17 @@ class SupervisionMixin(DriverCore):
                 if group.oom_events is not None:
                     argv += ["--oom-events", str(group.oom_events)]
             command = self.sandbox.wrap(
-                command, app_id=spec.app_id, own_network=False, workspace=workspace, limits=limits
+                command,
+                app_id=release.app_id,
+                own_network=False,
+                workspace=workspace,
+                limits=limits,
             )
         argv += ["--", *command]
         pid = os.posix_spawn(
             sys.executable,
             argv,
-            self._env(spec, workspace, port=instance.port, egress=egress),
+            self._env(release, workspace, port=instance.port, egress=egress),
             file_actions=[
                 *actions,
                 (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
@@ -92,7 +100,7 @@ class SupervisionMixin(DriverCore):
                 (
                     os.POSIX_SPAWN_OPEN,
                     2,
-                    str(release.directory / "shim.stderr"),
+                    str(state.directory / "shim.stderr"),
                     os.O_WRONLY | os.O_CREAT | os.O_APPEND,
                     0o600,
                 ),
@@ -110,17 +118,17 @@ class SupervisionMixin(DriverCore):
         instance.started_at = self.clock()
         instance.pidfd = pidfd(pid)
 
-    def _run_argv(self, spec: ReleaseSpec, workspace: Path, port: int) -> list[str]:
-        if spec.run_command:
-            return ["/bin/sh", "-c", spec.run_command]
-        if spec.runtime == "static":
+    def _run_argv(self, release: Release, workspace: Path, port: int) -> list[str]:
+        if release.spec.run_command:
+            return ["/bin/sh", "-c", release.spec.run_command]
+        if release.spec.runtime == "static":
             python = sys.executable if self.sandbox is None else "python3"
             return [python, "-I", "-m", "http.server", str(port), "--bind", "127.0.0.1"]
-        if spec.runtime == "python":
+        if release.spec.runtime == "python":
             for name in ("app.py", "main.py"):
                 if (workspace / name).is_file():
                     return ["python", name]
-        if spec.runtime == "node":
+        if release.spec.runtime == "node":
             package = workspace / "package.json"
             if package.is_file() and "start" in _package_scripts(package):
                 return ["npm", "start"]
@@ -128,27 +136,27 @@ class SupervisionMixin(DriverCore):
                 if (workspace / name).is_file():
                     return ["node", name]
         raise FailedPrecondition(
-            f"release {spec.release_id} has no run command",
+            f"release {release.release_id} has no run command",
             hint="set run_command in the app spec",
         )
 
-    async def _supervise(self, release: Release, instance: Instance) -> None:
+    async def _supervise(self, state: ReleaseState, instance: InstanceState) -> None:
         try:
-            await self._supervision(release, instance)
+            await self._supervision(state, instance)
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception(
-                "supervising instance %s of release %s failed", instance.index, release.release_id
+                "supervising instance %s of release %s failed", instance.index, state.release_id
             )
-            self._writer(release).system(
+            self._writer(state).system(
                 f"instance {instance.index} is no longer supervised (internal error)",
                 instance=instance.index,
             )
 
-    async def _supervision(self, release: Release, instance: Instance) -> None:
+    async def _supervision(self, state: ReleaseState, instance: InstanceState) -> None:
         """Restart ``instance`` whenever its process exits without being asked to."""
-        writer = self._writer(release)
+        writer = self._writer(state)
         policy = self.restart
         while True:
             pid, ticks = instance.pid, instance.start_ticks
@@ -157,7 +165,7 @@ class SupervisionMixin(DriverCore):
                 # The shim stops the app's leftovers before it exits; if the shim itself was
                 # killed, they are still there (holding the port): stop them.
                 kill_leftovers(pid, ticks, signal.SIGKILL)
-            await self._release_group(release, instance)
+            await self._release_group(state, instance)
             if instance.stopping:
                 return
             now = self.clock()
@@ -169,9 +177,9 @@ class SupervisionMixin(DriverCore):
                 instance.crashes.popleft()
             crashes = len(instance.crashes)
             if crashes > policy.crash_limit:
-                release.unhealthy = True
-                release.instances.pop(instance.index, None)
-                self._save_state(release)
+                state.unhealthy = True
+                state.instances.pop(instance.index, None)
+                self._save_state(state)
                 writer.system(
                     f"instance {instance.index} crashed {crashes} times within "
                     f"{policy.window_s:g}s: crash loop, not restarting; release marked unhealthy",
@@ -189,7 +197,7 @@ class SupervisionMixin(DriverCore):
             if _stop_requested(instance):  # stop() may have run during the backoff
                 return
             try:
-                self._spawn(release, instance)
+                self._spawn(state, instance)
             except OSError as exc:
                 writer.system(
                     f"instance {instance.index} could not be restarted: {exc}",
@@ -198,14 +206,14 @@ class SupervisionMixin(DriverCore):
                 instance.pid = None
                 instance.started_at = self.clock()
                 continue
-            self._save_state(release)
+            self._save_state(state)
 
     def netns_fd(self, key: str) -> int | None:
         """An fd of the network namespace of the instance ``"<release_id>.<index>"`` (owned
         by the driver: valid until the instance's process changes), or None."""
         release_id, _, index = key.rpartition(".")
-        release = self._releases.get(release_id)
-        instance = release.instances.get(int(index)) if release and index.isdigit() else None
+        state = self._releases.get(release_id)
+        instance = state.instances.get(int(index)) if state and index.isdigit() else None
         if instance is None or instance.pid is None:
             return None
         if instance.netns_fd is not None and instance.netns_pid == instance.pid:
@@ -221,7 +229,7 @@ class SupervisionMixin(DriverCore):
         instance.netns_fd, instance.netns_pid = fd, instance.pid
         return fd
 
-    async def _wait_exit(self, instance: Instance) -> None:
+    async def _wait_exit(self, instance: InstanceState) -> None:
         """Return when the instance's process has exited (reaping it when it is our child)."""
         pid = instance.pid
         if pid is None:
@@ -248,7 +256,7 @@ class SupervisionMixin(DriverCore):
                 forget_process(instance)
 
 
-def _stop_requested(instance: Instance) -> bool:
+def _stop_requested(instance: InstanceState) -> bool:
     return instance.stopping
 
 

@@ -1,18 +1,18 @@
-"""ASGI type aliases, and the few response helpers the raw ASGI apps share."""
+"""The few response helpers the raw ASGI apps share (the ASGI types are in
+:mod:`appdeck.common.types`)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 import orjson
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-Headers = list[tuple[bytes, bytes]]
+from appdeck.common.types import ASGIApp as ASGIApp
+from appdeck.common.types import Headers as Headers
+from appdeck.common.types import Message as Message
+from appdeck.common.types import Receive as Receive
+from appdeck.common.types import Scope as Scope
+from appdeck.common.types import Send as Send
 
 JSON_HEADERS: Headers = [(b"content-type", b"application/json")]
 
