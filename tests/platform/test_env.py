@@ -1,0 +1,64 @@
+"""EnvService: names are listed, values are encrypted and masked unless an admin reveals."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from appdeck.common.errors import InvalidArgument, NotFound, PermissionDenied
+from appdeck.platform.env import MASK, parse_dotenv
+from appdeck.storage import Storage
+from tests.platform.on_fakes import OnFakes, platform_on_fakes
+
+
+@pytest.fixture
+async def on(storage: Storage, tmp_path: Path) -> OnFakes:
+    return await platform_on_fakes(storage, tmp_path)
+
+
+async def test_a_secret_is_masked_unless_revealed_by_an_admin(on: OnFakes) -> None:
+    apps, env = on.platform.apps, on.platform.env
+    app_id = (await apps.register(on.alice, "shop")).app.id
+    await env.set_vars(on.alice, app_id, {"TOKEN": "s3cr3t-value"}, secret=True)
+    assert (await env.get(on.alice, app_id, "TOKEN"))["value"] == MASK
+    assert (await env.get(on.alice, app_id, "TOKEN", reveal=True))["value"] == "s3cr3t-value"
+    await apps.grant(on.alice, app_id, "bob", "developer")
+    with pytest.raises(PermissionDenied):
+        await env.get(on.bob, app_id, "TOKEN", reveal=True)
+    assert [v["name"] for v in await env.list_vars(on.bob, app_id)] == ["TOKEN"]
+
+
+async def test_a_change_marks_the_app_for_a_restart(on: OnFakes) -> None:
+    apps, env = on.platform.apps, on.platform.env
+    app_id = (await apps.register(on.alice, "shop")).app.id
+    await env.set_vars(on.alice, app_id, {"A": "1"}, secret=False)
+    assert (await apps.get(on.alice, app_id)).app.needs_restart
+
+
+async def test_names_the_platform_sets_are_refused(on: OnFakes) -> None:
+    app_id = (await on.platform.apps.register(on.alice, "shop")).app.id
+    for name in ("PORT", "1BAD", "with-dash"):
+        with pytest.raises(InvalidArgument):
+            await on.platform.env.set_vars(on.alice, app_id, {name: "x"}, secret=False)
+
+
+async def test_unset_counts_what_it_removed_and_get_of_a_missing_name_is_not_found(
+    on: OnFakes,
+) -> None:
+    env = on.platform.env
+    app_id = (await on.platform.apps.register(on.alice, "shop")).app.id
+    await env.import_dotenv(on.alice, app_id, "A=1\nexport B='two'\n# c\n", secret=False)
+    assert await env.unset(on.alice, app_id, ["A", "NOPE"]) == 1
+    with pytest.raises(NotFound):
+        await env.get(on.alice, app_id, "A")
+
+
+def test_dotenv_text_takes_quotes_comments_and_export() -> None:
+    assert parse_dotenv("export A=\"x\\ny\" # no\nB=plain # comment\nC='q'") == {
+        "A": "x\ny",
+        "B": "plain",
+        "C": "q",
+    }
+    with pytest.raises(InvalidArgument):
+        parse_dotenv("not a pair")
