@@ -66,12 +66,12 @@ class ArgumentCheck:
         key = self._key
         if not isinstance(arguments, dict):
             return Problem(None, "the arguments must be an object")
-        choices = ", ".join(str(v) for v in self._branches)
-        if key not in arguments:
-            return Problem(key, f"{key} is required: one of {choices}")
-        chosen = arguments[key]
+        chosen = arguments.get(key)
         branch = self._branches.get(chosen) if isinstance(chosen, str) else None
         if branch is None:
+            choices = ", ".join(str(v) for v in self._branches)
+            if key not in arguments:
+                return Problem(key, f"{key} is required: one of {choices}")
             return Problem(key, f"{key} {str(chosen)[:60]!r} is not one of {choices}")
         found = branch.problem(arguments)
         if found is None:

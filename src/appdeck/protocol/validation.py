@@ -111,6 +111,18 @@ def _keyword(key: str, value: Any) -> Check:
             return any(f(v) for f in tests)
 
         return any_type
+    if (
+        key == "enum"
+        and isinstance(value, list)
+        and value
+        and all(isinstance(a, str) for a in value)
+    ):
+        strings = frozenset(value)  # the common case (actions, roles, states): one set lookup
+
+        def string_enum(v: Any) -> bool:
+            return isinstance(v, str) and v in strings
+
+        return string_enum
     if key == "enum" and isinstance(value, list):
         allowed: list[Any] = value
 
