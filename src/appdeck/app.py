@@ -86,7 +86,7 @@ class Services:
         base_url = settings.base_url(port)
         identities = IdentityStore(storage.engine)
         audit_store = AuditStore(storage.engine)
-        audit = AuditLog(audit_store)
+        audit = AuditLog(AuditStore.opener(settings.database()))  # its own thread and connection
         audit.start()
         keys, token_issuer, bearer = await _authentication(settings, base_url, identities)
         authz = None
@@ -160,6 +160,8 @@ class Services:
             outbox=hub,
             info=ServerInfo(version=settings.app_version),
             client_request_timeout=settings.client_request_timeout,
+            audit=audit,
+            resource_metadata_url=f"{base_url}/.well-known/oauth-protected-resource",
         )
         services = cls(
             settings=settings,
@@ -276,7 +278,6 @@ class Services:
             self.authenticator,
             limiter=RateLimiter(s.rate_limit_per_second, s.rate_limit_burst),
             audit=self.audit,
-            resource_metadata_url=f"{self.base_url}/.well-known/oauth-protected-resource",
         )
         mcp = McpHttpApp(
             self.server,

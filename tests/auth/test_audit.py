@@ -1,7 +1,18 @@
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from appdeck.auth.audit import AuditEvent, AuditLog, scrub
+from appdeck.auth.audit import AuditEvent, AuditLog, as_row, scrub
+from appdeck.common.identity import Principal
+from appdeck.storage import Storage
+from appdeck.storage.audit import AuditStore
 from tests.support.wait import until
+
+ALICE = Principal("acme", "alice", frozenset({"apps:read"}), kind="oauth", client_id="cli")
 
 
 def test_scrub_drops_anything_that_looks_like_a_credential() -> None:
@@ -17,35 +28,176 @@ def test_scrub_drops_anything_that_looks_like_a_credential() -> None:
 
 
 class Sink:
+    """A sink with the failures a database has: down (``up`` cleared), a row it refuses
+    (``bad`` in its tool), a write that hangs (``hold`` cleared)."""
+
     def __init__(self) -> None:
         self.rows: list[dict[str, Any]] = []
-        self.fail = 0
+        self.batches: list[int] = []
+        self.up = threading.Event()
+        self.up.set()
+        self.hold = threading.Event()
+        self.hold.set()
+        self.threads: set[str] = set()
+        self.closed = False
 
     async def append(self, rows: list[dict[str, Any]]) -> None:
-        if self.fail:
-            self.fail -= 1
-            raise RuntimeError("database down")
+        self.threads.add(threading.current_thread().name)
+        await asyncio.to_thread(self.hold.wait, 5)
+        if not self.up.is_set():
+            raise OSError("connection refused")
+        if any(row.get("tool") == "bad" for row in rows):
+            raise ValueError("invalid input syntax")
+        self.batches.append(len(rows))
         self.rows.extend(rows)
 
+    async def ping(self) -> None:
+        if not self.up.is_set():
+            raise OSError("connection refused")
 
-async def test_records_are_written_in_batches_off_the_request_path() -> None:
+    async def close(self) -> None:
+        self.closed = True
+
+
+def opener(sink: Sink) -> Callable[[], Awaitable[Sink]]:
+    async def open_sink() -> Sink:
+        return sink
+
+    return open_sink
+
+
+def tools(sink: Sink) -> list[str]:
+    return [row["tool"] for row in sink.rows]
+
+
+async def test_records_are_written_in_batches_from_the_writer_thread() -> None:
     sink = Sink()
-    log = AuditLog(sink, flush_seconds=0.01, batch=10)
+    log = AuditLog(opener(sink), flush_seconds=0.01, batch=10)
     log.start()
     for i in range(25):
         log.record(AuditEvent(event="tool_call", outcome="ok", tool=f"t{i}"))
-    assert sink.rows == []  # nothing written synchronously
     await until(lambda: len(sink.rows) >= 25)
     await log.close()
-    assert [r["tool"] for r in sink.rows] == [f"t{i}" for i in range(25)]
+    assert tools(sink) == [f"t{i}" for i in range(25)]
+    assert max(sink.batches) <= 10
+    assert sink.threads == {"audit-writer"}
+    assert sink.closed
 
 
-async def test_a_failed_write_is_retried_and_nothing_is_lost() -> None:
+async def test_recording_never_waits_for_a_write_that_hangs() -> None:
     sink = Sink()
-    sink.fail = 1
-    log = AuditLog(sink)
-    log.record(AuditEvent(event="refused", outcome="denied"))
+    sink.hold.clear()
+    log = AuditLog(opener(sink), flush_seconds=0.01, batch=2)
+    log.start()
+    started = time.perf_counter()
+    for i in range(1000):
+        log.tool_called(ALICE, f"t{i}", None, None, False, 200, 1.0, str(i), False)
+    assert time.perf_counter() - started < 0.5
+    sink.hold.set()
+    await log.close()
+    assert len(sink.rows) == 1000
+
+
+async def test_a_bad_row_is_dropped_and_the_rest_of_its_batch_is_written() -> None:
+    sink = Sink()
+    log = AuditLog(opener(sink), flush_seconds=0.01)
+    for name in ("a", "bad", "b"):
+        log.record(AuditEvent(event="tool_call", outcome="ok", tool=name))
     await log.flush()
+    assert tools(sink) == ["a", "b"]
+    assert log.dropped == 1
+    log.record(AuditEvent(event="tool_call", outcome="ok", tool="c"))  # not stuck on it
+    await log.close()
+    assert tools(sink) == ["a", "b", "c"]
+
+
+async def test_rows_wait_for_a_database_that_is_down_and_nothing_is_lost() -> None:
+    sink = Sink()
+    sink.up.clear()
+    log = AuditLog(opener(sink), flush_seconds=0.01)
+    log.start()
+    for name in ("a", "b"):
+        log.record(AuditEvent(event="refused", outcome="denied", tool=name))
+    await asyncio.sleep(0.1)
     assert sink.rows == []
+    sink.up.set()
+    await log.flush()
+    assert tools(sink) == ["a", "b"]
+    assert log.dropped == 0
+    await log.close()
+
+
+async def test_close_gives_up_on_a_database_that_stays_down_and_counts_the_loss() -> None:
+    sink = Sink()
+    sink.up.clear()
+    log = AuditLog(opener(sink), flush_seconds=0.01, close_timeout=0.3)
+    log.start()
+    log.record(AuditEvent(event="refused", outcome="denied"))
+    async with asyncio.timeout(5):
+        await log.close()
+    assert log.dropped == 1
+
+
+async def test_a_full_queue_drops_and_counts_new_records() -> None:
+    sink = Sink()
+    log = AuditLog(opener(sink), max_queue=3)
+    for i in range(5):
+        log.record(AuditEvent(event="tool_call", outcome="ok", tool=f"t{i}"))
+    assert log.dropped == 2
+    await log.close()
+    assert tools(sink) == ["t0", "t1", "t2"]
+
+
+async def test_close_writes_what_a_never_started_log_queued() -> None:
+    sink = Sink()
+    log = AuditLog(opener(sink))
+    log.record(AuditEvent(event="token_issued", outcome="ok"))
     await log.close()
     assert len(sink.rows) == 1
+
+
+async def test_the_tool_call_row_has_every_column_and_no_arguments() -> None:
+    sink = Sink()
+    log = AuditLog(opener(sink))
+    log.tool_called(ALICE, "echo", "get", 7, True, 200, 1.5, "42", True)
+    log.refused(None, 401, "x" * 1000, "tools/call")
+    await log.close()
+    call, refusal = sink.rows
+    assert call | {"ts": 0} == {
+        "ts": 0,
+        "tenant_id": "acme",
+        "user_id": "alice",
+        "client_id": "cli",
+        "event": "tool_call",
+        "method": "tools/call",
+        "tool": "echo",
+        "action": "get",
+        "app_id": 7,
+        "outcome": "error",
+        "status": 200,
+        "duration_ms": 1.5,
+        "request_id": "42",
+        "detail": {"task": True},
+    }
+    assert (refusal["event"], refusal["status"], refusal["tenant_id"]) == ("refused", 401, None)
+    assert len(refusal["detail"]["reason"]) == 300
+
+
+async def test_the_real_store_keeps_the_good_rows_of_a_batch_with_a_bad_one(
+    database_url: str,
+) -> None:
+    storage = await Storage.open(database_url)
+    try:
+        log = AuditLog(AuditStore.opener(database_url), flush_seconds=0.01)
+        log.start()
+        log.record(AuditEvent(event="tool_call", outcome="ok", tool="before"))
+        bad = as_row(AuditEvent(event="tool_call", outcome="ok", tool="bad"))
+        bad["detail"] = {"x": object()}  # cannot be stored as JSON, on either database
+        log.record_row(bad)
+        log.record(AuditEvent(event="tool_call", outcome="ok", tool="after"))
+        await log.close()
+        rows = await AuditStore(storage.engine).tail(10)
+        assert [r["tool"] for r in rows] == ["before", "after"]
+        assert log.dropped == 1
+    finally:
+        await storage.close()

@@ -171,7 +171,7 @@ class Harness:
         if params is not None:
             msg["params"] = params
         call = call or Call(principal, session, channel)
-        reply, _status = await self.server.handle_request(msg, call)
+        reply, _status, _headers = await self.server.handle_request(msg, call)
         assert reply is not None
         return reply
 

@@ -74,7 +74,7 @@ async def test_every_request_gets_exactly_one_well_formed_answer(
         p["taskId"] = "no-such-task"  # a real id would block until the task ends
     message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": p}
     harness.gate.release.set()
-    reply, status = await harness.server.handle_request(message, Call(ALICE, session))
+    reply, status, _headers = await harness.server.handle_request(message, Call(ALICE, session))
     assert reply is not None
     assert reply["jsonrpc"] == "2.0"
     assert reply["id"] == request_id

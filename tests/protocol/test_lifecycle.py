@@ -1,5 +1,7 @@
+import pytest
+
 from appdeck.protocol.call import Call
-from appdeck.protocol.errors import FORBIDDEN, INVALID_PARAMS, METHOD_NOT_FOUND
+from appdeck.protocol.errors import FORBIDDEN, INVALID_PARAMS, METHOD_NOT_FOUND, McpError
 
 from .conftest import ALICE, BOB, Harness
 
@@ -46,7 +48,7 @@ async def test_an_unknown_version_is_answered_with_the_latest(harness: Harness) 
 async def test_the_session_cap_gives_a_clear_error(harness: Harness) -> None:
     for _ in range(3):
         await harness.init()
-    _, status = await harness.server.handle_request(
+    _, status, _ = await harness.server.handle_request(
         {
             "jsonrpc": "2.0",
             "id": 9,
@@ -84,8 +86,10 @@ async def test_another_owner_using_a_session_is_forbidden_and_the_session_is_dro
     harness: Harness,
 ) -> None:
     session = await harness.init(ALICE)
-    reply = await harness.request("tools/list", session=session, principal=BOB)
-    assert reply["error"]["code"] == FORBIDDEN
+    with pytest.raises(McpError) as refused:
+        await harness.server.session_for(session.id, BOB)
+    assert refused.value.code == FORBIDDEN
+    assert refused.value.http_status == 403
     assert session.id not in harness.sessions_store.rows
     assert await harness.sessions.get(session.id) is None
     assert session.id in harness.outbox.closed

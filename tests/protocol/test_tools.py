@@ -35,7 +35,7 @@ async def test_task_capable_tools_say_so(harness: Harness) -> None:
 
 async def test_calling_a_tool_without_its_scope_is_insufficient_scope(harness: Harness) -> None:
     bob = await harness.init(BOB)
-    _, status = await harness.server.handle_request(
+    _, status, _ = await harness.server.handle_request(
         {
             "jsonrpc": "2.0",
             "id": 1,
@@ -136,7 +136,7 @@ async def test_a_cancelled_call_gets_no_response(harness: Harness) -> None:
         {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 77}}, call
     )
     async with asyncio.timeout(5):
-        reply, status = await running
+        reply, status, _ = await running
     assert reply is None
     assert status == 202
 
@@ -172,7 +172,7 @@ async def test_elicitation_round_trips_through_the_client(harness: Harness) -> N
         call,
     )
     async with asyncio.timeout(5):
-        reply, _ = await running
+        reply, _, _ = await running
     assert reply is not None
     assert reply["result"]["content"][0]["text"] == "hello Ada"
 

@@ -1,28 +1,66 @@
 """The audit log: every tools/call, every refusal, every token issued or revoked.
 
-Records are queued in memory and written in batches by a background flusher (off the request
-path); :meth:`AuditLog.close` writes what is left. Secrets never go in: callers pass names,
-ids and outcomes, and :func:`scrub` drops any detail key that looks like a credential.
+:class:`AuditLog` is the protocol core's :class:`~appdeck.protocol.ports.AuditTrail`. Recording
+costs the request a dict and a deque append, nothing more: a writer thread of its own, with
+its own event loop and its own database connection (``open_sink``), takes the rows in batches
+and writes them, so neither the event loop nor a request ever waits for the database.
+
+- **Bounded.** At most ``max_queue`` rows wait; past that a row is dropped, counted in
+  :attr:`AuditLog.dropped` and logged (the database is far behind or down).
+- **Batched.** The writer wakes every ``flush_seconds`` or when ``batch`` rows wait.
+- **One bad row never poisons a batch.** A failed batch is written again row by row; a row that
+  still fails while the database answers (``sink.ping()``) fails for a reason of its own: it
+  is dropped and logged, never retried. When the database does not answer, the whole batch
+  waits for it (retried with a growing pause, up to ``MAX_BACKOFF``).
+- **Shutdown flushes.** :meth:`AuditLog.close` writes what is queued (for at most
+  ``close_timeout`` seconds when the database is down) and closes the writer's connection.
+
+Secrets never go in: callers pass names, ids and outcomes, and :func:`scrub` drops any detail
+key that looks like a credential.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import concurrent.futures
 import logging
+import threading
 import time
 from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
+
+from appdeck.common.identity import Principal
 
 log = logging.getLogger("appdeck.audit")
 
 SECRET_WORDS: Final = ("token", "secret", "password", "authorization", "code", "verifier", "key")
 MAX_QUEUE: Final = 100_000
+MAX_BACKOFF: Final = 5.0
+"""The longest pause between two tries while the database does not answer."""
+
+Row = dict[str, Any]
 
 
 class AuditSink(Protocol):
-    async def append(self, rows: list[dict[str, Any]]) -> None: ...
+    """Where rows are written (``storage.audit.AuditStore``)."""
+
+    async def append(self, rows: list[Row]) -> None: ...
+
+
+class WriterSink(AuditSink, Protocol):
+    """The writer thread's own sink: it can tell an outage from a bad row, and be closed."""
+
+    async def ping(self) -> None:
+        """Return when the database answers; raise when it does not."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+SinkOpener = Callable[[], Awaitable[WriterSink]]
+"""Opens the writer's sink on the writer thread's own event loop (its own connection)."""
 
 
 @dataclass(slots=True)
@@ -53,8 +91,8 @@ def scrub(detail: dict[str, Any] | None) -> dict[str, Any] | None:
     }
 
 
-def as_row(event: AuditEvent) -> dict[str, Any]:
-    # by hand: dataclasses.asdict deep-copies and costs ~12 µs, on every tools/call
+def as_row(event: AuditEvent) -> Row:
+    # by hand: dataclasses.asdict deep-copies and costs ~12 µs
     return {
         "ts": event.ts,
         "tenant_id": event.tenant_id,
@@ -73,67 +111,246 @@ def as_row(event: AuditEvent) -> dict[str, Any]:
     }
 
 
+_TASK_DETAIL: Final = {"task": True}
+
+
 class AuditLog:
-    def __init__(self, sink: AuditSink, *, flush_seconds: float = 0.25, batch: int = 500) -> None:
-        self._sink = sink
-        self._queue: deque[dict[str, Any]] = deque()
+    """Queues audit rows on the request path; a writer thread writes them."""
+
+    def __init__(
+        self,
+        open_sink: SinkOpener,
+        *,
+        flush_seconds: float = 0.25,
+        batch: int = 500,
+        max_queue: int = MAX_QUEUE,
+        close_timeout: float = 10.0,
+    ) -> None:
+        self._open_sink = open_sink
         self._flush_seconds = flush_seconds
         self._batch = batch
-        self._wake = asyncio.Event()
+        self._max_queue = max_queue
+        self._close_timeout = close_timeout
+        # rows, and flush markers (a Future set once every row before it is written)
+        self._queue: deque[Row | concurrent.futures.Future[None]] = deque()
+        self._wake = threading.Event()
         self._stopping = False
-        self._writing = asyncio.Lock()
-        self._task: asyncio.Task[None] | None = None
+        self._thread: threading.Thread | None = None
+        self._deadline: float | None = None
+        """Set by close(): past it, the writer stops waiting for a database that is down."""
         self.dropped = 0
+        """Rows given up: the queue was full, or the row itself could not be written."""
+
+    # -- the request side -------------------------------------------------------------------
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="audit-flusher")
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._main, name="audit-writer", daemon=True)
+            self._thread.start()
 
     def record(self, event: AuditEvent) -> None:
         self.record_row(as_row(event))
 
-    def record_row(self, row: dict[str, Any]) -> None:
+    def record_row(self, row: Row) -> None:
         """Queue a row built by the caller (every column of ``audit_log``, no secrets)."""
-        if len(self._queue) >= MAX_QUEUE:
-            self.dropped += 1  # the database is far behind; say so in the server log
+        queue = self._queue
+        if len(queue) >= self._max_queue:
+            self.dropped += 1
             log.error("audit queue full; dropping a record (%s)", row.get("event"))
             return
-        self._queue.append(row)
-        if len(self._queue) >= self._batch:
+        queue.append(row)
+        if len(queue) >= self._batch:
             self._wake.set()
 
+    def tool_called(
+        self,
+        principal: Principal | None,
+        tool: str | None,
+        action: str | None,
+        app_id: int | None,
+        failed: bool,
+        status: int,
+        duration_ms: float,
+        request_id: str,
+        task: bool,
+    ) -> None:
+        """One tools/call (the core's AuditTrail); built by hand, it runs on every call."""
+        self.record_row(
+            {
+                "ts": time.time(),
+                "tenant_id": principal.tenant if principal else None,
+                "user_id": principal.user if principal else None,
+                "client_id": principal.client_id if principal else None,
+                "event": "tool_call",
+                "method": "tools/call",
+                "tool": tool,
+                "action": action,
+                "app_id": app_id,
+                "outcome": "error" if failed else "ok",
+                "status": status,
+                "duration_ms": duration_ms,
+                "request_id": request_id,
+                "detail": _TASK_DETAIL if task else None,
+            }
+        )
+
+    def refused(
+        self,
+        principal: Principal | None,
+        status: int,
+        reason: str,
+        method: str | None = None,
+        tool: str | None = None,
+    ) -> None:
+        """One refusal: 401, 403 or 429 (the core's AuditTrail, and the transport's guard)."""
+        self.record(
+            AuditEvent(
+                event="refused",
+                outcome="denied",
+                tenant_id=principal.tenant if principal else None,
+                user_id=principal.user if principal else None,
+                client_id=principal.client_id if principal else None,
+                method=method,
+                tool=tool,
+                status=status,
+                detail={"reason": reason[:300]},
+            )
+        )
+
     async def flush(self) -> None:
-        """Write what is queued; returns once every record queued before the call is written
-        (waiting for a write already under way)."""
-        async with self._writing:
-            await self._flush_locked()
+        """Return once every row queued before the call is written (or given up); waits at
+        most ``close_timeout`` seconds."""
+        self.start()
+        marker: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._queue.append(marker)
+        self._wake.set()
+        try:
+            async with asyncio.timeout(self._close_timeout):
+                await asyncio.wrap_future(marker)
+        except TimeoutError:
+            log.error("audit flush timed out; %d record(s) still queued", self.pending)
 
-    async def _flush_locked(self) -> None:
-        while self._queue:
-            rows = [self._queue.popleft() for _ in range(min(self._batch, len(self._queue)))]
-            try:
-                await self._sink.append(rows)
-            except Exception:
-                log.exception("audit write failed; will retry")
-                self._queue.extendleft(reversed(rows))
-                return
-
-    async def _run(self) -> None:
-        while not self._stopping:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._flush_seconds):
-                    await self._wake.wait()
-            self._wake.clear()
-            await self.flush()
+    @property
+    def pending(self) -> int:
+        return sum(1 for item in self._queue if type(item) is dict)
 
     async def close(self) -> None:
-        """Stop the flusher between writes (never cancel a write half-way: that would leave
-        a transaction open on a pooled connection), then write what is left."""
+        """Write what is queued (bounded by ``close_timeout`` when the database is down), then
+        stop the writer and close its connection. Records made after this are not written."""
+        self._deadline = time.monotonic() + self._close_timeout
+        await self.flush()
         self._stopping = True
         self._wake.set()
-        if self._task is not None:
+        thread = self._thread
+        if thread is not None:
+            await asyncio.to_thread(thread.join, self._close_timeout)
+            lost = self.pending
+            if lost:
+                self.dropped += lost
+                log.error("audit log closed with %d record(s) unwritten", lost)
+
+    # -- the writer thread ------------------------------------------------------------------
+
+    def _main(self) -> None:
+        loop = asyncio.new_event_loop()
+        try:
+            loop.run_until_complete(self._write_forever())
+        except Exception:
+            log.exception("the audit writer stopped")
+        finally:
+            loop.close()
+
+    async def _write_forever(self) -> None:
+        sink = await self._open()
+        if sink is None:
+            return
+        try:
+            while True:
+                self._wake.wait(self._flush_seconds)
+                self._wake.clear()
+                await self._drain(sink)
+                if self._stopping and (not self._queue or self._past_deadline()):
+                    return
+        finally:
+            await sink.close()
+
+    async def _open(self) -> WriterSink | None:
+        pause = self._flush_seconds
+        while True:
             try:
-                async with asyncio.timeout(30):
-                    await self._task
-            except TimeoutError:
-                self._task.cancel()
-        await self.flush()
+                return await self._open_sink()
+            except Exception:
+                log.exception("audit: cannot open the database; will retry")
+            if self._past_deadline():
+                return None
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, MAX_BACKOFF)
+
+    def _past_deadline(self) -> bool:
+        return self._deadline is not None and time.monotonic() >= self._deadline
+
+    def _take(self) -> tuple[list[Row], list[concurrent.futures.Future[None]]]:
+        """Up to ``batch`` rows from the front of the queue, and the flush markers among them
+        (they are set once the rows before them are written)."""
+        rows: list[Row] = []
+        markers: list[concurrent.futures.Future[None]] = []
+        queue = self._queue
+        while queue and len(rows) < self._batch:
+            item = queue.popleft()
+            if type(item) is dict:
+                rows.append(item)
+            else:
+                assert isinstance(item, concurrent.futures.Future)
+                markers.append(item)
+        return rows, markers
+
+    async def _drain(self, sink: WriterSink) -> None:
+        pause = self._flush_seconds
+        while self._queue:
+            rows, markers = self._take()
+            left = await self._write(sink, rows) if rows else rows
+            if left:  # the database does not answer: put the rows back and wait for it
+                self._queue.extendleft(reversed([*left, *markers]))
+                if self._past_deadline():
+                    return  # closing, and the database stayed away: close() counts the loss
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, MAX_BACKOFF)
+                continue
+            for marker in markers:
+                if not marker.done():
+                    marker.set_result(None)
+
+    async def _write(self, sink: WriterSink, rows: list[Row]) -> list[Row]:
+        """Write ``rows``; returns those to try again later (the database does not answer)."""
+        try:
+            await sink.append(rows)
+            return []
+        except Exception as exc:  # noqa: BLE001 - judged below, row by row and by ping()
+            error: BaseException = exc
+        failed = 0
+        for index, row in enumerate(rows):
+            try:
+                await sink.append([row])
+            except Exception as exc:  # noqa: BLE001 - an outage when ping() fails, else the row
+                error = exc
+                if not await self._answers(sink):
+                    return rows[index:]  # an outage, not a bad row
+                failed += 1
+                self.dropped += 1
+        if failed:
+            log.error(
+                "audit: %d record(s) could not be written and were dropped (%s: %s)",
+                failed,
+                type(error).__name__,
+                str(error)[:200],
+            )
+        return []
+
+    @staticmethod
+    async def _answers(sink: WriterSink) -> bool:
+        try:
+            await sink.ping()
+        except Exception:
+            log.warning("audit: the database does not answer; will retry", exc_info=True)
+            return False
+        return True

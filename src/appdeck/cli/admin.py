@@ -262,7 +262,7 @@ def client_create(
 
             raise FailedPrecondition("an external IdP is configured: create clients there")
         storage = await Storage.open(settings.database())
-        audit_log = AuditLog(AuditStore(storage.engine))
+        audit_log = AuditLog(AuditStore.opener(settings.database()))
         try:
             base = _server_base_url(settings)
             signing = SigningKeys.load_or_create(settings.data_dir)

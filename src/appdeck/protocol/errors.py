@@ -8,10 +8,15 @@
     ├── InternalError       -32603   a defect; never carries library text
     ├── SessionRequired     -32000   a session-bound call without ``Mcp-Session-Id`` (HTTP 400)
     ├── SessionNotFound     -32001   an unknown or expired session id (HTTP 404)
+    ├── UnsupportedVersion  -32000   an ``MCP-Protocol-Version`` header we do not speak (HTTP 400)
     ├── ServerBusy          -32000   a server-side cap was reached (HTTP 503)
     ├── ResourceNotFound    -32002   resources/read of an unknown URI (``data.uri``)
     ├── Forbidden           -32003   session owner mismatch, or a resource the caller may not read
+    │   └── InsufficientScope        the token lacks a tool's scope (HTTP 403 + step-up header)
     └── RateLimited         -32004   too many requests (``data.retryAfterMs``, HTTP 429)
+
+An error that ends an HTTP exchange says so itself: ``http_status`` and ``headers`` (the step-up
+``WWW-Authenticate``, ``Retry-After``), so the transport maps it without reading the body.
 
 Domain errors (:mod:`appdeck.common.errors`) raised by a tool become a CallToolResult with
 ``isError: true`` through :func:`tool_error_result`; anything else a tool raises becomes an
@@ -55,6 +60,8 @@ class McpError(Exception):
 
     code: int = INTERNAL_ERROR
     http_status: int = 200
+    headers: list[tuple[bytes, bytes]] | None = None
+    """Extra HTTP response headers when this error is the whole HTTP answer."""
 
     def __init__(self, message: str, data: Any = None) -> None:
         super().__init__(message)
@@ -113,6 +120,13 @@ class SessionNotFound(McpError):
 
     code = SESSION_NOT_FOUND
     http_status = 404
+
+
+class UnsupportedVersion(McpError):
+    """An ``MCP-Protocol-Version`` header naming a version this server does not speak."""
+
+    code = SERVER_ERROR
+    http_status = 400
 
 
 class ServerBusy(McpError):
@@ -187,17 +201,19 @@ def tool_error_result(exc: BaseException) -> dict[str, Any]:
     }
 
 
-class InsufficientScope(McpError):
-    """The token lacks the scope a method or tool needs (HTTP 403, step-up)."""
+class InsufficientScope(Forbidden):
+    """The token lacks the scope a method or tool needs: HTTP 403 with the step-up challenge
+    ``WWW-Authenticate: Bearer error="insufficient_scope", scope="…"`` (RFC 6750 §3.1)."""
 
-    code = FORBIDDEN
-    http_status = 403
-
-    def __init__(self, scope: str) -> None:
+    def __init__(self, scope: str, resource_metadata_url: str | None = None) -> None:
         super().__init__(
             f"insufficient_scope: this call needs the '{scope}' scope", {"scope": scope}
         )
         self.scope = scope
+        challenge = f'Bearer error="insufficient_scope", scope="{scope}"'
+        if resource_metadata_url:
+            challenge += f', resource_metadata="{resource_metadata_url}"'
+        self.headers = [(b"www-authenticate", challenge.encode("latin-1"))]
 
 
 def wire_error(error: dict[str, Any]) -> McpError:

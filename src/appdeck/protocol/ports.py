@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from appdeck.common.identity import Principal
     from appdeck.protocol.sessions import Session
     from appdeck.protocol.tasks import Task
 
@@ -58,3 +59,34 @@ class RequestChannel(Protocol):
     async def close_stream(self) -> None:
         """Close the response stream now; the client resumes it with GET + Last-Event-ID."""
         ...
+
+
+class AuditTrail(Protocol):
+    """Where the core reports what callers did: every ``tools/call`` and every refusal.
+
+    Called on the request path, so an implementation must never block or await: it queues
+    the record and writes it elsewhere (``auth.audit.AuditLog`` writes from a thread of its
+    own). Callers pass names, ids and outcomes, never arguments or secrets.
+    """
+
+    def tool_called(
+        self,
+        principal: Principal | None,
+        tool: str | None,
+        action: str | None,
+        app_id: int | None,
+        failed: bool,
+        status: int,
+        duration_ms: float,
+        request_id: str,
+        task: bool,
+    ) -> None: ...
+
+    def refused(
+        self,
+        principal: Principal | None,
+        status: int,
+        reason: str,
+        method: str | None = None,
+        tool: str | None = None,
+    ) -> None: ...

@@ -1,21 +1,25 @@
 """The MCP server core: one entry point per kind of message, a method table, the lifecycle.
 
-The transport calls :meth:`McpServer.handle_request`, :meth:`handle_notification` and
-:meth:`handle_response` with validated JSON-RPC dicts. Every exception a handler raises is
-turned into a wire error here (:func:`appdeck.protocol.errors.error_response`) and nowhere else.
+The transport routes a POST with :func:`appdeck.protocol.inbound.read`, opens the call with
+:meth:`McpServer.open` (the session, its owner, checked once), then calls
+:meth:`McpServer.handle_request`, :meth:`handle_notification` and :meth:`handle_response` with
+validated JSON-RPC dicts. Every exception a handler raises is turned into a wire error here
+(:func:`appdeck.protocol.errors.error_response`) and nowhere else; every ``tools/call`` and
+every refusal is reported to the :class:`~appdeck.protocol.ports.AuditTrail` from here too.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from appdeck.common.errors import AppDeckError
 from appdeck.common.identity import Principal
-from appdeck.protocol import jsonrpc, versions
+from appdeck.protocol import inbound, jsonrpc, versions
 from appdeck.protocol.call import Call
 from appdeck.protocol.context import OutgoingRequests, ToolContext
 from appdeck.protocol.errors import (
@@ -24,11 +28,13 @@ from appdeck.protocol.errors import (
     InvalidRequest,
     McpError,
     MethodNotFound,
+    SessionNotFound,
     SessionRequired,
     error_response,
     from_domain,
 )
-from appdeck.protocol.ports import Outbox
+from appdeck.protocol.inbound import OPEN_METHODS, Route
+from appdeck.protocol.ports import AuditTrail, Outbox
 from appdeck.protocol.prompts_feature import PromptsFeature
 from appdeck.protocol.registry import Registry
 from appdeck.protocol.resources_feature import ResourcesFeature
@@ -41,9 +47,13 @@ log = logging.getLogger("appdeck.protocol")
 
 JsonObject = dict[str, Any]
 Handler = Callable[[JsonObject, Call], Awaitable[JsonObject]]
+Headers = list[tuple[bytes, bytes]]
+Answer = tuple[JsonObject | None, int, Headers | None]
+"""A request's response (None when the client cancelled it), the HTTP status to use when it
+is the whole HTTP answer, and the extra HTTP headers its error carries (step-up challenge)."""
 
-OPEN_METHODS = frozenset({"ping", "notifications/initialized"})
-"""Methods that need no token (the interface document marks them open)."""
+__all__ = ["OPEN_METHODS", "Answer", "McpServer", "RequestCancelled", "ServerInfo"]
+_AUDITED_STATUSES = frozenset({401, 403, 429})
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,12 +90,17 @@ class McpServer:
         outbox: Outbox,
         info: ServerInfo | None = None,
         client_request_timeout: float = 300.0,
+        audit: AuditTrail | None = None,
+        resource_metadata_url: str | None = None,
     ) -> None:
         self.info = info or ServerInfo()
         self.registry = registry
         self.sessions = sessions
         self.tasks = tasks
         self.outbox = outbox
+        self.audit = audit
+        self.resource_metadata_url = resource_metadata_url
+        """Named in the step-up challenge of a tool refused for its scope (RFC 9728)."""
         self.requests = OutgoingRequests(client_request_timeout)
         self._inflight: dict[tuple[str, Any], tuple[asyncio.Task[Any], list[bool]]] = {}
         self.tools = ToolsFeature(self)
@@ -115,27 +130,110 @@ class McpServer:
 
     # -- entry points ---------------------------------------------------------------------
 
-    async def handle_request(
-        self, message: JsonObject, call: Call
-    ) -> tuple[JsonObject | None, int]:
-        """Answer one request: the response (None if the client cancelled it) and the HTTP
-        status the transport should use when this response is the whole HTTP answer."""
+    async def open(self, route: Route, principal: Principal | None) -> Call:
+        """The call a routed POST runs as: its session found and its owner checked (once, for
+        every message of the POST), then the batch rule of the session's version."""
+        session = None
+        if route.wants_session:
+            session = await self.session_for(route.session_id, principal)
+        rejection = inbound.admit(route, session.protocol_version if session else None)
+        if rejection is not None:
+            raise rejection
+        return Call(principal, session)
+
+    async def session_for(self, session_id: str | None, principal: Principal | None) -> Session:
+        """The live session ``session_id`` names, used by ``principal``.
+
+        Raises :class:`SessionRequired` (no header), :class:`SessionNotFound` (unknown or
+        expired) or :class:`Forbidden` after dropping the session when ``principal`` is not its
+        owner (the refusal is audited). ``principal`` is None only for the open methods."""
+        if session_id is None:
+            raise SessionRequired("Bad Request: Mcp-Session-Id header is required")
+        session = await self.sessions.get(session_id)
+        if session is None:
+            raise SessionNotFound("Session not found")
+        if principal is not None and session.owner != principal.owner:
+            try:
+                await self.sessions.check_owner(session, principal)
+            except Forbidden:
+                if self.audit is not None:
+                    self.audit.refused(principal, 403, "session owner mismatch: session dropped")
+                raise
+        return session
+
+    async def handle_request(self, message: JsonObject, call: Call) -> Answer:
+        """Answer one request (see :data:`Answer`), and audit it: every ``tools/call``, and
+        every request refused with 401, 403 or 429."""
         request_id = message["id"]
+        method = message["method"]
+        started = time.perf_counter()
+        headers: Headers | None = None
         try:
-            return jsonrpc.result(request_id, await self.dispatch(message, call)), 200
+            response: JsonObject | None = jsonrpc.result(
+                request_id, await self.dispatch(message, call)
+            )
+            status = 200
         except RequestCancelled:
-            return None, 202
+            response, status = None, 202
         except McpError as exc:
-            return error_response(request_id, exc), exc.http_status
+            response, status, headers = (
+                error_response(request_id, exc),
+                exc.http_status,
+                exc.headers,
+            )
         except AppDeckError as exc:
             mapped = from_domain(exc)
-            return error_response(request_id, mapped), mapped.http_status
+            response, status = error_response(request_id, mapped), mapped.http_status
         except Exception as exc:
-            log.exception("unhandled error in %s", message.get("method"))
-            return error_response(request_id, exc), 500
+            log.exception("unhandled error in %s", method)
+            response, status = error_response(request_id, exc), 500
+        if self.audit is not None and (method == "tools/call" or status in _AUDITED_STATUSES):
+            self._audit(message, call.principal, response, status, started)
+        return response, status, headers
+
+    def _audit(
+        self,
+        request: JsonObject,
+        principal: Principal | None,
+        response: JsonObject | None,
+        status: int,
+        started: float,
+    ) -> None:
+        audit = self.audit
+        assert audit is not None
+        method = request["method"]
+        params = request.get("params") or {}
+        tool = params.get("name") if method == "tools/call" else None
+        if type(tool) is not str:
+            tool = None
+        error = response.get("error") if response is not None else None
+        if status in _AUDITED_STATUSES and error is not None:
+            audit.refused(principal, status, str(error.get("message", "")), method, tool)
+            return
+        if method != "tools/call":
+            return
+        arguments = params.get("arguments")
+        if type(arguments) is not dict:
+            arguments = {}
+        result = response.get("result") if response is not None else None
+        action = arguments.get("action")
+        app_id = arguments.get("app_id")
+        audit.tool_called(
+            principal,
+            tool,
+            action if type(action) is str else None,
+            app_id if type(app_id) is int else None,
+            error is not None or (result is not None and result.get("isError") is True),
+            status,
+            round((time.perf_counter() - started) * 1000, 3),
+            str(request["id"]),
+            result is not None and "task" in result,
+        )
 
     async def dispatch(self, message: JsonObject, call: Call) -> JsonObject:
-        """Run one request's handler; raises :class:`McpError` for wire errors."""
+        """Run one request's handler; raises :class:`McpError` for wire errors.
+
+        ``call`` comes from :meth:`open`: its session's owner has been checked already."""
         method: str = message["method"]
         handler = self._methods.get(method)
         if handler is None:
@@ -145,8 +243,6 @@ class McpServer:
         session = call.session
         if session is None and method not in ("initialize", "ping"):
             raise SessionRequired("Bad Request: Mcp-Session-Id header is required")
-        if session is not None and call.principal is not None:
-            await self.sessions.check_owner(session, call.principal)
         if method != "tools/call" or session is None:
             return await handler(message, call)
         return await self._cancellable(message, call, handler, session)

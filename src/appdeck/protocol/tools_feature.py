@@ -65,7 +65,7 @@ class ToolsFeature:
         if tool is None:
             raise InvalidParams(f"Unknown tool: {name}")
         if not principal.has_scope(tool.scope):
-            raise InsufficientScope(tool.scope or "")
+            raise InsufficientScope(tool.scope or "", self._server.resource_metadata_url)
         arguments = params.get("arguments")
         if arguments is None:
             arguments = {}
@@ -79,7 +79,7 @@ class ToolsFeature:
         if isinstance(action, str) and action in tool.action_scopes:
             needed = tool.action_scopes[action]
             if not principal.has_scope(needed):
-                raise InsufficientScope(needed)
+                raise InsufficientScope(needed, self._server.resource_metadata_url)
         if task_request is not None and not isinstance(task_request, dict):
             raise InvalidParams("tools/call: params.task must be an object")
         if task_request is not None and tool.task_support == "forbidden":

@@ -1,9 +1,14 @@
-"""The audit log table: appended in batches, read newest-last by ``appdeck audit tail``."""
+"""The audit log table: appended in batches, read newest-last by ``appdeck audit tail``.
+
+The server's rows are written by ``auth.audit.AuditLog``'s writer thread through a store of its
+own (:meth:`AuditStore.opener`): an engine created on that thread's event loop, so the writes
+never share a connection, or a loop, with the request path.
+"""
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import orjson
@@ -11,6 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from appdeck.storage.engine import create_engine
 from appdeck.storage.schema import audit_log
 
 COLUMNS = tuple(c.name for c in audit_log.columns if c.name != "id")
@@ -36,8 +42,30 @@ def _tuple(row: dict[str, Any]) -> tuple[Any, ...]:
 
 
 class AuditStore:
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, *, owns_engine: bool = False) -> None:
         self._engine = engine
+        self._owns_engine = owns_engine
+
+    @staticmethod
+    def opener(url: str) -> Callable[[], Awaitable[AuditStore]]:
+        """Opens a store with an engine of its own on the calling event loop (the audit
+        writer thread's), for an already migrated database at ``url``."""
+
+        async def open_store() -> AuditStore:
+            store = AuditStore(create_engine(url), owns_engine=True)
+            await store.ping()
+            return store
+
+        return open_store
+
+    async def ping(self) -> None:
+        """Return when the database answers; raise when it does not."""
+        async with self._engine.connect() as conn:
+            await conn.exec_driver_sql("SELECT 1")
+
+    async def close(self) -> None:
+        if self._owns_engine:
+            await self._engine.dispose()
 
     async def append(self, rows: Sequence[dict[str, Any]]) -> None:
         if not rows:

@@ -5,6 +5,12 @@ standalone SSE stream or resumes a stream after ``Last-Event-ID``; DELETE ends t
 Status codes follow the specification and the reference TypeScript SDK (406, 415, 400 for a
 missing session header, 404 for an unknown session, 405 with ``Allow``, 409 for a second
 stream, 403 for a bad Host/Origin or another owner's session, 401 with a challenge).
+
+This module owns HTTP only (media types, body size, Host/Origin, SSE). What a message may do
+is the protocol core's: :func:`appdeck.protocol.inbound.read` routes or rejects a POST,
+:meth:`McpServer.open` finds the session and checks its owner, and every rejection is an
+:class:`~appdeck.protocol.errors.McpError` that carries its HTTP status and headers, mapped to
+HTTP in :meth:`McpHttpApp.__call__` and nowhere else.
 """
 
 from __future__ import annotations
@@ -12,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,14 +26,14 @@ import orjson
 from appdeck.common.identity import Principal
 from appdeck.events.bus import CLOSE, Delivery
 from appdeck.protocol import errors as rpc
-from appdeck.protocol import versions
+from appdeck.protocol import inbound, versions
 from appdeck.protocol.call import Call
-from appdeck.protocol.jsonrpc import Kind, classify
-from appdeck.protocol.server import OPEN_METHODS, McpServer
+from appdeck.protocol.jsonrpc import Kind
+from appdeck.protocol.server import McpServer
 from appdeck.protocol.sessions import Session
-from appdeck.transport.responses import Headers, Receive, Scope, Send, read_body, send_empty, send_json
 from appdeck.transport.guard import Guard, HttpError
 from appdeck.transport.hub import StreamHub
+from appdeck.transport.responses import Receive, Scope, Send, read_body, send_empty, send_json
 from appdeck.transport.security import HostPolicy
 from appdeck.transport.sse import (
     GET_STREAM,
@@ -44,8 +49,6 @@ from appdeck.transport.streams import PostStream
 log = logging.getLogger("appdeck.transport")
 JsonObject = dict[str, Any]
 ALLOW = [(b"allow", b"GET, POST, DELETE")]
-SUPPORTED_BYTES = frozenset(v.encode() for v in versions.SUPPORTED)
-SUPPORTED_LIST = ", ".join(sorted(versions.SUPPORTED, reverse=True))
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,10 +56,6 @@ class HttpSettings:
     max_body_bytes: int = 4 * 1024 * 1024
     keepalive_seconds: float = 30.0
     retry_ms: int = 1000
-
-
-def _from_mcp(exc: rpc.McpError) -> HttpError:
-    return HttpError(exc.http_status, exc.code, exc.message)
 
 
 class McpHttpApp:
@@ -90,35 +89,21 @@ class McpHttpApp:
                 await self._delete(send, headers)
             else:
                 raise HttpError(405, rpc.SERVER_ERROR, "Method not allowed.", ALLOW)
-        except HttpError as exc:
-            await send_json(send, exc.status, exc.body(), exc.headers)
+        except rpc.McpError as exc:  # HttpError included: the one place rejections become HTTP
+            await send_json(send, exc.http_status, rpc.error_response(None, exc), exc.headers)
 
     # -- shared checks --------------------------------------------------------------------
 
-    def _check_version_header(self, headers: dict[bytes, bytes]) -> None:
-        raw = headers.get(b"mcp-protocol-version")
-        if raw is not None and raw not in SUPPORTED_BYTES:
-            raise HttpError(
-                400,
-                rpc.SERVER_ERROR,
-                f"Bad Request: Unsupported protocol version: {raw.decode('latin-1')[:40]} "
-                f"(supported versions: {SUPPORTED_LIST})",
-            )
+    @staticmethod
+    def _check_version_header(headers: dict[bytes, bytes]) -> None:
+        rejection = inbound.version_rejection(headers.get(b"mcp-protocol-version"))
+        if rejection is not None:
+            raise rejection
 
     async def _session(self, headers: dict[bytes, bytes], principal: Principal | None) -> Session:
         raw = headers.get(b"mcp-session-id")
-        if raw is None:
-            raise HttpError(400, rpc.SERVER_ERROR, "Bad Request: Mcp-Session-Id header is required")
-        session = await self.server.sessions.get(raw.decode("latin-1"))
-        if session is None:
-            raise HttpError(404, rpc.SESSION_NOT_FOUND, "Session not found")
-        if principal is not None:
-            try:
-                await self.server.sessions.check_owner(session, principal)
-            except rpc.Forbidden as exc:
-                self.guard.refused(principal, 403, "session owner mismatch: session dropped")
-                raise _from_mcp(exc) from None
-        return session
+        session_id = raw.decode("latin-1") if raw is not None else None
+        return await self.server.session_for(session_id, principal)
 
     # -- POST -----------------------------------------------------------------------------
 
@@ -148,56 +133,19 @@ class McpHttpApp:
         try:
             data = orjson.loads(body)
         except orjson.JSONDecodeError:
-            raise HttpError(400, rpc.PARSE_ERROR, "Parse error: Invalid JSON") from None
-        self._check_version_header(headers)
-        batch = isinstance(data, list)
-        messages: list[Any] = data if batch else [data]
-        if batch and not messages:
-            raise HttpError(400, rpc.INVALID_REQUEST, "Invalid Request: empty batch")
-        kinds: list[Kind] = []
-        is_init = False
-        needs_auth = False
-        for message in messages:
-            try:
-                kind = classify(message)
-            except rpc.InvalidRequest as exc:
-                raise HttpError(400, rpc.INVALID_REQUEST, exc.message) from None
-            kinds.append(kind)
-            if kind is Kind.RESPONSE:
-                needs_auth = True
-            else:
-                name = message["method"]
-                is_init = is_init or (kind is Kind.REQUEST and name == "initialize")
-                needs_auth = needs_auth or name not in OPEN_METHODS
-        if is_init and len(messages) > 1:
-            raise HttpError(
-                400,
-                rpc.INVALID_REQUEST,
-                "Invalid Request: Only one initialization request is allowed",
-            )
-        first = messages[0].get("method") if len(messages) == 1 else "batch"
-        principal = await self.guard.principal(headers, needs_auth, first)
-        lone_ping = (
-            len(messages) == 1
-            and kinds[0] is Kind.REQUEST
-            and messages[0]["method"] == "ping"
-            and b"mcp-session-id" not in headers
+            raise rpc.ParseError("Parse error: Invalid JSON") from None
+        route = inbound.read(
+            data, headers.get(b"mcp-session-id"), headers.get(b"mcp-protocol-version")
         )
-        # a ping needs neither token nor session: a liveness check answers even before
-        # initialize (with a session header, the session is still checked)
-        session = None if is_init or lone_ping else await self._session(headers, principal)
-        if batch:
-            version = session.protocol_version if session else versions.LATEST
-            if not versions.allows_batches(version):
-                raise HttpError(
-                    400,
-                    rpc.INVALID_REQUEST,
-                    "Invalid Request: JSON-RPC batches are not supported in protocol version "
-                    + version,
-                )
-        call = Call(principal, session)
+        if isinstance(route, rpc.McpError):
+            raise route
+        principal = await self.guard.principal(headers, route.needs_token, route.label)
+        call = await self.server.open(route, principal)
+        if not route.batch and route.kinds[0] is Kind.REQUEST:  # the hot path
+            await self._answer_one(send, route.messages[0], call)
+            return
         requests: list[JsonObject] = []
-        for kind, message in zip(kinds, messages, strict=True):
+        for kind, message in zip(route.kinds, route.messages, strict=True):
             if kind is Kind.REQUEST:
                 requests.append(message)
             elif kind is Kind.NOTIFICATION:
@@ -206,17 +154,13 @@ class McpHttpApp:
                 await self.server.handle_response(message, call)
         if not requests:
             await send_empty(send, 202)
-        elif batch:
-            await self._answer_batch(send, requests, call)
         else:
-            await self._answer_one(send, requests[0], call, headers)
+            await self._answer_batch(send, requests, call)
 
     async def _answer_batch(self, send: Send, requests: list[JsonObject], call: Call) -> None:
         answered: list[JsonObject] = []
         for request in requests:
-            started = time.perf_counter()
-            reply, status = await self.server.handle_request(request, call)
-            self.guard.answered(call.principal, request, reply, status, started)
+            reply, _status, _headers = await self.server.handle_request(request, call)
             if reply is not None:
                 answered.append(reply)
         if answered:
@@ -224,37 +168,29 @@ class McpHttpApp:
         else:
             await send_empty(send, 202)
 
-    async def _answer_one(
-        self, send: Send, request: JsonObject, call: Call, headers: dict[bytes, bytes]
-    ) -> None:
+    async def _answer_one(self, send: Send, request: JsonObject, call: Call) -> None:
         session = call.session
-        version = session.protocol_version if session else versions.LEGACY
         stream = PostStream(
             send,
             self.hub,
             call,
             retry_ms=self.settings.retry_ms,
-            resumable=versions.has_priming_event(version),
+            resumable=versions.has_priming_event(
+                session.protocol_version if session else versions.LEGACY
+            ),
         )
         call.channel = stream
-        started = time.perf_counter()
-        response, status = await self.server.handle_request(request, call)
-        self.guard.answered(call.principal, request, response, status, started)
+        response, status, extra = await self.server.handle_request(request, call)
         if stream.started:
             await stream.finish(response)
             return
         if response is None:
             await send_empty(send, 202)
             return
-        extra: Headers = []
-        if call.session is not None:
-            extra.append((b"mcp-session-id", call.session.id.encode()))
-        if status == 403:
-            data = response.get("error", {}).get("data")
-            if isinstance(data, dict) and "scope" in data:
-                extra.append(
-                    (b"www-authenticate", self.guard.insufficient_scope(str(data["scope"])))
-                )
+        session = call.session  # initialize has just created it
+        if session is not None:
+            session_header = (b"mcp-session-id", session.id.encode())
+            extra = [session_header, *extra] if extra else [session_header]
         await send_json(send, status, response, extra)
 
     # -- GET ------------------------------------------------------------------------------

@@ -79,20 +79,23 @@ WorldFactory = Callable[..., Awaitable[OAuthWorld]]
 @pytest.fixture
 async def make_world(tmp_path: Path) -> AsyncIterator[WorldFactory]:
     """Builds worlds (each on its own database); ``cimd_allow_loopback`` as asked."""
-    engine = create_engine(default_sqlite_url(tmp_path / "db"))
+    url = default_sqlite_url(tmp_path / "db")
+    engine = create_engine(url)
     await migrate(engine)
     identities = IdentityStore(engine)
     await identities.create_tenant("acme", "Acme Corp")
     user = await identities.create_user("acme", "ada", hash_password(PASSWORD), "admin")
     keys = SigningKeys.load_or_create(tmp_path)
     clients: list[httpx.AsyncClient] = []
+    audits: list[AuditLog] = []
 
     async def build(*, cimd_allow_loopback: bool = False) -> OAuthWorld:
         settings = Settings.model_validate(
             {"data_dir": tmp_path, "cimd_allow_loopback": cimd_allow_loopback}
         )
         audit_store = AuditStore(engine)
-        audit = AuditLog(audit_store)
+        audit = AuditLog(AuditStore.opener(url))
+        audits.append(audit)
         revoked: list[tuple[str, float]] = []
 
         async def revoke_jti(jti: str, expires_at: float) -> None:
@@ -135,6 +138,8 @@ async def make_world(tmp_path: Path) -> AsyncIterator[WorldFactory]:
     finally:
         for http in clients:
             await http.aclose()
+        for audit in audits:
+            await audit.close()
         await engine.dispose()
 
 
