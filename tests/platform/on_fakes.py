@@ -13,6 +13,7 @@ from appdeck.common.identity import Principal
 from appdeck.platform.apps import AppService
 from appdeck.platform.changes import ChangeFeed
 from appdeck.platform.crypto import Sealer
+from appdeck.platform.deploy import states
 from appdeck.platform.deploy.deployments import Deployments
 from appdeck.platform.deploy.engine import DeployService, Operations
 from appdeck.platform.deploy.preflight import PreflightService
@@ -126,7 +127,7 @@ async def platform_on_fakes(storage: Storage, tmp_path: Path) -> OnFakes:
     sealer = Sealer.from_settings(None, tmp_path)
     env = EnvService(apps, sealer, feed)
     runtime, router = FakeRuntime(), FakeRouter()
-    store = DeploymentStore(storage.engine)
+    store = DeploymentStore(storage.engine, transitions=states.check)
     engine = DeployService(
         apps,
         env,

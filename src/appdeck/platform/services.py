@@ -11,6 +11,7 @@ from appdeck.platform import hostnames
 from appdeck.platform.apps import AppService
 from appdeck.platform.changes import ChangeFeed
 from appdeck.platform.crypto import Sealer
+from appdeck.platform.deploy import states
 from appdeck.platform.deploy.deployments import Deployments
 from appdeck.platform.deploy.engine import DeployService, Operations
 from appdeck.platform.deploy.ingress_router import IngressRouter
@@ -81,7 +82,7 @@ class Platform:
         )
         sealer = Sealer.from_settings(config.secret_key, config.data_dir)
         env = EnvService(apps, sealer, feed)
-        deployments = DeploymentStore(engine)
+        deployments = DeploymentStore(engine, transitions=states.check)
         deploys = DeployService(
             apps,
             env,

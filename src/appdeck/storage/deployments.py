@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,9 +75,22 @@ def _record(row: Any) -> DeploymentRecord:
     )
 
 
+class StaleState(RuntimeError):
+    """A deployment's state changed between reading it and writing the next one (another
+    writer moved it): the write did not happen."""
+
+
 class DeploymentStore:
-    def __init__(self, engine: AsyncEngine) -> None:
+    """Deployments, one row each. ``transitions(current, target)`` is the state machine's
+    rule (``platform.deploy.states.check``): every state change is checked against it here,
+    where it is stored, and written only if the row is still in the state it was checked
+    from (compare-and-set)."""
+
+    def __init__(
+        self, engine: AsyncEngine, *, transitions: Callable[[str, str], None] | None = None
+    ) -> None:
         self._engine = engine
+        self._transitions = transitions
 
     async def create(
         self,
@@ -183,8 +196,14 @@ class DeploymentStore:
         query = sa.update(deployments).where(
             deployments.c.app_id == app_id, deployments.c.number == number
         )
+        if state is not None and state != current.state:
+            if self._transitions is not None:
+                self._transitions(current.state, state)
+            query = query.where(deployments.c.state == current.state)
         async with self._engine.begin() as conn:
-            await conn.execute(query.values(**values))
+            done = await conn.execute(query.values(**values))
+        if done.rowcount == 0:
+            raise StaleState(f"deployment {app_id}-{number} changed state while being updated")
         record = await self.get(app_id, number)
         assert record is not None
         return record

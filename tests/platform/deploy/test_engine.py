@@ -15,6 +15,7 @@ from appdeck.common.identity import Principal
 from appdeck.platform.apps import AppService
 from appdeck.platform.changes import ChangeFeed
 from appdeck.platform.crypto import Sealer
+from appdeck.platform.deploy import states
 from appdeck.platform.deploy.engine import DeployService, Operations
 from appdeck.platform.env import EnvService
 from appdeck.platform.routing import AppRoutes
@@ -85,7 +86,7 @@ async def rig(storage: Storage, tmp_path: Path) -> Rig:
     deploys = DeployService(
         apps,
         env,
-        DeploymentStore(storage.engine),
+        DeploymentStore(storage.engine, transitions=states.check),
         runtime,
         router,
         feed,

@@ -199,8 +199,6 @@ class DeployService:
 
         async def step(message: str, traffic: int | None = None, state: str | None = None) -> None:
             nonlocal record
-            if state is not None:
-                states.check(record.state, state)
             record = await self.store.update(
                 app.id, record.number, state=state, message=message, traffic=traffic
             )
@@ -363,11 +361,9 @@ class Operations:
                 [Backend(release.release_id, 100, tuple(i.upstream for i in instances))],
             )
             how = "instantly (it was still warm)" if warm else "after starting it again"
-            states.check(target.state, states.LIVE)
             restored = await s.store.update(
                 app_id, target.number, state=states.LIVE, message=f"Live again {how}", traffic=100
             )
-            states.check(live.state, states.ROLLED_BACK)
             left = await s.store.update(
                 app_id,
                 live.number,
@@ -432,7 +428,6 @@ class Operations:
         interrupted = 0
         for record in await s.store.in_states(states.IN_PROGRESS):
             await s.runtime.stop(record.release_id)
-            states.check(record.state, states.FAILED)
             await s.store.update(
                 record.app_id,
                 record.number,
