@@ -71,7 +71,7 @@ class DeployService:
         self._feed = feed
         self._sealer = sealer
         self._instance = instance_id
-        self._sleep = sleep
+        self.sleep = sleep
         self._locks: dict[int, asyncio.Lock] = {}
         self._aside: set[asyncio.Task[None]] = set()
 
@@ -163,7 +163,7 @@ class DeployService:
             instance_id=self._instance,
             state=states.QUEUED,
         )
-        await self._announce(app, record)
+        await self.announce(app, record)
         return app, record
 
     def _source(self, app: AppRecord) -> Path:
@@ -181,17 +181,17 @@ class DeployService:
         self, app: AppRecord, record: DeploymentRecord, progress: Progress = _quiet
     ) -> DeploymentRecord:
         """Drive a created deployment to live, failed or rolled_back."""
-        lock = self._locks.setdefault(app.id, asyncio.Lock())
+        lock = self.lock(app.id)
         async with lock:
             return await self._run(app, record, progress)
 
     async def _run(
         self, app: AppRecord, record: DeploymentRecord, progress: Progress
     ) -> DeploymentRecord:
-        new = self._release(app, record)
+        new = self.release_of(app, record)
         old_record = await self.store.get(app.id, record.previous) if record.previous else None
         old = (
-            self._release(app, old_record)
+            self.release_of(app, old_record)
             if old_record and old_record.state == states.LIVE
             else None
         )
@@ -202,7 +202,7 @@ class DeployService:
             record = await self.store.update(
                 app.id, record.number, state=state, message=message, traffic=traffic
             )
-            await self._announce(app, record)
+            await self.announce(app, record)
             await progress(message, traffic)
 
         try:
@@ -212,7 +212,7 @@ class DeployService:
             await self.runtime.prepare(new)
             await step(f"Starting the new release ({record.strategy})", 0, state=states.STARTING)
             plan = rollout.Rollout(
-                self.runtime, self.router, new, old, old_instances, step, self._sleep
+                self.runtime, self.router, new, old, old_instances, step, self.sleep
             )
             await self._strategy(record, plan, step)
         except (BuildFailed, rollout.RolloutFailed) as exc:
@@ -239,7 +239,7 @@ class DeployService:
             old_after = await self.store.update(
                 app.id, old_record.number, state=states.SUPERSEDED, message=message, traffic=0
             )
-            await self._announce(app, old_after)
+            await self.announce(app, old_after)
             if not keep_warm:
                 await self.runtime.stop(old_record.release_id)
         await self.apps.store.update(app.id, needs_restart=False)
@@ -275,7 +275,16 @@ class DeployService:
 
     # -- helpers --------------------------------------------------------------------------
 
-    def _release(self, app: AppRecord, record: DeploymentRecord) -> Release:
+    def lock(self, app_id: int) -> asyncio.Lock:
+        """The app's deploy lock: one deploy, rollback or restart of an app at a time."""
+        return self._locks.setdefault(app_id, asyncio.Lock())
+
+    def plan(self, release: Release, progress: Progress = _quiet) -> rollout.Rollout:
+        """A rollout of ``release`` from nothing (starting it cold, or replacing instances)."""
+        return rollout.Rollout(self.runtime, self.router, release, None, [], progress, self.sleep)
+
+    def release_of(self, app: AppRecord, record: DeploymentRecord) -> Release:
+        """The release a deployment record describes (its frozen spec and env)."""
         env = json.loads(self._sealer.open(record.env))
         route = hostnames.route_label(app.name, app.tenant_id)
         # The copy reads the path as checked at create() (links resolved), and opens it
@@ -291,7 +300,8 @@ class DeployService:
             Path(str(source)),
         )
 
-    async def _announce(self, app: AppRecord, record: DeploymentRecord) -> None:
+    async def announce(self, app: AppRecord, record: DeploymentRecord) -> None:
+        """Tell subscribers a deployment changed."""
         await self._feed.emit(Change("deployment.updated", app.tenant_id, app.id, record.number))
 
     def backends_of(self, release_id: str, upstreams: list[str]) -> list[Backend]:
@@ -314,153 +324,4 @@ async def plan_abort(
     await runtime.stop(new.release_id)
 
 
-class Operations:
-    """Rollback, restart and start-up reconciliation (kept apart from the deploy path)."""
-
-    def __init__(self, service: DeployService) -> None:
-        self._s = service
-
-    async def rollback(
-        self,
-        principal: Principal,
-        app_id: int,
-        number: int | None = None,
-        progress: Progress = _quiet,
-    ) -> DeploymentRecord:
-        s = self._s
-        app = (await s.apps.load(principal, app_id, "deploy.write")).app
-        async with s._locks.setdefault(app_id, asyncio.Lock()):
-            live = await s.live(app_id)
-            if live is None:
-                raise FailedPrecondition("the app has no live release to roll back from")
-            target_number = number if number is not None else live.previous
-            if target_number is None:
-                raise FailedPrecondition("there is no earlier release to roll back to")
-            target = await s.store.get(app_id, target_number)
-            if target is None:
-                raise NotFound(f"app {app_id} has no deployment {target_number}")
-            if target.state not in (states.SUPERSEDED, states.ROLLED_BACK):
-                raise FailedPrecondition(
-                    f"deployment {target.number} is {target.state}; only a superseded or "
-                    "rolled-back release can come back",
-                    hint="list_deployments shows which ones",
-                )
-            release = s._release(app, target)
-            instances = await s.runtime.running(release.release_id)
-            warm = len(instances) >= release.spec.instances
-            if not warm:
-                await progress(f"Release {target.number} is cold: starting it", 0)
-                await s.runtime.stop(release.release_id)
-                await s.runtime.prepare(release)
-                plan = rollout.Rollout(s.runtime, s.router, release, None, [], progress, s._sleep)
-                for index in range(release.spec.instances):
-                    await plan.start_one(index)
-                instances = plan.started
-            s.router.route(
-                release.route,
-                [Backend(release.release_id, 100, tuple(i.upstream for i in instances))],
-            )
-            how = "instantly (it was still warm)" if warm else "after starting it again"
-            restored = await s.store.update(
-                app_id, target.number, state=states.LIVE, message=f"Live again {how}", traffic=100
-            )
-            left = await s.store.update(
-                app_id,
-                live.number,
-                state=states.ROLLED_BACK,
-                message=f"Rolled back to {target.number}",
-                traffic=0,
-            )
-            s.background(s.runtime.stop(live.release_id))  # traffic already moved: stop it aside
-            await s._announce(app, left)
-            await s._announce(app, restored)
-            await progress(f"Rolled back to release {target.number} {how}", 100)
-            return restored
-
-    async def restart(
-        self, principal: Principal, app_id: int, progress: Progress = _quiet
-    ) -> DeploymentRecord:
-        """Rolling restart of the live release: a surge instance first, so even a single
-        instance app keeps answering."""
-        s = self._s
-        app = (await s.apps.load(principal, app_id, "deploy.write")).app
-        async with s._locks.setdefault(app_id, asyncio.Lock()):
-            live = await s.live(app_id)
-            if live is None:
-                raise FailedPrecondition(
-                    "the app has no live release to restart", hint="deploy_app first"
-                )
-            release = s._release(app, live)
-            count = release.spec.instances
-            plan = rollout.Rollout(s.runtime, s.router, release, None, [], progress, s._sleep)
-            surge = await plan.start_one(count)
-            serving = {i.index: i for i in await s.runtime.running(release.release_id)}
-            for index in range(count):
-                others = [i for k, i in sorted(serving.items()) if k != index]
-                s.router.route(
-                    release.route,
-                    [Backend(release.release_id, 100, tuple(i.upstream for i in others))],
-                )
-                await s.runtime.stop(release.release_id, index)
-                serving[index] = await plan.start_one(index)
-                await progress(f"Restarted instance {index + 1} of {count}", 100)
-            serving.pop(surge.index, None)
-            s.router.route(
-                release.route,
-                [
-                    Backend(
-                        release.release_id,
-                        100,
-                        tuple(i.upstream for _, i in sorted(serving.items())),
-                    )
-                ],
-            )
-            await s.runtime.stop(release.release_id, surge.index)
-            record = await s.store.update(app_id, live.number, message="Restarted (rolling)")
-            await s.apps.store.update(app_id, needs_restart=False)
-            await s._announce(app, record)
-            return record
-
-    async def reconcile(self) -> tuple[int, int]:
-        """After a restart: deployments left in progress end failed (the live release kept
-        serving); live releases are re-adopted (or started again) and routed."""
-        s = self._s
-        interrupted = 0
-        for record in await s.store.in_states(states.IN_PROGRESS):
-            await s.runtime.stop(record.release_id)
-            await s.store.update(
-                record.app_id,
-                record.number,
-                state=states.FAILED,
-                message="The server restarted during this deployment; the live release "
-                "kept serving. Deploy again.",
-                traffic=0,
-            )
-            interrupted += 1
-        restored = 0
-        for record in await s.store.in_states([states.LIVE]):
-            app = await s.apps.store.get(record.app_id)
-            if app is None:
-                continue
-            unroutable = hostnames.unroutable_reason(app.name, app.tenant_id)
-            if unroutable is not None:  # never route a label another app could also have
-                log.error("not routing app %s after a restart: %s", app.id, unroutable)
-                continue
-            release = s._release(app, record)
-            instances = {i.index: i for i in await s.runtime.adopt(release)}
-            missing = [k for k in range(release.spec.instances) if k not in instances]
-            if missing:
-                try:
-                    await s.runtime.prepare(release)
-                    plan = rollout.Rollout(s.runtime, s.router, release, None, [], _quiet, s._sleep)
-                    for index in missing:
-                        instances[index] = await plan.start_one(index)
-                except (BuildFailed, rollout.RolloutFailed) as exc:
-                    log.error(
-                        "could not restart %s after a server restart: %s", release.release_id, exc
-                    )
-            if instances:
-                upstreams = tuple(i.upstream for _, i in sorted(instances.items()))
-                s.router.route(release.route, [Backend(release.release_id, 100, upstreams)])
-                restored += 1
-        return interrupted, restored
+from appdeck.platform.deploy.operations import Operations as Operations  # noqa: E402

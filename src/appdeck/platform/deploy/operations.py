@@ -1,0 +1,176 @@
+"""Rollback, restart and start-up reconciliation: the operations on an app's releases
+besides a deploy, on :class:`~appdeck.platform.deploy.engine.DeployService`'s public
+collaborators (its store, runtime, router, deploy locks and release factory)."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from appdeck.common.errors import FailedPrecondition, NotFound
+from appdeck.common.identity import Principal
+from appdeck.platform import hostnames
+from appdeck.platform.deploy import rollout, states
+from appdeck.platform.deploy.ports import Backend, BuildFailed
+from appdeck.storage.deployments import DeploymentRecord
+
+if TYPE_CHECKING:
+    from appdeck.platform.deploy.engine import DeployService, Progress
+
+log = logging.getLogger("appdeck.deploy")
+
+
+async def _quiet(message: str, traffic: int | None) -> None:
+    """No progress to report."""
+
+
+class Operations:
+    """Rollback, restart and start-up reconciliation (kept apart from the deploy path)."""
+
+    def __init__(self, service: DeployService) -> None:
+        self._s = service
+
+    async def rollback(
+        self,
+        principal: Principal,
+        app_id: int,
+        number: int | None = None,
+        progress: Progress = _quiet,
+    ) -> DeploymentRecord:
+        s = self._s
+        app = (await s.apps.load(principal, app_id, "deploy.write")).app
+        async with s.lock(app_id):
+            live = await s.live(app_id)
+            if live is None:
+                raise FailedPrecondition("the app has no live release to roll back from")
+            target_number = number if number is not None else live.previous
+            if target_number is None:
+                raise FailedPrecondition("there is no earlier release to roll back to")
+            target = await s.store.get(app_id, target_number)
+            if target is None:
+                raise NotFound(f"app {app_id} has no deployment {target_number}")
+            if target.state not in (states.SUPERSEDED, states.ROLLED_BACK):
+                raise FailedPrecondition(
+                    f"deployment {target.number} is {target.state}; only a superseded or "
+                    "rolled-back release can come back",
+                    hint="list_deployments shows which ones",
+                )
+            release = s.release_of(app, target)
+            instances = await s.runtime.running(release.release_id)
+            warm = len(instances) >= release.spec.instances
+            if not warm:
+                await progress(f"Release {target.number} is cold: starting it", 0)
+                await s.runtime.stop(release.release_id)
+                await s.runtime.prepare(release)
+                plan = s.plan(release, progress)
+                for index in range(release.spec.instances):
+                    await plan.start_one(index)
+                instances = plan.started
+            s.router.route(
+                release.route,
+                [Backend(release.release_id, 100, tuple(i.upstream for i in instances))],
+            )
+            how = "instantly (it was still warm)" if warm else "after starting it again"
+            restored = await s.store.update(
+                app_id, target.number, state=states.LIVE, message=f"Live again {how}", traffic=100
+            )
+            left = await s.store.update(
+                app_id,
+                live.number,
+                state=states.ROLLED_BACK,
+                message=f"Rolled back to {target.number}",
+                traffic=0,
+            )
+            s.background(s.runtime.stop(live.release_id))  # traffic already moved: stop it aside
+            await s.announce(app, left)
+            await s.announce(app, restored)
+            await progress(f"Rolled back to release {target.number} {how}", 100)
+            return restored
+
+    async def restart(
+        self, principal: Principal, app_id: int, progress: Progress = _quiet
+    ) -> DeploymentRecord:
+        """Rolling restart of the live release: a surge instance first, so even a single
+        instance app keeps answering."""
+        s = self._s
+        app = (await s.apps.load(principal, app_id, "deploy.write")).app
+        async with s.lock(app_id):
+            live = await s.live(app_id)
+            if live is None:
+                raise FailedPrecondition(
+                    "the app has no live release to restart", hint="deploy_app first"
+                )
+            release = s.release_of(app, live)
+            count = release.spec.instances
+            plan = s.plan(release, progress)
+            surge = await plan.start_one(count)
+            serving = {i.index: i for i in await s.runtime.running(release.release_id)}
+            for index in range(count):
+                others = [i for k, i in sorted(serving.items()) if k != index]
+                s.router.route(
+                    release.route,
+                    [Backend(release.release_id, 100, tuple(i.upstream for i in others))],
+                )
+                await s.runtime.stop(release.release_id, index)
+                serving[index] = await plan.start_one(index)
+                await progress(f"Restarted instance {index + 1} of {count}", 100)
+            serving.pop(surge.index, None)
+            s.router.route(
+                release.route,
+                [
+                    Backend(
+                        release.release_id,
+                        100,
+                        tuple(i.upstream for _, i in sorted(serving.items())),
+                    )
+                ],
+            )
+            await s.runtime.stop(release.release_id, surge.index)
+            record = await s.store.update(app_id, live.number, message="Restarted (rolling)")
+            await s.apps.store.update(app_id, needs_restart=False)
+            await s.announce(app, record)
+            return record
+
+    async def reconcile(self) -> tuple[int, int]:
+        """After a restart: deployments left in progress end failed (the live release kept
+        serving); live releases are re-adopted (or started again) and routed."""
+        s = self._s
+        interrupted = 0
+        for record in await s.store.in_states(states.IN_PROGRESS):
+            await s.runtime.stop(record.release_id)
+            await s.store.update(
+                record.app_id,
+                record.number,
+                state=states.FAILED,
+                message="The server restarted during this deployment; the live release "
+                "kept serving. Deploy again.",
+                traffic=0,
+            )
+            interrupted += 1
+        restored = 0
+        for record in await s.store.in_states([states.LIVE]):
+            app = await s.apps.store.get(record.app_id)
+            if app is None:
+                continue
+            unroutable = hostnames.unroutable_reason(app.name, app.tenant_id)
+            if unroutable is not None:  # never route a label another app could also have
+                log.error("not routing app %s after a restart: %s", app.id, unroutable)
+                continue
+            release = s.release_of(app, record)
+            instances = {i.index: i for i in await s.runtime.adopt(release)}
+            missing = [k for k in range(release.spec.instances) if k not in instances]
+            if missing:
+                try:
+                    await s.runtime.prepare(release)
+                    plan = s.plan(release, _quiet)
+                    for index in missing:
+                        instances[index] = await plan.start_one(index)
+                except (BuildFailed, rollout.RolloutFailed) as exc:
+                    log.error(
+                        "could not restart %s after a server restart: %s", release.release_id, exc
+                    )
+            if instances:
+                upstreams = tuple(i.upstream for _, i in sorted(instances.items()))
+                s.router.route(release.route, [Backend(release.release_id, 100, upstreams)])
+                restored += 1
+        return interrupted, restored
