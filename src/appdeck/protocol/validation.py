@@ -99,71 +99,94 @@ def _compile(schema: Any) -> Check:
 
 def _keyword(key: str, value: Any) -> Check:
     """The check of one assertion keyword; raises Unsupported for any other."""
-    if key == "type":
-        names = [value] if isinstance(value, str) else value
-        if not isinstance(names, list) or not all(n in _TYPES for n in names):
-            raise Unsupported
-        tests = [_TYPES[n] for n in names]
-        if len(tests) == 1:
-            return tests[0]
+    if key in _SIZES and isinstance(value, int) and not isinstance(value, bool):
+        return _size(key, value)
+    if key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum") and _num(value):
+        return _bound(key, value)
+    if key in ("anyOf", "oneOf") and isinstance(value, list) and value:
+        return _combined(key, [_compile(sub) for sub in value])
+    build = _KEYWORDS.get(key)
+    if build is None:
+        raise Unsupported
+    return build(value)
 
-        def any_type(v: Any) -> bool:
-            return any(f(v) for f in tests)
 
-        return any_type
-    if (
-        key == "enum"
-        and isinstance(value, list)
-        and value
-        and all(isinstance(a, str) for a in value)
-    ):
+def _type(value: Any) -> Check:
+    names = [value] if isinstance(value, str) else value
+    if not isinstance(names, list) or not all(n in _TYPES for n in names):
+        raise Unsupported
+    tests = [_TYPES[n] for n in names]
+    if len(tests) == 1:
+        return tests[0]
+
+    def any_type(v: Any) -> bool:
+        return any(f(v) for f in tests)
+
+    return any_type
+
+
+def _enum(value: Any) -> Check:
+    if not isinstance(value, list):
+        raise Unsupported
+    if value and all(isinstance(a, str) for a in value):
         strings = frozenset(value)  # the common case (actions, roles, states): one set lookup
 
         def string_enum(v: Any) -> bool:
             return isinstance(v, str) and v in strings
 
         return string_enum
-    if key == "enum" and isinstance(value, list):
-        allowed: list[Any] = value
+    allowed: list[Any] = value
 
-        def enum(v: Any) -> bool:
-            return any(_same(v, a) for a in allowed)
+    def enum(v: Any) -> bool:
+        return any(_same(v, a) for a in allowed)
 
-        return enum
-    if key == "const":
+    return enum
 
-        def const(v: Any) -> bool:
-            return _same(v, value)
 
-        return const
-    if key in _SIZES and isinstance(value, int) and not isinstance(value, bool):
-        return _size(key, value)
-    if key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum") and _num(value):
-        return _bound(key, value)
-    if key == "items":
-        item = _compile(value)
+def _const(value: Any) -> Check:
+    def const(v: Any) -> bool:
+        return _same(v, value)
 
-        def items(v: Any) -> bool:
-            return not isinstance(v, list) or all(item(i) for i in v)
+    return const
 
-        return items
-    if key == "pattern" and isinstance(value, str):
-        search = re.compile(value).search
 
-        def pattern(v: Any) -> bool:
-            return not isinstance(v, str) or search(v) is not None
+def _items(value: Any) -> Check:
+    item = _compile(value)
 
-        return pattern
-    if key in ("anyOf", "oneOf") and isinstance(value, list) and value:
-        return _combined(key, [_compile(sub) for sub in value])
-    if key == "propertyNames":
-        name = _compile(value)
+    def items(v: Any) -> bool:
+        return not isinstance(v, list) or all(item(i) for i in v)
 
-        def names(v: Any) -> bool:
-            return not isinstance(v, dict) or all(name(k) for k in v)
+    return items
 
-        return names
-    raise Unsupported
+
+def _pattern(value: Any) -> Check:
+    if not isinstance(value, str):
+        raise Unsupported
+    search = re.compile(value).search
+
+    def pattern(v: Any) -> bool:
+        return not isinstance(v, str) or search(v) is not None
+
+    return pattern
+
+
+def _property_names(value: Any) -> Check:
+    name = _compile(value)
+
+    def names(v: Any) -> bool:
+        return not isinstance(v, dict) or all(name(k) for k in v)
+
+    return names
+
+
+_KEYWORDS: dict[str, Callable[[Any], Check]] = {
+    "type": _type,
+    "enum": _enum,
+    "const": _const,
+    "items": _items,
+    "pattern": _pattern,
+    "propertyNames": _property_names,
+}
 
 
 def _combined(key: str, branches: list[Check]) -> Check:

@@ -262,129 +262,168 @@ class IngressProxy:
         accept: bytes,
         started: float,
     ) -> None:
+        got = await self._request(
+            method, receive, send, resolved, counter, head, body, streamed, rechunk, accept, started
+        )
+        if got is None:
+            return  # a page was sent instead, or the client left
+        conn, pool, upstream = got
+        finished = False
+        try:
+            finished = await self._respond(
+                conn, receive, send, resolved, counter, upstream, started
+            )
+        finally:
+            self._active.discard(conn)
+            if finished:
+                pool.release(conn)
+            else:
+                conn.close()
+
+    async def _request(
+        self,
+        method: str,
+        receive: Receive,
+        send: Send,
+        resolved: Resolved,
+        counter: ReleaseCounter,
+        head: bytes,
+        body: bytes,
+        streamed: bool,
+        rechunk: bool,
+        accept: bytes,
+        started: float,
+    ) -> tuple[_Connection, _Pool, str] | None:
+        """Send the request and wait for the response's headers: to the next instance when
+        the first refuses the connection, and again on a fresh connection when a pooled one
+        was closed under us (only an idempotent request whose body is still in hand: RFC 9110
+        9.2.2, as Go's http.Transport decides). None when a page was sent instead."""
         config = self.config
-        upstream = resolved.upstream
-        fallback = resolved.fallback
+        upstream, fallback = resolved.upstream, resolved.fallback
         fresh = False
-        # the request may go again when a pooled connection turns out closed: idempotent
-        # (RFC 9110 9.2.2) and its body still in hand (as Go's http.Transport decides)
         replayable = not streamed and method in _IDEMPOTENT
         conn: _Connection | None = None
-        pool: _Pool | None = None
-        finished = False
+        try:
+            while True:
+                pool = self._pool(upstream)
+                try:
+                    conn, reused = (await pool.connect(), False) if fresh else await pool.acquire()
+                except (_ConnectFailed, _ConnectTimeout) as exc:
+                    if fallback is None:
+                        raise
+                    log.warning(
+                        "ingress: %s; trying %s (app %s, release %s)",
+                        exc,
+                        fallback,
+                        resolved.route,
+                        resolved.backend.release_id,
+                    )
+                    upstream, fallback = fallback, None
+                    continue
+                self._active.add(conn)
+                conn.head = method == "HEAD"
+                if streamed:
+                    conn.send(head + (_chunk(body, False) if rechunk else body))
+                    await upload(conn, receive, len(body), rechunk, config)
+                elif len(body) < 65536:
+                    conn.send(head + body)
+                else:
+                    conn.send(head)
+                    conn.send(body)
+                try:
+                    await conn.response(config.response_timeout)
+                    return conn, pool, upstream
+                except _Closed:
+                    if not reused or conn.received or not replayable:
+                        raise
+                    # a pooled connection the app closed as we sent: again, on a new one
+                    self._active.discard(conn)
+                    conn.close()
+                    conn = None
+                    fresh = True
+        except UpstreamError as exc:
+            counter.record(exc.status, time.perf_counter() - started, True)
+            log.warning(
+                "ingress: %s (app %s, release %s, upstream %s)",
+                exc,
+                resolved.route,
+                resolved.backend.release_id,
+                upstream,
+            )
+            self._drop(conn)
+            await send_page(
+                send,
+                exc.status,
+                exc.code,
+                f"app {resolved.route}: {exc}",
+                accept,
+                app=resolved.route,
+                release=resolved.backend.release_id,
+            )
+        except _TooLarge:
+            self._drop(conn)
+            await self._too_large(send, accept)
+        except _ClientGone:
+            self._drop(conn)
+        except BaseException:
+            self._drop(conn)
+            raise
+        return None
+
+    def _drop(self, conn: _Connection | None) -> None:
+        if conn is not None:
+            self._active.discard(conn)
+            conn.close()
+
+    async def _respond(
+        self,
+        conn: _Connection,
+        receive: Receive,
+        send: Send,
+        resolved: Resolved,
+        counter: ReleaseCounter,
+        upstream: str,
+        started: float,
+    ) -> bool:
+        """Relay the response: its headers, then the body as it comes. True when it went
+        through whole (the connection may then be reused)."""
+        config = self.config
+        status = conn.status
+        headers = response_headers(conn.headers, status)
+        if config.release_header:
+            headers.append((b"x-appdeck-release", resolved.backend.release_id.encode()))
+        counter.record(status, time.perf_counter() - started)
+        await send({"type": "http.response.start", "status": status, "headers": headers})
         watcher: asyncio.Task[None] | None = None
         try:
-            # 1. send the request; wait for the response headers
-            try:
-                while True:
-                    pool = self._pool(upstream)
-                    try:
-                        if fresh:
-                            conn, reused = await pool.connect(), False
-                        else:
-                            conn, reused = await pool.acquire()
-                    except (_ConnectFailed, _ConnectTimeout) as exc:
-                        if fallback is None:
-                            raise
-                        log.warning(
-                            "ingress: %s; trying %s (app %s, release %s)",
-                            exc,
-                            fallback,
-                            resolved.route,
-                            resolved.backend.release_id,
-                        )
-                        upstream, fallback = fallback, None
-                        continue
-                    self._active.add(conn)
-                    conn.head = method == "HEAD"
-                    if streamed:
-                        conn.send(head + (_chunk(body, False) if rechunk else body))
-                        await upload(conn, receive, len(body), rechunk, config)
-                    elif len(body) < 65536:
-                        conn.send(head + body)
-                    else:
-                        conn.send(head)
-                        conn.send(body)
-                    try:
-                        await conn.response(config.response_timeout)
-                        break
-                    except _Closed:
-                        if not reused or conn.received or not replayable:
-                            raise
-                        # a pooled connection the app closed as we sent: again, on a new one
-                        self._active.discard(conn)
-                        conn.close()
-                        conn = None
-                        fresh = True
-            except UpstreamError as exc:
-                counter.record(exc.status, time.perf_counter() - started, True)
+            while True:
+                if watcher is None and not conn.chunks and not conn.complete:
+                    # a body still to come: notice the client leaving meanwhile
+                    watcher = asyncio.create_task(watch(receive, conn))
+                data, done = await conn.read(config.idle_timeout)
+                await send({"type": "http.response.body", "body": data, "more_body": not done})
+                if done:
+                    return True
+        except _ShuttingDown:
+            if _ends_cleanly(headers):  # an event stream: the client reconnects later
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            else:
+                counter.aborted += 1
+        except (UpstreamError, _ClientGone) as exc:
+            counter.aborted += 1
+            if isinstance(exc, UpstreamError):
                 log.warning(
-                    "ingress: %s (app %s, release %s, upstream %s)",
+                    "ingress: response cut short: %s (app %s, release %s, upstream %s)",
                     exc,
                     resolved.route,
                     resolved.backend.release_id,
                     upstream,
                 )
-                await send_page(
-                    send,
-                    exc.status,
-                    exc.code,
-                    f"app {resolved.route}: {exc}",
-                    accept,
-                    app=resolved.route,
-                    release=resolved.backend.release_id,
-                )
-                return
-            except _TooLarge:
-                await self._too_large(send, accept)
-                return
-            except _ClientGone:
-                return
-
-            # 2. the response: headers, then the body as it comes
-            assert conn is not None
-            status = conn.status
-            headers = response_headers(conn.headers, status)
-            if config.release_header:
-                headers.append((b"x-appdeck-release", resolved.backend.release_id.encode()))
-            counter.record(status, time.perf_counter() - started)
-            await send({"type": "http.response.start", "status": status, "headers": headers})
-            try:
-                while True:
-                    if watcher is None and not conn.chunks and not conn.complete:
-                        # a body still to come: notice the client leaving meanwhile
-                        watcher = asyncio.create_task(watch(receive, conn))
-                    data, done = await conn.read(config.idle_timeout)
-                    await send({"type": "http.response.body", "body": data, "more_body": not done})
-                    if done:
-                        break
-            except _ShuttingDown:
-                if _ends_cleanly(headers):  # an event stream: the client reconnects later
-                    await send({"type": "http.response.body", "body": b"", "more_body": False})
-                else:
-                    counter.aborted += 1
-                return
-            except (UpstreamError, _ClientGone) as exc:
-                counter.aborted += 1
-                if isinstance(exc, UpstreamError):
-                    log.warning(
-                        "ingress: response cut short: %s (app %s, release %s, upstream %s)",
-                        exc,
-                        resolved.route,
-                        resolved.backend.release_id,
-                        upstream,
-                    )
-                return  # the response is left incomplete: the server drops the connection
-            finished = True
+            # the response is left incomplete: the server drops the connection
         finally:
             if watcher is not None:
                 watcher.cancel()
-            if conn is not None:
-                self._active.discard(conn)
-                if finished and pool is not None:
-                    pool.release(conn)
-                else:
-                    conn.close()
+        return False
 
     async def _miss(self, host: bytes, accept: bytes, send: Send) -> None:
         if not host:
