@@ -28,6 +28,7 @@ from appdeck import logs
 from appdeck.app import Services
 from appdeck.protocol.registry import ToolDef
 from appdeck.settings import Settings
+from appdeck.transport.http11 import CoalescingHttpToolsProtocol
 from appdeck.tuning import tune_gc
 
 ECHO_SCHEMA = {
@@ -89,7 +90,7 @@ async def serve(args: argparse.Namespace, data_dir: Path) -> None:
         tmp.replace(args.token_file)
     config = uvicorn.Config(
         services.asgi(),
-        http="httptools",
+        http=CoalescingHttpToolsProtocol,  # as appdeck serve runs it
         loop="uvloop",
         lifespan="off",
         access_log=False,

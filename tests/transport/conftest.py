@@ -15,6 +15,7 @@ from appdeck.common.identity import Principal
 from appdeck.protocol.context import ToolContext
 from appdeck.protocol.registry import ResourceTemplateDef, ToolDef
 from appdeck.settings import Settings
+from appdeck.transport.http11 import CoalescingHttpToolsProtocol
 from tests.support.mcp import TokenTable
 from tests.support.wait import until
 
@@ -91,6 +92,7 @@ async def live(services: Services) -> AsyncIterator[httpx.AsyncClient]:
     port = sock.getsockname()[1]
     config = uvicorn.Config(
         services.asgi(),
+        http=CoalescingHttpToolsProtocol,  # as appdeck serve runs it
         lifespan="off",
         log_config=None,
         access_log=False,

@@ -159,7 +159,7 @@ class AuditLog:
             log.error("audit queue full; dropping a record (%s)", row.get("event"))
             return
         queue.append(row)
-        if len(queue) >= self._batch:
+        if len(queue) == self._batch:  # on crossing only: Event.set() takes a lock
             self._wake.set()
 
     def tool_called(
@@ -289,13 +289,13 @@ class AuditLog:
     def _past_deadline(self) -> bool:
         return self._deadline is not None and time.monotonic() >= self._deadline
 
-    def _take(self) -> tuple[list[Row], list[concurrent.futures.Future[None]]]:
-        """Up to ``batch`` rows from the front of the queue, and the flush markers among them
-        (they are set once the rows before them are written)."""
+    def _take(self, limit: int) -> tuple[list[Row], list[concurrent.futures.Future[None]]]:
+        """Up to ``limit`` items from the front of the queue: the rows, and the flush markers
+        among them (set once the rows before them are written)."""
         rows: list[Row] = []
         markers: list[concurrent.futures.Future[None]] = []
         queue = self._queue
-        while queue and len(rows) < self._batch:
+        for _ in range(min(limit, len(queue))):
             item = queue.popleft()
             if type(item) is dict:
                 rows.append(item)
@@ -305,12 +305,17 @@ class AuditLog:
         return rows, markers
 
     async def _drain(self, sink: WriterSink) -> None:
+        """Write what was queued when the writer woke, in batches; what comes meanwhile waits
+        for the next wake (so a busy server writes full batches, not a trickle of small ones)."""
         pause = self._flush_seconds
-        while self._queue:
-            rows, markers = self._take()
+        budget = len(self._queue)
+        while budget > 0:
+            rows, markers = self._take(min(self._batch, budget))
+            budget -= len(rows) + len(markers)
             left = await self._write(sink, rows) if rows else rows
             if left:  # the database does not answer: put the rows back and wait for it
                 self._queue.extendleft(reversed([*left, *markers]))
+                budget += len(left) + len(markers)
                 if self._past_deadline():
                     return  # closing, and the database stayed away: close() counts the loss
                 await asyncio.sleep(pause)

@@ -90,6 +90,13 @@ def _compile(schema: Any) -> Check:
         checks.append(_object(schema))
     if len(checks) == 1:
         return checks[0]
+    if len(checks) == 2:  # the common case (type + properties): no generator per call
+        first, second = checks
+
+        def both(v: Any) -> bool:
+            return first(v) and second(v)
+
+        return both
 
     def every(v: Any) -> bool:
         return all(f(v) for f in checks)

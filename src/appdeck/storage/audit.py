@@ -1,22 +1,26 @@
 """The audit log table: appended in batches, read newest-last by ``appdeck audit tail``.
 
-The server's rows are written by ``auth.audit.AuditLog``'s writer thread through a store of its
-own (:meth:`AuditStore.opener`): an engine created on that thread's event loop, so the writes
-never share a connection, or a loop, with the request path.
+The server's rows are written by ``auth.audit.AuditLog``'s writer thread through a sink of its
+own (:meth:`AuditStore.opener`), so the writes never share a connection, or an event loop, with
+the request path: on SQLite the stdlib driver on a connection of its own (:class:`SqliteWriter`:
+no driver thread, no loop hand-offs, no SQLAlchemy per row), on PostgreSQL an engine created on
+the writer thread's own event loop.
 """
 
 from __future__ import annotations
 
 import operator
+import sqlite3
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import orjson
 import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite
+from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from appdeck.storage.engine import create_engine
+from appdeck.storage.engine import SQLITE_BUSY_TIMEOUT_MS, create_engine
 from appdeck.storage.schema import audit_log
 
 COLUMNS = tuple(c.name for c in audit_log.columns if c.name != "id")
@@ -47,16 +51,21 @@ class AuditStore:
         self._owns_engine = owns_engine
 
     @staticmethod
-    def opener(url: str) -> Callable[[], Awaitable[AuditStore]]:
-        """Opens a store with an engine of its own on the calling event loop (the audit
-        writer thread's), for an already migrated database at ``url``."""
+    def opener(url: str) -> Callable[[], Awaitable[AuditStore | SqliteWriter]]:
+        """Opens a sink with a connection of its own, on the calling thread and event loop
+        (the audit writer's), for the already migrated database at ``url``."""
+        parsed = make_url(url)
 
-        async def open_store() -> AuditStore:
-            store = AuditStore(create_engine(url), owns_engine=True)
-            await store.ping()
-            return store
+        async def open_sink() -> AuditStore | SqliteWriter:
+            sink: AuditStore | SqliteWriter
+            if parsed.get_backend_name() == "sqlite":
+                sink = SqliteWriter(str(parsed.database))
+            else:
+                sink = AuditStore(create_engine(url), owns_engine=True)
+            await sink.ping()
+            return sink
 
-        return open_store
+        return open_sink
 
     async def ping(self) -> None:
         """Return when the database answers; raise when it does not."""
@@ -96,3 +105,32 @@ class AuditStore:
         async with self._engine.connect() as conn:
             rows = [dict(r) for r in (await conn.execute(query)).mappings()]
         return rows[::-1]
+
+
+class SqliteWriter:
+    """Appends audit rows through the stdlib driver, on a connection that only the audit
+    writer thread uses (the file is in WAL mode already: the server's engine set it)."""
+
+    def __init__(self, path: str) -> None:
+        self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self._conn.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        self._conn.execute("PRAGMA synchronous = NORMAL")
+
+    async def append(self, rows: Sequence[dict[str, Any]]) -> None:
+        if not rows:
+            return
+        values = [_tuple(row) for row in rows]
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.executemany(_SQLITE_INSERT, values)
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    async def ping(self) -> None:
+        self._conn.execute("SELECT 1").fetchall()
+
+    async def close(self) -> None:
+        self._conn.close()
