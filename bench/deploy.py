@@ -1,22 +1,32 @@
 """Deploy timings with real app processes: time from deploy to live for each strategy, and
-the rollback switch while the old release is warm (target under 100 ms).
+the rollback switch while the old release is warm (target under 100 ms); sandboxed, not, or
+both in the same run.
 
-    .venv/bin/python bench/deploy.py [--rounds 3]
+    .venv/bin/python bench/deploy.py [--rounds 3] [--sandbox on|off|both]
 
 Runs the platform in-process (as appdeck serve does) with the fixture app
 tests/fixtures/apps/hello, 2 instances, health check /healthz; canary steps 20% then 100%
 with a 1 s analysis window (the window dominates the canary's time by design).
+
+``--sandbox both`` starts one platform per setting (``Settings.sandbox`` ``off`` and ``on``,
+each with its own data dir) and interleaves them: every round runs each strategy on both,
+alternating which goes first. Every app is deployed once before timing, so every timed
+deploy replaces a live release. The app runs as ``python3 app.py``: ``PATH`` is set to the
+system's (:func:`use_system_python`), so that ``python3`` is the same interpreter inside the
+sandbox and outside it (a pyenv shim on the server's ``PATH`` would add its own start-up).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from appdeck.app import Services
@@ -25,10 +35,36 @@ from appdeck.common.identity import Principal
 from appdeck.settings import Settings
 
 HELLO = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "apps" / "hello"
+STRATEGIES = ("recreate", "rolling", "blue_green", "canary")
+SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
+RUN_COMMAND = "python3 app.py"
 
 
-async def main(rounds: int) -> None:
-    work = Path(tempfile.mkdtemp(prefix="appdeck-bench-"))
+def use_system_python() -> None:
+    """``python3`` resolves to the system interpreter for unsandboxed apps too (the sandbox's
+    ``PATH`` is fixed: ``/usr/local/bin:/usr/bin:/bin`` after the workspace's own)."""
+    os.environ["PATH"] = SYSTEM_PATH
+
+
+@dataclass
+class Timings:
+    """One platform's figures (seconds)."""
+
+    deploys: dict[str, list[float]] = field(default_factory=dict)
+    switches: list[float] = field(default_factory=list)
+
+
+@dataclass
+class _Platform:
+    mode: str
+    work: Path
+    services: Services
+    who: Principal
+    app_id: int
+
+
+async def _open(mode: str) -> _Platform:
+    work = Path(tempfile.mkdtemp(prefix=f"appdeck-bench-deploy-{mode}-"))
     shutil.copytree(HELLO, work / "src" / "hello")
     settings = Settings.model_validate(
         {
@@ -36,58 +72,94 @@ async def main(rounds: int) -> None:
             "source_roots": [work / "src"],
             "ingress_port": 0,
             "log_level": "warning",
+            "sandbox": mode,
         }
     )
     services = await Services.start(settings)
     platform = services.platform
     assert platform is not None
+    admin = IdentityAdmin(services.identities)
+    await admin.create_tenant("bench")
+    user = await admin.create_user("bench", "bench", None, role="admin")
+    who = Principal("bench", user.id, kind="oauth")
+    spec = {
+        "source_path": str(work / "src" / "hello"),
+        "run_command": RUN_COMMAND,
+        "health_check": {"path": "/healthz", "timeout_s": 2},
+        "instances": 2,
+        "canary": {"percent": 20, "steps": [20, 100], "analysis_window_s": 1.0},
+    }
+    app = (await platform.apps.register(who, "bench", spec)).app
+    opened = _Platform(mode, work, services, who, app.id)
+    await _deploy(opened, "rolling")  # a live release for the first timed deploy to replace
+    return opened
+
+
+async def _deploy(p: _Platform, strategy: str) -> float:
+    deploys = p.services.platform.deploys  # type: ignore[union-attr]
+    start = time.perf_counter()
+    record = await deploys.run(*await deploys.create(p.who, p.app_id, strategy))
+    elapsed = time.perf_counter() - start
+    assert record.state == "live", (p.mode, strategy, record.status_message)
+    return elapsed
+
+
+async def _switch(p: _Platform) -> float:
+    await _deploy(p, "blue_green")
+    start = time.perf_counter()
+    await p.services.platform.ops.rollback(p.who, p.app_id)  # type: ignore[union-attr]
+    elapsed = time.perf_counter() - start
+    await _deploy(p, "rolling")
+    return elapsed
+
+
+async def measure(modes: Sequence[str], rounds: int) -> dict[str, Timings]:
+    """Deploy-to-live per strategy and warm rollbacks for each sandbox setting in ``modes``,
+    interleaved round by round."""
+    use_system_python()
+    platforms: list[_Platform] = []
+    results = {mode: Timings() for mode in modes}
     try:
-        admin = IdentityAdmin(services.identities)
-        await admin.create_tenant("bench")
-        user = await admin.create_user("bench", "bench", None, role="admin")
-        who = Principal("bench", user.id, kind="oauth")
-        spec = {
-            "source_path": str(work / "src" / "hello"),
-            "run_command": f"{sys.executable} app.py",
-            "health_check": {"path": "/healthz", "timeout_s": 2},
-            "instances": 2,
-            "canary": {"percent": 20, "steps": [20, 100], "analysis_window_s": 1.0},
-        }
-        app = (await platform.apps.register(who, "bench", spec)).app
-        times: dict[str, list[float]] = {}
-        for _ in range(rounds):
-            for strategy in ("recreate", "rolling", "blue_green", "canary"):
-                start = time.perf_counter()
-                record = await platform.deploys.run(
-                    *await platform.deploys.create(who, app.id, strategy)
-                )
-                assert record.state == "live", (strategy, record.status_message)
-                times.setdefault(strategy, []).append(time.perf_counter() - start)
-        switches = []
-        for _ in range(rounds):
-            await platform.deploys.run(*await platform.deploys.create(who, app.id, "blue_green"))
-            start = time.perf_counter()
-            await platform.ops.rollback(who, app.id)
-            switches.append(time.perf_counter() - start)
-            await platform.deploys.run(*await platform.deploys.create(who, app.id, "rolling"))
-        print(f"deploy to live, 2 instances, median of {rounds} (first deploy excluded by order):")
-        for strategy, values in times.items():
+        for mode in modes:
+            platforms.append(await _open(mode))
+        for round_no in range(rounds):
+            order = platforms if round_no % 2 == 0 else platforms[::-1]
+            for strategy in STRATEGIES:
+                for p in order:
+                    elapsed = await _deploy(p, strategy)
+                    results[p.mode].deploys.setdefault(strategy, []).append(elapsed)
+        for round_no in range(rounds):
+            order = platforms if round_no % 2 == 0 else platforms[::-1]
+            for p in order:
+                results[p.mode].switches.append(await _switch(p))
+    finally:
+        for p in platforms:
+            await p.services.stop(stop_apps=True)
+            shutil.rmtree(p.work, ignore_errors=True)
+    return results
+
+
+def report(results: dict[str, Timings], rounds: int) -> None:
+    print(f"deploy to live, 2 instances, median of {rounds} (each replaces a live release):")
+    for mode, timings in results.items():
+        for strategy, values in timings.deploys.items():
             print(
-                f"  {strategy:10s} {statistics.median(values) * 1000:8.0f} ms  (all: "
-                + ", ".join(f"{v * 1000:.0f}" for v in values)
-                + ")"
+                f"  sandbox {mode:3s} {strategy:10s} {statistics.median(values) * 1000:8.0f} ms"
+                "  (all: " + ", ".join(f"{v * 1000:.0f}" for v in values) + ")"
             )
+    for mode, timings in results.items():
         print(
-            f"rollback to a warm release: median {statistics.median(switches) * 1000:.1f} ms (all: "
-            + ", ".join(f"{v * 1000:.1f}" for v in switches)
+            f"rollback to a warm release, sandbox {mode}: median "
+            f"{statistics.median(timings.switches) * 1000:.1f} ms (all: "
+            + ", ".join(f"{v * 1000:.1f}" for v in timings.switches)
             + ")"
         )
-    finally:
-        await services.stop(stop_apps=True)
-        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=3)
-    asyncio.run(main(parser.parse_args().rounds))
+    parser.add_argument("--sandbox", choices=["on", "off", "both"], default="on")
+    args = parser.parse_args()
+    chosen = ("off", "on") if args.sandbox == "both" else (args.sandbox,)
+    report(asyncio.run(measure(chosen, args.rounds)), args.rounds)
