@@ -56,6 +56,10 @@ SERVERS: dict[str, tuple[Path, list[str], bool]] = {
     "AppDeck-anon": (BENCH / "appdeck_server.py", ["--auth", "anonymous"], False),
     "SDK": (BENCH / "sdk_server.py", [], False),
 }
+BASELINE = "AppDeck-base"
+"""With ``--baseline DIR``: the AppDeck server of another checkout (``DIR``, e.g. a
+``git worktree`` of an older commit), run in the same rounds for a before/after comparison."""
+BASELINE_DIR: Path | None = None
 # One body per method; %d is the JSON-RPC id (unique per request: the SDK routes responses by id).
 BODIES = {
     "tools/call": (
@@ -268,13 +272,21 @@ class ServerProc:
         stem = f"{self.name.lower()}-{self.port}"
         self.log = WORK / f"{stem}.log"
         script, extra, wants_token = SERVERS[self.name]
+        env = None
+        if self.name == BASELINE and BASELINE_DIR is not None:
+            script = BASELINE_DIR / "bench" / "appdeck_server.py"
+            # its own package first on the path; an ingress port of its own
+            env = {**os.environ, "PYTHONPATH": str(BASELINE_DIR / "src")}
+            env["APPDECK_INGRESS_PORT"] = "0"
         token_file = WORK / f"{stem}.token"
         token_file.unlink(missing_ok=True)
         if wants_token:
             extra = [*extra, "--token-file", str(token_file)]
         cmd = [*taskset(self.cpu), sys.executable, str(script), "--port", str(self.port), *extra]
         with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+            self.proc = subprocess.Popen(
+                cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=env
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -734,12 +746,28 @@ def main() -> None:
         default=["AppDeck", "SDK"],
         help="servers for the memory part (default AppDeck,SDK)",
     )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        help=f"another checkout (git worktree add DIR COMMIT): adds the throughput server "
+        f"{BASELINE}, that checkout's AppDeck server, for a before/after in the same rounds",
+    )
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--skip-memory", action="store_true")
     parser.add_argument("--json", type=Path, default=WORK / "results.json", help="raw results file")
     args = parser.parse_args()
-    global NICE
+    global NICE, BASELINE_DIR
     NICE = args.nice
+    if args.baseline is not None:
+        BASELINE_DIR = args.baseline.resolve()
+        SERVERS[BASELINE] = (
+            BASELINE_DIR / "bench" / "appdeck_server.py",
+            ["--auth", "bearer"],
+            True,
+        )
+        if BASELINE not in args.servers:
+            args.servers.insert(args.servers.index("SDK") if "SDK" in args.servers else 0, BASELINE)
     unknown = {*args.servers, *args.memory_servers} - set(SERVERS)
     if unknown:
         parser.error(f"unknown server(s) {sorted(unknown)}; choose from {list(SERVERS)}")

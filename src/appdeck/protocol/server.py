@@ -74,6 +74,16 @@ class ServerInfo:
     )
 
 
+class _InFlight:
+    """A running tools/call: its task, and whether the client cancelled it."""
+
+    __slots__ = ("cancelled", "task")
+
+    def __init__(self, task: asyncio.Task[Any]) -> None:
+        self.task = task
+        self.cancelled = False
+
+
 class RequestCancelled(Exception):
     """The client cancelled the request (notifications/cancelled): no response is sent."""
 
@@ -102,7 +112,7 @@ class McpServer:
         self.resource_metadata_url = resource_metadata_url
         """Named in the step-up challenge of a tool refused for its scope (RFC 9728)."""
         self.requests = OutgoingRequests(client_request_timeout)
-        self._inflight: dict[tuple[str, Any], tuple[asyncio.Task[Any], list[bool]]] = {}
+        self._inflight: dict[tuple[str, Any], _InFlight] = {}
         self.tools = ToolsFeature(self)
         self.resources = ResourcesFeature(self)
         self.prompts = PromptsFeature(self)
@@ -245,20 +255,16 @@ class McpServer:
             raise SessionRequired("Bad Request: Mcp-Session-Id header is required")
         if method != "tools/call" or session is None:
             return await handler(message, call)
-        return await self._cancellable(message, call, handler, session)
-
-    async def _cancellable(
-        self, message: JsonObject, call: Call, handler: Handler, session: Session
-    ) -> JsonObject:
+        # a tools/call may be cancelled (notifications/cancelled): note the task running it
         key = (session.id, message["id"])
         current = asyncio.current_task()
-        flag = [False]
-        if current is not None:
-            self._inflight[key] = (current, flag)
+        if current is None:
+            return await handler(message, call)
+        entry = self._inflight[key] = _InFlight(current)
         try:
             return await handler(message, call)
         except asyncio.CancelledError:
-            if flag[0] and current is not None and current.uncancel() == 0:
+            if entry.cancelled and current.uncancel() == 0:
                 raise RequestCancelled from None
             raise
         finally:
@@ -279,9 +285,8 @@ class McpServer:
                 return
             entry = self._inflight.get((session.id, target))
             if entry is not None and call.principal is not None:
-                task, flag = entry
-                flag[0] = True
-                task.cancel()
+                entry.cancelled = True
+                entry.task.cancel()
         # notifications/progress, roots/list_changed and unknown notifications are ignored.
 
     async def handle_response(self, message: JsonObject, call: Call) -> None:
