@@ -82,4 +82,4 @@ async def world(database_url: str, tmp_path: Path) -> AsyncIterator[World]:
     transport = httpx.ASGITransport(app=services.asgi())
     async with httpx.AsyncClient(transport=transport, base_url=services.base_url) as client:
         yield World(services, client, admin, source)
-    await services.stop()
+    await services.stop(stop_apps=True)  # apps outlive a server by design: not a test's
