@@ -44,10 +44,10 @@ from appdeck.storage.audit import AuditStore
 from appdeck.storage.identity import IdentityStore
 from appdeck.storage.oauth import OAuthStore
 from appdeck.tools import register_all as register_tools
-from appdeck.transport.responses import ASGIApp
 from appdeck.transport.guard import Guard
 from appdeck.transport.hub import StreamHub
 from appdeck.transport.mcp_http import HttpSettings, McpHttpApp
+from appdeck.transport.responses import ASGIApp
 from appdeck.transport.routes import Router, control_plane, json_route
 from appdeck.transport.security import LOOPBACK_HOSTS, HostPolicy
 
