@@ -37,6 +37,7 @@ from appdeck.protocol.registry import Registry
 from appdeck.protocol.server import McpServer, ServerInfo
 from appdeck.protocol.sessions import SessionManager
 from appdeck.protocol.tasks import TaskLimits, TaskManager
+from appdeck.resources.apps import changed as changed_resources
 from appdeck.resources.apps import register as register_app_resources
 from appdeck.settings import Settings
 from appdeck.storage import Storage
@@ -89,32 +90,13 @@ class Services:
         audit = AuditLog(AuditStore.opener(settings.database()))  # its own thread and connection
         audit.start()
         keys, token_issuer, bearer = await _authentication(settings, base_url, identities)
-        authz = None
-        if keys is not None and token_issuer is not None:
-            authz = AuthorizationServer(
-                base_url,
-                f"{base_url}/mcp",
-                token_issuer,
-                keys,
-                identities,
-                OAuthStore(storage.engine),
-                bearer.revoke_jti,
-                audit,
-                settings,
-            )
+        authz = _authorization_server(
+            settings, base_url, storage, identities, keys, token_issuer, bearer, audit
+        )
         hub = StreamHub(storage.events, InProcessBus())
         registry = Registry()
         instance_id = secrets.token_hex(8)
-        table, counters = RouteTable(), Counters()
-        driver = LocalDriver(
-            settings.data_dir / "runtime",
-            sandbox=runtime,
-            egress=EgressProxy(EgressPolicy(networks=tuple(settings.egress_allow)))
-            if runtime is not None
-            else None,
-        )
-        ingress = IngressServer(table, counters, host=settings.host, port=settings.ingress_port)
-        ingress.proxy.netns = driver.netns_fd  # sandboxed instances: their own loopback
+        driver, ingress, router = _runtime(settings, runtime)
         ingress_port = await ingress.start()
         platform = Platform.build(
             storage.engine,
@@ -128,40 +110,18 @@ class Services:
                 ingress_port=ingress_port,
             ),
             driver=driver,
-            router=IngressRouter(table, counters),
+            router=router,
             instance_id=instance_id,
         )
-        register_tools(registry, platform)
-        register_app_resources(registry, platform)
-        register_deploy_prompts(registry, platform)
-        if settings.with_conformance_fixtures:
-            from appdeck.fixtures.conformance import register as register_fixtures
-
-            register_fixtures(registry)
-        sessions = SessionManager(
-            storage.sessions,
-            idle_timeout=settings.session_idle_seconds,
-            max_sessions=settings.max_sessions,
-        )
-        tasks = TaskManager(
-            storage.tasks,
-            hub,
-            instance_id=instance_id,
-            limits=TaskLimits(
-                default_ttl_ms=settings.task_default_ttl_ms,
-                max_ttl_ms=settings.task_max_ttl_ms,
-                default_poll_ms=settings.task_poll_ms,
-            ),
-        )
-        server = McpServer(
+        _register(settings, registry, platform)
+        server, tasks = _mcp_server(
+            settings,
+            storage=storage,
+            hub=hub,
             registry=registry,
-            sessions=sessions,
-            tasks=tasks,
-            outbox=hub,
-            info=ServerInfo(version=settings.app_version),
-            client_request_timeout=settings.client_request_timeout,
             audit=audit,
-            resource_metadata_url=f"{base_url}/.well-known/oauth-protected-resource",
+            instance_id=instance_id,
+            base_url=base_url,
         )
         services = cls(
             settings=settings,
@@ -204,19 +164,11 @@ class Services:
 
     async def _announce(self, change: Change) -> None:
         """Platform changes become resource notifications, for the change's tenant only."""
-        resources = self.server.resources
-        base = f"appdeck://apps/{change.app_id}"
-        uris = [base]
-        if change.kind == "spec.updated":
-            uris.append(f"{base}/spec")
-        if change.kind == "deployment.updated":
-            uris = [f"{base}/deployments"]
+        uris, listed = changed_resources(change)
         for uri in uris:
-            await resources.updated(uri, tenant=change.tenant_id)
-        if change.kind in ("app.created", "app.deleted", "app.updated"):
-            await resources.updated("appdeck://apps", tenant=change.tenant_id)
-        if change.kind in ("app.created", "app.deleted"):
-            await resources.list_changed(tenant=change.tenant_id)
+            await self.server.resources.updated(uri, tenant=change.tenant_id)
+        if listed:
+            await self.server.resources.list_changed(tenant=change.tenant_id)
 
     async def _sweep_forever(self) -> None:
         while not self._stopping.is_set():
@@ -358,3 +310,95 @@ def _sandbox(settings: Settings) -> Sandbox | None:
         reason,
     )
     return None
+
+
+def _authorization_server(
+    settings: Settings,
+    base_url: str,
+    storage: Storage,
+    identities: IdentityStore,
+    keys: SigningKeys | None,
+    token_issuer: TokenIssuer | None,
+    bearer: BearerAuthenticator,
+    audit: AuditLog,
+) -> AuthorizationServer | None:
+    """The embedded OAuth server, unless an external IdP issues the tokens."""
+    if keys is None or token_issuer is None:
+        return None
+    return AuthorizationServer(
+        base_url,
+        f"{base_url}/mcp",
+        token_issuer,
+        keys,
+        identities,
+        OAuthStore(storage.engine),
+        bearer.revoke_jti,
+        audit,
+        settings,
+    )
+
+
+def _runtime(
+    settings: Settings, runtime: Sandbox | None
+) -> tuple[LocalDriver, IngressServer, IngressRouter]:
+    """The runtime driver and the ingress in front of its instances (not started yet)."""
+    egress = EgressProxy(EgressPolicy(networks=tuple(settings.egress_allow)))
+    driver = LocalDriver(
+        settings.data_dir / "runtime",
+        sandbox=runtime,
+        egress=egress if runtime is not None else None,
+    )
+    table, counters = RouteTable(), Counters()
+    ingress = IngressServer(table, counters, host=settings.host, port=settings.ingress_port)
+    ingress.proxy.netns = driver.netns_fd  # sandboxed instances: their own loopback
+    return driver, ingress, IngressRouter(table, counters)
+
+
+def _register(settings: Settings, registry: Registry, platform: Platform) -> None:
+    """Every tool, resource and prompt (and the conformance suite's, when asked for)."""
+    register_tools(registry, platform)
+    register_app_resources(registry, platform)
+    register_deploy_prompts(registry, platform)
+    if settings.with_conformance_fixtures:
+        from appdeck.fixtures.conformance import register as register_fixtures
+
+        register_fixtures(registry)
+
+
+def _mcp_server(
+    settings: Settings,
+    *,
+    storage: Storage,
+    hub: StreamHub,
+    registry: Registry,
+    audit: AuditLog,
+    instance_id: str,
+    base_url: str,
+) -> tuple[McpServer, TaskManager]:
+    """The protocol core: sessions, tasks and dispatch over the registry."""
+    sessions = SessionManager(
+        storage.sessions,
+        idle_timeout=settings.session_idle_seconds,
+        max_sessions=settings.max_sessions,
+    )
+    tasks = TaskManager(
+        storage.tasks,
+        hub,
+        instance_id=instance_id,
+        limits=TaskLimits(
+            default_ttl_ms=settings.task_default_ttl_ms,
+            max_ttl_ms=settings.task_max_ttl_ms,
+            default_poll_ms=settings.task_poll_ms,
+        ),
+    )
+    server = McpServer(
+        registry=registry,
+        sessions=sessions,
+        tasks=tasks,
+        outbox=hub,
+        info=ServerInfo(version=settings.app_version),
+        client_request_timeout=settings.client_request_timeout,
+        audit=audit,
+        resource_metadata_url=f"{base_url}/.well-known/oauth-protected-resource",
+    )
+    return server, tasks

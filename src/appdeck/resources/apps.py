@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from appdeck.common.errors import NotFound
+from appdeck.platform.changes import Change
 from appdeck.platform.logs import LogKind, LogQuery
 from appdeck.platform.services import Platform
 from appdeck.protocol.context import ToolContext
@@ -34,6 +35,21 @@ def _deployment_ref(variables: dict[str, str]) -> tuple[int, int]:
     if not raw.isdigit() or len(raw) > 9:
         raise NotFound(f"no deployment {raw}")
     return _app_id(variables), int(raw)
+
+
+def changed(change: Change) -> tuple[list[str], bool]:
+    """What a platform change updates: the URIs of the resources below whose content changed,
+    and whether the list of resources changed (an app appeared or went)."""
+    base = f"appdeck://apps/{change.app_id}"
+    if change.kind == "deployment.updated":
+        uris = [f"{base}/deployments"]
+    elif change.kind == "spec.updated":
+        uris = [base, f"{base}/spec"]
+    else:
+        uris = [base]
+    if change.kind in ("app.created", "app.deleted", "app.updated"):
+        uris.append("appdeck://apps")
+    return uris, change.kind in ("app.created", "app.deleted")
 
 
 def register(registry: Registry, platform: Platform) -> None:
