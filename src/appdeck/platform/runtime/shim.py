@@ -49,6 +49,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from appdeck.platform.runtime.confine import Confinement
 
 LINE_MAX_BYTES = 8 * 1024
 """A log line longer than this (in bytes, before JSON escaping) is cut and marked."""
@@ -619,52 +623,12 @@ class Shim:
         return code
 
 
-class Confinement:
-    """What a sandboxed instance's shim sets up before it starts the app: a network namespace
-    of its own (loopback only) and membership of the instance's cgroups."""
-
-    def __init__(
-        self,
-        *,
-        netns: bool,
-        cgroup_procs: Sequence[Path] = (),
-        oom_events: Path | None = None,
-        memory_mb: int = 0,
-    ) -> None:
-        self.netns = netns
-        self.cgroup_procs = list(cgroup_procs)
-        self.oom_events = oom_events
-        self.memory_mb = memory_mb
-        self._ooms = 0
-
-    def enter(self) -> None:
-        for procs in self.cgroup_procs:
-            with open(procs, "w", encoding="ascii") as handle:
-                handle.write(str(os.getpid()))
-        self._ooms = self._oom_count()
-        if self.netns:
-            _load_netns().unshare_loopback_only()
-
-    def oom_killed(self) -> bool:
-        return self._oom_count() > self._ooms
-
-    def _oom_count(self) -> int:
-        if self.oom_events is None:
-            return 0
-        try:
-            for line in self.oom_events.read_text().splitlines():
-                name, _, value = line.partition(" ")
-                if name == "oom_kill":
-                    return int(value)
-        except (OSError, ValueError):
-            pass
-        return 0
-
-
-def _load_netns() -> types.ModuleType:
-    """``appdeck.platform.netns``, loaded by path (this file runs outside the package)."""
-    path = Path(__file__).resolve().parent.parent / "netns.py"
-    spec = importlib.util.spec_from_file_location("appdeck_netns", path)
+def _sibling(name: str) -> types.ModuleType:
+    """A stdlib-only module beside this file (``confine``) or one level up (``netns``),
+    loaded by path: this file runs outside the package, under ``python -I -S``."""
+    here = Path(__file__).resolve().parent
+    path = here / f"{name}.py" if (here / f"{name}.py").is_file() else here.parent / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"appdeck_{name}", path)
     if spec is None or spec.loader is None:
         raise OSError(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
@@ -695,12 +659,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not command:
         parser.error("no command given (after --)")
     if args.netns_fd is not None:  # the driver made the instance's network: join it first
-        _load_netns().setns(args.netns_fd)
+        _sibling("netns").setns(args.netns_fd)
         os.close(args.netns_fd)
     writer = LogWriter(args.log, max_bytes=args.max_bytes, instance=args.instance)
     confine = None
     if args.netns or args.cgroup_procs or args.netns_fd is not None:
-        confine = Confinement(
+        confine = _sibling("confine").Confinement(
             netns=args.netns,
             cgroup_procs=args.cgroup_procs,
             oom_events=args.oom_events,
