@@ -53,6 +53,12 @@ def changed(change: Change) -> tuple[list[str], bool]:
 
 
 def register(registry: Registry, platform: Platform) -> None:
+    """The app and deployment resources, and the lister of the caller's."""
+    _app_resources(registry, platform)
+    _deployment_resources(registry, platform)
+
+
+def _app_resources(registry: Registry, platform: Platform) -> None:
     apps = platform.apps
 
     async def read_apps(uri: str, v: dict[str, str], ctx: ToolContext) -> list[JsonObject]:
@@ -66,27 +72,6 @@ def register(registry: Registry, platform: Platform) -> None:
     async def read_spec(uri: str, v: dict[str, str], ctx: ToolContext) -> list[JsonObject]:
         view = await apps.load(ctx.principal, _app_id(v), "spec.read")
         body = {"app_id": view.app.id, "spec_version": view.app.spec_version, "spec": view.app.spec}
-        return _contents(uri, body)
-
-    async def read_deployments(uri: str, v: dict[str, str], ctx: ToolContext) -> list[JsonObject]:
-        app_id = _app_id(v)
-        views = await platform.deployments.list(ctx.principal, app_id, limit=LISTED_DEPLOYMENTS)
-        items = [d.record.public() for d in views]
-        return _contents(uri, {"app_id": app_id, "deployments": items})
-
-    async def read_deployment(uri: str, v: dict[str, str], ctx: ToolContext) -> list[JsonObject]:
-        app_id, number = _deployment_ref(v)
-        view = await platform.deployments.get(ctx.principal, app_id, number)
-        return _contents(uri, view.record.public())
-
-    async def read_logs(uri: str, v: dict[str, str], ctx: ToolContext) -> list[JsonObject]:
-        app_id, number = _deployment_ref(v)
-        body: JsonObject = {"app_id": app_id, "number": number, "masked": True}
-        kinds: tuple[LogKind, ...] = ("build", "runtime")
-        for kind in kinds:
-            query = LogQuery(kind=kind, limit=LOG_LINES)
-            page = await platform.logs.read(ctx.principal, app_id, number, query)
-            body[kind] = [{"stream": x.stream, "text": x.text} for x in page.lines]
         return _contents(uri, body)
 
     async def list_app_resources(ctx: ToolContext) -> list[JsonObject]:
@@ -143,6 +128,31 @@ def register(registry: Registry, platform: Platform) -> None:
             scope="apps:read",
         )
     )
+    registry.add_lister(list_app_resources, scope="apps:read")
+
+
+def _deployment_resources(registry: Registry, platform: Platform) -> None:
+    async def read_deployments(uri: str, v: dict[str, str], ctx: ToolContext) -> list[JsonObject]:
+        app_id = _app_id(v)
+        views = await platform.deployments.list(ctx.principal, app_id, limit=LISTED_DEPLOYMENTS)
+        items = [d.record.public() for d in views]
+        return _contents(uri, {"app_id": app_id, "deployments": items})
+
+    async def read_deployment(uri: str, v: dict[str, str], ctx: ToolContext) -> list[JsonObject]:
+        app_id, number = _deployment_ref(v)
+        view = await platform.deployments.get(ctx.principal, app_id, number)
+        return _contents(uri, view.record.public())
+
+    async def read_logs(uri: str, v: dict[str, str], ctx: ToolContext) -> list[JsonObject]:
+        app_id, number = _deployment_ref(v)
+        body: JsonObject = {"app_id": app_id, "number": number, "masked": True}
+        kinds: tuple[LogKind, ...] = ("build", "runtime")
+        for kind in kinds:
+            query = LogQuery(kind=kind, limit=LOG_LINES)
+            page = await platform.logs.read(ctx.principal, app_id, number, query)
+            body[kind] = [{"stream": x.stream, "text": x.text} for x in page.lines]
+        return _contents(uri, body)
+
     registry.add_template(
         ResourceTemplateDef(
             "appdeck://apps/{app_id}/deployments",
@@ -179,4 +189,3 @@ def register(registry: Registry, platform: Platform) -> None:
             scope="deploy:read",
         )
     )
-    registry.add_lister(list_app_resources, scope="apps:read")
