@@ -8,6 +8,7 @@ package).
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import os
 import types
@@ -26,7 +27,11 @@ class Confinement:
         cgroup_procs: Sequence[Path] = (),
         oom_events: Path | None = None,
         memory_mb: int = 0,
+        stage: tuple[Path, Path] | None = None,
     ) -> None:
+        self.stage = stage
+        """(workspace, mount point): bound in a mount namespace of the shim's own, so the
+        sandbox (run as the app's uid) finds the workspace where it may look."""
         self.netns = netns
         self.cgroup_procs = list(cgroup_procs)
         self.oom_events = oom_events
@@ -40,6 +45,8 @@ class Confinement:
         self._ooms = self._oom_count()
         if self.netns:
             _netns().unshare_loopback_only()
+        if self.stage is not None:
+            _bind_in_own_mount_namespace(*self.stage)
 
     def oom_killed(self) -> bool:
         return self._oom_count() > self._ooms
@@ -66,3 +73,28 @@ def _netns() -> types.ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+_CLONE_NEWNS = 0x00020000
+_MS_BIND = 4096
+_MS_REC = 16384
+_MS_PRIVATE = 1 << 18
+
+
+def _bind_in_own_mount_namespace(source: Path, target: Path) -> None:
+    """``unshare --mount --propagation private`` and ``mount --bind`` without the three
+    processes they take: this (single-threaded) process moves to a mount namespace of its
+    own, nothing propagates back to the host's, and ``source`` appears at ``target`` there."""
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def check(result: int, what: str) -> None:
+        if result != 0:
+            errno = ctypes.get_errno()
+            raise OSError(errno, f"{what}: {os.strerror(errno)}")
+
+    check(libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+    check(libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None), "mount --make-rprivate /")
+    check(
+        libc.mount(bytes(source), bytes(target), None, _MS_BIND, None),
+        f"mount --bind {source} {target}",
+    )

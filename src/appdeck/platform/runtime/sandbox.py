@@ -114,6 +114,7 @@ class Sandbox:
         source_fd: int | None = None,
         limits: Limits | None = None,
         cgroup_procs: Sequence[Path] = (),
+        staged: bool = False,
     ) -> list[str]:
         """``command`` confined, with ``workspace`` at ``/app`` (and the directory open on
         ``source_fd`` in the process that runs the argv, read-only at ``/source``).
@@ -124,22 +125,25 @@ class Sandbox:
         directories to the workspace; so the argv starts, as root, in a mount namespace of
         its own where the workspace (and source) are bound onto :data:`STAGE`'s mount points,
         which it can reach. The source is bound from its descriptor (``/proc/self/fd/N``),
-        so exactly the directory the platform checked and opened is what the copy sees."""
+        so exactly the directory the platform checked and opened is what the copy sees.
+        ``staged``: the caller (an instance's shim) did that binding itself already."""
         uid = str(self.uid_for(app_id))
         source = f"/proc/self/fd/{source_fd}" if source_fd is not None else ""
-        argv: list[str] = [
-            "unshare",
-            "--mount",
-            "--propagation",
-            "private",
-            "/bin/sh",
-            "-c",
-            _STAGE_SCRIPT,
-            "appdeck-stage",
-            str(workspace),
-            source,
-            " ".join(str(path) for path in cgroup_procs),
-        ]
+        argv: list[str] = []
+        if not staged:  # bind the workspace (and source) onto the stage, as root, first
+            argv += [
+                "unshare",
+                "--mount",
+                "--propagation",
+                "private",
+                "/bin/sh",
+                "-c",
+                _STAGE_SCRIPT,
+                "appdeck-stage",
+                str(workspace),
+                source,
+                " ".join(str(path) for path in cgroup_procs),
+            ]
         if self.cgroups is None:
             limits = limits or self.defaults
             argv += [

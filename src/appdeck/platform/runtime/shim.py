@@ -650,6 +650,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--grace", type=float, default=2.0, help="for leftovers, in seconds")
     parser.add_argument("--netns", action="store_true", help="a loopback-only network")
     parser.add_argument("--netns-fd", type=int, default=None, help="join this network")
+    parser.add_argument(
+        "--stage", nargs=2, type=Path, default=None, metavar=("WORKSPACE", "MOUNT_POINT")
+    )
     parser.add_argument("--cgroup-procs", type=Path, action="append", default=[])
     parser.add_argument("--oom-events", type=Path, default=None)
     parser.add_argument("--memory-mb", type=int, default=0)
@@ -663,12 +666,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.close(args.netns_fd)
     writer = LogWriter(args.log, max_bytes=args.max_bytes, instance=args.instance)
     confine = None
-    if args.netns or args.cgroup_procs or args.netns_fd is not None:
+    if args.netns or args.cgroup_procs or args.netns_fd is not None or args.stage:
         confine = _sibling("confine").Confinement(
             netns=args.netns,
             cgroup_procs=args.cgroup_procs,
             oom_events=args.oom_events,
             memory_mb=args.memory_mb,
+            stage=tuple(args.stage) if args.stage else None,
         )
     try:
         return Shim(command, writer, grace_s=args.grace, cwd=args.cwd, confine=confine).run()

@@ -27,6 +27,7 @@ from appdeck.platform.runtime.core import DriverCore
 from appdeck.platform.runtime.driver import Release
 from appdeck.platform.runtime.model import InstanceState, ReleaseState, instance_key
 from appdeck.platform.runtime.procs import forget_process, kill_leftovers, pidfd
+from appdeck.platform.runtime.sandbox import STAGE
 from appdeck.platform.runtime.shim import is_running, proc_stat
 
 log = logging.getLogger("appdeck.runtime")
@@ -81,12 +82,14 @@ class SupervisionMixin(DriverCore):
                     argv += ["--cgroup-procs", str(procs)]
                 if group.oom_events is not None:
                     argv += ["--oom-events", str(group.oom_events)]
+            argv += ["--stage", str(workspace), str(STAGE / "app")]
             command = self.sandbox.wrap(
                 command,
                 app_id=release.app_id,
                 own_network=False,
                 workspace=workspace,
                 limits=limits,
+                staged=True,
             )
         argv += ["--", *command]
         pid = os.posix_spawn(
