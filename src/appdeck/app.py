@@ -39,6 +39,7 @@ from appdeck.protocol.sessions import SessionManager
 from appdeck.protocol.tasks import TaskLimits, TaskManager
 from appdeck.resources.apps import changed as changed_resources
 from appdeck.resources.apps import register as register_app_resources
+from appdeck.resources.apps import revoked as revoked_resources
 from appdeck.settings import Settings
 from appdeck.storage import Storage
 from appdeck.storage.audit import AuditStore
@@ -164,6 +165,9 @@ class Services:
 
     async def _announce(self, change: Change) -> None:
         """Platform changes become resource notifications, for the change's tenant only."""
+        lost = revoked_resources(change)
+        if lost is not None:
+            await self.server.resources.unsubscribe_user(*lost)
         uris, listed = changed_resources(change)
         for uri in uris:
             await self.server.resources.updated(uri, tenant=change.tenant_id)
@@ -291,6 +295,7 @@ async def _authentication(
     await bearer.load_revocations()
     return keys, issuer, bearer
 
+        trust_seconds=settings.auth_trust_seconds,
 
 def _sandbox(settings: Settings) -> Sandbox | None:
     """The sandbox apps run in, or None (``APPDECK_SANDBOX=off``, or ``auto`` on a host that

@@ -27,8 +27,13 @@ from appdeck.storage.identity import IdentityStore, PersonalTokenRecord
 
 PAT_PREFIX: Final = "adk_pat_"
 CACHE_SIZE: Final = 10_000
-PAT_CACHE_SECONDS: Final = 60.0
-"""How long a PAT lookup is trusted before the store is asked again (revocation delay)."""
+TRUST_SECONDS: Final = 10.0
+"""How long what the store said is trusted before it is asked again: a PAT lookup, whether a
+(tenant, user) is disabled, the list of revoked ``jti``. It is how long a revocation or a
+``disable`` made by another process (the CLI, another replica) takes to be noticed here; one
+made through this authenticator (:meth:`BearerAuthenticator.forget_principal`,
+:meth:`~BearerAuthenticator.revoke_jti`, :meth:`~BearerAuthenticator.forget_pat`) is at once."""
+PAT_CACHE_SECONDS: Final = TRUST_SECONDS
 
 
 class JwtVerifier(Protocol):
@@ -59,6 +64,7 @@ class BearerAuthenticator:
         resource_metadata_url: str,
         claims: ClaimNames | None = None,
         clock: Callable[[], float] = time.time,
+        trust_seconds: float = TRUST_SECONDS,
     ) -> None:
         self._verifier = verifier
         self._identities = identities
@@ -68,9 +74,28 @@ class BearerAuthenticator:
         self._cache: OrderedDict[str, _Entry] = OrderedDict()
         self._revoked: set[str] = set()
         self._pat_used: dict[str, float] = {}
+        self._trust = trust_seconds
+        self._access: dict[tuple[str, str], tuple[float, str | None]] = {}
+        self._revocations_until = 0.0
 
     async def load_revocations(self) -> None:
-        self._revoked |= await self._identities.revoked_jtis(self._clock())
+        now = self._clock()
+        self._revoked |= await self._identities.revoked_jtis(now)
+        self._revocations_until = now + self._trust
+
+    async def _admitted(self, principal: Principal, now: float) -> Principal:
+        """Refuse a principal whose user or tenant an operator disabled (asked of the store
+        at most once per trust window per (tenant, user))."""
+        key = (principal.tenant, principal.user)
+        seen = self._access.get(key)
+        if seen is None or seen[0] <= now:
+            if len(self._access) >= CACHE_SIZE:
+                self._access.clear()
+            seen = (now + self._trust, await self._identities.refused_access(*key))
+            self._access[key] = seen
+        if seen[1] is not None:
+            raise AuthError(f"Access refused: {seen[1]}")
+        return principal
 
     # -- Authenticator --------------------------------------------------------------------
 
@@ -82,19 +107,25 @@ class BearerAuthenticator:
         if scheme.lower() != "bearer" or not token:
             raise AuthError("Authorization must be 'Bearer <token>'", error="invalid_request")
         now = self._clock()
+        if now >= self._revocations_until:
+            await self.load_revocations()
         entry = self._cache.get(token)
         if entry is not None and entry.expires_at > now:
             if entry.jti is None or entry.jti not in self._revoked:
-                if entry.principal.kind == "pat":
-                    self._pat_used[entry.principal.client_id or ""] = now
-                return entry.principal
+                principal = entry.principal
+                if principal.kind == "pat":
+                    self._pat_used[principal.client_id or ""] = now
+                seen = self._access.get((principal.tenant, principal.user))
+                if seen is not None and seen[0] > now and seen[1] is None:
+                    return principal  # the hot path: two dict lookups
+                return await self._admitted(principal, now)
             self._cache.pop(token, None)
             raise AuthError("The access token was revoked")
         entry = await (self._pat(token, now) if token.startswith(PAT_PREFIX) else self._jwt(token))
         self._cache[token] = entry
         if len(self._cache) > CACHE_SIZE:
             self._cache.popitem(last=False)
-        return entry.principal
+        return await self._admitted(entry.principal, now)
 
     def challenge(self, error: AuthError | None = None) -> str:
         parts = [
@@ -150,7 +181,7 @@ class BearerAuthenticator:
             kind="pat",
             client_id=record.id,
         )
-        until = now + PAT_CACHE_SECONDS
+        until = now + self._trust
         if record.expires_at is not None:
             until = min(until, record.expires_at)
         return _Entry(principal, until, None)
@@ -165,6 +196,12 @@ class BearerAuthenticator:
         for token, entry in list(self._cache.items()):
             if entry.principal.kind == "pat" and entry.principal.client_id == record.id:
                 del self._cache[token]
+
+    def forget_principal(self, tenant: str, user: str | None = None) -> None:
+        """Ask the store again, at the next request, whether ``user`` of ``tenant`` (every user
+        of it when None) may still get in: an operator just disabled or enabled them."""
+        for key in [k for k in self._access if k[0] == tenant and user in (None, k[1])]:
+            del self._access[key]
 
     async def close(self) -> None:
         await self._verifier.close()

@@ -19,6 +19,8 @@ cli.add_typer(admin.token, name="token")
 cli.add_typer(admin.audit, name="audit")
 cli.add_typer(admin.keys, name="keys")
 cli.add_typer(admin.client, name="client")
+cli.add_typer(admin.grant, name="grant")
+cli.add_typer(admin.session, name="session")
 
 
 @cli.command()

@@ -69,6 +69,16 @@ def require(action: str, role: str | None, *, app_ref: str) -> None:
         )
 
 
+def can_manage(manager: str | None, member: str | None) -> bool:
+    """Whether ``manager`` may change or remove a member whose role is ``member``: nobody
+    touches a role at or above their own, except owners, who manage owners too."""
+    if manager is None:
+        return False
+    if member is None or manager == "owner":
+        return True
+    return member in RANK and RANK[member] < RANK[manager]
+
+
 def can_grant(granter: str | None, role: str) -> bool:
     """Admins grant up to admin; only owners make owners."""
     if granter is None or role not in RANK:

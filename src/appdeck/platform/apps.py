@@ -11,20 +11,18 @@ from typing import Any, Final
 
 from appdeck.common.errors import (
     ConfirmationRequired,
-    FailedPrecondition,
     InvalidArgument,
     NotFound,
     PermissionDenied,
-    QuotaExceeded,
 )
 from appdeck.common.identity import Principal
 from appdeck.platform import access, hostnames, specs
 from appdeck.platform.changes import Change, ChangeFeed
 from appdeck.platform.sources import SourceRoots
 from appdeck.storage.apps import AppRecord, AppStore
-from appdeck.storage.identity import IdentityStore
+from appdeck.storage.identity import IdentityStore, UserRecord
 
-APP_NAME: Final = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,38}[a-z0-9])?$")
+APP_NAME: Final = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,38}[a-z0-9])?")
 ROLE_TTL: Final = 30.0
 
 DeleteHook = Callable[[AppRecord], Awaitable[None]]
@@ -137,12 +135,14 @@ class AppService:
         _check_name(name, principal.tenant)
         complete = specs.validate(spec or {})
         self._check_source(principal.tenant, complete.get("source_path"))
-        if await self.store.count(principal.tenant) >= self._max_apps:
-            raise QuotaExceeded(
-                f"the tenant has {self._max_apps} apps, the most it may have",
-                hint="delete an app you no longer need",
-            )
-        app = await self.store.create(principal.tenant, name, description, complete, principal.user)
+        app = await self.store.create(
+            principal.tenant,
+            name,
+            description,
+            complete,
+            principal.user,
+            max_apps=self._max_apps,  # checked in the insert's transaction
+        )
         await self._feed.emit(Change("app.created", app.tenant_id, app.id))
         return AppView(app, "owner", self._url(app))
 
@@ -253,37 +253,62 @@ class AppService:
         view = await self.load(principal, app_id, "members.manage")
         if role not in access.ROLES:
             raise InvalidArgument(
-                f"unknown role {role!r}", hint="owner, admin, developer or viewer"
+                f"unknown role {role!r}", hint="owner, admin, developer or viewer", field="role"
             )
         if not access.can_grant(view.role, role):
             raise PermissionDenied(f"your role ({view.role}) cannot grant {role}")
-        user = await self._identities.find_user(principal.tenant, user_name)
-        if user is None:
-            raise NotFound(f"no user {user_name!r} in your tenant")
-        await self.store.set_member(app_id, user.id, role, principal.user)
+        user = await self._member(principal, user_name)
+        current = await self.store.member_role(app_id, user.id)
+        if current == role:
+            return
+        self._check_manage(view.role, current, principal, user.id, "change")
+        await self.store.set_member(app_id, user.id, role, principal.user)  # keeps an owner
         await self._feed.emit(Change("app.updated", view.app.tenant_id, app_id))
 
     async def revoke(self, principal: Principal, app_id: int, user_name: str) -> bool:
         view = await self.load(principal, app_id, "members.manage")
+        user = await self._member(principal, user_name)
+        current = await self.store.member_role(app_id, user.id)
+        if current is None:
+            return False
+        self._check_manage(view.role, current, principal, user.id, "remove")
+        removed = await self.store.remove_member(app_id, user.id)  # keeps an owner
+        if removed:
+            tenant = view.app.tenant_id
+            if await self.role_on(_as(principal, user.id), view.app) is None:
+                # no read access left: the user's subscriptions to the app go (first, so
+                # the update below no longer reaches them)
+                await self._feed.emit(Change("member.revoked", tenant, app_id, user=user.id))
+            await self._feed.emit(Change("app.updated", tenant, app_id))
+        return removed
+
+    async def _member(self, principal: Principal, user_name: str) -> UserRecord:
         user = await self._identities.find_user(principal.tenant, user_name)
         if user is None:
-            raise NotFound(f"no user {user_name!r} in your tenant")
-        current = await self.store.member_role(app_id, user.id)
-        if current == "owner" and view.role != "owner":
-            raise PermissionDenied("only an owner can remove an owner")
-        members = await self.store.members(app_id)
-        if current == "owner" and sum(m.role == "owner" for m in members) == 1:
-            raise FailedPrecondition(
-                "an app keeps at least one owner", hint="grant owner to someone first"
+            raise NotFound(f"no user {user_name!r} in your tenant", field="user")
+        return user
+
+    @staticmethod
+    def _check_manage(
+        role: str, current: str | None, principal: Principal, user_id: str, verb: str
+    ) -> None:
+        """Nobody changes or removes a role at or above their own (leaving is allowed)."""
+        if user_id == principal.user and verb == "remove":
+            return
+        if not access.can_manage(role, current):
+            raise PermissionDenied(
+                f"your role ({role}) cannot {verb} a member whose role is {current}",
+                hint="only a member with a higher role (or an owner) can",
             )
-        removed = await self.store.remove_member(app_id, user.id)
-        if removed:
-            await self._feed.emit(Change("app.updated", view.app.tenant_id, app_id))
-        return removed
+
+
+def _as(principal: Principal, user_id: str) -> Principal:
+    """The same tenant, seen as another user (to ask what role that user has left)."""
+    return Principal(principal.tenant, user_id, kind=principal.kind)
 
 
 def _check_name(name: object, tenant: str) -> None:
-    if not isinstance(name, str) or not APP_NAME.match(name):
+    if not isinstance(name, str) or not APP_NAME.fullmatch(name):
         raise InvalidArgument(
             f"invalid app name {name!r}"[:200],
             hint="lower-case letters, digits and dashes, 1-40 characters, "

@@ -15,7 +15,13 @@ from typing import Literal
 log = logging.getLogger("appdeck.changes")
 
 Kind = Literal[
-    "app.created", "app.updated", "app.deleted", "spec.updated", "env.updated", "deployment.updated"
+    "app.created",
+    "app.updated",
+    "app.deleted",
+    "spec.updated",
+    "env.updated",
+    "deployment.updated",
+    "member.revoked",
 ]
 
 
@@ -25,6 +31,8 @@ class Change:
     tenant_id: str
     app_id: int
     deployment: int | None = None
+    user: str | None = None
+    """``member.revoked``: the user who lost access to the app."""
 
 
 Listener = Callable[[Change], Awaitable[None]]

@@ -11,14 +11,13 @@ from appdeck.common.identity import Principal
 from appdeck.platform.apps import AppService
 from appdeck.platform.changes import Change, ChangeFeed
 from appdeck.platform.crypto import Sealer
+from appdeck.platform.specs import ENV_NAME as NAME
+from appdeck.platform.specs import RESERVED_ENV as RESERVED
 
-NAME: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 MAX_VALUE: Final = 32 * 1024
 MAX_VARS: Final = 200
 MAX_DOTENV: Final = 64 * 1024
 MASK: Final = "********"
-RESERVED: Final = frozenset({"PORT", "HOST", "DATABASE_URL"})
-"""Set by the platform for every instance; an app cannot override them."""
 
 
 class EnvService:
@@ -85,13 +84,20 @@ class EnvService:
 
 
 def _check(name: str, value: str) -> None:
-    if not NAME.match(name):
+    if not isinstance(name, str) or not NAME.fullmatch(name):
         raise InvalidArgument(
             f"invalid env var name {name!r}"[:200],
             hint="letters, digits and _, not starting with a digit",
+            field="values",
         )
     if name in RESERVED:
-        raise InvalidArgument(f"{name} is set by the platform for every instance")
+        raise InvalidArgument(
+            f"{name} is set by the platform for every instance", field=f"values/{name}"
+        )
+    if not isinstance(value, str) or "\x00" in value:
+        raise InvalidArgument(
+            f"the value of {name} contains a NUL character", field=f"values/{name}"
+        )
     if len(value.encode()) > MAX_VALUE:
         raise QuotaExceeded(f"the value of {name} is larger than {MAX_VALUE // 1024} KiB")
 
@@ -110,7 +116,7 @@ def parse_dotenv(text: str) -> dict[str, str]:
             line = line[7:].lstrip()
         key, sep, rest = line.partition("=")
         key = key.strip()
-        if not sep or not NAME.match(key):
+        if not sep or not NAME.fullmatch(key):
             raise InvalidArgument(f"line {number} of the .env text is not KEY=value")
         rest = rest.strip()
         if rest[:1] == '"':

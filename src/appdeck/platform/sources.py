@@ -50,7 +50,7 @@ DEFAULT_ROOT: Final = f"appdeck-sources/{TENANT}"
 """The default root, relative to the data dir's parent."""
 
 # a tenant id that is safe as one path component (never '.', '..' or containing '/')
-_TENANT_ID: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$")
+_TENANT_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,127}")
 _SHOWN: Final = 200
 
 
@@ -107,7 +107,7 @@ class SourceRoots:
 
     def roots_for(self, tenant: str) -> list[Path]:
         """The tenant's roots, resolved (the default one created on first use)."""
-        if not _TENANT_ID.match(tenant):
+        if not _TENANT_ID.fullmatch(tenant):
             return []
         found: list[Path] = []
         for root in self._roots:
@@ -129,7 +129,7 @@ class SourceRoots:
         allowed = self.roots_for(tenant)
         hint = _hint(allowed)
         written = [
-            r.expand(tenant) for r in self._roots if _TENANT_ID.match(tenant)
+            r.expand(tenant) for r in self._roots if _TENANT_ID.fullmatch(tenant)
         ]  # the roots as configured, before links resolve
         if not any(raw.is_relative_to(r) for r in (*written, *allowed)):
             raise InvalidArgument(f"source_path {shown} is outside your source roots", hint=hint)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any, Final
 
 from jsonschema import Draft202012Validator
@@ -12,6 +13,12 @@ from appdeck.common.errors import InvalidArgument
 
 RUNTIMES: Final = ("python", "node", "static", "command")
 STRATEGIES: Final = ("recreate", "rolling", "blue_green", "canary")
+ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+"""An env var name (always ``fullmatch``: ``$`` would let a trailing newline through)."""
+RESERVED_ENV: Final = frozenset({"PORT", "HOST", "DATABASE_URL"})
+"""Set by the platform for every instance; an app cannot override them."""
+_HEALTH_PATH: Final = re.compile(r"/[!-~]*")
+"""Printable ASCII without spaces: the path goes into an HTTP request line."""
 
 SPEC_SCHEMA: Final[dict[str, Any]] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -164,7 +171,47 @@ def validate(spec: Any) -> dict[str, Any]:
             f"invalid spec at {where}: {error.message}"[:500],
             hint="read appdeck://apps/{app_id}/spec or the set_app_spec input schema for the shape",
         )
+    problem = _beyond_schema(spec)
+    if problem is not None:
+        where, message = problem
+        raise InvalidArgument(f"invalid spec at {where}: {message}"[:500], field=f"spec/{where}")
     return merge(DEFAULTS, spec)
+
+
+def _beyond_schema(spec: dict[str, Any]) -> tuple[str, str] | None:
+    """What JSON Schema cannot say (its ``pattern`` searches, and ``$`` matches before a final
+    newline): (where, what) of the first problem, or None."""
+    nul = _nul_at(spec, "")
+    if nul is not None:
+        return nul or "(spec)", "contains a NUL character"
+    env = spec.get("env")
+    for name in env if isinstance(env, dict) else ():
+        if not ENV_NAME.fullmatch(name):
+            return f"env/{name}", "not a valid env var name (letters, digits and _)"
+        if name in RESERVED_ENV:
+            return f"env/{name}", f"{name} is set by the platform for every instance"
+    health = spec.get("health_check")
+    path = health.get("path") if isinstance(health, dict) else None
+    if isinstance(path, str) and not _HEALTH_PATH.fullmatch(path):
+        return "health_check/path", "must start with / and hold no spaces or control characters"
+    return None
+
+
+def _nul_at(value: Any, where: str) -> str | None:
+    if isinstance(value, str):
+        return where if "\x00" in value else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = _nul_at(key, where) if isinstance(key, str) else None
+            found = found if found is not None else _nul_at(item, f"{where}/{key}".lstrip("/"))
+            if found is not None:
+                return found
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            found = _nul_at(item, f"{where}/{i}".lstrip("/"))
+            if found is not None:
+                return found
+    return None
 
 
 def merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:

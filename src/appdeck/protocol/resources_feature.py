@@ -105,6 +105,20 @@ class ResourcesFeature:
             await self._server.sessions.save(session)
         return {}
 
+    async def unsubscribe_user(self, tenant: str, user: str, base: str) -> int:
+        """End the subscriptions of every live session of (``tenant``, ``user``) to ``base``
+        and the URIs below it (``base/…``): the user lost read access. How many ended."""
+        ended = 0
+        for session in self._server.sessions.live():
+            if session.owner != (tenant, user):
+                continue
+            gone = {u for u in session.subscriptions if u == base or u.startswith(base + "/")}
+            if gone:
+                session.subscriptions -= gone
+                ended += len(gone)
+                await self._server.sessions.save(session)
+        return ended
+
     def forget(self, session: Session) -> None:
         session.subscriptions.clear()
 

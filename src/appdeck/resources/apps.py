@@ -40,7 +40,9 @@ def _deployment_ref(variables: dict[str, str]) -> tuple[int, int]:
 def changed(change: Change) -> tuple[list[str], bool]:
     """What a platform change updates: the URIs of the resources below whose content changed,
     and whether the list of resources changed (an app appeared or went)."""
-    base = f"appdeck://apps/{change.app_id}"
+    base = app_uri(change.app_id)
+    if change.kind == "member.revoked":
+        return [], False  # nothing changed for the others; see :func:`revoked`
     if change.kind == "deployment.updated":
         uris = [f"{base}/deployments"]
     elif change.kind == "spec.updated":
@@ -50,6 +52,19 @@ def changed(change: Change) -> tuple[list[str], bool]:
     if change.kind in ("app.created", "app.deleted", "app.updated"):
         uris.append("appdeck://apps")
     return uris, change.kind in ("app.created", "app.deleted")
+
+
+def app_uri(app_id: int) -> str:
+    """The app's resource; every other resource of the app lies below it."""
+    return f"appdeck://apps/{app_id}"
+
+
+def revoked(change: Change) -> tuple[str, str, str] | None:
+    """For a user who lost read access to an app: (tenant, user, the app's URI), whose
+    subscriptions (to it and everything below it) must end."""
+    if change.kind != "member.revoked" or change.user is None:
+        return None
+    return change.tenant_id, change.user, app_uri(change.app_id)
 
 
 def register(registry: Registry, platform: Platform) -> None:

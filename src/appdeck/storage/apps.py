@@ -10,7 +10,8 @@ import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from appdeck.common.errors import Conflict
+from appdeck.common.errors import Conflict, FailedPrecondition, QuotaExceeded
+from appdeck.storage.engine import serialized, writing
 from appdeck.storage.schema import app_env, app_members, apps, deployments
 
 
@@ -81,10 +82,23 @@ class AppStore:
         description: str | None,
         spec: dict[str, Any],
         created_by: str,
+        *,
+        max_apps: int | None = None,
     ) -> AppRecord:
+        """Insert the app and its owner; with ``max_apps``, the tenant's count is checked in
+        the same transaction, serialized per tenant, so concurrent calls never overshoot."""
         now = time.time()
         try:
-            async with self._engine.begin() as conn:
+            async with writing(self._engine) as conn:
+                if max_apps is not None:
+                    await serialized(conn, f"apps:{tenant_id}")
+                    count = sa.select(sa.func.count()).select_from(apps)
+                    held = (await conn.execute(count.where(apps.c.tenant_id == tenant_id))).scalar()
+                    if int(held or 0) >= max_apps:
+                        raise QuotaExceeded(
+                            f"the tenant has {max_apps} apps, the most it may have",
+                            hint="delete an app you no longer need",
+                        )
                 result = await conn.execute(
                     sa.insert(apps)
                     .values(
@@ -168,7 +182,7 @@ class AppStore:
     async def update(self, app_id: int, **values: Any) -> AppRecord:
         values["updated_at"] = time.time()
         try:
-            async with self._engine.begin() as conn:
+            async with writing(self._engine) as conn:
                 await conn.execute(sa.update(apps).where(apps.c.id == app_id).values(**values))
         except IntegrityError:
             raise Conflict(
@@ -179,7 +193,7 @@ class AppStore:
         return record
 
     async def delete(self, app_id: int) -> None:
-        async with self._engine.begin() as conn:
+        async with writing(self._engine) as conn:
             await conn.execute(sa.delete(deployments).where(deployments.c.app_id == app_id))
             await conn.execute(sa.delete(app_env).where(app_env.c.app_id == app_id))
             await conn.execute(sa.delete(app_members).where(app_members.c.app_id == app_id))
@@ -195,7 +209,11 @@ class AppStore:
             return (await conn.execute(query)).scalar_one_or_none()
 
     async def set_member(self, app_id: int, user_id: str, role: str, granted_by: str) -> None:
-        async with self._engine.begin() as conn:
+        """Give ``user_id`` ``role``; refused when it would leave the app without an owner."""
+        async with writing(self._engine) as conn:
+            await serialized(conn, f"members:{app_id}")
+            if role != "owner":
+                await _keep_an_owner(conn, app_id, user_id)
             await conn.execute(
                 sa.delete(app_members).where(
                     app_members.c.app_id == app_id, app_members.c.user_id == user_id
@@ -212,7 +230,10 @@ class AppStore:
             )
 
     async def remove_member(self, app_id: int, user_id: str) -> bool:
-        async with self._engine.begin() as conn:
+        """Remove ``user_id``; refused when it would leave the app without an owner."""
+        async with writing(self._engine) as conn:
+            await serialized(conn, f"members:{app_id}")
+            await _keep_an_owner(conn, app_id, user_id)
             result = await conn.execute(
                 sa.delete(app_members).where(
                     app_members.c.app_id == app_id, app_members.c.user_id == user_id
@@ -243,7 +264,7 @@ class AppStore:
         """Upsert (name, encrypted value, secret) triples and mark the app as needing a
         restart, in one transaction."""
         now = time.time()
-        async with self._engine.begin() as conn:
+        async with writing(self._engine) as conn:
             names = [name for name, _, _ in items]
             if names:
                 await conn.execute(
@@ -268,13 +289,25 @@ class AppStore:
 
     async def unset_env(self, app_id: int, names: list[str]) -> int:
         now = time.time()
-        async with self._engine.begin() as conn:
+        async with writing(self._engine) as conn:
             result = await conn.execute(
                 sa.delete(app_env).where(app_env.c.app_id == app_id, app_env.c.name.in_(names))
             )
             if result.rowcount:
                 await _mark_restart(conn, app_id, now)
         return int(result.rowcount)
+
+
+async def _keep_an_owner(conn: AsyncConnection, app_id: int, leaving: str) -> None:
+    """Raise if ``leaving`` is the app's only owner (read under the caller's lock)."""
+    query = sa.select(app_members.c.user_id).where(
+        app_members.c.app_id == app_id, app_members.c.role == "owner"
+    )
+    owners = set((await conn.execute(query)).scalars())
+    if owners == {leaving}:
+        raise FailedPrecondition(
+            "an app keeps at least one owner", hint="grant owner to someone else first"
+        )
 
 
 async def _mark_restart(conn: AsyncConnection, app_id: int, now: float) -> None:

@@ -7,18 +7,29 @@ foreign keys on, so several processes can share one database file.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sqlite3
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
+import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.engine.interfaces import DBAPIConnection
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry
+
+from appdeck.common.errors import Unavailable
 
 SQLITE_BUSY_TIMEOUT_MS = 5000
 """How long a SQLite connection waits for another writer before it gives up."""
+
+WRITE_ATTEMPTS = 3
+"""How many times :func:`writing` asks SQLite for the write lock (each waiting the busy timeout)
+before the caller gets ``unavailable``."""
 
 _SQLITE_PRAGMAS = (
     "PRAGMA synchronous = NORMAL",  # with WAL: never corrupt, a power cut may lose the last commits
@@ -78,3 +89,55 @@ def _set_sqlite_pragmas(dbapi_connection: DBAPIConnection, _record: ConnectionPo
             cursor.execute(pragma)
     finally:
         cursor.close()
+
+
+def is_locked(exc: BaseException) -> bool:
+    """Whether ``exc`` is SQLite's "database is locked" / "busy" (another writer held on)."""
+    text = str(getattr(exc, "orig", None) or exc).lower()
+    return isinstance(exc, OperationalError | sqlite3.OperationalError) and (
+        "database is locked" in text or "database is busy" in text
+    )
+
+
+@asynccontextmanager
+async def writing(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+    """A write transaction whose reads and writes are serialized with other writers.
+
+    SQLite: ``BEGIN IMMEDIATE`` takes the write lock before the first read, so a
+    check-then-insert cannot interleave with another, and a reader never has to upgrade a stale
+    snapshot (the ``database is locked`` that no busy timeout cures). Waiting for the lock uses
+    the busy timeout, then is retried; still locked, the caller gets :class:`Unavailable`.
+    PostgreSQL: an ordinary transaction; take :func:`serialized` locks inside it.
+    """
+    if engine.dialect.name != "sqlite":
+        async with engine.begin() as conn:
+            yield conn
+        return
+    async with engine.connect() as conn:
+        for attempt in range(1, WRITE_ATTEMPTS + 1):
+            try:
+                await conn.exec_driver_sql("BEGIN IMMEDIATE")
+                break
+            except OperationalError as exc:
+                await conn.rollback()
+                if not is_locked(exc):
+                    raise
+                if attempt == WRITE_ATTEMPTS:
+                    raise Unavailable(
+                        "the database is busy with other writes", hint="retry in a moment"
+                    ) from None
+                log.debug("SQLite write lock busy (attempt %d); retrying", attempt)
+                await asyncio.sleep(0.05 * attempt)
+        try:
+            yield conn
+        except BaseException:
+            await conn.rollback()
+            raise
+        await conn.commit()
+
+
+async def serialized(conn: AsyncConnection, key: str) -> None:
+    """Hold a lock named ``key`` until ``conn``'s transaction ends (PostgreSQL: a transaction
+    advisory lock; SQLite: already held, :func:`writing` took the database's write lock)."""
+    if conn.dialect.name == "postgresql":
+        await conn.execute(sa.select(sa.func.pg_advisory_xact_lock(sa.func.hashtext(key))))

@@ -21,6 +21,7 @@ class TenantRecord:
     id: str
     name: str
     created_at: float
+    disabled: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,12 +96,37 @@ class IdentityStore:
     async def get_tenant(self, tenant_id: str) -> TenantRecord | None:
         async with self._engine.connect() as conn:
             row = (await conn.execute(sa.select(tenants).where(tenants.c.id == tenant_id))).first()
-        return None if row is None else TenantRecord(row.id, row.name, row.created_at)
+        return None if row is None else TenantRecord(row.id, row.name, row.created_at, row.disabled)
 
     async def list_tenants(self) -> list[TenantRecord]:
         async with self._engine.connect() as conn:
             rows = (await conn.execute(sa.select(tenants).order_by(tenants.c.id))).all()
-        return [TenantRecord(r.id, r.name, r.created_at) for r in rows]
+        return [TenantRecord(r.id, r.name, r.created_at, r.disabled) for r in rows]
+
+    async def set_tenant_disabled(self, tenant_id: str, disabled: bool) -> bool:
+        """Disable (or enable) a tenant; False when there is no such tenant."""
+        stmt = sa.update(tenants).where(tenants.c.id == tenant_id).values(disabled=disabled)
+        async with self._engine.begin() as conn:
+            return bool((await conn.execute(stmt)).rowcount)
+
+    async def refused_access(self, tenant_id: str, user_id: str) -> str | None:
+        """Why the tenant's user may not use a token now (``"user disabled"``, ``"tenant
+        disabled"``), or None. A user or tenant the store does not know (an external IdP's)
+        is not refused here: only what an operator disabled is."""
+        async with self._engine.connect() as conn:
+            tenant = (
+                await conn.execute(sa.select(tenants.c.disabled).where(tenants.c.id == tenant_id))
+            ).first()
+            if tenant is not None and tenant.disabled:
+                return "tenant disabled"
+            user = (
+                await conn.execute(
+                    sa.select(users.c.disabled, users.c.tenant_id).where(users.c.id == user_id)
+                )
+            ).first()
+        if user is not None and user.disabled and user.tenant_id == tenant_id:
+            return "user disabled"
+        return None
 
     # -- users ----------------------------------------------------------------------------
 
@@ -139,6 +165,12 @@ class IdentityStore:
         async with self._engine.begin() as conn:
             await conn.execute(
                 sa.update(users).where(users.c.id == user_id).values(password_hash=password_hash)
+            )
+
+    async def set_user_disabled(self, user_id: str, disabled: bool) -> None:
+        async with self._engine.begin() as conn:
+            await conn.execute(
+                sa.update(users).where(users.c.id == user_id).values(disabled=disabled)
             )
 
     async def get_user(self, user_id: str) -> UserRecord | None:
@@ -190,6 +222,23 @@ class IdentityStore:
         )
         async with self._engine.connect() as conn:
             return [_pat(r) for r in (await conn.execute(query)).all()]
+
+    async def list_all_pats(
+        self, tenant_id: str | None = None, user_id: str | None = None
+    ) -> list[PersonalTokenRecord]:
+        query = sa.select(personal_tokens).order_by(personal_tokens.c.created_at)
+        if tenant_id is not None:
+            query = query.where(personal_tokens.c.tenant_id == tenant_id)
+        if user_id is not None:
+            query = query.where(personal_tokens.c.user_id == user_id)
+        async with self._engine.connect() as conn:
+            return [_pat(r) for r in (await conn.execute(query)).all()]
+
+    async def get_pat(self, pat_id: str) -> PersonalTokenRecord | None:
+        query = sa.select(personal_tokens).where(personal_tokens.c.id == pat_id)
+        async with self._engine.connect() as conn:
+            row = (await conn.execute(query)).first()
+        return None if row is None else _pat(row)
 
     async def touch_pats(self, last_used: dict[str, float]) -> None:
         if not last_used:

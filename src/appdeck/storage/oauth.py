@@ -161,6 +161,16 @@ def _refresh(row: Any) -> RefreshTokenRow:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class GrantRow:
+    tenant_id: str
+    user_id: str
+    client_id: str
+    scope: str
+    created_at: float
+    expires_at: float
+
+
 class OAuthStore:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
@@ -327,6 +337,103 @@ class OAuthStore:
             )
         return [(r.token_hash[len(LEDGER_PREFIX) :], r.expires_at) for r in live]
 
+    # -- grants (what a user consented to a client, held as live refresh-token families) ---
+
+    async def list_grants(
+        self, tenant_id: str | None = None, user_id: str | None = None, now: float | None = None
+    ) -> list[GrantRow]:
+        """One row per (tenant, user, client) holding a live refresh token: a consent still in
+        use. Access tokens alone (ledger rows) expire within the hour and are not grants."""
+        now = time.time() if now is None else now
+        rt = refresh_tokens.c
+        query = (
+            sa.select(
+                rt.tenant_id,
+                rt.user_id,
+                rt.client_id,
+                sa.func.min(rt.created_at).label("created_at"),
+                sa.func.max(rt.expires_at).label("expires_at"),
+                sa.func.max(rt.scope).label("scope"),
+            )
+            .where(
+                sa.not_(rt.token_hash.startswith(LEDGER_PREFIX)),
+                rt.revoked.is_(False),
+                rt.used_at.is_(None),
+                rt.expires_at > now,
+            )
+            .group_by(rt.tenant_id, rt.user_id, rt.client_id)
+            .order_by(rt.tenant_id, rt.user_id, rt.client_id)
+        )
+        if tenant_id is not None:
+            query = query.where(rt.tenant_id == tenant_id)
+        if user_id is not None:
+            query = query.where(rt.user_id == user_id)
+        async with self._engine.connect() as conn:
+            rows = (await conn.execute(query)).all()
+        return [
+            GrantRow(r.tenant_id, r.user_id, r.client_id, r.scope, r.created_at, r.expires_at)
+            for r in rows
+        ]
+
+    async def revoke_grants(
+        self,
+        *,
+        client_id: str,
+        tenant_id: str | None = None,
+        user_id: str | None = None,
+        now: float | None = None,
+    ) -> list[tuple[str, float]]:
+        """Revoke every refresh-token family of ``client_id`` (for one user when given).
+        Returns the (jti, exp) of the live access tokens issued in them, to revoke too."""
+        rt = refresh_tokens.c
+        query = sa.select(rt.family_id).distinct().where(rt.client_id == client_id)
+        if tenant_id is not None:
+            query = query.where(rt.tenant_id == tenant_id)
+        if user_id is not None:
+            query = query.where(rt.user_id == user_id)
+        async with self._engine.connect() as conn:
+            families = [r.family_id for r in (await conn.execute(query)).all()]
+        live: list[tuple[str, float]] = []
+        for family in families:
+            live += await self.revoke_family(family, now)
+        return live
+
+    async def access_token_expiry(self, jti: str) -> float | None:
+        """When access token ``jti`` expires, if it was issued through a grant."""
+        query = sa.select(refresh_tokens.c.expires_at).where(
+            refresh_tokens.c.token_hash == LEDGER_PREFIX + jti
+        )
+        async with self._engine.connect() as conn:
+            row = (await conn.execute(query)).first()
+        return None if row is None else float(row.expires_at)
+
+    async def list_live_access_tokens(
+        self, tenant_id: str | None = None, user_id: str | None = None, now: float | None = None
+    ) -> list[RefreshTokenRow]:
+        """The ledger rows of access tokens issued through grants, not revoked, not expired."""
+        now = time.time() if now is None else now
+        rt = refresh_tokens.c
+        query = (
+            sa.select(refresh_tokens)
+            .where(
+                rt.token_hash.startswith(LEDGER_PREFIX),
+                rt.revoked.is_(False),
+                rt.expires_at > now,
+            )
+            .order_by(rt.created_at)
+        )
+        if tenant_id is not None:
+            query = query.where(rt.tenant_id == tenant_id)
+        if user_id is not None:
+            query = query.where(rt.user_id == user_id)
+        async with self._engine.connect() as conn:
+            return [_refresh(r) for r in (await conn.execute(query)).all()]
+
+    async def list_clients(self) -> list[ClientRow]:
+        query = sa.select(oauth_clients).order_by(oauth_clients.c.created_at)
+        async with self._engine.connect() as conn:
+            return [_client(r) for r in (await conn.execute(query)).all()]
+
     # -- housekeeping ---------------------------------------------------------------------
 
     async def cleanup(self, now: float | None = None) -> dict[str, int]:
@@ -372,6 +479,7 @@ __all__: Sequence[str] = (
     "AuthCodeRow",
     "ClientRow",
     "CodeReplay",
+    "GrantRow",
     "OAuthStore",
     "RefreshTokenRow",
     "family_for_code",

@@ -82,6 +82,8 @@ tenants = sa.Table(
     sa.Column("id", sa.String, primary_key=True),  # a slug, e.g. "acme"
     sa.Column("name", sa.String, nullable=False),
     sa.Column("created_at", sa.Double, nullable=False),
+    # migration 0005: a disabled tenant's tokens are refused and nobody of it signs in
+    sa.Column("disabled", sa.Boolean, nullable=False, server_default=sa.false()),
 )
 
 users = sa.Table(

@@ -48,6 +48,25 @@ class SqlSessionStore(SessionStore):
         async with self._engine.begin() as conn:
             await conn.execute(sa.delete(sessions).where(sessions.c.id == session_id))
 
+    async def list_sessions(
+        self, tenant: str | None = None, user: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Sessions in the database (newest activity first), for the operator's CLI."""
+        query = sa.select(
+            sessions.c.id,
+            sessions.c.tenant,
+            sessions.c.user,
+            sessions.c.client_info,
+            sessions.c.created_at,
+            sessions.c.last_active,
+        ).order_by(sessions.c.last_active.desc())
+        if tenant is not None:
+            query = query.where(sessions.c.tenant == tenant)
+        if user is not None:
+            query = query.where(sessions.c.user == user)
+        async with self._engine.connect() as conn:
+            return [dict(r._mapping) for r in (await conn.execute(query)).all()]
+
     async def touch(self, last_active: dict[str, float]) -> None:
         """Record activity times in one batch. A time never moves backwards, so a stale
         flush from another process cannot make a busy session look idle."""

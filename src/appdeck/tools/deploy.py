@@ -10,11 +10,24 @@ from pydantic import Field, WithJsonSchema
 from appdeck.common.errors import FailedPrecondition
 from appdeck.platform.deploy import policy, states
 from appdeck.platform.deploy.deployments import DeploymentView
-from appdeck.tools.kit import READS, AppId, Arguments, Call, Hints, Output, Reply, Tool, paginate
+from appdeck.tools.kit import (
+    INT64_MAX,
+    READS,
+    AppId,
+    Arguments,
+    Call,
+    Hints,
+    Output,
+    Reply,
+    Tool,
+    paginate,
+)
 from appdeck.tools.results import Deployment
 
 Strategy = Literal["recreate", "rolling", "blue_green", "canary"]
-Number = Annotated[int, Field(ge=1, description="A deployment number (list_deployments).")]
+Number = Annotated[
+    int, Field(ge=1, le=INT64_MAX, description="A deployment number (list_deployments).")
+]
 State = Annotated[str, WithJsonSchema({"enum": sorted(states.TRANSITIONS)})]
 
 

@@ -46,7 +46,13 @@ JsonObject = dict[str, Any]
 T = TypeVar("T")
 A = TypeVar("A", bound="Arguments")
 
-AppId = Annotated[int, Field(ge=1, description="The app's id (from register_app or list_my_apps).")]
+INT64_MAX = 2**63 - 1
+"""The largest id a database column holds: a larger one is refused naming its field."""
+
+AppId = Annotated[
+    int,
+    Field(ge=1, le=INT64_MAX, description="The app's id (from register_app or list_my_apps)."),
+]
 
 
 class Arguments(BaseModel):

@@ -193,7 +193,10 @@ class Authorize:
         )
         hashed = user.password_hash if user is not None else None
         valid = await asyncio.to_thread(verify_password, hashed, password)
-        if user is None or not valid or user.disabled:
+        refused = user is not None and (
+            user.disabled or await self._ctx.identities.refused_access(user.tenant_id, user.id)
+        )
+        if user is None or not valid or refused:
             return await self._bad_login(pending, tenant, username, chosen, user)
         if not chosen:
             tenants = await self._ctx.identities.list_tenants()

@@ -202,7 +202,12 @@ class TokenEndpoint:
 
     async def _user_is_active(self, tenant_id: str, user_id: str) -> None:
         user = await self._ctx.identities.get_user(user_id)
-        if user is None or user.disabled or user.tenant_id != tenant_id:
+        if (
+            user is None
+            or user.disabled
+            or user.tenant_id != tenant_id
+            or await self._ctx.identities.refused_access(tenant_id, user_id)
+        ):
             raise OAuthError("invalid_grant", "the user of this grant can no longer sign in")
 
     async def _issue(
