@@ -291,11 +291,11 @@ async def _authentication(
         identities=identities,
         resource_metadata_url=f"{base_url}/.well-known/oauth-protected-resource",
         claims=ClaimNames(tenant=settings.tenant_claim, user=settings.user_claim),
+        trust_seconds=settings.auth_trust_seconds,
     )
     await bearer.load_revocations()
     return keys, issuer, bearer
 
-        trust_seconds=settings.auth_trust_seconds,
 
 def _sandbox(settings: Settings) -> Sandbox | None:
     """The sandbox apps run in, or None (``APPDECK_SANDBOX=off``, or ``auto`` on a host that

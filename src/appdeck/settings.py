@@ -76,6 +76,9 @@ class Settings(BaseSettings):
     rate_limit_per_second: float = Field(50.0, ge=0)
     """Sustained requests per second per token; 0 turns rate limiting off."""
     rate_limit_burst: int = Field(200, ge=1)
+    auth_trust_seconds: float = Field(10.0, ge=0)
+    """How long a PAT lookup, a user's or tenant's enabled state and the revoked-token list
+    are trusted before the database is asked again (what the CLI changes takes this long)."""
 
     # -- platform ------------------------------------------------------------------------
     sandbox: Literal["on", "off", "auto"] = "on"
@@ -83,9 +86,6 @@ class Settings(BaseSettings):
     limits), and the server refuses to start where it cannot; ``off``: apps run as the
     server's user, unconfined (one-tenant dev machines only; warned at every start);
     ``auto`` (what ``serve --dev`` uses when this is unset): on where possible, else off."""
-    auth_trust_seconds: float = Field(10.0, ge=0)
-    """How long a PAT lookup, a user's or tenant's enabled state and the revoked-token list
-    are trusted before the database is asked again (what the CLI changes takes this long)."""
     egress_allow: Annotated[list[IPv4Network | IPv6Network], NoDecode] = []
     """Networks (CIDR, comma-separated) sandboxes may reach through the outbound proxy besides
     public addresses: an internal package mirror, say. Never this host's own addresses."""
