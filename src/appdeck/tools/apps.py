@@ -28,7 +28,10 @@ register_app = Tool(
 
 
 class RegisterApp(Arguments):
-    name: str = Field(pattern=APP_NAME.pattern, description="Lower-case letters, digits, dashes.")
+    name: str = Field(
+        pattern=f"^{APP_NAME.pattern}$",  # JSON Schema searches: anchor it
+        description="Lower-case letters, digits, dashes.",
+    )
     spec: FullSpec | None = None
     description: str | None = Field(default=None, max_length=2000)
 
