@@ -28,7 +28,7 @@ from appdeck import logs
 from appdeck.app import Services
 from appdeck.protocol.registry import ToolDef
 from appdeck.settings import Settings
-from appdeck.transport.http11 import CoalescingHttpToolsProtocol
+from appdeck.transport.http11 import bounded_protocol, http_limits
 from appdeck.tuning import tune_gc
 
 ECHO_SCHEMA = {
@@ -90,7 +90,8 @@ async def serve(args: argparse.Namespace, data_dir: Path) -> None:
         tmp.replace(args.token_file)
     config = uvicorn.Config(
         services.asgi(),
-        http=CoalescingHttpToolsProtocol,  # as appdeck serve runs it
+        http=bounded_protocol(http_limits(settings)),  # as appdeck serve runs it
+        limit_concurrency=settings.max_concurrency,
         loop="uvloop",
         lifespan="off",
         access_log=False,

@@ -47,6 +47,7 @@ from appdeck.storage.identity import IdentityStore
 from appdeck.storage.oauth import OAuthStore
 from appdeck.tools import register_all as register_tools
 from appdeck.transport.guard import Guard
+from appdeck.transport.http11 import bounded_protocol, http_limits
 from appdeck.transport.hub import StreamHub
 from appdeck.transport.mcp_http import HttpSettings, McpHttpApp
 from appdeck.transport.responses import ASGIApp
@@ -88,7 +89,10 @@ class Services:
         base_url = settings.base_url(port)
         identities = IdentityStore(storage.engine)
         audit_store = AuditStore(storage.engine)
-        audit = AuditLog(AuditStore.opener(settings.database()))  # its own thread and connection
+        audit = AuditLog(  # its own thread and connection
+            AuditStore.opener(settings.database()),
+            dead_letter=settings.data_dir / "audit-dead-letter.jsonl",
+        )
         audit.start()
         keys, token_issuer, bearer = await _authentication(settings, base_url, identities)
         authz = _authorization_server(
@@ -354,7 +358,14 @@ def _runtime(
         egress=egress if runtime is not None else None,
     )
     table, counters = RouteTable(), Counters()
-    ingress = IngressServer(table, counters, host=settings.host, port=settings.ingress_port)
+    ingress = IngressServer(
+        table,
+        counters,
+        host=settings.host,
+        port=settings.ingress_port,
+        http=bounded_protocol(http_limits(settings), coalescing=False),
+        limit_concurrency=settings.max_concurrency,
+    )
     ingress.proxy.netns = driver.netns_fd  # sandboxed instances: their own loopback
     return driver, ingress, IngressRouter(table, counters)
 

@@ -47,6 +47,13 @@ class Settings(BaseSettings):
     keepalive_seconds: float = Field(30.0, gt=0)
     sse_retry_ms: int = Field(1000, ge=0)
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+    # both listeners (control plane and ingress): transport.http11.HttpLimits
+    max_header_bytes: int = Field(64 * 1024, ge=4096)
+    max_headers: int = Field(100, ge=16)
+    header_timeout_seconds: float = Field(10.0, gt=0)
+    body_timeout_seconds: float = Field(30.0, gt=0)
+    max_connections_per_ip: int = Field(256, ge=1)
+    max_concurrency: int = Field(2000, ge=1)
     session_idle_seconds: float = Field(3600.0, gt=0)
     max_sessions: int = Field(10_000, ge=1)
     event_retention_seconds: float = Field(3600.0, gt=0)

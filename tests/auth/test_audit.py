@@ -4,9 +4,12 @@ import asyncio
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
-from appdeck.auth.audit import AuditEvent, AuditLog, as_row, scrub
+import orjson
+
+from appdeck.auth.audit import MAX_TEXT, AuditEvent, AuditLog, as_row, bounded, scrub
 from appdeck.common.identity import Principal
 from appdeck.storage import Storage
 from appdeck.storage.audit import AuditStore
@@ -193,7 +196,7 @@ async def test_the_real_store_keeps_the_good_rows_of_a_batch_with_a_bad_one(
         log.record(AuditEvent(event="tool_call", outcome="ok", tool="before"))
         bad = as_row(AuditEvent(event="tool_call", outcome="ok", tool="bad"))
         bad["detail"] = {"x": object()}  # cannot be stored as JSON, on either database
-        log.record_row(bad)
+        log._queue_row(bad)  # past record_row's bounding, which would make it storable
         log.record(AuditEvent(event="tool_call", outcome="ok", tool="after"))
         await log.close()
         rows = await AuditStore(storage.engine).tail(10)
@@ -201,3 +204,45 @@ async def test_the_real_store_keeps_the_good_rows_of_a_batch_with_a_bad_one(
         assert log.dropped == 1
     finally:
         await storage.close()
+
+
+def test_every_value_is_fitted_to_its_column() -> None:
+    row = as_row(AuditEvent(event="tool_call", outcome="ok", tool="t" * 5000, app_id=2**63))
+    row["status"] = 2**40
+    row["duration_ms"] = float("inf")
+    row["detail"] = {"n": 2**70, "s": "x" * 5000, "o": object()}
+    fitted = bounded(row)
+    assert fitted["app_id"] is None
+    assert fitted["status"] is None
+    assert fitted["duration_ms"] is None
+    assert len(fitted["tool"]) == MAX_TEXT
+    assert fitted["detail"]["n"] == str(2**70)
+    assert len(fitted["detail"]["s"]) == 1000
+    assert isinstance(fitted["detail"]["o"], str)
+    assert bounded(as_row(AuditEvent(event="e", outcome="ok", app_id=-(2**63))))["app_id"] == -(
+        2**63
+    )
+
+
+async def test_tool_called_bounds_what_the_caller_chose() -> None:
+    sink = Sink()
+    log = AuditLog(opener(sink), flush_seconds=0.01)
+    log.tool_called(ALICE, "n" * 5000, "a" * 5000, 2**63, True, 200, 1.0, "r" * 5000, False)
+    await log.close()
+    (row,) = sink.rows
+    assert row["app_id"] is None
+    assert len(row["tool"]) == len(row["action"]) == len(row["request_id"]) == MAX_TEXT
+
+
+async def test_a_row_the_database_refuses_goes_to_the_dead_letter_file(tmp_path: Path) -> None:
+    sink = Sink()
+    dead = tmp_path / "dead.jsonl"
+    log = AuditLog(opener(sink), flush_seconds=0.01, dead_letter=dead)
+    for name in ("a", "bad", "b"):
+        log.record(AuditEvent(event="tool_call", outcome="ok", tool=name))
+    await log.close()
+    assert tools(sink) == ["a", "b"]
+    (line,) = dead.read_bytes().splitlines()
+    buried = orjson.loads(line)
+    assert buried["row"]["tool"] == "bad"
+    assert buried["error"].startswith("ValueError")

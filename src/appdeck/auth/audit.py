@@ -12,6 +12,12 @@ and writes them, so neither the event loop nor a request ever waits for the data
   still fails while the database answers (``sink.ping()``) fails for a reason of its own: it
   is dropped and logged, never retried. When the database does not answer, the whole batch
   waits for it (retried with a growing pause, up to ``MAX_BACKOFF``).
+- **Bounded values.** Every value is fitted to its column before it is queued
+  (:func:`bounded`): integers outside a signed 64-bit range (32-bit for ``status``) become
+  null, strings are cut at ``MAX_TEXT`` characters, detail strings at ``MAX_DETAIL_TEXT``, so
+  a request cannot make a row unwritable.
+- **Dead letters.** A row the database refuses for a reason of its own is appended (one JSON
+  line) to the ``dead_letter`` file when one is given, never retried.
 - **Shutdown flushes.** :meth:`AuditLog.close` writes what is queued (for at most
   ``close_timeout`` seconds when the database is down) and closes the writer's connection.
 
@@ -24,12 +30,16 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import math
 import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final, Protocol
+
+import orjson
 
 from appdeck.common.identity import Principal
 
@@ -37,6 +47,15 @@ log = logging.getLogger("appdeck.audit")
 
 SECRET_WORDS: Final = ("token", "secret", "password", "authorization", "code", "verifier", "key")
 MAX_QUEUE: Final = 100_000
+MAX_TEXT: Final = 256
+"""The longest string kept in a text column (names, ids, outcomes)."""
+MAX_DETAIL_TEXT: Final = 1000
+INT64: Final = (-(2**63), 2**63 - 1)
+INT32: Final = (-(2**31), 2**31 - 1)
+_TEXT_COLUMNS: Final = (
+    "tenant_id", "user_id", "client_id", "event", "method", "tool", "action", "outcome",
+    "request_id",
+)  # fmt: skip
 MAX_BACKOFF: Final = 5.0
 """The longest pause between two tries while the database does not answer."""
 
@@ -114,6 +133,58 @@ def as_row(event: AuditEvent) -> Row:
 _TASK_DETAIL: Final = {"task": True}
 
 
+def _int(value: Any, bounds: tuple[int, int]) -> int | None:
+    if type(value) is not int:  # bool, float, str...: not what the column holds
+        return int(value) if isinstance(value, int) and bounds[0] <= value <= bounds[1] else None
+    return value if bounds[0] <= value <= bounds[1] else None
+
+
+def _text(value: Any, limit: int = MAX_TEXT) -> str | None:
+    if value is None:
+        return None
+    text = value if type(value) is str else str(value)
+    return text[:limit] if len(text) > limit else text
+
+
+def _float(value: Any) -> float | None:
+    if type(value) is float and math.isfinite(value):
+        return value
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def bounded(row: Row) -> Row:
+    """``row`` with every value fitted to its ``audit_log`` column (see the module)."""
+    out: Row = {name: _text(row.get(name)) for name in _TEXT_COLUMNS}
+    out["event"] = out["event"] or "unknown"
+    out["outcome"] = out["outcome"] or "unknown"
+    out["ts"] = _float(row.get("ts")) or time.time()
+    out["app_id"] = _int(row.get("app_id"), INT64)
+    out["status"] = _int(row.get("status"), INT32)
+    out["duration_ms"] = _float(row.get("duration_ms"))
+    detail = row.get("detail")
+    out["detail"] = _bounded_detail(detail) if isinstance(detail, dict) else None
+    return out
+
+
+def _bounded_detail(detail: dict[str, Any]) -> dict[str, Any] | None:
+    out: dict[str, Any] = {}
+    for key, value in list(detail.items())[:50]:
+        name = _text(key, MAX_TEXT) or ""
+        if value is None or type(value) in (bool, float):
+            out[name] = value if type(value) is not float or math.isfinite(value) else None
+        elif type(value) is int:
+            out[name] = value if INT64[0] <= value <= INT64[1] else str(value)[:40]
+        elif type(value) is str:
+            out[name] = _text(value, MAX_DETAIL_TEXT)
+        else:  # lists, nested dicts: kept as bounded text
+            out[name] = _text(orjson.dumps(value, default=str).decode(), MAX_DETAIL_TEXT)
+    return out or None
+
+
 class AuditLog:
     """Queues audit rows on the request path; a writer thread writes them."""
 
@@ -125,12 +196,14 @@ class AuditLog:
         batch: int = 500,
         max_queue: int = MAX_QUEUE,
         close_timeout: float = 10.0,
+        dead_letter: Path | None = None,
     ) -> None:
         self._open_sink = open_sink
         self._flush_seconds = flush_seconds
         self._batch = batch
         self._max_queue = max_queue
         self._close_timeout = close_timeout
+        self._dead_letter = dead_letter
         # rows, and flush markers (a Future set once every row before it is written)
         self._queue: deque[Row | concurrent.futures.Future[None]] = deque()
         self._wake = threading.Event()
@@ -152,7 +225,11 @@ class AuditLog:
         self.record_row(as_row(event))
 
     def record_row(self, row: Row) -> None:
-        """Queue a row built by the caller (every column of ``audit_log``, no secrets)."""
+        """Queue a row built by the caller (every column of ``audit_log``, no secrets); each
+        value is fitted to its column first (:func:`bounded`)."""
+        self._queue_row(bounded(row))
+
+    def _queue_row(self, row: Row) -> None:
         queue = self._queue
         if len(queue) >= self._max_queue:
             self.dropped += 1
@@ -174,8 +251,17 @@ class AuditLog:
         request_id: str,
         task: bool,
     ) -> None:
-        """One tools/call (the core's AuditTrail); built by hand, it runs on every call."""
-        self.record_row(
+        """One tools/call (the core's AuditTrail); built by hand, it runs on every call: the
+        values a caller chose (tool, action, app_id, request id) are bounded here, cheaply."""
+        if tool is not None and len(tool) > MAX_TEXT:
+            tool = tool[:MAX_TEXT]
+        if action is not None and len(action) > MAX_TEXT:
+            action = action[:MAX_TEXT]
+        if app_id is not None and not INT64[0] <= app_id <= INT64[1]:
+            app_id = None
+        if len(request_id) > MAX_TEXT:
+            request_id = request_id[:MAX_TEXT]
+        self._queue_row(
             {
                 "ts": time.time(),
                 "tenant_id": principal.tenant if principal else None,
@@ -342,14 +428,27 @@ class AuditLog:
                     return rows[index:]  # an outage, not a bad row
                 failed += 1
                 self.dropped += 1
+                self._bury(row, exc)
         if failed:
             log.error(
-                "audit: %d record(s) could not be written and were dropped (%s: %s)",
+                "audit: %d record(s) could not be written and were %s (%s: %s)",
                 failed,
+                f"put in {self._dead_letter}" if self._dead_letter else "dropped",
                 type(error).__name__,
                 str(error)[:200],
             )
         return []
+
+    def _bury(self, row: Row, error: BaseException) -> None:
+        """Append a row the database refused to the dead-letter file (one JSON line)."""
+        if self._dead_letter is None:
+            return
+        line = {"row": row, "error": f"{type(error).__name__}: {str(error)[:200]}"}
+        try:
+            with self._dead_letter.open("ab") as out:
+                out.write(orjson.dumps(line, default=str) + b"\n")
+        except OSError:
+            log.exception("audit: cannot write the dead-letter file %s", self._dead_letter)
 
     @staticmethod
     async def _answers(sink: WriterSink) -> bool:

@@ -88,7 +88,7 @@ async def _serve(settings: Any, dev: bool, stop_apps: bool = False) -> None:
     from appdeck.app import Services
     from appdeck.auth import scopes
     from appdeck.auth.admin import IdentityAdmin
-    from appdeck.transport.http11 import CoalescingHttpToolsProtocol
+    from appdeck.transport.http11 import bounded_protocol, http_limits
     from appdeck.tuning import tune_gc
 
     logs.configure(settings.log_level, settings.log_format)
@@ -99,7 +99,9 @@ async def _serve(settings: Any, dev: bool, stop_apps: bool = False) -> None:
     services = await Services.start(settings, port=port)
     config = uvicorn.Config(
         services.asgi(),
-        http=CoalescingHttpToolsProtocol,  # uvicorn's httptools, one syscall per response
+        # uvicorn's httptools, one syscall per response, header/body limits and timeouts
+        http=bounded_protocol(http_limits(settings)),
+        limit_concurrency=settings.max_concurrency,
         lifespan="off",
         access_log=False,
         log_config=None,

@@ -17,9 +17,13 @@ Serve with ``uvicorn.Config(app, http=CoalescingHttpToolsProtocol, loop="uvloop"
 from __future__ import annotations
 
 import asyncio
-from typing import Any, cast
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+log = logging.getLogger("appdeck.transport")
 
 
 class CoalescingTransport:
@@ -52,6 +56,10 @@ class CoalescingTransport:
         waiting = sum(len(chunk) for chunk in pending) if pending else 0
         return self._transport.get_write_buffer_size() + waiting
 
+    def write_eof(self) -> None:
+        self.flush()
+        self._transport.write_eof()
+
     def close(self) -> None:
         self.flush()  # what was written before close() still goes out, as asyncio promises
         self._transport.close()
@@ -71,3 +79,242 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         coalescing = CoalescingTransport(transport, self.loop)
         super().connection_made(cast(asyncio.Transport, coalescing))
+
+
+# -- limits -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class HttpLimits:
+    """What one listener lets a client do before it has sent a whole request (settings:
+    ``APPDECK_MAX_HEADER_BYTES`` and the rest, next to ``APPDECK_MAX_BODY_BYTES``)."""
+
+    max_header_bytes: int = 64 * 1024
+    """Request line and headers together; past it: ``431`` and the connection is closed."""
+    max_headers: int = 100
+    """Header fields per request; past it: ``431``."""
+    header_timeout: float = 10.0
+    """From a request's first byte (or the connection's opening) to its last header line;
+    past it: ``408`` and close (slowloris)."""
+    body_timeout: float = 30.0
+    """Longest silence while a request body is being sent (reset by every chunk, not counted
+    while the app itself has paused reading); past it the connection is closed."""
+    max_connections_per_ip: int = 256
+    """Open connections from one client address; past it the new one is closed at once."""
+    max_concurrency: int = 2000
+    """Open connections (or running requests) on the listener; past it: ``503``
+    (uvicorn's ``limit_concurrency``)."""
+
+
+_CLOSE_431 = (
+    b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain; charset=utf-8\r\n"
+    b"content-length: 31\r\nconnection: close\r\n\r\nRequest header fields too large"
+)
+_CLOSE_408 = (
+    b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\n"
+    b"content-length: 15\r\nconnection: close\r\n\r\nRequest timeout"
+)
+
+
+LINGER = 1.0
+"""Seconds a refused connection's incoming bytes are dropped before it is closed."""
+
+
+class _TooManyHeaders(Exception):
+    pass
+
+
+if TYPE_CHECKING:
+    _Protocol = HttpToolsProtocol
+else:  # at run time the mixin is put before uvicorn's class (bounded_protocol)
+    _Protocol = object
+
+
+class BoundedMixin(_Protocol):
+    """Header size/count limits, header and body read timeouts and a per-IP connection cap
+    on uvicorn's httptools protocol.
+
+    httptools has no header-size limit of its own (it accumulates a header value for as long
+    as bytes come), so the bytes fed while a request's headers are incomplete are counted here.
+    The timeouts cost a request no timer: each connection notes when its current phase
+    (headers, or the last body chunk) began, and one sweep a second per listener closes the
+    connections past their time.
+    """
+
+    limits: HttpLimits = HttpLimits()
+    per_ip: dict[str, int] = {}
+    """Open connections per client address, for the listener this class serves."""
+    open_connections: set[BoundedMixin] = set()
+    sweeper: list[asyncio.TimerHandle | None] = [None]
+
+    # set by connection_made
+    _ip: str | None
+    _header_bytes: int
+    _too_many_headers: bool
+    _reading_headers: bool
+    _since: float | None
+    """When the current phase began (headers) or the last body bytes came; None: not timed."""
+    _accepted: bool
+    _lingering: bool
+
+    # -- the protocol's callbacks (before uvicorn's own, by the MRO) ---------------------------
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        if self._bounded_open(transport):
+            super().connection_made(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self._accepted:  # refused in connection_made
+            return
+        self._bounded_close()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._lingering or self.transport.is_closing():
+            return  # refused: what still comes is dropped unread
+        if self._since is None:  # a request's first bytes: its headers are due from now
+            self._since = self.loop.time()
+        super().data_received(data)
+        if not self._reading_headers:
+            self._since = self.loop.time()  # body bytes came
+        elif not self.transport.is_closing():
+            if self._header_bytes < 0:  # a pipelined request began inside this chunk
+                self._header_bytes = 0
+            else:
+                self._header_bytes += len(data)
+            if self._header_bytes > self.limits.max_header_bytes:
+                self._refuse_headers()
+
+    def send_400_response(self, msg: str) -> None:
+        if self._too_many_headers:
+            self._refuse_headers()
+        else:
+            super().send_400_response(msg)
+
+    def on_headers_complete(self) -> None:
+        if len(self.headers) > self.limits.max_headers:  # their bytes are bounded already
+            self._too_many_headers = True
+            raise _TooManyHeaders  # httptools makes it a parser error: send_400_response
+        self._reading_headers = False
+        self._header_bytes = 0
+        self._since = self.loop.time()
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self._reading_headers = True
+        self._since = None  # the app answers now; the next request's first byte times it
+        self._header_bytes = -1  # the next request's first chunk is counted from its start
+        super().on_message_complete()
+
+    # -- the connection ---------------------------------------------------------------------
+
+    def _bounded_open(self, transport: asyncio.Transport) -> bool:
+        """Count the connection against its address; False (and closed) past the cap."""
+        self._header_bytes = 0
+        self._too_many_headers = False
+        self._reading_headers = True
+        self._ip = None
+        self._accepted = False
+        self._lingering = False
+        peer = transport.get_extra_info("peername")
+        ip = peer[0] if isinstance(peer, tuple) and peer else None
+        if ip is not None:
+            open_now = self.per_ip.get(ip, 0)
+            if open_now >= self.limits.max_connections_per_ip:
+                log.warning("connection refused: %d already open from %s", open_now, ip)
+                transport.abort()
+                return False
+            self.per_ip[ip] = open_now + 1
+            self._ip = ip
+        self._accepted = True
+        self._since = self.loop.time()  # the first request's headers are due from now
+        self.open_connections.add(self)
+        if self.sweeper[0] is None:
+            self.sweeper[0] = self.loop.call_later(1.0, self._sweep)
+        return True
+
+    def _bounded_close(self) -> None:
+        self.open_connections.discard(self)
+        ip, self._ip = self._ip, None
+        if ip is not None:
+            left = self.per_ip.get(ip, 0) - 1
+            if left > 0:
+                self.per_ip[ip] = left
+            else:
+                self.per_ip.pop(ip, None)
+
+    # -- timeouts -------------------------------------------------------------------------------
+
+    def _sweep(self) -> None:
+        """Once a second while the listener has connections: close those past their time."""
+        now = self.loop.time()
+        for connection in list(self.open_connections):
+            connection._check(now)
+        self.sweeper[0] = self.loop.call_later(1.0, self._sweep) if self.open_connections else None
+
+    def _check(self, now: float) -> None:
+        since = self._since
+        if since is None:
+            return
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        if self._reading_headers:
+            if now - since > self.limits.header_timeout:
+                self._refuse(_CLOSE_408)
+            return
+        if now - since <= self.limits.body_timeout:
+            return
+        if self.flow is not None and self.flow.read_paused:  # the app is behind, not the client
+            self._since = now
+            return
+        self._since = None
+        log.info("closing a connection: no request body bytes for %.0f s", now - since)
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_started:
+            self._refuse(_CLOSE_408)
+        else:
+            transport.close()
+
+    def _refuse_headers(self) -> None:
+        self._refuse(_CLOSE_431)
+
+    def _refuse(self, response: bytes) -> None:
+        """Send ``response`` and close, lingering: the client may still be sending, and
+        closing a socket with unread bytes resets it, losing the response on the way. So the
+        write side is shut, what comes for up to ``LINGER`` seconds is dropped unread, then
+        the connection is closed (a client that closes first ends it sooner)."""
+        self._since = None
+        self._lingering = True
+        self.open_connections.discard(self)  # the sweep has nothing more to do with it
+        transport = self.transport
+        transport.write(response)
+        try:
+            transport.write_eof()
+        except (NotImplementedError, OSError, RuntimeError):
+            transport.close()
+            return
+        self.loop.call_later(LINGER, transport.close)
+
+
+def bounded_protocol(limits: HttpLimits, *, coalescing: bool = True) -> type[HttpToolsProtocol]:
+    """A protocol class for ``uvicorn.Config(http=...)`` enforcing ``limits``, with a per-IP
+    connection count of its own (one per listener). Pass ``limit_concurrency=
+    limits.max_concurrency`` to the config as well."""
+    base = CoalescingHttpToolsProtocol if coalescing else HttpToolsProtocol
+    bases = (BoundedMixin, base)
+    own = {"limits": limits, "per_ip": {}, "open_connections": set(), "sweeper": [None]}
+    protocol = type("BoundedHttpToolsProtocol", bases, own)
+    return cast(type[HttpToolsProtocol], protocol)
+
+
+def http_limits(settings: Any) -> HttpLimits:
+    """The limits from :class:`appdeck.settings.Settings`."""
+    return HttpLimits(
+        max_header_bytes=settings.max_header_bytes,
+        max_headers=settings.max_headers,
+        header_timeout=settings.header_timeout_seconds,
+        body_timeout=settings.body_timeout_seconds,
+        max_connections_per_ip=settings.max_connections_per_ip,
+        max_concurrency=settings.max_concurrency,
+    )

@@ -58,6 +58,17 @@ class HttpSettings:
     retry_ms: int = 1000
 
 
+AUTH_FIRST_BYTES = 64 * 1024
+"""Bodies larger than this (or of unknown length) need a valid token before they are read."""
+
+
+def _large(headers: dict[bytes, bytes]) -> bool:
+    length = headers.get(b"content-length")
+    if length is None:
+        return b"transfer-encoding" in headers  # chunked: of unknown length
+    return not length.isdigit() or len(length) > 12 or int(length) > AUTH_FIRST_BYTES
+
+
 class McpHttpApp:
     def __init__(
         self,
@@ -123,6 +134,8 @@ class McpHttpApp:
                 rpc.SERVER_ERROR,
                 "Unsupported Media Type: Content-Type must be application/json",
             )
+        # a body past AUTH_FIRST_BYTES is only read for a caller with a valid token
+        early = await self.guard.principal(headers, True, "POST") if _large(headers) else None
         body = await read_body(receive, self.settings.max_body_bytes)
         if body is None:
             raise HttpError(
@@ -139,7 +152,7 @@ class McpHttpApp:
         )
         if isinstance(route, rpc.McpError):
             raise route
-        principal = await self.guard.principal(headers, route.needs_token, route.label)
+        principal = early or await self.guard.principal(headers, route.needs_token, route.label)
         call = await self.server.open(route, principal)
         if not route.batch and route.kinds[0] is Kind.REQUEST:  # the hot path
             await self._answer_one(send, route.messages[0], call)

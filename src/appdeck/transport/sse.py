@@ -10,6 +10,7 @@ SSE_HEADERS: Final = [
     (b"x-accel-buffering", b"no"),
 ]
 KEEPALIVE: Final = b": keepalive\n\n"
+MAX_SEQ: Final = 2**63 - 1
 GET_STREAM: Final = "g"
 """Name of a session's standalone stream (the GET stream); request streams get random names."""
 
@@ -25,7 +26,10 @@ def parse_event_id(value: str) -> tuple[str, int] | None:
         return None
     if not all(c.isalnum() or c in "-_" for c in stream):
         return None
-    return stream, int(seq)
+    number = int(seq)
+    if number > MAX_SEQ:  # the event log's seq is a signed 64-bit column
+        return None
+    return stream, number
 
 
 def encode_event(eid: str, payload: bytes) -> bytes:

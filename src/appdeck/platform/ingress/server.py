@@ -44,6 +44,8 @@ class IngressServer:
         config: ProxyConfig | None = None,
         graceful_shutdown: float = 5.0,
         keep_alive: float = 15.0,
+        http: type[asyncio.Protocol] | str = "httptools",
+        limit_concurrency: int | None = None,
     ) -> None:
         self.routes = routes
         self.counters = counters
@@ -52,6 +54,10 @@ class IngressServer:
         self.proxy = IngressProxy(routes, counters, config)
         self.graceful_shutdown = graceful_shutdown
         self.keep_alive = keep_alive
+        self.http = http
+        """uvicorn's protocol: the composition root passes the bounded one
+        (``transport.http11.bounded_protocol``: header limits, read timeouts, per-IP cap)."""
+        self.limit_concurrency = limit_concurrency
         self._server: _EmbeddedServer | None = None
         self._task: asyncio.Task[None] | None = None
         self._sockets: list[socket.socket] = []
@@ -75,7 +81,8 @@ class IngressServer:
         config = uvicorn.Config(
             self.proxy,
             interface="asgi3",
-            http="httptools",
+            http=self.http,
+            limit_concurrency=self.limit_concurrency,
             ws="auto",  # upgrades reach the proxy, which refuses them (403)
             lifespan="off",
             access_log=False,
