@@ -200,6 +200,12 @@ class BoundedMixin(_Protocol):
         self._since = self.loop.time()
         super().on_headers_complete()
 
+    def handle_websocket_upgrade(self) -> None:
+        # the connection passes to the websocket protocol: this one no longer counts it
+        self._bounded_close()
+        self._since = None
+        super().handle_websocket_upgrade()
+
     def on_message_complete(self) -> None:
         self._reading_headers = True
         self._since = None  # the app answers now; the next request's first byte times it
