@@ -81,7 +81,7 @@ class TokenIssuer:
             client_id=client_id,
             issued_at=now,
             expires_at=now + (ttl_seconds or self.ttl),
-            jti=secrets.token_urlsafe(16),
+            jti=secrets.token_hex(16),  # never starts with "-": a CLI argument
         )
         header = {"alg": ALGORITHM, "kid": self.keys.kid, "typ": "at+jwt"}
         token = jwt.encode(header, claims.to_claims(), self.keys.private_set)
