@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from appdeck import __version__
-from appdeck.cli import admin, serve
+from appdeck.cli import admin, lifecycle, serve
 
 cli = typer.Typer(
     help="AppDeck: a self-hosted application platform driven over MCP.",
@@ -19,8 +19,8 @@ cli.add_typer(admin.token, name="token")
 cli.add_typer(admin.audit, name="audit")
 cli.add_typer(admin.keys, name="keys")
 cli.add_typer(admin.client, name="client")
-cli.add_typer(admin.grant, name="grant")
-cli.add_typer(admin.session, name="session")
+cli.add_typer(lifecycle.grant, name="grant")
+cli.add_typer(lifecycle.session, name="session")
 
 
 @cli.command()
