@@ -13,8 +13,8 @@ import pytest
 
 from appdeck.common.errors import InvalidArgument, NotFound
 from appdeck.platform.runtime import LocalDriver, free_port
+from appdeck.platform.runtime.logfile import TRUNCATED_MARK, LineSplitter, LogWriter
 from appdeck.platform.runtime.logs import read_page
-from appdeck.platform.runtime.shim import TRUNCATED_MARK, LineSplitter, LogWriter
 
 from .conftest import PYTHON, eventually, http_get, make_spec, wait_healthy
 
@@ -157,7 +157,7 @@ def test_several_processes_writing_one_log_never_share_a_seq(tmp_path: Path) -> 
     log = tmp_path / "runtime.log"
     script = (
         "import sys; from pathlib import Path;"
-        "from appdeck.platform.runtime.shim import LogWriter;"
+        "from appdeck.platform.runtime.logfile import LogWriter;"
         "w = LogWriter(Path(sys.argv[1]), instance=int(sys.argv[2]), max_bytes=40000);"
         "[w.write([('stdout', f'{sys.argv[2]}:{i}')] * 3) for i in range(200)]"
     )

@@ -24,11 +24,11 @@ from appdeck.platform.runtime import workspace as workspace_module
 from appdeck.platform.runtime.cgroups import Limits
 from appdeck.platform.runtime.core import DriverCore
 from appdeck.platform.runtime.driver import BuildFailed, Release
+from appdeck.platform.runtime.logfile import LineSplitter, LogWriter
 from appdeck.platform.runtime.logs import tail_text
 from appdeck.platform.runtime.model import ReleaseState, validate
 from appdeck.platform.runtime.procs import kill_tree
 from appdeck.platform.runtime.sandbox import APP_DIR
-from appdeck.platform.runtime.shim import LineSplitter, LogWriter
 from appdeck.platform.runtime.state import read_json, write_json
 from appdeck.platform.runtime.workspace import (
     CopyStats,

@@ -23,6 +23,7 @@ from typing import Any, Final
 from appdeck.common.errors import InvalidArgument, NotFound
 from appdeck.platform.runtime.driver import LogKind, Release
 from appdeck.platform.runtime.egress import EgressProxy, proxy_env
+from appdeck.platform.runtime.logfile import LOG_MAX_BYTES, LogWriter
 from appdeck.platform.runtime.model import (
     InstanceState,
     ReleaseState,
@@ -31,7 +32,7 @@ from appdeck.platform.runtime.model import (
     instance_key,
 )
 from appdeck.platform.runtime.sandbox import APP_DIR, SANDBOX_PATH, Sandbox
-from appdeck.platform.runtime.shim import LOG_MAX_BYTES, LogWriter, boot_id, is_running
+from appdeck.platform.runtime.shim import boot_id, is_running
 from appdeck.platform.runtime.state import (
     read_json,
     read_spec,

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from appdeck.platform.runtime.driver import LogLine, LogPage
-from appdeck.platform.runtime.shim import line_seq, rotated_path, seq_path
+from appdeck.platform.runtime.logfile import line_seq, rotated_path, seq_path
 
 _BISECT_STOP = 64 * 1024
 

@@ -13,7 +13,7 @@ from typing import Any, Final
 
 from appdeck.common.errors import InvalidArgument
 from appdeck.platform.runtime.driver import RUNTIMES, InstanceRef, LogKind, Release
-from appdeck.platform.runtime.shim import LogWriter
+from appdeck.platform.runtime.logfile import LogWriter
 
 RELEASE_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

@@ -1,5 +1,6 @@
-"""The instance shim: the first process of every app instance, and the stdlib-only pieces it
-shares with the driver (the JSON-lines log writer, the line splitter, /proc helpers).
+"""The instance shim: the first process of every app instance, and the stdlib-only /proc
+helpers it shares with the driver. Its log writer is :mod:`.logfile` and its confinement
+:mod:`.confine`, stdlib-only siblings it loads by path.
 
 The local driver never runs an app directly. It spawns
 
@@ -35,9 +36,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
-import fcntl
 import importlib.util
-import json
 import os
 import selectors
 import signal
@@ -54,16 +53,27 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from appdeck.platform.runtime.confine import Confinement
 
-LINE_MAX_BYTES = 8 * 1024
-"""A log line longer than this (in bytes, before JSON escaping) is cut and marked."""
 
-LOG_MAX_BYTES = 10 * 1024 * 1024
-"""The default on-disk cap of one log (current file + one rotated file) of one release."""
+def _sibling(name: str) -> types.ModuleType:
+    """A stdlib-only module beside this file (``confine``) or one level up (``netns``),
+    loaded by path: this file runs outside the package, under ``python -I -S``."""
+    here = Path(__file__).resolve().parent
+    path = here / f"{name}.py" if (here / f"{name}.py").is_file() else here.parent / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"appdeck_{name}", path)
+    if spec is None or spec.loader is None:
+        raise OSError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
-TRUNCATED_MARK = " …[truncated]"
+
+try:
+    from appdeck.platform.runtime import logfile
+except ImportError:  # run by path under -I -S: the package is not importable here
+    logfile = _sibling("logfile")
+
 _PR_SET_CHILD_SUBREAPER = 36
 _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
-_SEQ_WIDTH = 20
 
 
 # --------------------------------------------------------------------------------------------
@@ -208,215 +218,6 @@ def signal_quietly(pid: int, signum: int, start_ticks: int | None = None) -> Non
 
 
 # --------------------------------------------------------------------------------------------
-# Log lines
-
-
-class LineSplitter:
-    """Turns chunks of a byte stream into text lines, each at most ``limit`` bytes.
-
-    A longer line is cut at the limit, marked, and the rest of it (up to the next newline) is
-    dropped. Invalid UTF-8 is replaced, a trailing ``\\r`` removed.
-    """
-
-    def __init__(self, limit: int = LINE_MAX_BYTES) -> None:
-        self.limit = limit
-        self._buffer = bytearray()
-        self._discarding = False
-
-    def feed(self, data: bytes) -> list[str]:
-        lines: list[str] = []
-        start = 0
-        while True:
-            newline = data.find(b"\n", start)
-            if newline < 0:
-                break
-            piece = data[start:newline]
-            start = newline + 1
-            if self._discarding:
-                self._discarding = False
-                continue
-            self._buffer += piece
-            lines.append(self._take())
-        if not self._discarding:
-            self._buffer += data[start:]
-            if len(self._buffer) > self.limit:
-                lines.append(self._take())
-                self._discarding = True
-        return lines
-
-    def flush(self) -> list[str]:
-        """What is left when the stream ends (a last line without a newline)."""
-        self._discarding = False
-        return [self._take()] if self._buffer else []
-
-    def _take(self) -> str:
-        raw = bytes(self._buffer)
-        self._buffer.clear()
-        if len(raw) > self.limit:
-            return raw[: self.limit].decode("utf-8", "replace") + TRUNCATED_MARK
-        return raw.removesuffix(b"\r").decode("utf-8", "replace")
-
-
-def encode_line(seq: int, ts: float, stream: str, text: str, instance: int | None) -> bytes:
-    """One JSON line; ``seq`` first, so that readers can find it without parsing the line."""
-    entry: dict[str, object] = {"seq": seq, "ts": round(ts, 6), "stream": stream}
-    if instance is not None:
-        entry["instance"] = instance
-    entry["text"] = text
-    return json.dumps(entry, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
-
-
-def line_seq(raw: bytes) -> int | None:
-    """The ``seq`` of an encoded line, without parsing it; None for anything malformed."""
-    if not raw.startswith(b'{"seq":') or not raw.endswith(b"\n"):
-        return None
-    comma = raw.find(b",", 7, 40)
-    try:
-        return int(raw[7:comma]) if comma > 0 else None
-    except ValueError:
-        return None
-
-
-def rotated_path(path: Path) -> Path:
-    return path.with_name(path.name + ".1")
-
-
-def seq_path(path: Path) -> Path:
-    return path.with_name(path.name + ".seq")
-
-
-class LogWriter:
-    """Appends JSON lines (seq, ts, stream, instance, text) to one log of one release.
-
-    Several processes write the same log: the shims of all the release's instances and the
-    driver (``system`` lines). ``<log>.seq`` holds the next sequence number and is the lock:
-    each batch takes an exclusive ``flock`` on it, reserves its numbers (written first, so a
-    crash leaves a gap, never a duplicate), and appends with one ``write``. When the file has
-    grown past half the cap it is renamed ``<log>.1`` (replacing the older one) and a new file
-    is started: at most ``max_bytes`` on disk, and always the newest lines.
-
-    Errors writing the log never propagate: an app must not stop because its log cannot be
-    written (the lines are lost instead).
-    """
-
-    def __init__(
-        self,
-        path: Path,
-        *,
-        max_bytes: int = LOG_MAX_BYTES,
-        instance: int | None = None,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.path = path
-        self.max_bytes = max(max_bytes, 2 * 4096)
-        self.instance = instance
-        self.clock = clock
-        self._lock_fd: int | None = None
-        self._fd: int | None = None
-
-    def system(self, text: str, *, instance: int | None = None) -> None:
-        self.write([("system", text)], instance=instance)
-
-    def write(
-        self,
-        entries: Sequence[tuple[str, str]],
-        *,
-        ts: float | None = None,
-        instance: int | None = None,
-    ) -> None:
-        """Append ``(stream, text)`` entries, all stamped ``ts`` (default: now) and attributed
-        to ``instance`` (default: the writer's)."""
-        if not entries:
-            return
-        stamp = self.clock() if ts is None else ts
-        try:
-            self._write(entries, stamp, self.instance if instance is None else instance)
-        except OSError:
-            self.close()
-
-    def close(self) -> None:
-        for fd in (self._fd, self._lock_fd):
-            if fd is not None:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-        self._fd = self._lock_fd = None
-
-    def _write(
-        self, entries: Sequence[tuple[str, str]], stamp: float, instance: int | None
-    ) -> None:
-        if self._lock_fd is None:
-            self._lock_fd = os.open(
-                seq_path(self.path), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600
-            )
-        lock_fd = self._lock_fd
-        fcntl.flock(lock_fd, fcntl.LOCK_EX)
-        try:
-            first = self._next_seq(lock_fd)
-            os.pwrite(lock_fd, f"{first + len(entries):0{_SEQ_WIDTH}d}\n".encode(), 0)
-            fd = self._current_fd()
-            size = os.fstat(fd).st_size
-            data = bytearray()
-            if size and os.pread(fd, 1, size - 1) != b"\n":
-                data += b"\n"  # a writer died in the middle of a line: keep ours whole
-            for offset, (stream, text) in enumerate(entries):
-                if size + len(data) >= self.max_bytes // 2:
-                    self._append(fd, data)
-                    os.replace(self.path, rotated_path(self.path))
-                    fd = self._current_fd()
-                    size = 0
-                    data = bytearray()
-                data += encode_line(first + offset, stamp, stream, text, instance)
-            self._append(fd, data)
-        finally:
-            fcntl.flock(lock_fd, fcntl.LOCK_UN)
-
-    @staticmethod
-    def _append(fd: int, data: bytearray) -> None:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-
-    def _next_seq(self, lock_fd: int) -> int:
-        raw = os.pread(lock_fd, _SEQ_WIDTH + 1, 0)
-        try:
-            return max(int(raw.strip()), 1) if raw.strip() else self._recover_seq()
-        except ValueError:
-            return self._recover_seq()
-
-    def _recover_seq(self) -> int:
-        """The seq file is missing or damaged: continue after the last line of the log."""
-        best = 0
-        for candidate in (rotated_path(self.path), self.path):
-            try:
-                with open(candidate, "rb") as handle:
-                    handle.seek(max(handle.seek(0, os.SEEK_END) - 256 * 1024, 0))
-                    for raw in handle:
-                        # A torn last line (no newline) still took its number.
-                        best = max(best, line_seq(raw.rstrip(b"\n") + b"\n") or 0)
-            except OSError:
-                continue
-        return best + 1
-
-    def _current_fd(self) -> int:
-        """The descriptor of the file at ``path`` now (another writer may have rotated it)."""
-        try:
-            on_disk = os.stat(self.path)
-        except FileNotFoundError:
-            on_disk = None
-        if self._fd is not None:
-            mine = os.fstat(self._fd)
-            if on_disk is not None and (mine.st_ino, mine.st_dev) == (
-                on_disk.st_ino,
-                on_disk.st_dev,
-            ):
-                return self._fd
-            os.close(self._fd)
-            self._fd = None
-        self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        return self._fd
-
-
-# --------------------------------------------------------------------------------------------
 # The shim process
 
 
@@ -426,7 +227,7 @@ class Shim:
     def __init__(
         self,
         command: Sequence[str],
-        writer: LogWriter,
+        writer: logfile.LogWriter,
         *,
         grace_s: float,
         cwd: Path | None = None,
@@ -440,7 +241,7 @@ class Shim:
         self.pid = 0
         self.status: int | None = None
         self.selector = selectors.DefaultSelector()
-        self.splitters: dict[int, tuple[str, LineSplitter]] = {}
+        self.splitters: dict[int, tuple[str, logfile.LineSplitter]] = {}
         self.stop_signal: int | None = None
 
     def run(self) -> int:
@@ -501,7 +302,7 @@ class Shim:
             os.close(err_w)
         for fd, stream in ((out_r, "stdout"), (err_r, "stderr")):
             os.set_blocking(fd, False)
-            self.splitters[fd] = (stream, LineSplitter())
+            self.splitters[fd] = (stream, logfile.LineSplitter())
             self.selector.register(fd, selectors.EVENT_READ)
         shown = self.command
         if self.confine is not None and "--" in shown:  # the app's command, not the sandbox's
@@ -623,19 +424,6 @@ class Shim:
         return code
 
 
-def _sibling(name: str) -> types.ModuleType:
-    """A stdlib-only module beside this file (``confine``) or one level up (``netns``),
-    loaded by path: this file runs outside the package, under ``python -I -S``."""
-    here = Path(__file__).resolve().parent
-    path = here / f"{name}.py" if (here / f"{name}.py").is_file() else here.parent / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"appdeck_{name}", path)
-    if spec is None or spec.loader is None:
-        raise OSError(f"cannot load {path}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _ignore(_signum: int, _frame: FrameType | None) -> None:
     """A Python-level handler, so that SIGCHLD wakes the selector through the wake-up fd."""
 
@@ -645,7 +433,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="appdeck-shim", description=summary)
     parser.add_argument("--log", required=True, type=Path, help="the release's runtime.log")
     parser.add_argument("--instance", required=True, type=int)
-    parser.add_argument("--max-bytes", type=int, default=LOG_MAX_BYTES)
+    parser.add_argument("--max-bytes", type=int, default=logfile.LOG_MAX_BYTES)
     parser.add_argument("--cwd", type=Path, default=None)
     parser.add_argument("--grace", type=float, default=2.0, help="for leftovers, in seconds")
     parser.add_argument("--netns", action="store_true", help="a loopback-only network")
@@ -664,7 +452,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.netns_fd is not None:  # the driver made the instance's network: join it first
         _sibling("netns").setns(args.netns_fd)
         os.close(args.netns_fd)
-    writer = LogWriter(args.log, max_bytes=args.max_bytes, instance=args.instance)
+    writer = logfile.LogWriter(args.log, max_bytes=args.max_bytes, instance=args.instance)
     confine = None
     if args.netns or args.cgroup_procs or args.netns_fd is not None or args.stage:
         confine = _sibling("confine").Confinement(

@@ -11,9 +11,10 @@ import os
 import signal
 
 from appdeck.platform.runtime.core import DriverCore
+from appdeck.platform.runtime.logfile import LogWriter
 from appdeck.platform.runtime.model import InstanceState, ReleaseState
 from appdeck.platform.runtime.procs import forget_process, kill_leftovers, process_tree, until_gone
-from appdeck.platform.runtime.shim import LogWriter, is_running, signal_quietly
+from appdeck.platform.runtime.shim import is_running, signal_quietly
 from appdeck.platform.runtime.workspace import remove_tree
 
 
