@@ -1,0 +1,146 @@
+"""Each app's own database, as the platform reaches it (the app itself reaches it through
+``DATABASE_URL``: see :meth:`AppDatabases.grant` and docs/tables.md, "The app's database").
+
+- **SQLite** (the platform runs on SQLite): one file per app, ``<data dir>/appdb/<id>/app.db``
+  (:mod:`.appdb_sqlite`).
+- **PostgreSQL** (the platform runs on PostgreSQL): a database for apps apart from the
+  platform's (``<platform db>_apps``, or ``APPDECK_APPS_DATABASE_URL``), holding a schema
+  ``app_<id>`` per app owned by a role of the app's own (:mod:`.appdb_postgres`).
+
+:meth:`AppDatabases.transaction` is the one way in for the platform's services: one
+transaction on one app's database, under a time limit (:class:`QueryTimeout` past it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
+from typing import Literal, Protocol
+
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from appdeck.common.errors import InvalidArgument, QuotaExceeded, Unavailable
+from appdeck.platform.crypto import Sealer
+from appdeck.platform.runtime.appdb import DatabaseGrant
+from appdeck.platform.tables.appdb_postgres import PostgresSchemas
+from appdeck.platform.tables.appdb_sqlite import SqliteFiles
+
+Dialect = Literal["sqlite", "postgresql"]
+
+MAX_TIMEOUT_S = 300.0
+
+
+class QueryTimeout(QuotaExceeded):
+    """A statement on an app's database ran past its time limit and was stopped."""
+
+    def __init__(self, timeout_s: float) -> None:
+        super().__init__(
+            f"the query ran longer than {timeout_s:g} s and was stopped",
+            hint="narrow the filter, add an index, or ask for fewer rows",
+            timeout_s=timeout_s,
+        )
+
+
+class _Backend(Protocol):
+    @property
+    def dialect(self) -> Dialect: ...
+
+    def transaction(
+        self, app_id: int, *, timeout_s: float, readonly: bool
+    ) -> AbstractAsyncContextManager[AsyncConnection]: ...
+
+    async def grant(self, app_id: int, *, sandboxed: bool) -> DatabaseGrant: ...
+
+    async def drop(self, app_id: int) -> None: ...
+
+    async def close(self) -> None: ...
+
+    def is_timeout(self, exc: DBAPIError) -> bool: ...
+
+
+class AppDatabases:
+    """The apps' databases (see the module docstring)."""
+
+    def __init__(self, backend: _Backend) -> None:
+        self._backend = backend
+        self.dialect: Dialect = backend.dialect
+
+    @asynccontextmanager
+    async def transaction(
+        self, app_id: int, *, timeout_s: float = 5.0, readonly: bool = False
+    ) -> AsyncIterator[AsyncConnection]:
+        """One transaction on the app's own database (created on first use), committed on
+        normal exit, rolled back on an exception. A statement past ``timeout_s`` is stopped
+        and :class:`QueryTimeout` raised. ``readonly``: writes are refused."""
+        _check_app_id(app_id)
+        if not 0 < timeout_s <= MAX_TIMEOUT_S:
+            raise InvalidArgument(f"timeout_s must be in (0, {MAX_TIMEOUT_S:g}]")
+        try:
+            async with self._backend.transaction(
+                app_id, timeout_s=timeout_s, readonly=readonly
+            ) as conn:
+                yield conn
+        except DBAPIError as exc:
+            if self._backend.is_timeout(exc):
+                raise QueryTimeout(timeout_s) from None
+            if getattr(exc.orig, "sqlstate", None) == "53300":  # too_many_connections
+                raise Unavailable(
+                    "the app's database has all the connections it may open in use",
+                    hint="retry in a moment; the app itself may hold them",
+                ) from None
+            raise
+
+    async def grant(self, app_id: int, *, sandboxed: bool) -> DatabaseGrant:
+        """What an instance of the app needs to reach its database (``DATABASE_URL``, and
+        for a sandbox the directory to bind or the PostgreSQL front to serve)."""
+        _check_app_id(app_id)
+        return await self._backend.grant(app_id, sandboxed=sandboxed)
+
+    async def drop(self, app_id: int) -> None:
+        """The app is deleted: its database goes (SQLite: the directory; PostgreSQL: the
+        schema and the role)."""
+        _check_app_id(app_id)
+        await self._backend.drop(app_id)
+
+    async def close(self) -> None:
+        await self._backend.close()
+
+
+def _check_app_id(app_id: int) -> None:
+    if not isinstance(app_id, int) or isinstance(app_id, bool) or not 0 <= app_id < 2**31:
+        raise InvalidArgument(f"invalid app id {app_id!r}")
+
+
+def apps_database_url(platform_url: str) -> str:
+    """The default apps database beside the platform's: ``<platform db>_apps``."""
+    url = make_url(platform_url)
+    return url.set(database=f"{url.database}_apps").render_as_string(hide_password=False)
+
+
+async def open_databases(
+    platform_url: str,
+    data_dir: Path,
+    *,
+    apps_url: str | None = None,
+    uid_for: Callable[[int], int] | None = None,
+    role_prefix: str | None = None,
+    secret_key: str | None = None,
+    max_engines: int = 64,
+) -> AppDatabases:
+    """The apps' databases for a platform whose own database is ``platform_url``: SQLite
+    files under ``data_dir/appdb`` (owned by ``uid_for(app_id)`` when apps are sandboxed),
+    or the PostgreSQL apps database (``apps_url``, default :func:`apps_database_url`)."""
+    if make_url(platform_url).get_backend_name() == "sqlite":
+        files = SqliteFiles(data_dir / "appdb", uid_for=uid_for, max_engines=max_engines)
+        return AppDatabases(files)
+    backend = await PostgresSchemas.open(
+        platform_url,
+        apps_url or apps_database_url(platform_url),
+        role_prefix=role_prefix,
+        secrets_dir=data_dir / "appdb-pg",
+        sealer=Sealer.from_settings(secret_key, data_dir),
+    )
+    return AppDatabases(backend)
