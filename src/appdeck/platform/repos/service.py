@@ -1,0 +1,295 @@
+"""RepoService: connect an app to a git repository, read and drop the connection, list its
+branches, take GitHub push webhooks, and check out a commit as a deployment's source.
+
+The rules: connecting needs ``repo.connect`` (developer); the URL must pass :mod:`.urls` and,
+for a local repository, the tenant's source roots (checked again at every fetch); ``git
+ls-remote`` must answer, and the branch (the remote's default one unless named) must exist.
+The token and the webhook secret are sealed at rest; the token is never returned or logged,
+the secret is returned once, by the connect that made it. A push deploys as the user who
+connected the repository (their role is checked then, as for any deploy).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+from appdeck.common.errors import AppDeckError, FailedPrecondition, InvalidArgument, NotFound
+from appdeck.common.identity import Principal
+from appdeck.platform.apps import AppService
+from appdeck.platform.changes import Change, ChangeFeed
+from appdeck.platform.crypto import Sealer
+from appdeck.platform.repos import urls, webhook
+from appdeck.platform.repos.git import BRANCH, SHA, Git, GitError, Remote, unavailable
+from appdeck.platform.sources import SourceRoots
+from appdeck.storage.apps import AppRecord
+from appdeck.storage.repos import RepoRecord, RepoStore
+
+log = logging.getLogger("appdeck.repos")
+
+Deploy = Callable[[Principal, int, str], Awaitable[object]]
+_DUMMY_SECRET: Final = secrets.token_urlsafe(32)
+
+
+@dataclass(frozen=True, slots=True)
+class RepoView:
+    app_id: int
+    url: str
+    branch: str
+    auto_deploy: bool
+    has_token: bool
+    last_commit: str | None
+    last_message: str | None
+    last_push_at: float | None
+    connected_by: str
+    updated_at: float
+
+    @property
+    def webhook_path(self) -> str:
+        return f"/hooks/git/{self.app_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class Connected:
+    repo: RepoView
+    webhook_secret: str
+    """Shown once: GitHub's webhook secret for ``repo.webhook_path``."""
+    head: str
+    """The branch's commit when it was connected."""
+
+
+@dataclass(frozen=True, slots=True)
+class Branch:
+    name: str
+    commit: str
+    default: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PushOutcome:
+    status: str  # pong | ignored | recorded | deploying
+    commit: str | None = None
+    reason: str = ""
+
+
+class WebhookRefused(Exception):
+    """The delivery is not signed by the app's secret (or no such connection: not said)."""
+
+
+class RepoService:
+    def __init__(
+        self,
+        apps: AppService,
+        store: RepoStore,
+        sealer: Sealer,
+        sources: SourceRoots,
+        git: Git,
+        feed: ChangeFeed,
+    ) -> None:
+        self._apps = apps
+        self._store = store
+        self._sealer = sealer
+        self._sources = sources
+        self._git = git
+        self._feed = feed
+        self._deploy: Deploy | None = None
+        self._aside: set[asyncio.Task[None]] = set()
+
+    def deploy_with(self, deploy: Deploy) -> None:
+        """What an auto-deploying push calls (the composition root wires Deployments here)."""
+        self._deploy = deploy
+
+    # -- the connection -------------------------------------------------------------------
+
+    async def connect(
+        self,
+        principal: Principal,
+        app_id: int,
+        url: str,
+        *,
+        token: str | None = None,
+        branch: str | None = None,
+        auto_deploy: bool = False,
+    ) -> Connected:
+        view = await self._apps.load(principal, app_id, "repo.connect")
+        parsed = urls.parse(url)
+        if token is not None:
+            urls.check_token(token)
+            if parsed.kind != "https":
+                raise InvalidArgument("a token is sent over https only; the url is not https")
+        if branch is not None and not BRANCH.fullmatch(branch):
+            raise InvalidArgument(f"branch {branch[:100]!r} is not a valid branch name")
+        remote = self._remote(view.app, parsed, token)
+        try:
+            heads = await self._git.heads(remote)
+        except GitError as exc:
+            raise unavailable(exc, "the repository could not be read (git ls-remote)") from None
+        if not heads.branches:
+            raise FailedPrecondition("the repository has no branch", hint="push a commit first")
+        chosen = branch or heads.default or next(iter(sorted(heads.branches)))
+        if chosen not in heads.branches:
+            shown = ", ".join(sorted(heads.branches)[:10])
+            raise InvalidArgument(f"branch {chosen!r} is not in the repository", hint=shown)
+        secret = secrets.token_urlsafe(32)
+        await asyncio.to_thread(self._git.forget, app_id)  # another url's objects go
+        record = await self._store.put(
+            app_id=app_id,
+            url=parsed.url,
+            token=self._sealer.seal(token) if token is not None else None,
+            branch=chosen,
+            webhook_secret=self._sealer.seal(secret),
+            auto_deploy=auto_deploy,
+            connected_by=principal.user,
+        )
+        await self._feed.emit(Change("app.updated", view.app.tenant_id, app_id))
+        return Connected(_view(record), secret, heads.branches[chosen])
+
+    async def get(self, principal: Principal, app_id: int) -> RepoView:
+        await self._apps.load(principal, app_id, "app.read")
+        return _view(await self._connection(app_id))
+
+    async def disconnect(self, principal: Principal, app_id: int) -> bool:
+        view = await self._apps.load(principal, app_id, "repo.connect")
+        done = await self._store.delete(app_id)
+        await self.forget(app_id)
+        if done:
+            await self._feed.emit(Change("app.updated", view.app.tenant_id, app_id))
+        return done
+
+    async def branches(
+        self, principal: Principal, app_id: int, *, offset: int = 0, limit: int = 100
+    ) -> list[Branch]:
+        view = await self._apps.load(principal, app_id, "repo.connect")
+        record = await self._connection(app_id)
+        try:
+            heads = await self._git.heads(self._stored_remote(view.app, record))
+        except GitError as exc:
+            raise unavailable(exc, "the repository could not be read (git ls-remote)") from None
+        found = [Branch(n, s, n == heads.default) for n, s in sorted(heads.branches.items())]
+        return found[offset : offset + limit]
+
+    async def forget(self, app_id: int) -> None:
+        """Drop the app's fetched objects and checkouts (disconnect, app delete)."""
+        await asyncio.to_thread(self._git.forget, app_id)
+
+    async def _connection(self, app_id: int) -> RepoRecord:
+        record = await self._store.get(app_id)
+        if record is None:
+            raise NotFound(f"app {app_id} has no repository", hint="connect_repo connects one")
+        return record
+
+    def _remote(self, app: AppRecord, parsed: urls.GitUrl, token: str | None) -> Remote:
+        if parsed.kind == "local":
+            assert parsed.path is not None
+            checked = self._sources.check(app.tenant_id, parsed.path)
+            return Remote(str(checked))
+        return Remote(parsed.url, token)
+
+    def _stored_remote(self, app: AppRecord, record: RepoRecord) -> Remote:
+        token = self._sealer.open(record.token) if record.token else None
+        try:
+            return self._remote(app, urls.parse(record.url), token)
+        except InvalidArgument as exc:
+            raise FailedPrecondition(
+                f"the connected repository no longer passes the source check: {exc.message}",
+                hint=exc.hint,
+            ) from None
+
+    # -- a deployment's source (the deploy engine's GitSource) ----------------------------
+
+    async def connected(self, app_id: int) -> bool:
+        return await self._store.get(app_id) is not None
+
+    async def source(self, app: AppRecord, commit: str | None) -> dict[str, Any] | None:
+        """The app's repository checked out at ``commit`` (default: its branch's head), as a
+        deployment's ``source``; ``None`` when no repository is connected."""
+        record = await self._store.get(app.id)
+        if record is None:
+            return None
+        if commit is not None and not SHA.fullmatch(commit):
+            raise InvalidArgument("commit must be a full 40-character hex sha")
+        remote = self._stored_remote(app, record)
+        try:
+            head = await self._git.fetch(app.id, remote, record.branch)
+            found = await self._git.commit(app.id, commit or head)
+            path = await self._git.checkout(app.id, found.sha)
+        except GitError as exc:
+            raise unavailable(exc, "the commit could not be checked out") from None
+        return {
+            "kind": "git",
+            "path": str(path),
+            "url": record.url,
+            "branch": record.branch,
+            "commit": found.sha,
+            "message": found.message,
+        }
+
+    # -- the webhook --------------------------------------------------------------------
+
+    async def push(
+        self, app_id: int, body: bytes, signature: str | None, event: str | None
+    ) -> PushOutcome:
+        """A webhook delivery: :class:`WebhookRefused` unless signed by the app's secret."""
+        record = await self._store.get(app_id)
+        secret = self._sealer.open(record.webhook_secret) if record else _DUMMY_SECRET
+        good = webhook.signed(secret, body, signature)  # computed either way: same timing
+        if record is None or not good:
+            raise WebhookRefused
+        if event == "ping":
+            return PushOutcome("pong")
+        if event not in (None, "push"):
+            return PushOutcome("ignored", reason=f"event {event[:40]!r} is not a push")
+        push = webhook.parse_push(body)
+        if push is None:
+            return PushOutcome("ignored", reason="not a push payload")
+        if push.branch != record.branch:
+            return PushOutcome("ignored", reason=f"not the connected branch {record.branch}")
+        if push.commit is None:
+            return PushOutcome("ignored", reason="the branch was deleted")
+        await self._store.pushed(app_id, push.commit, push.message)
+        app = await self._apps.store.get(app_id)
+        if app is None:
+            raise WebhookRefused
+        await self._feed.emit(Change("app.updated", app.tenant_id, app_id))
+        if not record.auto_deploy or self._deploy is None:
+            return PushOutcome("recorded", push.commit)
+        by = Principal(tenant=app.tenant_id, user=record.connected_by, kind="pat")
+        self._background(app_id, self._deploy(by, app_id, push.commit))
+        return PushOutcome("deploying", push.commit)
+
+    def _background(self, app_id: int, work: Awaitable[object]) -> None:
+        async def run() -> None:
+            try:
+                await work
+            except AppDeckError as exc:  # refused (a role lost, a checkout refused): logged
+                log.warning("the push deploy of app %s did not run: %s", app_id, exc.message)
+            except Exception:
+                log.exception("the push deploy of app %s failed", app_id)
+
+        task = asyncio.create_task(run())
+        self._aside.add(task)
+        task.add_done_callback(self._aside.discard)
+
+    async def settle(self) -> None:
+        """Wait for push deploys under way (tests, shutdown)."""
+        if self._aside:
+            await asyncio.wait(set(self._aside), timeout=600)
+
+
+def _view(record: RepoRecord) -> RepoView:
+    return RepoView(
+        app_id=record.app_id,
+        url=record.url,
+        branch=record.branch,
+        auto_deploy=record.auto_deploy,
+        has_token=record.token is not None,
+        last_commit=record.last_commit,
+        last_message=record.last_message,
+        last_push_at=record.last_push_at,
+        connected_by=record.connected_by,
+        updated_at=record.updated_at,
+    )

@@ -1,0 +1,195 @@
+"""connect_repo: an app's git repository (RepoService): connect, get, branches, disconnect."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from appdeck.platform.repos.service import Branch, RepoView
+from appdeck.tools.kit import AppId, Arguments, Call, Hints, Output, Reply, Tool, paginate
+
+connect_repo = Tool(
+    "connect_repo",
+    title="Connect a git repository",
+    description="Connect an app to a git repository, which then becomes the source of its "
+    "deploys (each deployment records the commit sha and message it was built from). url: a "
+    "GitHub (or any) https URL, with token for a private repository (stored encrypted, never "
+    "shown) on a public address, or a local path / file:// URL under your source roots. The "
+    "branch "
+    "defaults to the repository's default branch. connect returns webhook_path (on this "
+    "server, where /mcp is) and webhook_secret (shown once): add them as a GitHub push "
+    "webhook (content type application/json); with auto_deploy: true each push to the "
+    "branch is deployed. Next: set_app_spec (run_command), then deploy_app.",
+    scope="repos:write",
+    hints=Hints(read_only=False),
+)
+
+Url = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=2048,
+        description="https://host/owner/repo.git, file:///abs/path or /abs/path (never with "
+        "credentials in it: use token; git:// is refused).",
+    ),
+]
+Token = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=512,
+        description="An access token for a private https repository (stored encrypted).",
+    ),
+]
+BranchName = Annotated[
+    str, Field(min_length=1, max_length=200, description="A branch of the repository.")
+]
+
+
+class Connect(Arguments):
+    """Connect (or reconnect, with a new webhook secret) the app to a repository. Needs url."""
+
+    action: Literal["connect"]
+    app_id: AppId
+    url: Url
+    token: Token | None = None
+    branch: BranchName | None = None
+    auto_deploy: bool = Field(default=False, description="Deploy every push to the branch.")
+
+
+class Repo(Output):
+    app_id: int
+    url: str
+    branch: str
+    auto_deploy: bool
+    has_token: bool
+    webhook_path: str
+    last_commit: str | None
+    last_message: str | None
+    last_push_at: float | None
+    connected_by: str
+    updated_at: float
+
+
+class Connected(Output):
+    app_id: int
+    repo: Repo
+    head: str = Field(description="The branch's commit now.")
+    webhook_path: str = Field(
+        description="The webhook's path on this server (its base URL is the one /mcp is on)."
+    )
+    webhook_secret: str = Field(description="Shown once: GitHub's webhook secret.")
+
+
+def _repo(view: RepoView) -> Repo:
+    return Repo(**asdict(view), webhook_path=view.webhook_path)
+
+
+@connect_repo.handles(Connect, Connected)
+async def _connect(args: Connect, call: Call) -> Reply:
+    done = await call.platform.repos.connect(
+        call.principal,
+        args.app_id,
+        args.url,
+        token=args.token,
+        branch=args.branch,
+        auto_deploy=args.auto_deploy,
+    )
+    data = Connected(
+        app_id=args.app_id,
+        repo=_repo(done.repo),
+        head=done.head,
+        webhook_path=done.repo.webhook_path,
+        webhook_secret=done.webhook_secret,
+    )
+    return Reply(
+        f"Connected app {args.app_id} to {done.repo.url} ({done.repo.branch} at "
+        f"{done.head[:12]}); the webhook secret is shown only now. Next: deploy_app.",
+        data,
+    )
+
+
+class GetRepo(Arguments):
+    """The app's repository connection (never its token or webhook secret)."""
+
+    action: Literal["get"]
+    app_id: AppId
+
+
+class RepoResult(Output):
+    app_id: int
+    repo: Repo
+
+
+@connect_repo.handles(GetRepo, RepoResult)
+async def _get(args: GetRepo, call: Call) -> Reply:
+    view = await call.platform.repos.get(call.principal, args.app_id)
+    last = f", last push {view.last_commit[:12]}" if view.last_commit else ""
+    return Reply(
+        f"App {args.app_id} deploys from {view.url} ({view.branch}){last}",
+        RepoResult(app_id=args.app_id, repo=_repo(view)),
+    )
+
+
+class ListBranches(Arguments):
+    """The repository's branches, with their commits (asks the remote). Paginated."""
+
+    action: Literal["branches"]
+    app_id: AppId
+    cursor: str | None = Field(default=None, description="next_cursor of the previous page")
+    limit: int = Field(default=50, ge=1, le=100)
+
+
+class BranchInfo(Output):
+    name: str
+    commit: str
+    default: bool
+
+
+class Branches(Output):
+    app_id: int
+    branches: list[BranchInfo]
+    next_cursor: str | None = Field(default=None, description="Present when there is more.")
+
+
+@connect_repo.handles(ListBranches, Branches)
+async def _branches(args: ListBranches, call: Call) -> Reply:
+    async def fetch(offset: int, limit: int) -> list[Branch]:
+        return await call.platform.repos.branches(
+            call.principal, args.app_id, offset=offset, limit=limit
+        )
+
+    page = await paginate(fetch, args.cursor, args.limit)
+    data = Branches(
+        app_id=args.app_id,
+        branches=[BranchInfo(name=b.name, commit=b.commit, default=b.default) for b in page.items],
+    )
+    if page.next_cursor:
+        data.next_cursor = page.next_cursor
+    return Reply(f"{len(page.items)} branch(es): {', '.join(b.name for b in page.items)}", data)
+
+
+class Disconnect(Arguments):
+    """Forget the app's repository (its token and webhook secret go with it)."""
+
+    action: Literal["disconnect"]
+    app_id: AppId
+
+
+class Disconnected(Output):
+    app_id: int
+    disconnected: bool
+
+
+@connect_repo.handles(Disconnect, Disconnected)
+async def _disconnect(args: Disconnect, call: Call) -> Reply:
+    done = await call.platform.repos.disconnect(call.principal, args.app_id)
+    summary = "Disconnected" if done else "No repository was connected to"
+    return Reply(
+        f"{summary} app {args.app_id}", Disconnected(app_id=args.app_id, disconnected=done)
+    )
+
+
+TOOLS = (connect_repo,)

@@ -1,0 +1,158 @@
+"""A signed push deploys the pushed commit; deployments record the commit and read a checkout
+at it; a bad signature, another branch, a hostile tree are refused or ignored."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from appdeck.common.errors import FailedPrecondition, InvalidArgument
+from appdeck.platform.deploy import states
+from appdeck.platform.repos.git import Limits
+from appdeck.platform.repos.service import WebhookRefused
+from appdeck.storage import Storage
+from tests.platform.on_fakes import OnFakes, platform_on_fakes
+from tests.platform.repos.gitrepo import BareRepo, bare_repo
+from tests.platform.repos.payloads import push_payload, sign
+
+SPEC = {"run_command": "python3 app.py"}
+
+
+@pytest.fixture
+async def on(storage: Storage, tmp_path: Path) -> OnFakes:
+    return await platform_on_fakes(storage, tmp_path)
+
+
+@pytest.fixture
+def repo(on: OnFakes) -> BareRepo:
+    made = bare_repo(on.source.parent)
+    made.commit({"app.py": "print('v1')\n"}, "first version")
+    return made
+
+
+async def _connected(on: OnFakes, repo: BareRepo, *, auto_deploy: bool = True) -> tuple[int, str]:
+    app_id = (await on.platform.apps.register(on.alice, "shop", SPEC)).app.id
+    done = await on.platform.repos.connect(
+        on.alice, app_id, str(repo.bare), auto_deploy=auto_deploy
+    )
+    return app_id, done.webhook_secret
+
+
+async def test_a_signed_push_deploys_the_pushed_commit(on: OnFakes, repo: BareRepo) -> None:
+    app_id, secret = await _connected(on, repo)
+    sha = repo.commit({"app.py": "print('v2')\n"}, "Ship v2\n\nwith a body")
+    body = push_payload(sha, "Ship v2\n\nwith a body")
+    outcome = await on.platform.repos.push(app_id, body, sign(secret, body), "push")
+    assert (outcome.status, outcome.commit) == ("deploying", sha)
+    await on.platform.repos.settle()
+    [record] = await on.platform.deploys.store.for_app(app_id, offset=0, limit=10)
+    assert record.state == states.LIVE
+    assert record.source["commit"] == sha
+    assert record.source["kind"] == "git"
+    assert record.source["message"] == "Ship v2\n\nwith a body"
+    checkout = Path(record.source["path"], "app.py")
+    assert checkout.read_text() == "print('v2')\n"  # noqa: ASYNC240 (a test's one small read)
+    assert (await on.platform.repos.get(on.alice, app_id)).last_commit == sha
+
+
+async def test_a_bad_or_missing_signature_is_refused_like_an_unknown_app(
+    on: OnFakes, repo: BareRepo
+) -> None:
+    app_id, secret = await _connected(on, repo)
+    body = push_payload(repo.commit({"b": "b"}, "b"), "b")
+    good = sign(secret, body)
+    flipped = good[:-1] + ("1" if good.endswith("0") else "0")  # always one digit off
+    for signature in (None, "", sign("wrong", body), flipped, "sha1=abc"):
+        with pytest.raises(WebhookRefused):
+            await on.platform.repos.push(app_id, body, signature, "push")
+    with pytest.raises(WebhookRefused):
+        await on.platform.repos.push(app_id + 1000, body, sign(secret, body), "push")
+    with pytest.raises(WebhookRefused):  # a tampered body
+        await on.platform.repos.push(app_id, body + b" ", sign(secret, body), "push")
+    assert await on.platform.deploys.store.for_app(app_id, offset=0, limit=10) == []
+
+
+async def test_pings_other_branches_and_other_events_deploy_nothing(
+    on: OnFakes, repo: BareRepo
+) -> None:
+    app_id, secret = await _connected(on, repo)
+    repos = on.platform.repos
+    ping = b'{"zen": "Keep it logically awesome.", "hook_id": 1}'
+    assert (await repos.push(app_id, ping, sign(secret, ping), "ping")).status == "pong"
+    other = push_payload(repo.commit({"d": "d"}, "dev", branch="dev"), "dev", branch="dev")
+    assert (await repos.push(app_id, other, sign(secret, other), "push")).status == "ignored"
+    star = b'{"action": "created"}'
+    assert (await repos.push(app_id, star, sign(secret, star), "star")).status == "ignored"
+    gone = push_payload("0" * 40, "")
+    assert (await repos.push(app_id, gone, sign(secret, gone), "push")).status == "ignored"
+    assert await on.platform.deploys.store.for_app(app_id, offset=0, limit=10) == []
+
+
+async def test_without_auto_deploy_a_push_is_recorded_only(on: OnFakes, repo: BareRepo) -> None:
+    app_id, secret = await _connected(on, repo, auto_deploy=False)
+    sha = repo.commit({"app.py": "print('v2')\n"}, "v2")
+    body = push_payload(sha, "v2")
+    assert (await on.platform.repos.push(app_id, body, sign(secret, body), None)).status == (
+        "recorded"
+    )
+    assert await on.platform.deploys.store.for_app(app_id, offset=0, limit=10) == []
+    view = await on.platform.repos.get(on.alice, app_id)
+    assert (view.last_commit, view.last_message) == (sha, "v2")
+
+
+async def test_deploy_app_deploys_the_branch_head_or_a_named_commit(
+    on: OnFakes, repo: BareRepo
+) -> None:
+    app_id, _ = await _connected(on, repo, auto_deploy=False)
+    first = repo.commit({"app.py": "print('v2')\n"}, "v2")
+    head = repo.commit({"app.py": "print('v3')\n"}, "v3")
+    deployments = on.platform.deployments
+    done = await deployments.deploy(on.alice, app_id, wait_s=None)
+    assert done.live
+    assert done.record.source["commit"] == head
+    older = await deployments.deploy(on.alice, app_id, wait_s=None, commit=first)
+    assert older.live
+    assert older.record.source["message"] == "v2"
+    with pytest.raises(FailedPrecondition, match="not on the connected branch"):
+        await deployments.deploy(on.alice, app_id, wait_s=None, commit="a" * 40)
+    with pytest.raises(InvalidArgument, match="full 40-character"):
+        await deployments.deploy(on.alice, app_id, wait_s=None, commit="abc")
+
+
+async def test_a_hostile_tree_is_refused_at_checkout(on: OnFakes, repo: BareRepo) -> None:
+    app_id, _ = await _connected(on, repo, auto_deploy=False)
+    os.symlink("/etc/passwd", repo.work / "passwd")
+    repo.commit({}, "a link out")
+    with pytest.raises(InvalidArgument, match="leads out of its tree"):
+        await on.platform.deployments.deploy(on.alice, app_id, wait_s=None)
+    os.unlink(repo.work / "passwd")
+    repo.commit({"big.bin": "x" * 5000}, "a big file")
+    on.platform.repos._git.limits = Limits(max_bytes=1000)  # the files' bytes, counted
+    with pytest.raises(InvalidArgument, match="has more than 20000 files or 1000 bytes"):
+        await on.platform.deployments.deploy(on.alice, app_id, wait_s=None)
+    repo.commit({"huge.bin": "y" * 100_000}, "a huge file")
+    on.platform.repos._git.limits = Limits(max_bytes=1000, max_files=5)  # the stream, cut
+    with pytest.raises(InvalidArgument, match="larger than 1000 bytes"):
+        await on.platform.deployments.deploy(on.alice, app_id, wait_s=None)
+    assert await on.platform.deploys.store.for_app(app_id, offset=0, limit=10) == []
+
+
+async def test_a_deploy_without_a_repository_cannot_name_a_commit(on: OnFakes) -> None:
+    app_id = (await on.platform.apps.register(on.alice, "shop", SPEC)).app.id
+    with pytest.raises(FailedPrecondition, match="this app has none") as refused:
+        await on.platform.deployments.deploy(on.alice, app_id, wait_s=None, commit="a" * 40)
+    assert refused.value.hint == "connect_repo first"
+
+
+async def test_disconnecting_drops_the_fetched_objects_and_checkouts(
+    on: OnFakes, repo: BareRepo
+) -> None:
+    app_id, _ = await _connected(on, repo, auto_deploy=False)
+    done = await on.platform.deployments.deploy(on.alice, app_id, wait_s=None)
+    checkout = Path(done.record.source["path"])
+    assert checkout.is_dir()  # noqa: ASYNC240
+    assert "path" not in done.public()["source"]  # the data dir is not the caller's
+    await on.platform.repos.disconnect(on.alice, app_id)
+    assert not checkout.exists()  # noqa: ASYNC240
