@@ -5,8 +5,9 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 DEBS   := bubblewrap python3-venv
+TEST_DEBS := chromium
 
-.PHONY: run test lint types unit e2e conformance bench clean system-deps
+.PHONY: run test lint types unit e2e conformance bench clean system-deps test-deps
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -14,17 +15,25 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
-# The Debian packages the app sandbox needs (bubblewrap; Debian's python3 with venv inside
-# it), installed when missing and when we may (root with apt-get): idempotent, and quiet when
-# everything is there.
-system-deps:
+# Debian packages, installed when missing and when we may (root with apt-get): idempotent,
+# and quiet when everything is there. `make run` needs what the app sandbox needs (bubblewrap;
+# Debian's python3 with venv inside it); `make test` also the browser the OAuth e2e test drives
+# (chromium, through Playwright: no browser is downloaded).
+define apt_install
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	  missing=""; for p in $(DEBS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	  missing=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	  if [ -n "$$missing" ]; then \
 	    echo "installing Debian packages:$$missing"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	  fi; \
 	fi
+endef
+
+system-deps:
+	$(call apt_install,$(DEBS))
+
+test-deps:
+	$(call apt_install,$(DEBS) $(TEST_DEBS))
 
 run: $(STAMP) system-deps
 	$(BIN)/appdeck serve --dev
@@ -37,7 +46,7 @@ lint: $(STAMP)
 types: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP) system-deps
+unit: $(STAMP) test-deps
 	$(BIN)/pytest -q
 
 conformance: $(STAMP)

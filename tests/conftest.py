@@ -68,6 +68,22 @@ def postgres_module_database() -> Iterator[str]:
         yield make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
     finally:
         _on_private_loop(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        _on_private_loop(_drop_apps_of(name))
+
+
+async def _drop_apps_of(name: str) -> None:
+    """The apps database a platform on ``name`` made (``<name>_apps``), and its apps' roles
+    (``<name>_apps_app_<id>``: roles outlive databases)."""
+    await _admin(f'DROP DATABASE IF EXISTS "{name}_apps" WITH (FORCE)')
+    conn = await asyncpg.connect(_dsn(POSTGRES_URL), timeout=5)
+    try:
+        roles = await conn.fetch(
+            "SELECT rolname FROM pg_roles WHERE starts_with(rolname, $1)", f"{name}_apps_app_"
+        )
+        for row in roles:
+            await conn.execute(f'DROP ROLE IF EXISTS "{row["rolname"]}"')
+    finally:
+        await conn.close()
 
 
 def _on_private_loop(work: Coroutine[Any, Any, T]) -> T:

@@ -21,7 +21,9 @@ from appdeck.auth.keys import ALGORITHM, SigningKeys
 from appdeck.auth.ratelimit import RateLimiter
 from appdeck.auth.server import AuthorizationServer
 from appdeck.auth.server.metadata import protected_resource
+from appdeck.auth.throttle import MCP_WINDOW, FailureThrottle
 from appdeck.auth.tokens import TokenIssuer, TokenVerifier
+from appdeck.auth.urls import PublicUrls
 from appdeck.events.bus import InProcessBus
 from appdeck.platform.changes import Change
 from appdeck.platform.deploy.ingress_router import IngressRouter
@@ -32,6 +34,7 @@ from appdeck.platform.runtime.egress import EgressPolicy, EgressProxy
 from appdeck.platform.runtime.local import LocalDriver
 from appdeck.platform.runtime.sandbox import Sandbox
 from appdeck.platform.services import Platform, PlatformConfig
+from appdeck.platform.tables.databases import AppDatabases, open_databases
 from appdeck.prompts.deploy import register as register_deploy_prompts
 from appdeck.protocol.registry import Registry
 from appdeck.protocol.server import McpServer, ServerInfo
@@ -40,19 +43,23 @@ from appdeck.protocol.tasks import TaskLimits, TaskManager
 from appdeck.resources.apps import changed as changed_resources
 from appdeck.resources.apps import register as register_app_resources
 from appdeck.resources.apps import revoked as revoked_resources
+from appdeck.resources.tables import register as register_table_resources
 from appdeck.settings import Settings
 from appdeck.storage import Storage
 from appdeck.storage.audit import AuditStore
 from appdeck.storage.identity import IdentityStore
 from appdeck.storage.oauth import OAuthStore
 from appdeck.tools import register_all as register_tools
+from appdeck.transport.git_hooks import git_hook_route
 from appdeck.transport.guard import Guard
 from appdeck.transport.http11 import bounded_protocol, http_limits
 from appdeck.transport.hub import StreamHub
+from appdeck.transport.landing import landing_route
 from appdeck.transport.mcp_http import HttpSettings, McpHttpApp
 from appdeck.transport.responses import ASGIApp
 from appdeck.transport.routes import Router, control_plane, json_route
 from appdeck.transport.security import LOOPBACK_HOSTS, HostPolicy
+from appdeck.transport.spellings import SpelledChallenges
 
 log = logging.getLogger("appdeck")
 
@@ -76,6 +83,7 @@ class Services:
     authorization_server: AuthorizationServer | None = None
     platform: Platform | None = None
     ingress: IngressServer | None = None
+    databases: AppDatabases | None = None
     port: int = 0
     _background: list[asyncio.Task[None]] = field(default_factory=list, repr=False)
     _stopping: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
@@ -103,6 +111,15 @@ class Services:
         instance_id = secrets.token_hex(8)
         driver, ingress, router = _runtime(settings, runtime)
         ingress_port = await ingress.start()
+        databases = await open_databases(
+            settings.database(),
+            settings.data_dir,
+            apps_url=settings.apps_database_url,
+            role_prefix=settings.apps_role_prefix,
+            uid_for=runtime.uid_for if runtime is not None else None,
+            secret_key=settings.secret_key,
+        )
+        driver.databases = databases  # instances get DATABASE_URL for their app's own
         platform = Platform.build(
             storage.engine,
             identities,
@@ -113,10 +130,12 @@ class Services:
                 max_apps_per_tenant=settings.max_apps_per_tenant,
                 ingress_host=settings.host,
                 ingress_port=ingress_port,
+                egress_allow=tuple(settings.egress_allow),
             ),
             driver=driver,
             router=router,
             instance_id=instance_id,
+            databases=databases,
         )
         _register(settings, registry, platform)
         server, tasks = _mcp_server(
@@ -146,6 +165,7 @@ class Services:
             authorization_server=authz,
             platform=platform,
             ingress=ingress,
+            databases=databases,
             port=port,
         )
         platform.feed.subscribe(services._announce)
@@ -220,10 +240,17 @@ class Services:
             await self.platform.shutdown(stop_apps=stop_apps)  # else apps keep running
         if self.ingress is not None:
             await self.ingress.stop()
+        if self.databases is not None:
+            await self.databases.close()
         await self.audit.close()
         if self.bearer is not None:
             await self.bearer.close()
         await self.storage.close()
+
+    @property
+    def urls(self) -> PublicUrls:
+        """The base URL and, without a public URL, its other loopback spellings."""
+        return public_urls(self.settings, self.base_url)
 
     def policy(self) -> HostPolicy:
         s = self.settings
@@ -238,6 +265,7 @@ class Services:
             self.authenticator,
             limiter=RateLimiter(s.rate_limit_per_second, s.rate_limit_burst),
             audit=self.audit,
+            failures=FailureThrottle(free=s.auth_failures_per_ip, window=MCP_WINDOW),
         )
         mcp = McpHttpApp(
             self.server,
@@ -262,7 +290,16 @@ class Services:
                 json_route("/.well-known/oauth-protected-resource", document),
                 json_route("/.well-known/oauth-protected-resource/mcp", document),
             ]
-        return Router(mcp, control_plane(health, routes))
+        oauth = self.authorization_server is not None
+        routes.append(landing_route(self.urls, s.app_version, oauth=oauth))
+        if self.platform is not None:
+            routes.append(git_hook_route(self.platform.repos))
+        return SpelledChallenges(Router(mcp, control_plane(health, routes)), self.urls)
+
+
+def public_urls(settings: Settings, base_url: str) -> PublicUrls:
+    """``base_url`` and, when no public URL is set, its other loopback spellings."""
+    return PublicUrls.build(base_url, loopback_aliases=not settings.public_url)
 
 
 async def _authentication(
@@ -344,6 +381,8 @@ def _authorization_server(
         bearer.revoke_jti,
         audit,
         settings,
+        forget_pat=bearer.forget_pat,
+        urls=public_urls(settings, base_url),
     )
 
 
@@ -374,6 +413,7 @@ def _register(settings: Settings, registry: Registry, platform: Platform) -> Non
     """Every tool, resource and prompt (and the conformance suite's, when asked for)."""
     register_tools(registry, platform)
     register_app_resources(registry, platform)
+    register_table_resources(registry, platform)
     register_deploy_prompts(registry, platform)
     if settings.with_conformance_fixtures:
         from appdeck.fixtures.conformance import register as register_fixtures
@@ -396,6 +436,8 @@ def _mcp_server(
         storage.sessions,
         idle_timeout=settings.session_idle_seconds,
         max_sessions=settings.max_sessions,
+        max_per_user=settings.max_sessions_per_user,
+        max_per_token=settings.max_sessions_per_token,
     )
     tasks = TaskManager(
         storage.tasks,

@@ -18,6 +18,8 @@ from typing import Annotated, Any, Literal
 from pydantic import AliasChoices, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
 
+from appdeck import __version__
+
 # NoDecode: pydantic-settings would parse these as JSON; the validators below split them instead
 PathList = Annotated[list[Path], NoDecode]
 StrList = Annotated[list[str], NoDecode]
@@ -43,6 +45,9 @@ class Settings(BaseSettings):
     """Extra browser origins accepted on /mcp; comma-separated."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["console", "json"] = "console"
+    log_libraries: Literal["debug", "info", "warning", "error"] | None = None
+    """The level of every logger not AppDeck's own (drivers, SQLAlchemy, uvicorn, httpx);
+    default ``warning`` (or ``log_level`` when higher): ``debug`` shows the driver chatter."""
 
     keepalive_seconds: float = Field(30.0, gt=0)
     sse_retry_ms: int = Field(1000, ge=0)
@@ -56,6 +61,12 @@ class Settings(BaseSettings):
     max_concurrency: int = Field(2000, ge=1)
     session_idle_seconds: float = Field(3600.0, gt=0)
     max_sessions: int = Field(10_000, ge=1)
+    """Sessions over all users: a last resort (503); the per-user cap keeps one user below it."""
+    max_sessions_per_user: int = Field(100, ge=1)
+    """Sessions one (tenant, user) may hold; past it, ``initialize`` evicts their own least
+    recently active session."""
+    max_sessions_per_token: int = Field(50, ge=1)
+    """Sessions one token (an access token's jti, a PAT) may hold; evicted the same way."""
     event_retention_seconds: float = Field(3600.0, gt=0)
     sweep_seconds: float = Field(30.0, gt=0)
     client_request_timeout: float = Field(300.0, gt=0)
@@ -83,6 +94,19 @@ class Settings(BaseSettings):
     rate_limit_per_second: float = Field(50.0, ge=0)
     """Sustained requests per second per token; 0 turns rate limiting off."""
     rate_limit_burst: int = Field(200, ge=1)
+    auth_failures_per_ip: int = Field(50, ge=1)
+    """Failed authentications (401) at /mcp one client IP may make per minute; past that it
+    waits 1 s, doubled at each further failure (up to 5 min), before anything it sends is
+    looked at (429)."""
+    sign_in_failures_per_ip: int = Field(20, ge=1)
+    """Wrong passwords on the sign-in page per client IP per 15 minutes, then a growing wait."""
+    sign_in_failures_per_account: int = Field(5, ge=1)
+    """Wrong passwords per account (tenant + username) per 15 minutes, then a growing wait."""
+    register_per_ip_per_hour: int = Field(20, ge=1)
+    """Dynamic client registrations (``POST /register``) per client IP per hour."""
+    unused_client_hours: float = Field(24.0, gt=0)
+    """A dynamically registered client that got no authorization code within this many hours
+    is deleted by the periodic sweep."""
     auth_trust_seconds: float = Field(10.0, ge=0)
     """How long a PAT lookup, a user's or tenant's enabled state and the revoked-token list
     are trusted before the database is asked again (what the CLI changes takes this long)."""
@@ -105,11 +129,24 @@ class Settings(BaseSettings):
     root stands for the caller's tenant id. Default: ``<data dir's parent>/appdeck-sources/
     {tenant}`` (see :mod:`appdeck.platform.sources`, which owns the rule)."""
     max_apps_per_tenant: int = Field(100, ge=1)
+    apps_database_url: str | None = None
+    """PostgreSQL platforms: the database holding each app's schema (``postgresql+asyncpg://``);
+    default ``<platform db>_apps`` on the same server, created when missing."""
+    apps_role_prefix: str | None = Field(None, pattern=r"^[a-z_][a-z0-9_]{0,39}$")
+    """PostgreSQL platforms: app ``n``'s role is ``<prefix>n``; default ``<apps db>_app_``
+    (roles are cluster-wide: two platforms on one cluster must not share a prefix)."""
 
     with_conformance_fixtures: bool = False
     app_version: str = Field(
-        "dev", validation_alias=AliasChoices("APP_VERSION", "APPDECK_APP_VERSION")
+        __version__, validation_alias=AliasChoices("APP_VERSION", "APPDECK_APP_VERSION")
     )
+    """What ``/healthz`` and ``serverInfo.version`` report: the package's version unless a
+    deployment names its own label (``APP_VERSION``, set and not blank)."""
+
+    @field_validator("app_version")
+    @classmethod
+    def _version_or_ours(cls, value: str) -> str:
+        return value.strip() or __version__
 
     @field_validator("redis_url")
     @classmethod
@@ -146,7 +183,9 @@ class Settings(BaseSettings):
     def base_url(self, port: int | None = None) -> str:
         if self.public_url:
             return self.public_url.rstrip("/")
-        host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
+        if ":" in host and not host.startswith("["):  # an IPv6 address: [::1]:8080
+            host = f"[{host}]"
         return f"http://{host}:{port if port is not None else self.port}"
 
 

@@ -146,3 +146,12 @@ def test_the_cli_creates_machine_clients(tmp_path: Path) -> None:
         data_dir=tmp_path,
     )
     assert refused.returncode == 2
+
+
+async def test_ids_and_names_with_a_trailing_newline_are_refused(storage: Storage) -> None:
+    admin = IdentityAdmin(IdentityStore(storage.engine))
+    with pytest.raises(InvalidArgument):
+        await admin.create_tenant("acme\n")
+    await admin.create_tenant("acme")
+    with pytest.raises(InvalidArgument):
+        await admin.create_user("acme", "alice\n", None)

@@ -246,3 +246,25 @@ async def test_a_row_the_database_refuses_goes_to_the_dead_letter_file(tmp_path:
     buried = orjson.loads(line)
     assert buried["row"]["tool"] == "bad"
     assert buried["error"].startswith("ValueError")
+
+
+async def test_a_flood_of_refusals_is_one_row_and_a_count_per_source_and_minute() -> None:
+    from appdeck.auth.refusals import RefusalCounter
+
+    now = [6000.0]
+    sink = Sink()
+    log = AuditLog(opener(sink), flush_seconds=0.01, refusals=RefusalCounter(clock=lambda: now[0]))
+    for _ in range(5000):
+        log.refused(None, 401, "The access token is invalid", "POST", source="10.1.2.3")
+    log.refused(ALICE, 429, "rate limited", "POST", source="10.9.9.9")
+    await log.flush()
+    assert [(r["status"], r["detail"]) for r in sink.rows] == [
+        (401, {"reason": "The access token is invalid", "source": "10.1.2.3"}),
+        (429, {"reason": "rate limited", "source": "10.9.9.9"}),
+    ]
+    now[0] += 60  # the minute is over: its counts are written with the next flush
+    await log.flush()
+    assert len(sink.rows) == 3
+    assert sink.rows[2]["detail"]["count"] == 4999
+    assert sink.rows[2]["detail"]["source"] == "10.1.2.3"
+    await log.close()

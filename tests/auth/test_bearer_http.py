@@ -4,6 +4,8 @@ import base64
 import json
 import time
 
+import httpx
+
 from appdeck.auth import scopes
 from appdeck.auth.tokens import TokenIssuer
 from tests.support.mcp import INIT, headers, initialize, request
@@ -237,3 +239,56 @@ async def test_refusals_and_calls_are_audited_without_secrets(world: AuthWorld) 
     assert pat not in dump
     assert "bogus-token" not in dump
     assert time.time() - rows[-1]["ts"] < 60
+
+
+async def test_spellings_of_one_token_share_one_rate_limit_bucket(world: AuthWorld) -> None:
+    token = await world.token(ALL)
+    sid = await initialize(world.client, token)
+    spellings = [f"Bearer {token}", f"bEaReR {token}", f"bearer    {token}  ", f"BEARER {token}"]
+    statuses = []
+    for i in range(60):  # 15 a spelling: under the burst of 40 if each had a bucket of its own
+        h = headers(sid) | {"authorization": spellings[i % 4]}
+        statuses.append(
+            (await world.client.post("/mcp", json=request("ping"), headers=h)).status_code
+        )
+    assert set(statuses) == {200, 429}
+    assert statuses.index(429) <= 41
+
+
+async def test_a_pat_is_limited_by_its_id_whatever_the_spelling(world: AuthWorld) -> None:
+    pat = await world.pat("apps:read")
+    sid = await initialize(world.client, pat)
+    statuses = []
+    for i in range(60):
+        h = headers(sid) | {"authorization": ("Bearer " if i % 2 else "bearer  ") + pat}
+        statuses.append(
+            (await world.client.post("/mcp", json=request("ping"), headers=h)).status_code
+        )
+    assert 429 in statuses
+
+
+async def test_an_address_with_many_failed_authentications_waits(world: AuthWorld) -> None:
+    limit = world.services.settings.auth_failures_per_ip
+    for _ in range(limit):
+        r = await world.client.post(
+            "/mcp", json=request("initialize", INIT), headers=headers(token="nope")
+        )
+        assert r.status_code == 401
+    r = await world.client.post(
+        "/mcp", json=request("initialize", INIT), headers=headers(token="nope")
+    )
+    assert r.status_code == 401  # this failure starts the wait
+    blocked = await world.client.post(
+        "/mcp", json=request("initialize", INIT), headers=headers(token="nope")
+    )
+    assert blocked.status_code == 429
+    assert blocked.json()["error"]["code"] == -32004
+    assert int(blocked.headers["retry-after"]) >= 1
+    other = httpx.ASGITransport(app=world.services.asgi(), client=("10.0.0.2", 4000))
+    async with httpx.AsyncClient(transport=other, base_url=world.services.base_url) as c:
+        r = await c.post("/mcp", json=request("initialize", INIT), headers=headers(token="nope"))
+        assert r.status_code == 401  # another address is not affected
+    rows = [r for r in await world.audit_rows() if r["event"] == "refused"]
+    sources = [(r["status"], r["detail"].get("source")) for r in rows]
+    assert sources.count((401, "127.0.0.1")) == 1  # the rest is counted, not written
+    assert (429, "127.0.0.1") in sources

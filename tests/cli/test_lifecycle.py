@@ -240,3 +240,27 @@ def test_commands_other_than_tenant_create_refuse_a_data_dir_without_a_database(
     made = CliRunner().invoke(cli, ["tenant", "create", "acme", "--data-dir", str(tmp_path)])
     assert made.exit_code == 0, made.output
     assert (tmp_path / "appdeck.db").exists()
+
+
+async def _open_sessions(database_url: str, owners: list[tuple[str, str]]) -> None:
+    from appdeck.protocol.sessions import Session
+
+    storage = await Storage.open(database_url)
+    try:
+        for n, (tenant, user) in enumerate(owners):
+            now = time.time()
+            session = Session(f"s{n}", tenant, user, "2025-11-25", created_at=now, last_active=now)
+            await storage.sessions.insert(session)
+    finally:
+        await storage.close()
+
+
+def test_disabling_a_user_or_a_tenant_ends_their_stored_sessions(acme: tuple[Path, str]) -> None:
+    import asyncio
+
+    ids = {u["name"]: u["id"] for u in _json(*acme, "user", "list", "--tenant", "acme")}
+    asyncio.run(_open_sessions(acme[1], [("acme", ids["alice"]), ("acme", ids["bob"])]))
+    _json(*acme, "user", "disable", "--tenant", "acme", "--name", "bob")
+    assert [s["user"] for s in _json(*acme, "session", "list")] == [ids["alice"]]
+    _json(*acme, "tenant", "disable", "acme")
+    assert _json(*acme, "session", "list") == []

@@ -96,4 +96,7 @@ async def test_a_port_taken_on_the_ipv6_loopback_stops_the_start_with_one_line(
     finally:
         squatter.close()
     assert process.returncode == 1
-    assert err.decode().strip() == f"appdeck serve: port {port} is already in use on [::1]"
+    assert err.decode().strip() == (
+        f"appdeck serve: port {port} is already in use on [::1]: choose another with --port or "
+        "APPDECK_PORT (0 picks a free one)"
+    )

@@ -37,6 +37,7 @@ def _node_ready() -> Path:
 
 def _calls(app_id: int) -> list[tuple[dict[str, Any], str | None]]:
     """(call, the error code it must end in, or None for a success)."""
+    notes = {"app_id": app_id, "table": "notes"}  # the test makes the table first
     calls: list[tuple[str, dict[str, Any], str | None]] = [
         ("list_my_apps", {}, None),
         ("get_app_url", {"app_id": app_id}, None),
@@ -57,6 +58,41 @@ def _calls(app_id: int) -> list[tuple[dict[str, Any], str | None]]:
         ("restart_app", {"app_id": app_id}, "failed_precondition"),
         ("tail_deploy_logs", {"app_id": app_id}, "not_found"),
         ("get_app_url", {"app_id": "one"}, "invalid_argument"),
+        ("records", {**notes, "action": "insert", "rows": [{"title": "hello"}]}, None),
+        ("records", {**notes, "action": "list", "limit": 1}, None),
+        (
+            "records",
+            {**notes, "action": "count", "filter": {"column": "x", "op": "eq"}},
+            "invalid_argument",
+        ),
+        ("records", {**notes, "action": "delete"}, "invalid_argument"),
+        ("search_table", {**notes, "query": "hello"}, None),
+        ("search_table", {**notes, "table": "missing", "query": "x"}, "not_found"),
+        ("manage_table", {**notes, "action": "describe"}, None),
+        ("manage_table", {"app_id": app_id, "action": "list"}, None),
+        ("manage_table", {**notes, "table": "missing", "action": "describe"}, "not_found"),
+        (
+            "alter_table",
+            {
+                **notes,
+                "changes": [{"op": "add_index", "index": {"columns": ["title"]}}],
+                "dry_run": True,  # both clients make every call: the table stays as it is
+            },
+            None,
+        ),
+        (
+            "alter_table",
+            {**notes, "changes": [{"op": "drop_column", "column": "nope"}], "dry_run": True},
+            "invalid_argument",
+        ),
+        ("manage_table", {**notes, "action": "drop"}, "failed_precondition"),
+        ("connect_repo", {"app_id": app_id, "action": "get"}, "not_found"),
+        (
+            "connect_repo",
+            {"app_id": app_id, "action": "connect", "url": "ext::sh"},
+            "invalid_argument",
+        ),
+        ("connect_repo", {"app_id": app_id, "action": "disconnect"}, None),
     ]
     return [({"name": n, "arguments": a}, code) for n, a, code in calls]
 
@@ -70,6 +106,10 @@ async def test_both_sdk_clients_accept_every_result_and_read_the_error(
         assert not made.is_error, made
         assert made.structured_content is not None
         app_id = int(made.structured_content["app_id"])
+        columns = [{"name": "title", "type": "text"}]
+        table = {"app_id": app_id, "table": "notes", "columns": columns, "fulltext": ["title"]}
+        created = await client.call_tool("manage_table", {"action": "create", **table})
+        assert not created.is_error, created
         calls = _calls(app_id)
         for call, code in calls:  # the Python SDK raises when a result misses its schema
             result: types.CallToolResult = await client.call_tool(call["name"], call["arguments"])

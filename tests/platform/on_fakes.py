@@ -19,13 +19,19 @@ from appdeck.platform.deploy.engine import DeployService, Operations
 from appdeck.platform.deploy.preflight import PreflightService
 from appdeck.platform.env import EnvService
 from appdeck.platform.logs import LogService
+from appdeck.platform.repos.git import Git
+from appdeck.platform.repos.service import RepoService
 from appdeck.platform.runtime.driver import LogLine, LogPage
-from appdeck.platform.services import Platform, PlatformConfig
+from appdeck.platform.services import Platform, PlatformConfig, connect_repos
 from appdeck.platform.sources import SourceRoots
-from appdeck.storage import Storage
+from appdeck.platform.tables.databases import AppDatabases, open_databases
+from appdeck.platform.tables.records_service import RecordService
+from appdeck.platform.tables.schema_service import TableService
+from appdeck.storage import Storage, default_sqlite_url
 from appdeck.storage.apps import AppStore
 from appdeck.storage.deployments import DeploymentStore
 from appdeck.storage.identity import IdentityStore
+from appdeck.storage.repos import RepoStore
 from tests.platform.deploy.fakes import FakeRouter, FakeRuntime
 
 
@@ -91,6 +97,8 @@ class OnFakes:
     eve: Principal
     """Admin of another tenant."""
     source: Path
+    databases: AppDatabases | None = None
+    """The apps' databases (SQLite files): close them when done with tables."""
 
 
 async def platform_on_fakes(storage: Storage, tmp_path: Path) -> OnFakes:
@@ -142,6 +150,8 @@ async def platform_on_fakes(storage: Storage, tmp_path: Path) -> OnFakes:
     )
     ops = Operations(engine)
     driver = FakeDriver(runtime)
+    databases = await open_databases(default_sqlite_url(tmp_path), tmp_path / "data")
+    _opened.append(databases)
     platform = Platform(
         feed=feed,
         apps=apps,
@@ -149,13 +159,29 @@ async def platform_on_fakes(storage: Storage, tmp_path: Path) -> OnFakes:
         deployments=Deployments(apps, engine, ops),
         preflight=PreflightService(apps, env, sandboxed=True),
         logs=LogService(apps, env, store, driver, sealer),  # type: ignore[arg-type]
+        tables=TableService(apps, databases, feed),
+        records=RecordService(apps, databases),
         deploys=engine,
         ops=ops,
+        repos=RepoService(
+            apps, RepoStore(storage.engine), sealer, apps.sources, Git(tmp_path / "repos"), feed
+        ),
         _driver=driver,  # type: ignore[arg-type]
         _router=router,  # type: ignore[arg-type]
     )
+    connect_repos(platform)
     alice, bob, eve = principals
-    return OnFakes(platform, runtime, router, admin, alice, bob, eve, source)
+    return OnFakes(platform, runtime, router, admin, alice, bob, eve, source, databases)
+
+
+_opened: list[AppDatabases] = []
+
+
+async def close_app_databases() -> None:
+    """Close the app databases :func:`platform_on_fakes` opened (their engines hold aiosqlite
+    threads and connections): the autouse fixtures of tests/platform and tests/tools call it."""
+    while _opened:
+        await _opened.pop().close()
 
 
 def shop_spec(source: Path) -> dict[str, object]:

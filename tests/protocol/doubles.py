@@ -35,8 +35,15 @@ class MemorySessionStore:
     async def idle_since(self, before: float) -> list[str]:
         return [s.id for s in self.rows.values() if s.last_active < before]
 
+    async def present(self, session_ids: Sequence[str]) -> set[str]:
+        return {sid for sid in session_ids if sid in self.rows}
+
     async def count(self) -> int:
         return len(self.rows)
+
+    async def owned(self, tenant: str, user: str) -> list[tuple[str, float, str | None]]:
+        mine = [s for s in self.rows.values() if s.owner == (tenant, user)]
+        return sorted(((s.id, s.last_active, s.token_id) for s in mine), key=lambda r: r[1])
 
 
 class MemoryTaskStore:

@@ -1,5 +1,6 @@
 import pytest
 
+import appdeck
 from appdeck.protocol.call import Call
 from appdeck.protocol.errors import FORBIDDEN, INVALID_PARAMS, METHOD_NOT_FOUND, McpError
 
@@ -20,7 +21,7 @@ async def test_initialize_creates_a_session_owned_by_the_caller(harness: Harness
     result = reply["result"]
     assert result["protocolVersion"] == "2025-11-25"
     assert result["serverInfo"]["name"] == "appdeck-mcp"
-    assert result["serverInfo"]["version"] == "dev"
+    assert result["serverInfo"]["version"] == appdeck.__version__
     assert result["sessionId"] == call.session.id  # type: ignore[union-attr]
     assert result["capabilities"]["tasks"] == {
         "list": {},

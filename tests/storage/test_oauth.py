@@ -198,7 +198,12 @@ async def test_cleanup_deletes_what_expired_and_keeps_the_rest(store: OAuthStore
 
     counts = await store.cleanup(NOW)
 
-    assert counts == {"auth_codes": 1, "refresh_tokens": 1, "cimd_clients": 1}
+    assert counts == {
+        "auth_codes": 1,
+        "refresh_tokens": 1,
+        "cimd_clients": 1,
+        "unused_clients": 0,
+    }
     assert await store.consume_code("old") is None
     assert isinstance(await store.consume_code("recent"), AuthCodeRow)
     assert await store.get_refresh("dead") is None
@@ -206,3 +211,33 @@ async def test_cleanup_deletes_what_expired_and_keeps_the_rest(store: OAuthStore
     assert await store.get_client("https://a.example/c.json") is None
     assert await store.get_client("https://b.example/c.json") is not None
     assert await store.get_client("dcr-client") is not None
+
+
+async def test_a_registered_client_never_authorized_is_swept_after_the_grace_period(
+    store: OAuthStore,
+) -> None:
+    await store.insert_client(client("used", created_at=NOW - 7 * 86400))
+    await store.insert_client(client("unused-old", created_at=NOW - 2 * 86400))
+    await store.insert_client(client("unused-new", created_at=NOW - 60))
+    await store.insert_client(client("machine", kind="static", created_at=NOW - 7 * 86400))
+    await store.insert_code(code("c", client_id="used"))  # an authorization: used from now on
+    assert (await store.get_client("used")).used_at is not None  # type: ignore[union-attr]
+
+    counts = await store.cleanup(NOW, unused_clients_before=NOW - 86400)
+
+    assert counts["unused_clients"] == 1
+    assert await store.get_client("unused-old") is None
+    for kept in ("used", "unused-new", "machine"):
+        assert await store.get_client(kept) is not None, kept
+
+
+async def test_a_grant_is_the_union_of_its_live_families_scopes(store: OAuthStore) -> None:
+    await store.insert_refresh(refresh("r1", "fam1", scope="deploy:read tables:read"))
+    await store.insert_refresh(
+        refresh("r2", "fam2", scope="apps:write", created_at=NOW + 5, expires_at=NOW + 7200)
+    )
+    await store.insert_refresh(refresh("r3", "fam3", scope="repos:write"))
+    await store.revoke_refresh("r3")  # a revoked family grants nothing
+    [grant] = await store.list_grants("acme", "u1", now=NOW + 1)
+    assert grant.scope == "apps:write deploy:read tables:read"
+    assert (grant.created_at, grant.expires_at) == (NOW, NOW + 7200)

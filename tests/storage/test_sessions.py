@@ -134,3 +134,29 @@ async def test_count_follows_inserts_and_deletes(storage: Storage) -> None:
     assert await storage.sessions.count() == 2
     await storage.sessions.delete("a")
     assert await storage.sessions.count() == 1
+
+
+async def test_owned_lists_a_users_sessions_least_recently_active_first(storage: Storage) -> None:
+    store = storage.sessions
+    await store.insert(make_session("late", last_active=300.0, token_id="jti-1"))
+    await store.insert(make_session("early", last_active=100.0, token_id="jti-2"))
+    await store.insert(make_session("middle", last_active=200.0))
+    await store.insert(make_session("other-user", user="bob", last_active=50.0))
+    await store.insert(make_session("other-tenant", tenant="else", last_active=50.0))
+    assert await store.owned("acme", "ada") == [
+        ("early", 100.0, "jti-2"),
+        ("middle", 200.0, None),
+        ("late", 300.0, "jti-1"),
+    ]
+    assert (await store.load("late")).token_id == "jti-1"  # type: ignore[union-attr]
+
+
+async def test_present_names_the_sessions_still_stored_across_many_chunks(
+    storage: Storage,
+) -> None:
+    for sid in ("kept", "gone"):
+        await storage.sessions.insert(make_session(sid))
+    await storage.sessions.delete("gone")
+    asked = ["kept", "gone", *(f"never-{i}" for i in range(1200))]
+    assert await storage.sessions.present(asked) == {"kept"}
+    assert await storage.sessions.present([]) == set()

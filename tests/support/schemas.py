@@ -43,7 +43,7 @@ def _values(schema: Any, picks: dict[str, Strategy]) -> Strategy:
         )
     if kind == "string" or (kind is None and "pattern" in schema):
         if "pattern" in schema:
-            return st.from_regex(schema["pattern"]).filter(
+            return st.from_regex(schema["pattern"], fullmatch=True).filter(
                 lambda s: len(s) <= schema.get("maxLength", 10**6)
             )
         return st.text(

@@ -7,11 +7,14 @@ from typing import Any
 
 import httpx
 import pytest
+import sqlalchemy as sa
 
 from appdeck.app import Services
 from appdeck.auth import scopes
 from appdeck.auth.admin import IdentityAdmin
 from appdeck.settings import Settings
+from appdeck.storage import schema
+from tests.platform.on_fakes import close_app_databases
 from tests.support.mcp import headers, initialize, request
 
 ALL = scopes.render(set(scopes.ALL))
@@ -57,6 +60,13 @@ class World:
         return Caller(self.client, token, await initialize(self.client, token))
 
 
+@pytest.fixture(autouse=True)
+async def _close_app_databases() -> AsyncIterator[None]:
+    """The app databases a test's fake platform opened are closed after it."""
+    yield
+    await close_app_databases()
+
+
 @pytest.fixture
 async def world(database_url: str, tmp_path: Path) -> AsyncIterator[World]:
     source = tmp_path / "src" / "hello"
@@ -82,4 +92,16 @@ async def world(database_url: str, tmp_path: Path) -> AsyncIterator[World]:
     transport = httpx.ASGITransport(app=services.asgi())
     async with httpx.AsyncClient(transport=transport, base_url=services.base_url) as client:
         yield World(services, client, admin, source)
+    await _drop_app_databases(services)
     await services.stop(stop_apps=True)  # apps outlive a server by design: not a test's
+
+
+async def _drop_app_databases(services: Services) -> None:
+    """The apps' own databases outlive the platform's rows (on PostgreSQL the apps database is
+    the module's), and the next test's app ids start at 1 again: drop every app's."""
+    if services.databases is None:
+        return
+    async with services.storage.engine.connect() as conn:
+        last = (await conn.execute(sa.select(sa.func.max(schema.apps.c.id)))).scalar()
+    for app_id in range(1, int(last or 0) + 1):
+        await services.databases.drop(app_id)

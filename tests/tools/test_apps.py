@@ -207,3 +207,12 @@ async def test_deploy_tools_refuse_bad_input_and_change_nothing(world: World) ->
     }
     assert checks["source"] == "fail"
     assert checks["port"] == "pass"
+
+
+async def test_a_description_with_nul_is_invalid_argument_on_both_dialects(world: World) -> None:
+    # PostgreSQL text holds no NUL: this was an internal error there (property tests, once)
+    alice = await world.caller("alice")
+    assert await alice.error("register_app", name="shop", description="a\x00b") == (
+        "invalid_argument"
+    )
+    await alice.ok("register_app", name="shop", description="fine")

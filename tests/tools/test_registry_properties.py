@@ -18,12 +18,14 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 from appdeck.common.identity import Principal
+from appdeck.platform.tables.catalog import Column
 from appdeck.protocol.context import ToolContext
 from appdeck.protocol.registry import Registry, ToolDef
 from appdeck.protocol.tools_feature import run_tool
 from appdeck.storage import Storage
 from appdeck.tools import register_all
 from tests.platform.on_fakes import OnFakes, platform_on_fakes, shop_spec
+from tests.platform.repos.gitrepo import bare_repo
 from tests.support.schemas import values
 
 
@@ -62,6 +64,9 @@ async def rig(storage: Storage, tmp_path: Path) -> AsyncIterator[Rig]:
     theirs = (await p.apps.register(fakes.eve, "theirs")).app.id
     for _ in range(2):
         await p.deployments.deploy(alice, shop, wait_s=None)
+    await p.tables.create(alice, shop, "notes", [Column("title", "text")], fulltext=["title"])
+    repo = bare_repo(fakes.source.parent)
+    repo.commit({"app.py": "print('hi')\n"}, "first")
     registry = Registry()
     register_all(registry, p)
     picks = {
@@ -71,9 +76,14 @@ async def rig(storage: Storage, tmp_path: Path) -> AsyncIterator[Rig]:
         "confirm": st.just(False),  # keeps the apps: a confirmed delete would end the story
         "source_path": st.sampled_from([str(fakes.source), "/nowhere", "relative"]),
         "wait_seconds": st.sampled_from([0, 0.5, 5]),
+        "table": st.sampled_from(["notes", "nope"]),
+        "url": st.sampled_from([str(repo.bare), "ext::sh", "/nowhere", "https://h/r.git\n"]),
+        "branch": st.sampled_from(["main", "nope"]),
     }
     yield Rig(fakes, registry, picks)
     await p.deployments.settle()
+    assert fakes.databases is not None
+    await fakes.databases.close()
 
 
 def _schema(tool: ToolDef) -> dict[str, Any]:
@@ -115,6 +125,11 @@ NAMES = (
     "list_deployments",
     "restart_app",
     "tail_deploy_logs",
+    "manage_table",
+    "alter_table",
+    "records",
+    "search_table",
+    "connect_repo",
 )
 TOOL_NAMES = st.sampled_from(NAMES)
 SLOW = settings(

@@ -8,8 +8,9 @@ import time
 from dataclasses import asdict
 from typing import Any, Final, Protocol
 
+from appdeck import activity
 from appdeck.auth import scopes as scope_names
-from appdeck.auth.audit import AuditEvent, AuditSink, as_row
+from appdeck.auth.audit import AuditEvent, AuditLog, AuditSink, Row, as_row
 from appdeck.auth.bearer import PAT_PREFIX
 from appdeck.auth.hashing import hash_password, new_secret, token_hash
 from appdeck.auth.tokens import AccessClaims, TokenIssuer
@@ -24,8 +25,9 @@ from appdeck.storage.identity import (
 from appdeck.storage.oauth import OAuthStore
 from appdeck.storage.sessions import SqlSessionStore
 
-SLUG: Final = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
-USER_NAME: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$")
+SLUG: Final = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
+USER_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,127}")
+"""Both checked with ``fullmatch`` (``$`` would let a final newline through)."""
 TENANT_ROLES: Final = ("admin", "member")
 MAX_TOKEN_TTL: Final = 366 * 86400
 DEFAULT_PAT_TTL: Final = 90 * 86400
@@ -46,6 +48,19 @@ class AccessListener(Protocol):
     def forget_pat(self, record: PersonalTokenRecord) -> None: ...
 
     async def revoke_jti(self, jti: str, expires_at: float) -> None: ...
+
+
+class QueuedAudit:
+    """An :class:`AuditSink` that queues rows on an :class:`AuditLog`: its writer bounds each
+    value, writes a refused batch row by row and puts what still fails in its dead-letter file
+    (the server's and the command line's audit rows take the same road)."""
+
+    def __init__(self, log: AuditLog) -> None:
+        self._log = log
+
+    async def append(self, rows: list[Row]) -> None:
+        for row in rows:
+            self._log.record_row(row)
 
 
 class IdentityAdmin:
@@ -83,6 +98,14 @@ class IdentityAdmin:
     async def _issued(
         self, kind: str, tenant_id: str, user_id: str, detail: dict[str, object]
     ) -> None:
+        token_id = detail.get("pat_id") or detail.get("jti")
+        activity.token_issued(
+            kind=kind,
+            tenant=tenant_id,
+            user=user_id,
+            client="appdeck-cli",
+            token_id=str(token_id) if token_id else None,
+        )
         if self._audit is not None:
             event = AuditEvent(
                 event="token_issued",
@@ -95,7 +118,7 @@ class IdentityAdmin:
             await self._audit.append([as_row(event)])
 
     async def create_tenant(self, tenant_id: str, name: str | None = None) -> TenantRecord:
-        if not SLUG.match(tenant_id):
+        if not SLUG.fullmatch(tenant_id):
             raise InvalidArgument(
                 f"invalid tenant id {tenant_id!r}",
                 hint="lower-case letters, digits and dashes, at most 63 characters",
@@ -113,7 +136,7 @@ class IdentityAdmin:
     async def create_user(
         self, tenant_id: str, name: str, password: str | None, role: str = "member"
     ) -> UserRecord:
-        if not USER_NAME.match(name):
+        if not USER_NAME.fullmatch(name):
             raise InvalidArgument(f"invalid user name {name!r}")
         if role not in TENANT_ROLES:
             raise InvalidArgument(f"invalid role {role!r}", hint="admin or member")
@@ -229,6 +252,8 @@ class IdentityAdmin:
         await self._identities.set_tenant_disabled(tenant_id, disabled)
         if self._listener is not None:
             self._listener.forget_principal(tenant_id)
+        if disabled:
+            await self._end_sessions(tenant_id, None)
         event = "tenant_disabled" if disabled else "tenant_enabled"
         await self._record(event, tenant_id, None, {})
         return await self.tenant(tenant_id)
@@ -243,6 +268,8 @@ class IdentityAdmin:
         await self._identities.set_user_disabled(user.id, disabled)
         if self._listener is not None:
             self._listener.forget_principal(tenant_id, user.id)
+        if disabled:
+            await self._end_sessions(tenant_id, user.id)
         await self._record("user_disabled" if disabled else "user_enabled", tenant_id, user.id, {})
         return await self.any_user(tenant_id, name)
 
@@ -294,6 +321,9 @@ class IdentityAdmin:
             await self._identities.revoke_pat(pat.id)
             if self._listener is not None:
                 self._listener.forget_pat(pat)
+            activity.token_revoked(
+                kind="pat", tenant=pat.tenant_id, user=pat.user_id, client=None, token_id=pat.id
+            )
             await self._record("token_revoked", pat.tenant_id, pat.user_id, {"pat_id": pat.id})
             return {"kind": "pat", "id": pat.id, "revoked": True, "already": False}
         if not re.fullmatch(r"[A-Za-z0-9_-]{8,128}", token_id):
@@ -306,6 +336,7 @@ class IdentityAdmin:
             await self._listener.revoke_jti(token_id, expires_at)
         else:
             await self._identities.revoke_jti(token_id, expires_at)
+        activity.token_revoked(kind="oauth", tenant=None, user=None, client=None, token_id=token_id)
         await self._record("token_revoked", None, None, {"jti": token_id})
         return {"kind": "oauth", "id": token_id, "revoked": True, "expires_at": expires_at}
 
@@ -356,6 +387,14 @@ class IdentityAdmin:
         await oauth.delete_client(client_id)
         await self._record("client_deleted", None, None, {"client": client_id})
         return {"client_id": client_id, "deleted": True, "access_tokens_revoked": len(live)}
+
+    async def _end_sessions(self, tenant_id: str, user_id: str | None) -> None:
+        """A disabled user's (or tenant's) sessions end: a running server forgets them at its
+        next sweep and closes their streams, so no notification reaches them any more."""
+        if self._sessions is None:
+            return
+        for row in await self._sessions.list_sessions(tenant_id, user_id):
+            await self._sessions.delete(row["id"])
 
     def _need_sessions(self) -> SqlSessionStore:
         if self._sessions is None:

@@ -18,6 +18,9 @@ and writes them, so neither the event loop nor a request ever waits for the data
   a request cannot make a row unwritable.
 - **Dead letters.** A row the database refuses for a reason of its own is appended (one JSON
   line) to the ``dead_letter`` file when one is given, never retried.
+- **Refusals aggregated.** ``refused`` rows go through a
+  :class:`~appdeck.auth.refusals.RefusalCounter`: per minute and per (source, status, reason)
+  the first is written, the rest become one row with ``detail.count`` when the minute is over.
 - **Shutdown flushes.** :meth:`AuditLog.close` writes what is queued (for at most
   ``close_timeout`` seconds when the database is down) and closes the writer's connection.
 
@@ -41,6 +44,7 @@ from typing import Any, Final, Protocol
 
 import orjson
 
+from appdeck.auth.refusals import RefusalCounter
 from appdeck.common.identity import Principal
 
 log = logging.getLogger("appdeck.audit")
@@ -197,8 +201,11 @@ class AuditLog:
         max_queue: int = MAX_QUEUE,
         close_timeout: float = 10.0,
         dead_letter: Path | None = None,
+        refusals: RefusalCounter | None = None,
     ) -> None:
         self._open_sink = open_sink
+        self.refusals = refusals if refusals is not None else RefusalCounter()
+        self._counts_lock = threading.Lock()  # count rows are queued by one thread at a time
         self._flush_seconds = flush_seconds
         self._batch = batch
         self._max_queue = max_queue
@@ -226,8 +233,12 @@ class AuditLog:
 
     def record_row(self, row: Row) -> None:
         """Queue a row built by the caller (every column of ``audit_log``, no secrets); each
-        value is fitted to its column first (:func:`bounded`)."""
-        self._queue_row(bounded(row))
+        value is fitted to its column first (:func:`bounded`); a refusal may only be counted
+        (:class:`~appdeck.auth.refusals.RefusalCounter`)."""
+        fitted = bounded(row)
+        if fitted["event"] == "refused" and not self.refusals.admit(fitted):
+            return
+        self._queue_row(fitted)
 
     def _queue_row(self, row: Row) -> None:
         queue = self._queue
@@ -287,8 +298,14 @@ class AuditLog:
         reason: str,
         method: str | None = None,
         tool: str | None = None,
+        *,
+        source: str | None = None,
     ) -> None:
-        """One refusal: 401, 403 or 429 (the core's AuditTrail, and the transport's guard)."""
+        """One refusal: 401, 403 or 429 (the core's AuditTrail, and the transport's guard);
+        ``source`` is the client's IP, when known. Aggregated per minute (see the module)."""
+        detail: dict[str, Any] = {"reason": reason[:300]}
+        if source is not None:
+            detail["source"] = source
         self.record(
             AuditEvent(
                 event="refused",
@@ -299,14 +316,15 @@ class AuditLog:
                 method=method,
                 tool=tool,
                 status=status,
-                detail={"reason": reason[:300]},
+                detail=detail,
             )
         )
 
     async def flush(self) -> None:
         """Return once every row queued before the call is written (or given up); waits at
-        most ``close_timeout`` seconds."""
+        most ``close_timeout`` seconds. Counts of refusals of minutes that are over go too."""
         self.start()
+        self._queue_counts()
         marker: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._queue.append(marker)
         self._wake.set()
@@ -324,6 +342,7 @@ class AuditLog:
         """Write what is queued (bounded by ``close_timeout`` when the database is down), then
         stop the writer and close its connection. Records made after this are not written."""
         self._deadline = time.monotonic() + self._close_timeout
+        self._queue_counts(everything=True)
         await self.flush()
         self._stopping = True
         self._wake.set()
@@ -354,6 +373,7 @@ class AuditLog:
             while True:
                 self._wake.wait(self._flush_seconds)
                 self._wake.clear()
+                self._queue_counts()
                 await self._drain(sink)
                 if self._stopping and (not self._queue or self._past_deadline()):
                     return
@@ -371,6 +391,13 @@ class AuditLog:
                 return None
             await asyncio.sleep(pause)
             pause = min(pause * 2, MAX_BACKOFF)
+
+    def _queue_counts(self, *, everything: bool = False) -> None:
+        """Queue the count rows of the refusals of minutes that are over (whichever thread
+        takes them, they are queued before this returns: flush() relies on it)."""
+        with self._counts_lock:
+            for row in self.refusals.due(everything=everything):
+                self._queue_row(row)
 
     def _past_deadline(self) -> bool:
         return self._deadline is not None and time.monotonic() >= self._deadline

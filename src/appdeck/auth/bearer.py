@@ -164,6 +164,8 @@ class BearerAuthenticator:
             scopes=scopes,
             kind="oauth",
             client_id=client if isinstance(client, str) else None,
+            # an IdP's token without a jti is named by its hash
+            token_id=jti if isinstance(jti, str) and jti else "sha256:" + token_hash(token)[:32],
         )
         return _Entry(principal, float(claims["exp"]), jti if isinstance(jti, str) else None)
 
@@ -180,6 +182,7 @@ class BearerAuthenticator:
             scopes=frozenset(record.scopes),
             kind="pat",
             client_id=record.id,
+            token_id=record.id,
         )
         until = now + self._trust
         if record.expires_at is not None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from appdeck import __version__
@@ -12,6 +14,26 @@ cli = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(__version__)
+        raise typer.Exit()
+
+
+@cli.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version."
+        ),
+    ] = False,
+) -> None:
+    """AppDeck: a self-hosted application platform driven over MCP."""
+
+
 cli.command()(serve.serve)
 cli.add_typer(admin.tenant, name="tenant")
 cli.add_typer(admin.user, name="user")

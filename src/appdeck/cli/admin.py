@@ -28,6 +28,8 @@ DataDir = Annotated[
     Path | None, typer.Option("--data-dir", envvar="APPDECK_DATA_DIR", help="Data directory.")
 ]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+DEAD_LETTER = "audit-dead-letter.jsonl"
+"""Audit rows the database refused, one JSON line each, in the data dir (the server's too)."""
 
 tenant = typer.Typer(help="Tenants.", no_args_is_help=True)
 user = typer.Typer(help="Users of a tenant.", no_args_is_help=True)
@@ -45,17 +47,17 @@ def _settings(data_dir: Path | None) -> Any:
 
 @asynccontextmanager
 async def _admin(data_dir: Path | None, *, may_create: bool = False) -> AsyncIterator[Any]:
-    from appdeck.auth.admin import IdentityAdmin
+    from appdeck.auth.admin import IdentityAdmin, QueuedAudit
     from appdeck.auth.keys import SigningKeys
     from appdeck.auth.tokens import TokenIssuer
     from appdeck.storage import Storage
-    from appdeck.storage.audit import AuditStore
     from appdeck.storage.identity import IdentityStore
     from appdeck.storage.oauth import OAuthStore
     from appdeck.storage.sessions import SqlSessionStore
 
     settings = _settings(data_dir)
     storage = await Storage.open(_database(settings, may_create=may_create))
+    audit_log = _audit_log(settings)
     try:
         issuer = None
         oauth = None
@@ -67,12 +69,25 @@ async def _admin(data_dir: Path | None, *, may_create: bool = False) -> AsyncIte
         yield IdentityAdmin(
             IdentityStore(storage.engine),
             issuer,
-            AuditStore(storage.engine),
+            QueuedAudit(audit_log),
             oauth=oauth,
             sessions=SqlSessionStore(storage.engine),
         )
     finally:
+        if audit_log.pending:  # what the command recorded (a bounded wait); else no writer
+            await audit_log.close()
         await storage.close()
+
+
+def _audit_log(settings: Any) -> Any:
+    """The audit log a command writes to, as the server's does: its own writer, and rows the
+    database refuses in the data dir's dead-letter file instead of an error after the fact."""
+    from appdeck.auth.audit import AuditLog
+    from appdeck.storage.audit import AuditStore
+
+    return AuditLog(
+        AuditStore.opener(settings.database()), dead_letter=settings.data_dir / DEAD_LETTER
+    )
 
 
 def _database(settings: Any, *, may_create: bool = False) -> str:
@@ -237,6 +252,12 @@ def audit_tail(
         _run(go)
 
 
+def _times(row: dict[str, Any]) -> str:
+    """`` +N`` for a row that counts N more refusals of its minute (auth.refusals)."""
+    count = (row.get("detail") or {}).get("count")
+    return f" +{count}" if isinstance(count, int) and count > 0 else ""
+
+
 def _print_rows(rows: list[dict[str, Any]], as_json: bool) -> None:
     if as_json:
         for row in rows:
@@ -255,7 +276,7 @@ def _print_rows(rows: list[dict[str, Any]], as_json: bool) -> None:
             r["tool"] or r["method"] or "-",
             r["action"] or "-",
             str(r["app_id"] or "-"),
-            f"{r['outcome']}" + (f" {r['status']}" if r["status"] else ""),
+            f"{r['outcome']}" + (f" {r['status']}" if r["status"] else "") + _times(r),
             f"{r['duration_ms']:.1f}" if r["duration_ms"] is not None else "-",
         )
     console.print(table)
@@ -286,12 +307,10 @@ def client_create(
     as_json: AsJson = False,
 ) -> None:
     """Create a machine client (client_credentials grant); prints its id and secret once."""
-    from appdeck.auth.audit import AuditLog
     from appdeck.auth.keys import SigningKeys
     from appdeck.auth.server import AuthorizationServer
     from appdeck.auth.tokens import TokenIssuer
     from appdeck.storage import Storage
-    from appdeck.storage.audit import AuditStore
     from appdeck.storage.identity import IdentityStore
     from appdeck.storage.oauth import OAuthStore
 
@@ -302,7 +321,7 @@ def client_create(
 
             raise FailedPrecondition("an external IdP is configured: create clients there")
         storage = await Storage.open(_database(settings))
-        audit_log = AuditLog(AuditStore.opener(settings.database()))
+        audit_log = _audit_log(settings)
         try:
             base = _server_base_url(settings)
             signing = SigningKeys.load_or_create(settings.data_dir)

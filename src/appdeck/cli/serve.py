@@ -12,11 +12,22 @@ from typing import Annotated, Any
 import typer
 
 from appdeck import __version__
+from appdeck.cli import connect
 from appdeck.common.listen import ListenError, listen
 from appdeck.platform import hostnames
 from appdeck.platform.runtime.sandbox import SandboxUnavailable
 
 DEV_TOKEN_TTL = 12 * 3600
+
+
+class PortUnavailable(Exception):
+    """A listener cannot bind: one line naming the port and the option that sets it."""
+
+    def __init__(self, exc: ListenError, listener: str, option: str, variable: str) -> None:
+        super().__init__(
+            f"{listener}{exc}: choose another with {option} or {variable} (0 picks a free one)"
+        )
+        self.port = exc.port
 
 
 def serve(
@@ -64,7 +75,7 @@ def serve(
     settings = settings_or_exit(**overrides)
     try:
         _run(_serve(settings, dev, stop_apps_on_exit))
-    except ListenError as exc:  # one line, no traceback: the port is what to change
+    except PortUnavailable as exc:  # one line, no traceback: the port is what to change
         typer.echo(f"appdeck serve: {exc}", err=True)
         raise typer.Exit(1) from None
     except SandboxUnavailable as exc:  # one line: what to install or set
@@ -86,17 +97,23 @@ async def _serve(settings: Any, dev: bool, stop_apps: bool = False) -> None:
 
     from appdeck import logs
     from appdeck.app import Services
-    from appdeck.auth import scopes
-    from appdeck.auth.admin import IdentityAdmin
     from appdeck.transport.http11 import bounded_protocol, http_limits
     from appdeck.tuning import tune_gc
 
-    logs.configure(settings.log_level, settings.log_format)
+    logs.configure(settings.log_level, settings.log_format, settings.log_libraries)
     # connections queue from now on, so the printed URL is usable at once; a loopback host is
     # held on 127.0.0.1 and [::1] both, so no app can sit on the other one
-    socks = listen(settings.host, settings.port)
+    try:
+        socks = listen(settings.host, settings.port)
+    except ListenError as exc:
+        raise PortUnavailable(exc, "", "--port", "APPDECK_PORT") from None
     port = socks[0].getsockname()[1]
-    services = await Services.start(settings, port=port)
+    try:
+        services = await Services.start(settings, port=port)
+    except ListenError as exc:  # the ingress router's listener (the only one it opens)
+        for sock in socks:
+            sock.close()
+        raise PortUnavailable(exc, "ingress ", "--ingress-port", "APPDECK_INGRESS_PORT") from None
     config = uvicorn.Config(
         services.asgi(),
         # uvicorn's httptools, one syscall per response, header/body limits and timeouts
@@ -114,20 +131,15 @@ async def _serve(settings: Any, dev: bool, stop_apps: bool = False) -> None:
     url = f"{services.base_url}/mcp"
     marker = settings.data_dir / "server.json"
     marker.write_text(json.dumps({"url": url, "base_url": services.base_url, "pid": os.getpid()}))
-    print(f"AppDeck {__version__} MCP server listening on {url}", flush=True)
+    deployed = "" if settings.app_version == __version__ else f" ({settings.app_version})"
+    print(f"AppDeck {__version__}{deployed} MCP server listening on {url}", flush=True)
     if services.ingress is not None:
         ingress = f"http://{hostnames.PATTERN}:{services.ingress.port}/"
         print(f"Apps are served by the ingress router at {ingress}", flush=True)
-    if dev:
-        admin = IdentityAdmin(services.identities, services.token_issuer, services.audit_store)
-        password = await admin.ensure_dev()
-        if password:
-            print(f"Created tenant 'dev' with admin user 'dev', password: {password}", flush=True)
-        if services.token_issuer is not None:
-            token, _ = await admin.mint_access_token(
-                "dev", "dev", scopes.render(set(scopes.ALL)), expires_in=DEV_TOKEN_TTL
-            )
-            print(f"Dev access token (12 h, every scope):\n{token}", flush=True)
+    token = await _dev_setup(services) if dev else None
+    print(connect.connect_block(url, token), flush=True)
+    if not dev and not settings.external_idp and not await _anyone_can_sign_in(services):
+        print(connect.first_user_hint(settings.data_dir), flush=True)
     try:
         await server.serve(sockets=socks)
     finally:
@@ -135,3 +147,33 @@ async def _serve(settings: Any, dev: bool, stop_apps: bool = False) -> None:
         for sock in socks:
             sock.close()
         marker.unlink(missing_ok=True)
+
+
+async def _dev_setup(services: Any) -> str | None:
+    """``--dev``: the 'dev' tenant and admin user (made once), and a 12-hour token printed."""
+    from appdeck.auth import scopes
+    from appdeck.auth.admin import IdentityAdmin, QueuedAudit
+
+    admin = IdentityAdmin(services.identities, services.token_issuer, QueuedAudit(services.audit))
+    password = await admin.ensure_dev()
+    if password:
+        print(f"Created tenant 'dev' with admin user 'dev', password: {password}", flush=True)
+    if services.token_issuer is None:
+        return None
+    token, _ = await admin.mint_access_token(
+        "dev", "dev", scopes.render(set(scopes.ALL)), expires_in=DEV_TOKEN_TTL
+    )
+    print(f"Dev access token (12 h, every scope):\n{token}", flush=True)
+    return str(token)
+
+
+async def _anyone_can_sign_in(services: Any) -> bool:
+    """Whether some enabled user of an enabled tenant has a password (a few queries, once)."""
+    identities = services.identities
+    for tenant in await identities.list_tenants():
+        if tenant.disabled:
+            continue
+        for user in await identities.list_users(tenant.id):
+            if user.password_hash and not user.disabled:
+                return True
+    return False

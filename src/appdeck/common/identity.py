@@ -14,6 +14,8 @@ class Principal:
 
     ``tenant`` and ``user`` own sessions and tasks; ``scopes`` decide which tools are listed and
     callable; ``kind`` says how the caller proved itself (resources/* accept OAuth only).
+    ``token_id`` names the verified token (an access token's ``jti``, a PAT's id): what rate
+    limits and per-token session caps count by.
     """
 
     tenant: str
@@ -21,6 +23,7 @@ class Principal:
     scopes: frozenset[str] = field(default_factory=frozenset)
     kind: PrincipalKind = "anonymous"
     client_id: str | None = None
+    token_id: str | None = None
 
     @property
     def owner(self) -> tuple[str, str]:

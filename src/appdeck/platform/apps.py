@@ -133,6 +133,7 @@ class AppService:
         description: str | None = None,
     ) -> AppView:
         _check_name(name, principal.tenant)
+        _check_description(description)
         complete = specs.validate(spec or {})
         self._check_source(principal.tenant, complete.get("source_path"))
         app = await self.store.create(
@@ -179,6 +180,7 @@ class AppService:
             _check_name(name, view.app.tenant_id)
             values["name"] = name
         if description is not None:
+            _check_description(description)
             values["description"] = description[:2000]
         if not values:
             return view
@@ -305,6 +307,20 @@ class AppService:
 def _as(principal: Principal, user_id: str) -> Principal:
     """The same tenant, seen as another user (to ask what role that user has left)."""
     return Principal(principal.tenant, user_id, kind=principal.kind)
+
+
+def _check_description(description: str | None) -> None:
+    """No NUL and no lone surrogate: PostgreSQL text holds neither (it was an internal error)."""
+    if description is None:
+        return
+    if "\x00" in description:
+        raise InvalidArgument("description: may not contain NUL (U+0000)", field="description")
+    try:
+        description.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgument(
+            "description: not valid Unicode (a lone surrogate)", field="description"
+        ) from None
 
 
 def _check_name(name: object, tenant: str) -> None:

@@ -22,6 +22,8 @@ Kind = Literal[
     "env.updated",
     "deployment.updated",
     "member.revoked",
+    "table.updated",
+    "tables.updated",
 ]
 
 
@@ -33,6 +35,8 @@ class Change:
     deployment: int | None = None
     user: str | None = None
     """``member.revoked``: the user who lost access to the app."""
+    table: str | None = None
+    """``table.updated``: the table whose schema changed (``tables.updated``: the list did)."""
 
 
 Listener = Callable[[Change], Awaitable[None]]

@@ -36,8 +36,8 @@ class AppRoutes:
         feed.subscribe(self.follow)
 
     async def restore(self) -> int:
-        """After a restart, before reconciling: every app is known (503 until its live
-        release is routed again). An app whose key could be another's (made before the
+        """After a restart, before reconciling: every app is known (404 until the reconcile
+        routes its live release again). An app whose key could be another's (made before the
         hostname rule) gets no route at all. Returns how many apps were routed."""
         routed = 0
         for app in await self._apps.store.all_apps():

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from ipaddress import IPv4Network, IPv6Network
 from pathlib import Path
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from appdeck.common.identity import Principal
 from appdeck.platform import hostnames
 from appdeck.platform.apps import AppService
 from appdeck.platform.changes import ChangeFeed
@@ -19,12 +21,19 @@ from appdeck.platform.deploy.local_runtime import LocalRuntime
 from appdeck.platform.deploy.preflight import PreflightService
 from appdeck.platform.env import EnvService
 from appdeck.platform.logs import LogService
+from appdeck.platform.repos.git import Git
+from appdeck.platform.repos.service import RepoService
 from appdeck.platform.routing import AppRoutes
 from appdeck.platform.runtime.driver import RuntimeDriver
+from appdeck.platform.runtime.egress import EgressPolicy
 from appdeck.platform.sources import SourceRoots
+from appdeck.platform.tables.databases import AppDatabases
+from appdeck.platform.tables.records_service import RecordService
+from appdeck.platform.tables.schema_service import TableService
 from appdeck.storage.apps import AppRecord, AppStore
 from appdeck.storage.deployments import DeploymentStore
 from appdeck.storage.identity import IdentityStore
+from appdeck.storage.repos import RepoStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +45,8 @@ class PlatformConfig:
     max_apps_per_tenant: int
     ingress_host: str
     ingress_port: int
+    egress_allow: tuple[IPv4Network | IPv6Network, ...] = ()
+    """Internal networks git may fetch from besides public addresses (``APPDECK_EGRESS_ALLOW``)."""
 
     def url_of(self, app_name: str, tenant: str) -> str:
         """Where the app is served (the hostname rule is :mod:`appdeck.platform.hostnames`)."""
@@ -54,8 +65,11 @@ class Platform:
     deployments: Deployments
     preflight: PreflightService
     logs: LogService
+    tables: TableService
+    records: RecordService
     deploys: DeployService
     ops: Operations
+    repos: RepoService
     _driver: RuntimeDriver
     _router: IngressRouter
 
@@ -69,6 +83,7 @@ class Platform:
         driver: RuntimeDriver,
         router: IngressRouter,
         instance_id: str,
+        databases: AppDatabases,
     ) -> Platform:
         feed = ChangeFeed()
         sources = SourceRoots(config.source_roots, data_dir=config.data_dir)
@@ -96,24 +111,38 @@ class Platform:
         )
         logs = LogService(apps, env, deployments, driver, sealer)
         ops = Operations(deploys)
+        repos = RepoService(
+            apps,
+            RepoStore(engine),
+            sealer,
+            sources,
+            Git(config.data_dir / "repos", policy=EgressPolicy(networks=config.egress_allow)),
+            feed,
+        )
         platform = cls(
             feed=feed,
             apps=apps,
             env=env,
             deployments=Deployments(apps, deploys, ops),
+            repos=repos,
             preflight=PreflightService(apps, env, sandboxed=driver.sandboxed),
             logs=logs,
+            tables=TableService(apps, databases, feed),
+            records=RecordService(apps, databases),
             deploys=deploys,
             ops=ops,
             _driver=driver,
             _router=router,
         )
+        connect_repos(platform)
         apps.on_delete(platform._remove_app)
+        apps.on_delete(lambda app: databases.drop(app.id))  # after its processes stopped
+        apps.on_delete(lambda app: repos.forget(app.id))
         AppRoutes(apps, router).attach(feed)  # after: the processes stop, then the route goes
         return platform
 
     async def start(self) -> tuple[int, int]:
-        """After a restart: route every app (503 until it has a live release), then end
+        """After a restart: route every app (404 until its live release is routed again), then end
         interrupted deployments and bring live releases back."""
         await AppRoutes(self.apps, self._router).restore()
         return await self.ops.reconcile()
@@ -121,6 +150,7 @@ class Platform:
     async def shutdown(self, *, stop_apps: bool = False) -> None:
         """Wait for deploys under way, then let go of the apps: they keep running for the
         next start to adopt, unless ``stop_apps``."""
+        await self.repos.settle()
         await self.deployments.settle()
         if stop_apps:
             for release_id in await self._driver.releases():
@@ -132,3 +162,14 @@ class Platform:
         for release_id in await self._driver.releases():
             if release_id.startswith(prefix):
                 await self._driver.remove(release_id)
+
+
+def connect_repos(platform: Platform) -> None:
+    """A connected repository is its app's deploy source, and a push deploys through the
+    same path as deploy_app."""
+    platform.deploys.git = platform.repos
+
+    async def deploy(principal: Principal, app_id: int, commit: str) -> object:
+        return await platform.deployments.deploy(principal, app_id, wait_s=None, commit=commit)
+
+    platform.repos.deploy_with(deploy)

@@ -18,7 +18,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
-from appdeck.protocol.validation import Check, compile_check
+from appdeck.protocol.validation import Check, Validator, compile_check
 
 JsonObject = dict[str, Any]
 
@@ -48,14 +48,14 @@ class ArgumentCheck:
     __slots__ = ("_branches", "_key", "_whole")
 
     def __init__(self, schema: JsonObject) -> None:
-        self._whole = _Branch(compile_check(schema), Draft202012Validator(schema))
+        self._whole = _Branch(compile_check(schema), Validator(schema))
         found = discriminator(schema)
         self._key: str | None = None
         self._branches: dict[Any, _Branch] = {}
         if found is not None:
             self._key, branches = found
             self._branches = {
-                value: _Branch(compile_check(sub), Draft202012Validator(sub))
+                value: _Branch(compile_check(sub), Validator(sub))
                 for value, sub in branches.items()
             }
 

@@ -28,6 +28,15 @@ class SessionStore(Protocol):
     async def touch(self, last_active: dict[str, float]) -> None: ...
     async def idle_since(self, before: float) -> list[str]: ...
     async def count(self) -> int: ...
+    async def present(self, session_ids: Sequence[str]) -> set[str]:
+        """Which of these sessions the store still holds (another process, or the
+        operator's ``appdeck session drop``, may have ended the others)."""
+        ...
+
+    async def owned(self, tenant: str, user: str) -> list[tuple[str, float, str | None]]:
+        """(id, last_active, token_id) of the (tenant, user)'s sessions, least recently
+        active first."""
+        ...
 
 
 class TaskStore(Protocol):
@@ -89,4 +98,9 @@ class AuditTrail(Protocol):
         reason: str,
         method: str | None = None,
         tool: str | None = None,
-    ) -> None: ...
+        *,
+        source: str | None = None,
+    ) -> None:
+        """A refusal (401, 403, 429...); ``source`` is the client's IP when the caller knows
+        it. A trail may aggregate refusals (a count per minute per source and reason)."""
+        ...

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from appdeck import __version__, activity
 from appdeck.common.errors import AppDeckError
 from appdeck.common.identity import Principal
 from appdeck.protocol import inbound, jsonrpc, versions
@@ -59,7 +60,7 @@ _AUDITED_STATUSES = frozenset({401, 403, 429})
 @dataclass(frozen=True, slots=True)
 class ServerInfo:
     name: str = "appdeck-mcp"
-    version: str = "dev"
+    version: str = __version__
     title: str | None = "AppDeck"
     instructions: str | None = None
     capabilities: JsonObject = field(
@@ -227,17 +228,32 @@ class McpServer:
             arguments = {}
         result = response.get("result") if response is not None else None
         action = arguments.get("action")
+        if type(action) is not str:
+            action = None
         app_id = arguments.get("app_id")
+        if type(app_id) is not int:
+            app_id = None
+        failed = error is not None or (result is not None and result.get("isError") is True)
+        ms = round((time.perf_counter() - started) * 1000, 3)
         audit.tool_called(
             principal,
             tool,
-            action if type(action) is str else None,
-            app_id if type(app_id) is int else None,
-            error is not None or (result is not None and result.get("isError") is True),
+            action,
+            app_id,
+            failed,
             status,
-            round((time.perf_counter() - started) * 1000, 3),
+            ms,
             str(request["id"]),
             result is not None and "task" in result,
+        )
+        activity.tool_call(
+            tool=tool,
+            action=action,
+            app_id=app_id,
+            failed=failed,
+            ms=ms,
+            tenant=principal.tenant if principal else None,
+            user=principal.user if principal else None,
         )
 
     async def dispatch(self, message: JsonObject, call: Call) -> JsonObject:

@@ -12,13 +12,23 @@ schema), propertyNames, minProperties, maxProperties, enum, const, pattern, minL
 maxLength, minimum, maximum, exclusiveMinimum, exclusiveMaximum, items, minItems, maxItems,
 anyOf, oneOf, and the annotations (title, description, default, examples, $schema...). That
 covers the schemas the tools generate, per-action ``oneOf`` branches and the app spec included.
+
+**``pattern`` is ECMA-262's.** JSON Schema patterns are ECMA-262 regexes applied with search,
+where ``$`` (no ``m`` flag) matches only at the very end: ``^[a-z]+$`` refuses ``"abc\\n"``.
+Python's ``$`` also matches before a final newline, so both this check and :data:`Validator`
+(the authority, ``jsonschema`` with this one keyword replaced) read a pattern through
+:func:`ecma_pattern`, which turns every ``$`` anchor into ``\\Z``.
 """
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
+
+from jsonschema import Draft202012Validator, validators
+from jsonschema.exceptions import ValidationError
 
 Check = Callable[[Any], bool]
 
@@ -166,10 +176,60 @@ def _items(value: Any) -> Check:
     return items
 
 
+def ecma_pattern(pattern: str) -> str:
+    """``pattern`` with each ``$`` anchor (not escaped, not in a character class) as ``\\Z``:
+    the end of the string only, as ECMA-262 reads ``$``."""
+    out: list[str] = []
+    i, n, in_class = 0, len(pattern), False
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            out.append(pattern[i : i + 2])
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+            out.append(c)
+            i += 1
+            # Python takes a ']' first in a class (after an optional '^') as a literal
+            if pattern[i : i + 1] == "^":
+                out.append("^")
+                i += 1
+            if pattern[i : i + 1] == "]":
+                out.append("]")
+                i += 1
+            continue
+        elif c == "$":
+            c = r"\Z"
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+@functools.lru_cache(maxsize=512)
+def _searcher(pattern: str) -> Callable[[str], re.Match[str] | None]:
+    return re.compile(ecma_pattern(pattern)).search
+
+
+def _pattern_keyword(
+    validator: Any, pattern: str, instance: Any, schema: Any
+) -> Iterator[ValidationError]:
+    if validator.is_type(instance, "string") and not _searcher(pattern)(instance):
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+Validator: Any = validators.extend(  # type: ignore[no-untyped-call]
+    Draft202012Validator, {"pattern": _pattern_keyword}
+)
+"""Draft 2020-12 with ECMA-262's ``$`` in ``pattern``: the authority for tool arguments."""
+
+
 def _pattern(value: Any) -> Check:
     if not isinstance(value, str):
         raise Unsupported
-    search = re.compile(value).search
+    search = _searcher(value)
 
     def pattern(v: Any) -> bool:
         return not isinstance(v, str) or search(v) is not None

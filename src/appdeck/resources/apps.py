@@ -43,6 +43,10 @@ def changed(change: Change) -> tuple[list[str], bool]:
     base = app_uri(change.app_id)
     if change.kind == "member.revoked":
         return [], False  # nothing changed for the others; see :func:`revoked`
+    if change.kind in ("table.updated", "tables.updated"):
+        from appdeck.resources.tables import changed as tables_changed
+
+        return tables_changed(change), False
     if change.kind == "deployment.updated":
         uris = [f"{base}/deployments"]
     elif change.kind == "spec.updated":

@@ -51,8 +51,14 @@ class DeploymentRecord:
             "created_at": self.created_at,
             "updated_at": self.updated_at,
             "steps": self.steps,
-            "source": self.source,
+            "source": self._shown_source(),
         }
+
+    def _shown_source(self) -> dict[str, Any]:
+        """A git source's checkout lives in the data dir: its path is not the caller's."""
+        if self.source.get("kind") != "git":
+            return self.source
+        return {k: v for k, v in self.source.items() if k != "path"}
 
 
 def _record(row: Any) -> DeploymentRecord:

@@ -49,6 +49,8 @@ class ClientRow:
     metadata: dict[str, Any] = field(default_factory=dict)
     created_at: float = 0.0
     expires_at: float | None = None
+    used_at: float | None = None
+    """When it got its first authorization code; a ``dcr`` client without one expires."""
 
     @property
     def confidential(self) -> bool:
@@ -110,11 +112,13 @@ def _client(row: Any) -> ClientRow:
         metadata=dict(row.metadata or {}),
         created_at=row.created_at,
         expires_at=row.expires_at,
+        used_at=row.used_at,
     )
 
 
 def _client_values(client: ClientRow) -> dict[str, Any]:
-    return {
+    used = {"used_at": client.used_at} if client.used_at is not None else {}
+    return used | {
         "client_id": client.client_id,
         "secret_hash": client.secret_hash,
         "name": client.name,
@@ -225,7 +229,15 @@ class OAuthStore:
     # -- authorization codes --------------------------------------------------------------
 
     async def insert_code(self, code: AuthCodeRow) -> None:
+        """Store the code, and mark its client used (the first time): a dynamically
+        registered client that never gets here is swept by :meth:`cleanup`."""
+        first_use = (
+            sa.update(oauth_clients)
+            .where(oauth_clients.c.client_id == code.client_id, oauth_clients.c.used_at.is_(None))
+            .values(used_at=time.time())
+        )
         async with self._engine.begin() as conn:
+            await conn.execute(first_use)
             await conn.execute(
                 sa.insert(auth_codes).values(
                     code_hash=code.code_hash,
@@ -348,12 +360,7 @@ class OAuthStore:
         rt = refresh_tokens.c
         query = (
             sa.select(
-                rt.tenant_id,
-                rt.user_id,
-                rt.client_id,
-                sa.func.min(rt.created_at).label("created_at"),
-                sa.func.max(rt.expires_at).label("expires_at"),
-                sa.func.max(rt.scope).label("scope"),
+                rt.tenant_id, rt.user_id, rt.client_id, rt.created_at, rt.expires_at, rt.scope
             )
             .where(
                 sa.not_(rt.token_hash.startswith(LEDGER_PREFIX)),
@@ -361,7 +368,6 @@ class OAuthStore:
                 rt.used_at.is_(None),
                 rt.expires_at > now,
             )
-            .group_by(rt.tenant_id, rt.user_id, rt.client_id)
             .order_by(rt.tenant_id, rt.user_id, rt.client_id)
         )
         if tenant_id is not None:
@@ -370,10 +376,23 @@ class OAuthStore:
             query = query.where(rt.user_id == user_id)
         async with self._engine.connect() as conn:
             rows = (await conn.execute(query)).all()
-        return [
-            GrantRow(r.tenant_id, r.user_id, r.client_id, r.scope, r.created_at, r.expires_at)
-            for r in rows
-        ]
+        # several live families of one client (two devices, a step-up) are one grant: the
+        # union of their scopes, from the first consent to the last expiry
+        merged: dict[tuple[str, str, str], GrantRow] = {}
+        for r in rows:
+            key = (r.tenant_id, r.user_id, r.client_id)
+            seen = merged.get(key)
+            if seen is None:
+                merged[key] = GrantRow(*key, r.scope, r.created_at, r.expires_at)
+                continue
+            union = sorted(set(seen.scope.split()) | set(r.scope.split()))
+            merged[key] = GrantRow(
+                *key,
+                " ".join(union),
+                min(seen.created_at, r.created_at),
+                max(seen.expires_at, r.expires_at),
+            )
+        return list(merged.values())
 
     async def revoke_grants(
         self,
@@ -436,9 +455,13 @@ class OAuthStore:
 
     # -- housekeeping ---------------------------------------------------------------------
 
-    async def cleanup(self, now: float | None = None) -> dict[str, int]:
+    async def cleanup(
+        self, now: float | None = None, *, unused_clients_before: float | None = None
+    ) -> dict[str, int]:
         """Delete expired codes (after a retention window), refresh tokens, ledger rows and
-        cached metadata documents. Returns how many rows of each went."""
+        cached metadata documents, and (with ``unused_clients_before``) dynamically registered
+        clients created before then that never got an authorization code. Returns how many
+        rows of each went."""
         now = time.time() if now is None else now
         async with self._engine.begin() as conn:
             codes = await conn.execute(
@@ -452,10 +475,21 @@ class OAuthStore:
                     oauth_clients.c.kind == "cimd", oauth_clients.c.expires_at < now
                 )
             )
+            unused = 0
+            if unused_clients_before is not None:
+                swept = await conn.execute(
+                    sa.delete(oauth_clients).where(
+                        oauth_clients.c.kind == "dcr",
+                        oauth_clients.c.used_at.is_(None),
+                        oauth_clients.c.created_at < unused_clients_before,
+                    )
+                )
+                unused = swept.rowcount
         return {
             "auth_codes": codes.rowcount,
             "refresh_tokens": tokens.rowcount,
             "cimd_clients": clients.rowcount,
+            "unused_clients": unused,
         }
 
 

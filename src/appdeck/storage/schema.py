@@ -36,6 +36,8 @@ sessions = sa.Table(
     sa.Column("log_level", sa.String, nullable=False),
     sa.Column("initialized", sa.Boolean, nullable=False),
     sa.Column("subscriptions", sa.JSON, nullable=False),  # sorted list of URIs
+    sa.Column("token_id", sa.String, nullable=True, index=True),  # migration 0006
+    sa.Index(None, "tenant", "user", "last_active"),  # per-user caps (migration 0006)
 )
 
 tasks = sa.Table(
@@ -114,6 +116,8 @@ oauth_clients = sa.Table(
     sa.Column("metadata", sa.JSON, nullable=False),
     sa.Column("created_at", sa.Double, nullable=False),
     sa.Column("expires_at", sa.Double, nullable=True),  # a cached CIMD document's expiry
+    # the first authorization code issued to it; a dcr client without one expires (0006)
+    sa.Column("used_at", sa.Double, nullable=True),
 )
 
 auth_codes = sa.Table(
@@ -257,4 +261,22 @@ deployments = sa.Table(
     sa.Column("previous", sa.Integer, nullable=True),  # the live deployment it replaces
     sa.Column("traffic", sa.Integer, nullable=False),  # percent of ingress traffic it gets
     sa.Column("instance_id", sa.String, nullable=True),  # the server process driving it
+)
+repo_connections = sa.Table(
+    "repo_connections",
+    metadata,
+    sa.Column(
+        "app_id", sa.BigInteger, sa.ForeignKey("apps.id", ondelete="CASCADE"), primary_key=True
+    ),
+    sa.Column("url", sa.Text, nullable=False),  # as connected, never with credentials
+    sa.Column("token", sa.Text, nullable=True),  # sealed (Fernet), never the plain token
+    sa.Column("branch", sa.String, nullable=False),
+    sa.Column("webhook_secret", sa.Text, nullable=False),  # sealed: HMAC needs the key itself
+    sa.Column("auto_deploy", sa.Boolean, nullable=False),
+    sa.Column("last_commit", sa.String, nullable=True),
+    sa.Column("last_message", sa.Text, nullable=True),
+    sa.Column("last_push_at", sa.Double, nullable=True),
+    sa.Column("connected_by", sa.String, nullable=False),
+    sa.Column("created_at", sa.Double, nullable=False),
+    sa.Column("updated_at", sa.Double, nullable=False),
 )

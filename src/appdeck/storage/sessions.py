@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -81,6 +82,27 @@ class SqlSessionStore(SessionStore):
         async with self._engine.connect() as conn:
             return list((await conn.scalars(query)).all())
 
+    async def owned(self, tenant: str, user: str) -> list[tuple[str, float, str | None]]:
+        """(id, last_active, token_id) of every session of (tenant, user), least recently
+        active first: what the per-user and per-token caps count and evict."""
+        query = (
+            sa.select(sessions.c.id, sessions.c.last_active, sessions.c.token_id)
+            .where(sessions.c.tenant == tenant, sessions.c.user == user)
+            .order_by(sessions.c.last_active)
+        )
+        async with self._engine.connect() as conn:
+            return [(r.id, r.last_active, r.token_id) for r in (await conn.execute(query)).all()]
+
+    async def present(self, session_ids: Sequence[str]) -> set[str]:
+        found: set[str] = set()
+        ids = list(session_ids)
+        async with self._engine.connect() as conn:
+            for start in range(0, len(ids), 500):
+                chunk = ids[start : start + 500]
+                query = sa.select(sessions.c.id).where(sessions.c.id.in_(chunk))
+                found.update((await conn.scalars(query)).all())
+        return found
+
     async def count(self) -> int:
         async with self._engine.connect() as conn:
             return int(await conn.scalar(sa.select(sa.func.count()).select_from(sessions)) or 0)
@@ -99,6 +121,7 @@ def _row(session: Session) -> dict[str, Any]:
         "log_level": session.log_level,
         "initialized": session.initialized,
         "subscriptions": sorted(session.subscriptions),
+        "token_id": session.token_id,
     }
 
 
@@ -115,4 +138,5 @@ def _session(row: sa.RowMapping) -> Session:
         log_level=row["log_level"],
         initialized=row["initialized"],
         subscriptions=set(row["subscriptions"]),
+        token_id=row["token_id"],
     )

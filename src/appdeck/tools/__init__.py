@@ -9,8 +9,18 @@ from appdeck.protocol.registry import Registry
 
 
 def register_all(registry: Registry, platform: Platform) -> None:
-    from appdeck.tools import apps, deploy, env_vars, logs, manage_app, preflight
+    from appdeck.tools import (
+        apps,
+        deploy,
+        env_vars,
+        logs,
+        manage_app,
+        preflight,
+        records,
+        repos,
+        tables,
+    )
 
-    families = (apps, manage_app, env_vars, deploy, preflight, logs)
+    families = (apps, manage_app, env_vars, deploy, preflight, logs, tables, records, repos)
     for tool in (tool for family in families for tool in family.TOOLS):
         registry.add_tool(tool.definition(platform))

@@ -87,7 +87,8 @@ get_app_url = Tool(
     "get_app_url",
     title="Get an app's URL",
     description="The URL the ingress serves the app at (http://<name>--<tenant>.localhost:"
-    "<port>/), to check a deployed app answers. It answers 503 until a deploy goes live.",
+    "<port>/), to check a deployed app answers. It answers 404 until a first deploy goes live "
+    "(to a stranger, a never-deployed app is no app) and 503 while its live release is down.",
     scope="apps:read",
     hints=READS,
 )

@@ -92,12 +92,14 @@ class McpHttpApp:
             if not self.policy.origin_ok(headers.get(b"origin")):
                 raise HttpError(403, rpc.SERVER_ERROR, "Forbidden: invalid Origin header")
             method = scope["method"]
+            peer = scope.get("client")
+            client = peer[0] if peer else None  # proxy headers are not trusted
             if method == "POST":
-                await self._post(receive, send, headers)
+                await self._post(receive, send, headers, client)
             elif method == "GET":
-                await self._get(receive, send, headers)
+                await self._get(receive, send, headers, client)
             elif method == "DELETE":
-                await self._delete(send, headers)
+                await self._delete(send, headers, client)
             else:
                 raise HttpError(405, rpc.SERVER_ERROR, "Method not allowed.", ALLOW)
         except rpc.McpError as exc:  # HttpError included: the one place rejections become HTTP
@@ -118,7 +120,9 @@ class McpHttpApp:
 
     # -- POST -----------------------------------------------------------------------------
 
-    async def _post(self, receive: Receive, send: Send, headers: dict[bytes, bytes]) -> None:
+    async def _post(
+        self, receive: Receive, send: Send, headers: dict[bytes, bytes], client: str | None
+    ) -> None:
         accept = headers.get(b"accept", b"")
         if b"*/*" not in accept and (
             b"application/json" not in accept or b"text/event-stream" not in accept
@@ -135,7 +139,9 @@ class McpHttpApp:
                 "Unsupported Media Type: Content-Type must be application/json",
             )
         # a body past AUTH_FIRST_BYTES is only read for a caller with a valid token
-        early = await self.guard.principal(headers, True, "POST") if _large(headers) else None
+        early = (
+            await self.guard.principal(headers, True, "POST", client) if _large(headers) else None
+        )
         body = await read_body(receive, self.settings.max_body_bytes)
         if body is None:
             raise HttpError(
@@ -152,7 +158,9 @@ class McpHttpApp:
         )
         if isinstance(route, rpc.McpError):
             raise route
-        principal = early or await self.guard.principal(headers, route.needs_token, route.label)
+        principal = early or await self.guard.principal(
+            headers, route.needs_token, route.label, client
+        )
         call = await self.server.open(route, principal)
         if not route.batch and route.kinds[0] is Kind.REQUEST:  # the hot path
             await self._answer_one(send, route.messages[0], call)
@@ -208,13 +216,15 @@ class McpHttpApp:
 
     # -- GET ------------------------------------------------------------------------------
 
-    async def _get(self, receive: Receive, send: Send, headers: dict[bytes, bytes]) -> None:
+    async def _get(
+        self, receive: Receive, send: Send, headers: dict[bytes, bytes], client: str | None
+    ) -> None:
         accept = headers.get(b"accept", b"")
         if b"text/event-stream" not in accept and b"*/*" not in accept:
             raise HttpError(
                 406, rpc.SERVER_ERROR, "Not Acceptable: Client must accept text/event-stream"
             )
-        principal = await self.guard.principal(headers, True, "GET")
+        principal = await self.guard.principal(headers, True, "GET", client)
         self._check_version_header(headers)
         session = await self._session(headers, principal)
         raw_last = headers.get(b"last-event-id")
@@ -303,8 +313,8 @@ class McpHttpApp:
 
     # -- DELETE ---------------------------------------------------------------------------
 
-    async def _delete(self, send: Send, headers: dict[bytes, bytes]) -> None:
-        principal = await self.guard.principal(headers, True, "DELETE")
+    async def _delete(self, send: Send, headers: dict[bytes, bytes], client: str | None) -> None:
+        principal = await self.guard.principal(headers, True, "DELETE", client)
         self._check_version_header(headers)
         session = await self._session(headers, principal)
         await self.server.sessions.drop(session)

@@ -20,6 +20,7 @@ from appdeck.auth.hashing import hash_password
 from appdeck.auth.keys import ALGORITHM, SigningKeys
 from appdeck.auth.server import AuthorizationServer
 from appdeck.auth.tokens import TokenIssuer, TokenVerifier
+from appdeck.auth.urls import PublicUrls
 from appdeck.settings import Settings
 from appdeck.storage import create_engine, default_sqlite_url, migrate
 from appdeck.storage.audit import AuditStore
@@ -89,7 +90,9 @@ async def make_world(tmp_path: Path) -> AsyncIterator[WorldFactory]:
     clients: list[httpx.AsyncClient] = []
     audits: list[AuditLog] = []
 
-    async def build(*, cimd_allow_loopback: bool = False) -> OAuthWorld:
+    async def build(
+        *, cimd_allow_loopback: bool = False, urls: PublicUrls | None = None
+    ) -> OAuthWorld:
         settings = Settings.model_validate(
             {"data_dir": tmp_path, "cimd_allow_loopback": cimd_allow_loopback}
         )
@@ -114,6 +117,7 @@ async def make_world(tmp_path: Path) -> AsyncIterator[WorldFactory]:
             audit,
             settings,
             clock=clock,
+            urls=urls,
         )
         app = Starlette(routes=server.routes())
         http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=ISSUER)

@@ -218,3 +218,18 @@ async def test_browser_clients_may_preflight_the_apis_but_not_openid_discovery(
     assert r.headers["access-control-allow-origin"] == "*"
     assert "mcp-protocol-version" in r.headers["access-control-allow-headers"].lower()
     assert (await authz.http.get("/.well-known/openid-configuration")).status_code == 404
+
+
+async def test_a_registered_client_never_used_is_swept_after_the_grace_period(
+    authz: OAuthWorld,
+) -> None:
+    from .helpers import get_code, register
+
+    unused = (await register(authz.http))["client_id"]
+    used = (await register(authz.http))["client_id"]
+    await get_code(authz.http, used)
+    assert (await authz.server.cleanup())["unused_clients"] == 0
+    authz.clock.offset += authz.server._ctx.settings.unused_client_hours * 3600 + 60
+    assert (await authz.server.cleanup())["unused_clients"] == 1
+    assert await authz.oauth.get_client(unused) is None
+    assert await authz.oauth.get_client(used) is not None

@@ -75,22 +75,37 @@ async def test_a_host_outside_the_base_domains_gets_a_404_with_the_host_escaped(
     assert "&lt;b&gt;" in r.text
 
 
-async def test_an_app_without_a_live_release_gets_a_503_with_retry_after(
+async def test_an_app_whose_live_release_is_gone_gets_a_503_with_retry_after(
     routes: RouteTable, counters: Counters, upstream: StartUpstream, ingress: StartIngress
 ) -> None:
     warm = await upstream("blue")
-    routes.set("blog", [Backend("blue", 0, [warm.address])])
-    routes.set("new", [])
+    routes.set("blog", [Backend("blue", 100, [warm.address])])
+    routes.set("blog", [Backend("blue", 0, [warm.address])])  # live once, now warm only
+    routes.set("gone", [Backend("r1", 100, [warm.address])])
+    routes.set("gone", [])  # a recreate between stop and start
     client = await ingress(ProxyConfig(retry_after=7))
-    for host in ("blog.localhost", "new.localhost"):
+    for host in ("blog.localhost", "gone.localhost"):
         r = await client.get("/", headers={"host": host})
         assert r.status_code == 503
         assert r.headers["retry-after"] == "7"
         assert "has no live release" in r.text
-    r = await client.get("/", headers={"host": "new.localhost", "accept": "application/json"})
+    r = await client.get("/", headers={"host": "gone.localhost", "accept": "application/json"})
     assert r.json()["error"]["code"] == "no_live_release"
-    assert counters.no_release("new") == 2
+    assert counters.no_release("gone") == 2
     assert warm.seen == []
+
+
+async def test_an_app_never_deployed_looks_like_no_app_to_a_stranger(
+    routes: RouteTable, counters: Counters, ingress: StartIngress
+) -> None:
+    routes.set("new", [])  # registered, never live
+    client = await ingress()
+    registered = await client.get("/", headers={"host": "new.localhost"})
+    unknown = await client.get("/", headers={"host": "none.localhost"})
+    assert registered.status_code == unknown.status_code == 404
+    assert "retry-after" not in registered.headers
+    assert registered.text.replace("new", "X") == unknown.text.replace("none", "X")
+    assert counters.no_release("new") == 0
 
 
 async def test_weights_split_1000_requests_90_10(

@@ -221,3 +221,14 @@ def test_forgetting_an_app_drops_its_counters() -> None:
     assert counters.snapshot("blog") == {}
     assert counters.no_release("blog") == 0
     assert counters.snapshot("shop")["r1"].requests == 1
+
+
+def test_a_route_has_served_once_it_had_a_live_release_and_keeps_it_when_emptied() -> None:
+    table = RouteTable()
+    table.set("app", [])
+    assert not table.has_served("app")
+    table.set("app", [Backend("r1", 100, ["127.0.0.1:1"])])
+    table.set("app", [])
+    assert table.has_served("app")
+    table.remove("app")
+    assert not table.has_served("app")

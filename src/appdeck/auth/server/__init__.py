@@ -39,9 +39,11 @@ from appdeck.auth.server.http import json_response, preflight
 from appdeck.auth.server.pending import PendingRequests
 from appdeck.auth.server.revoke import RevokeEndpoint
 from appdeck.auth.server.token import TokenEndpoint
+from appdeck.auth.throttle import AuthThrottles
 from appdeck.auth.tokens import TokenIssuer
+from appdeck.auth.urls import PublicUrls
 from appdeck.settings import Settings
-from appdeck.storage.identity import IdentityStore
+from appdeck.storage.identity import IdentityStore, PersonalTokenRecord
 from appdeck.storage.oauth import OAuthStore
 
 __all__ = ["AuthorizationServer"]
@@ -72,6 +74,8 @@ class AuthorizationServer:
         settings: Settings,
         *,
         clock: Callable[[], float] = time.time,
+        forget_pat: Callable[[PersonalTokenRecord], None] | None = None,
+        urls: PublicUrls | None = None,
     ) -> None:
         self.issuer = issuer.rstrip("/")
         self.resource = resource
@@ -86,6 +90,14 @@ class AuthorizationServer:
             audit=audit,
             settings=settings,
             clock=clock,
+            forget_pat=forget_pat or (lambda record: None),
+            throttles=AuthThrottles.build(
+                sign_in_per_ip=settings.sign_in_failures_per_ip,
+                sign_in_per_account=settings.sign_in_failures_per_account,
+                register_per_hour=settings.register_per_ip_per_hour,
+                clock=clock,
+            ),
+            urls=urls,
         )
         self.clients = Clients(self._ctx)
         self.pending = PendingRequests(clock)
@@ -97,14 +109,21 @@ class AuthorizationServer:
         return metadata.authorization_server(self.issuer)
 
     def routes(self) -> list[Route]:
-        as_meta = metadata.authorization_server(self.issuer)
-        pr_meta = metadata.protected_resource(self.resource, self.issuer)
+        urls = self._ctx.public
+        # one document per spelling of the server (loopback names), chosen by the Host header
+        as_meta = {b: metadata.authorization_server(b) for b in urls.bases}
+        pr_meta = {
+            b: metadata.protected_resource(self.resource.replace(urls.base, b, 1), b)
+            for b in urls.bases
+        }
 
         async def as_document(request: Request) -> Response:
-            return json_response(as_meta, cache=metadata.CACHE)
+            base = urls.base_for(request.headers.get("host"))
+            return json_response(as_meta[base], cache=metadata.CACHE)
 
         async def pr_document(request: Request) -> Response:
-            return json_response(pr_meta, cache=metadata.CACHE)
+            base = urls.base_for(request.headers.get("host"))
+            return json_response(pr_meta[base], cache=metadata.CACHE)
 
         async def jwks(request: Request) -> Response:
             return json_response(self._ctx.keys.public_jwks(), cache=metadata.CACHE)
@@ -132,9 +151,11 @@ class AuthorizationServer:
         return await self.clients.create_machine_client(tenant_id, name, scopes)
 
     async def cleanup(self) -> dict[str, int]:
-        """Delete expired codes, refresh tokens and cached metadata documents (call it from
-        a periodic sweeper)."""
-        return await self._ctx.oauth.cleanup(self._ctx.clock())
+        """Delete expired codes, refresh tokens, cached metadata documents and dynamically
+        registered clients never used (call it from a periodic sweeper)."""
+        now = self._ctx.clock()
+        unused_before = now - self._ctx.settings.unused_client_hours * 3600
+        return await self._ctx.oauth.cleanup(now, unused_clients_before=unused_before)
 
 
 def _well_known(name: str, url: str) -> list[str]:

@@ -10,6 +10,11 @@ not know are ignored (RFC 6749 §3.3); with none known, the client's registered 
 scope is asked for, and the user may untick any.
 
 The code's answer is a ``303 See Other`` (RFC 9700 §4.12: after a form post, never 307).
+
+The page asks for the tenant as text (anonymous visitors are shown no list of tenants) and
+remembers the last one in a cookie. A browser that signed in here before is remembered (by its
+random browser cookie, server-side, for a day): when it comes back for a client its user has
+already granted, the page is the step-up page, showing what was granted and what is new.
 """
 
 from __future__ import annotations
@@ -17,12 +22,17 @@ from __future__ import annotations
 import asyncio
 import re
 import secrets
+from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Final
+from urllib.parse import urlsplit
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
+from appdeck import activity
 from appdeck.auth import scopes as scope_names
+from appdeck.auth.admin import SLUG
 from appdeck.auth.audit import AuditEvent
 from appdeck.auth.hashing import new_secret, same, token_hash, verify_password
 from appdeck.auth.server import redirects
@@ -35,10 +45,24 @@ from appdeck.storage.identity import UserRecord
 from appdeck.storage.oauth import AuthCodeRow
 
 COOKIE: Final = "appdeck_authz"
+TENANT_COOKIE: Final = "appdeck_tenant"
+COOKIE_SECONDS: Final = 86_400
+TENANT_COOKIE_SECONDS: Final = 180 * 86_400
 MAX_QUERY: Final = 8192
-_CHALLENGE = re.compile(r"^[A-Za-z0-9_\-]{43}$")
-_TOKEN = re.compile(r"^[A-Za-z0-9_\-]{16,128}$")
+MAX_REMEMBERED: Final = 10_000
+_CHALLENGE = re.compile(r"[A-Za-z0-9_\-]{43}")
+_TOKEN = re.compile(r"[A-Za-z0-9_\-]{16,128}")
 BAD_LOGIN: Final = "Incorrect tenant, username or password."
+
+
+@dataclass(frozen=True, slots=True)
+class SignedIn:
+    """Who last signed in from a browser (its random cookie), and until when it counts."""
+
+    tenant_id: str
+    user_id: str
+    username: str
+    until: float
 
 
 class Authorize:
@@ -47,14 +71,47 @@ class Authorize:
         self._clients = clients
         self._pending = pending
         self.action = f"{ctx.issuer}/authorize"
+        self._path = urlsplit(self.action).path
+        self._signed_in: OrderedDict[str, SignedIn] = OrderedDict()
+
+    def _action(self, request: Request) -> str:
+        """This endpoint as the browser spelled it (a loopback name), so the form posts back to
+        the same origin and its cookies."""
+        return f"{self._ctx.issuer_for(request.headers.get('host'))}/authorize"
 
     def _back(
-        self, redirect_uri: str, state: str | None, *, status: int = 302, **params: str
+        self,
+        request: Request,
+        redirect_uri: str,
+        state: str | None,
+        *,
+        status: int = 302,
+        **params: str,
     ) -> Response:
-        target = redirects.with_params(
-            redirect_uri, {**params, "state": state, "iss": self._ctx.issuer}
-        )
+        issuer = self._ctx.issuer_for(request.headers.get("host"))
+        target = redirects.with_params(redirect_uri, {**params, "state": state, "iss": issuer})
         return RedirectResponse(target, status_code=status, headers=NO_STORE)
+
+    def _remember(self, browser: str, user: UserRecord) -> None:
+        self._signed_in.pop(browser, None)
+        until = self._ctx.clock() + COOKIE_SECONDS
+        self._signed_in[browser] = SignedIn(user.tenant_id, user.id, user.name, until)
+        while len(self._signed_in) > MAX_REMEMBERED:
+            self._signed_in.popitem(last=False)
+
+    async def _granted(
+        self, browser: str, client_id: str
+    ) -> tuple[SignedIn | None, frozenset[str]]:
+        """Who signed in from this browser before, and what they granted ``client_id``."""
+        known = self._signed_in.get(browser)
+        if known is None or known.until <= self._ctx.clock():
+            return None, frozenset()
+        grants = await self._ctx.oauth.list_grants(known.tenant_id, known.user_id)
+        scopes = set[str]()
+        for grant in grants:
+            if grant.client_id == client_id:
+                scopes |= scope_names.parse(grant.scope, allow_unknown=True)
+        return known, frozenset(scopes)
 
     # -- GET ------------------------------------------------------------------------------
 
@@ -85,16 +142,20 @@ class Authorize:
             state = query.get("state", max_len=2048)
         except OAuthError as exc:
             return self._back(
-                redirect_uri, None, error="invalid_request", error_description=exc.description
+                request,
+                redirect_uri,
+                None,
+                error="invalid_request",
+                error_description=exc.description,
             )
         try:
             challenge, scopes, resource = self._check(query, client.grant_types, client.scope)
         except OAuthError as exc:
             return self._back(
-                redirect_uri, state, error=exc.error, error_description=exc.description
+                request, redirect_uri, state, error=exc.error, error_description=exc.description
             )
         browser = request.cookies.get(COOKIE) or ""
-        fresh = not _TOKEN.match(browser)
+        fresh = not _TOKEN.fullmatch(browser)
         if fresh:
             browser = secrets.token_urlsafe(24)
         pending = self._pending.add(
@@ -106,13 +167,19 @@ class Authorize:
             resource=resource,
             code_challenge=challenge,
         )
-        tenants = await self._ctx.identities.list_tenants()
-        response = consent_page(pending, action=self.action, tenants=tenants)
+        known, pending.granted = await self._granted(browser, client.client_id)
+        remembered = request.cookies.get(TENANT_COOKIE) or ""
+        response = consent_page(
+            pending,
+            action=self._action(request),
+            tenant=remembered if SLUG.fullmatch(remembered) else None,
+            username=known.username if pending.granted and known is not None else None,
+        )
         if fresh:
             response.set_cookie(
                 COOKIE,
                 browser,
-                max_age=86_400,
+                max_age=COOKIE_SECONDS,
                 path="/",
                 httponly=True,
                 samesite="strict",
@@ -133,7 +200,7 @@ class Authorize:
             raise OAuthError("invalid_request", "PKCE is required: send code_challenge (S256)")
         if (query.get("code_challenge_method", max_len=16) or "plain") != "S256":
             raise OAuthError("invalid_request", "code_challenge_method must be S256")
-        if not _CHALLENGE.match(challenge):
+        if not _CHALLENGE.fullmatch(challenge):
             raise OAuthError("invalid_request", "code_challenge must be 43 base64url characters")
         resources = query.all("resource")
         if len(resources) > 1 or (resources and not self._ctx.is_resource(resources[0])):
@@ -166,28 +233,75 @@ class Authorize:
                 "The form could not be verified. Start the sign-in again.", status=403
             )
         if decision == "deny":
-            self._pending.discard(pending.id)
-            self._ctx.audit.record(
-                AuditEvent(
-                    event="authorization_denied",
-                    outcome="denied",
-                    client_id=pending.client.client_id,
-                    method="POST /authorize",
-                )
-            )
-            return self._back(
-                pending.redirect_uri,
-                pending.state,
-                status=303,
-                error="access_denied",
-                error_description="the user denied the request",
-            )
+            return self._deny(request, pending)
         if decision != "allow":
             return error_page("The form was not answered with Allow or Deny.")
         chosen = frozenset(form.all("scope"))
         if not chosen <= pending.scopes:
             self._pending.discard(pending.id)
             return error_page("The form asked for permissions the application did not request.")
+        user = await self._sign_in(request, pending, tenant, username, password, chosen)
+        if isinstance(user, Response):
+            return user
+        if not chosen:
+            return consent_page(
+                pending,
+                action=self._action(request),
+                tenant=tenant,
+                username=username,
+                checked=chosen,
+                error="Choose at least one permission, or Deny.",
+            )
+        return await self._grant(request, pending, user, chosen, cookie)
+
+    def _deny(self, request: Request, pending: PendingRequest) -> Response:
+        self._pending.discard(pending.id)
+        self._ctx.audit.record(
+            AuditEvent(
+                event="authorization_denied",
+                outcome="denied",
+                client_id=pending.client.client_id,
+                method="POST /authorize",
+            )
+        )
+        return self._back(
+            request,
+            pending.redirect_uri,
+            pending.state,
+            status=303,
+            error="access_denied",
+            error_description="the user denied the request",
+        )
+
+    async def _sign_in(
+        self,
+        request: Request,
+        pending: PendingRequest,
+        tenant: str,
+        username: str,
+        password: str,
+        chosen: frozenset[str],
+    ) -> UserRecord | Response:
+        """The user whose password was typed, or the page that refuses: throttled (a growing
+        wait per client IP and per account, auth.throttle) or bad credentials."""
+        ip = request.client.host if request.client else None  # proxy headers not trusted
+        client_id = pending.client.client_id
+        account = f"{tenant}\x00{username}"
+        wait = self._ctx.throttles.sign_in_wait(ip, account)
+        if wait is not None:
+            activity.sign_in(
+                tenant=tenant, user=username, ok=False, client=client_id, reason="throttled"
+            )
+            self._ctx.refuse(
+                "sign_in_throttled",
+                method="POST /authorize",
+                status=429,
+                client_id=client_id,
+                detail={"source": ip},
+            )
+            return error_page(
+                f"Too many failed sign-in attempts. Try again in {wait} seconds.", status=429
+            )
         user = (
             await self._ctx.identities.find_user(tenant, username) if tenant and username else None
         )
@@ -197,18 +311,26 @@ class Authorize:
             user.disabled or await self._ctx.identities.refused_access(user.tenant_id, user.id)
         )
         if user is None or not valid or refused:
-            return await self._bad_login(pending, tenant, username, chosen, user)
-        if not chosen:
-            tenants = await self._ctx.identities.list_tenants()
-            return consent_page(
-                pending,
-                action=self.action,
-                tenants=tenants,
-                tenant=tenant,
-                username=username,
-                checked=chosen,
-                error="Choose at least one permission, or Deny.",
+            self._ctx.throttles.sign_in_failed(ip, account)
+            reason = "disabled" if refused else "bad_credentials"
+            activity.sign_in(
+                tenant=tenant, user=username, ok=False, client=client_id, reason=reason
             )
+            return await self._bad_login(request, pending, tenant, username, chosen, user)
+        self._ctx.throttles.sign_in_succeeded(account)
+        activity.sign_in(tenant=tenant, user=username, ok=True, client=client_id)
+        return user
+
+    async def _grant(
+        self,
+        request: Request,
+        pending: PendingRequest,
+        user: UserRecord,
+        chosen: frozenset[str],
+        browser: str,
+    ) -> Response:
+        """The user signed in and allowed ``chosen``: the code goes back to the client; the
+        browser is remembered (step-up page) and so is the tenant (a cookie)."""
         self._pending.discard(pending.id)
         code = new_secret("adk_ac_", 32)
         await self._ctx.oauth.insert_code(
@@ -235,10 +357,22 @@ class Authorize:
                 detail={"scope": scope_names.render(chosen)},
             )
         )
-        return self._back(pending.redirect_uri, pending.state, status=303, code=code)
+        self._remember(browser, user)
+        answer = self._back(request, pending.redirect_uri, pending.state, status=303, code=code)
+        answer.set_cookie(
+            TENANT_COOKIE,
+            user.tenant_id,
+            max_age=TENANT_COOKIE_SECONDS,
+            path=self._path,
+            httponly=True,
+            samesite="lax",
+            secure=self._ctx.issuer.startswith("https://"),
+        )
+        return answer
 
     async def _bad_login(
         self,
+        request: Request,
         pending: PendingRequest,
         tenant: str,
         username: str,
@@ -257,11 +391,9 @@ class Authorize:
         if pending.attempts >= MAX_ATTEMPTS:
             self._pending.discard(pending.id)
             return error_page("Too many failed sign-in attempts.", status=429)
-        tenants = await self._ctx.identities.list_tenants()
         return consent_page(
             pending,
-            action=self.action,
-            tenants=tenants,
+            action=self._action(request),
             tenant=tenant,
             username=username,
             checked=chosen or pending.scopes,

@@ -12,6 +12,10 @@ was registered):
   asks for the device-code grant); ``client_credentials`` clients are made by an
   administrator (:meth:`Clients.create_machine_client`), never by self-registration.
 - scopes AppDeck does not know are dropped (Claude registers ``claudeai``).
+
+Registration is open, so it is bounded: at most ``APPDECK_REGISTER_PER_IP_PER_HOUR`` per client
+IP (429 with ``Retry-After`` past it), and a client that gets no authorization code within
+``APPDECK_UNUSED_CLIENT_HOURS`` is deleted by the sweep (``OAuthStore.cleanup``).
 """
 
 from __future__ import annotations
@@ -144,6 +148,22 @@ class Clients:
     # -- POST /register -------------------------------------------------------------------
 
     async def register(self, request: Request) -> Response:
+        ip = request.client.host if request.client else None  # proxy headers not trusted
+        wait_ms = self._ctx.throttles.register.check(ip or "-")
+        if wait_ms is not None:
+            self._ctx.refuse(
+                "registration_rate_limited",
+                method="POST /register",
+                status=429,
+                detail={"source": ip},
+            )
+            retry = str(max(1, (wait_ms + 999) // 1000))
+            return OAuthError(
+                "temporarily_unavailable",
+                "too many client registrations from this address; retry later",
+                status=429,
+                headers={"Retry-After": retry},
+            ).response()
         try:
             row, echoed = parse_registration(await read_json_object(request))
         except OAuthError as exc:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import secrets
 from html import escape
-from typing import Final
 from urllib.parse import urlsplit
 
 from starlette.responses import HTMLResponse
@@ -17,9 +16,6 @@ from starlette.responses import HTMLResponse
 from appdeck.auth.scopes import SCOPES
 from appdeck.auth.server import redirects
 from appdeck.auth.server.pending import PendingRequest
-from appdeck.storage.identity import TenantRecord
-
-MAX_TENANT_OPTIONS: Final = 50
 
 _STYLE = """
 body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;background:#f4f5f7;
@@ -36,7 +32,12 @@ border:1px solid #b9bfcc;border-radius:6px;font:inherit}
 fieldset{border:1px solid #dde1e8;border-radius:6px;margin:1rem 0;padding:.5rem .8rem}
 fieldset label{font-weight:400;display:flex;gap:.5rem;align-items:flex-start}
 code{font-size:.85em;background:#eef0f4;padding:0 .25rem;border-radius:3px}
-.buttons{display:flex;gap:.6rem;margin-top:1.2rem}
+.buttons{display:flex;flex-direction:row-reverse;gap:.6rem;margin-top:1.2rem}
+.granted{background:#eef6ee;border:1px solid #9fcf9f;padding:.1rem .8rem;border-radius:6px}
+.granted ul{display:flex;flex-wrap:wrap;gap:.3rem;list-style:none;margin:.3rem 0;padding:0}
+em{font-style:normal;font-size:.75rem;padding:0 .3rem;border-radius:3px;background:#e3e6ec}
+em.new{background:#ffd866;font-weight:700}
+label.new{background:#fff8db;border-radius:4px}
 button{flex:1;padding:.55rem;border-radius:6px;border:1px solid #b9bfcc;font:inherit;
 cursor:pointer;background:#fff}
 button.allow{background:#1f5fd6;border-color:#1f5fd6;color:#fff}
@@ -47,7 +48,8 @@ def _e(value: object) -> str:
     return escape(str(value), quote=True)
 
 
-def _headers(nonce: str, form_targets: list[str]) -> dict[str, str]:
+def page_headers(nonce: str, form_targets: list[str]) -> dict[str, str]:
+    """The strict headers of every page: no script, only the nonce'd style, no framing."""
     csp = (
         "default-src 'none'; "
         f"style-src 'nonce-{nonce}'; "
@@ -63,11 +65,12 @@ def _headers(nonce: str, form_targets: list[str]) -> dict[str, str]:
     }
 
 
-def _document(title: str, body: str, nonce: str) -> str:
+def document(title: str, body: str, nonce: str, style: str = "") -> str:
+    """A whole page around ``body`` (already escaped) with the shared style (+ ``style``)."""
     return (
         "<!doctype html><html lang=en><head><meta charset=utf-8>"
         '<meta name=viewport content="width=device-width,initial-scale=1">'
-        f'<title>{_e(title)}</title><style nonce="{nonce}">{_STYLE}</style></head>'
+        f'<title>{_e(title)}</title><style nonce="{nonce}">{_STYLE}{style}</style></head>'
         f"<body><main>{body}</main></body></html>"
     )
 
@@ -80,7 +83,9 @@ def error_page(message: str, *, status: int = 400) -> HTMLResponse:
         "<p>Go back to the application and start again.</p>"
     )
     return HTMLResponse(
-        _document("AppDeck sign-in", body, nonce), status_code=status, headers=_headers(nonce, [])
+        document("AppDeck sign-in", body, nonce),
+        status_code=status,
+        headers=page_headers(nonce, []),
     )
 
 
@@ -91,19 +96,42 @@ def _where(uri: str) -> str:
     return f"the app that handles {parts.scheme}: links"
 
 
-def _tenant_field(tenants: list[TenantRecord], chosen: str | None) -> str:
-    if 1 < len(tenants) <= MAX_TENANT_OPTIONS:
-        options = "".join(
-            f'<option value="{_e(t.id)}"{" selected" if t.id == chosen else ""}>'
-            f"{_e(t.name)} ({_e(t.id)})</option>"
-            for t in tenants
-        )
-        return f"<label for=tenant>Tenant</label><select id=tenant name=tenant>{options}</select>"
-    value = chosen or (tenants[0].id if len(tenants) == 1 else "")
+def _tenant_field(chosen: str | None) -> str:
+    """A text field: anonymous visitors are never shown which tenants exist."""
     return (
         "<label for=tenant>Tenant</label>"
-        f'<input type=text id=tenant name=tenant required value="{_e(value)}" '
-        "autocomplete=organization maxlength=200>"
+        f'<input type=text id=tenant name=tenant required value="{_e(chosen or "")}" '
+        "autocomplete=organization maxlength=200 autocapitalize=none spellcheck=false>"
+    )
+
+
+def _scope_boxes(pending: PendingRequest, ticked: frozenset[str]) -> str:
+    """One checkbox per requested scope; on a step-up page, those already granted say so and
+    the new ones are highlighted."""
+    step_up = bool(pending.granted)
+    rows = []
+    for s in sorted(pending.scopes, key=lambda s: (s in pending.granted, s)):  # new ones first
+        new = step_up and s not in pending.granted
+        mark = " <em class=new>new</em>" if new else (" <em>granted</em>" if step_up else "")
+        rows.append(
+            f"<label{' class=new' if new else ''}><input type=checkbox name=scope "
+            f'value="{_e(s)}"{" checked" if s in ticked else ""}>'
+            f"<span><code>{_e(s)}</code>{mark} {_e(SCOPES.get(s, ''))}</span></label>"
+        )
+    return "".join(rows)
+
+
+def _intro(pending: PendingRequest, name: str) -> tuple[str, str]:
+    """The page's heading and, on a step-up page, what was already granted."""
+    if not pending.granted:
+        return f"Sign in to AppDeck for {name}", ""
+    items = "".join(f"<li><code>{_e(s)}</code></li>" for s in sorted(pending.granted))
+    new = len(pending.scopes - pending.granted)
+    return (
+        f"{name} asks for more access",
+        f"<div class=granted><p>You already allowed {_e(name)} to:</p><ul>{items}</ul>"
+        f"<p>It now asks for {new} more permission{'' if new == 1 else 's'}, marked "
+        "<em class=new>new</em> below. Sign in again to allow them.</p></div>",
     )
 
 
@@ -111,12 +139,13 @@ def consent_page(
     pending: PendingRequest,
     *,
     action: str,
-    tenants: list[TenantRecord],
     tenant: str | None = None,
     username: str | None = None,
     checked: frozenset[str] | None = None,
     error: str | None = None,
 ) -> HTMLResponse:
+    """The sign-in + consent form; the step-up page when ``pending.granted`` is not empty.
+    Allow is the form's first submit button, so pressing Enter in a field allows."""
     client = pending.client
     nonce = secrets.token_urlsafe(16)
     name = client.name or "An unnamed application"
@@ -131,38 +160,36 @@ def consent_page(
             if client.kind == "dcr"
             else ""
         )
+    title, granted = _intro(pending, name)
     ticked = pending.scopes if checked is None else checked
-    boxes = "".join(
-        f'<label><input type=checkbox name=scope value="{_e(s)}"'
-        f"{' checked' if s in ticked else ''}>"
-        f"<span><code>{_e(s)}</code> {_e(SCOPES.get(s, ''))}</span></label>"
-        for s in sorted(pending.scopes)
-    )
     body = (
-        f"<h1>Sign in to AppDeck for {_e(name)}</h1>"
+        f"<h1>{_e(title)}</h1>"
         f"<p class=who>{who}. After you answer you will be sent back to "
         f"<code>{_e(_where(pending.redirect_uri))}</code>.</p>"
-        f"{warn}"
+        f"{warn}{granted}"
         + (f"<p class=error role=alert>{_e(error)}</p>" if error else "")
         + f'<form method=post action="{_e(action)}">'
         f'<input type=hidden name=pending value="{_e(pending.id)}">'
         f'<input type=hidden name=csrf value="{_e(pending.csrf)}">'
-        f"{_tenant_field(tenants, tenant)}"
+        f"{_tenant_field(tenant)}"
         "<label for=username>Username</label>"
         f"<input type=text id=username name=username required autocomplete=username "
-        f'maxlength=200 value="{_e(username or "")}">'
+        f'maxlength=200 value="{_e(username or "")}"{"" if username else " autofocus"}>'
         "<label for=password>Password</label>"
         "<input type=password id=password name=password required "
-        "autocomplete=current-password maxlength=1024>"
-        f"<fieldset><legend>{_e(name)} asks to:</legend>{boxes}</fieldset>"
-        "<div class=buttons><button type=submit name=decision value=deny formnovalidate>"
-        "Deny</button>"
-        "<button class=allow type=submit name=decision value=allow>Allow</button></div>"
+        f"autocomplete=current-password maxlength=1024{' autofocus' if username else ''}>"
+        f"<fieldset><legend>{_e(name)} asks to:</legend>"
+        f"{_scope_boxes(pending, ticked)}</fieldset>"
+        # Allow comes first in the document (Enter submits the first button); the row is
+        # laid out reversed, so Deny still shows on the left
+        "<div class=buttons><button class=allow type=submit name=decision value=allow>"
+        "Allow</button>"
+        "<button type=submit name=decision value=deny formnovalidate>Deny</button></div>"
         "</form>"
     )
     targets = [redirects.origin_source(pending.redirect_uri), redirects.origin_source(action)]
     return HTMLResponse(
-        _document(f"Sign in to AppDeck for {name}", body, nonce),
+        document(title, body, nonce),
         status_code=200,
-        headers=_headers(nonce, targets),
+        headers=page_headers(nonce, targets),
     )

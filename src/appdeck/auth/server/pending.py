@@ -36,6 +36,8 @@ class PendingRequest:
     code_challenge: str
     expires_at: float
     attempts: int = 0
+    granted: frozenset[str] = frozenset()
+    """What the browser's user already granted this client (the step-up page shows it)."""
 
 
 class PendingRequests:

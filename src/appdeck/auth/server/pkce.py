@@ -9,7 +9,8 @@ from typing import Final
 
 from appdeck.auth.hashing import same
 
-VERIFIER: Final = re.compile(r"^[A-Za-z0-9\-._~]{43,128}$")
+VERIFIER: Final = re.compile(r"[A-Za-z0-9\-._~]{43,128}")
+"""Checked with ``fullmatch``: ``^…$`` with ``match`` would take a verifier ending in ``\n``."""
 
 
 def s256(verifier: str) -> str:
@@ -18,7 +19,7 @@ def s256(verifier: str) -> str:
 
 
 def well_formed(verifier: str) -> bool:
-    return bool(VERIFIER.match(verifier))
+    return bool(VERIFIER.fullmatch(verifier))
 
 
 def verify(verifier: str, challenge: str) -> bool:

@@ -43,10 +43,11 @@ DENIED_SCHEMES: Final = frozenset(
         "resource",
     }
 )
-_SCHEME = re.compile(r"^[a-z][a-z0-9+.\-]*$")
+# each checked with fullmatch (``$`` lets a final newline through)
+_SCHEME = re.compile(r"[a-z][a-z0-9+.\-]*")
 _BAD_CHARS = re.compile(r"[\x00-\x20\x7f<>\"\\^`{|}]")
-_HOST = re.compile(r"^(?:[a-z0-9_\-]+(?:\.[a-z0-9_\-]+)*\.?|[0-9a-f:.]+)$")
-_SOURCE = re.compile(r"^[a-z][a-z0-9+.\-]*:(?://[A-Za-z0-9.\-_:\[\]]+)?$")
+_HOST = re.compile(r"(?:[a-z0-9_\-]+(?:\.[a-z0-9_\-]+)*\.?|[0-9a-f:.]+)")
+_SOURCE = re.compile(r"[a-z][a-z0-9+.\-]*:(?://[A-Za-z0-9.\-_:\[\]]+)?")
 
 
 class InvalidRedirect(ValueError):
@@ -69,12 +70,12 @@ def validate(uri: object) -> str:
     except ValueError:
         raise InvalidRedirect(f"{uri!r} is not a valid URI") from None
     scheme = parts.scheme
-    if not scheme or not _SCHEME.match(scheme) or not uri.startswith(scheme + ":"):
+    if not scheme or not _SCHEME.fullmatch(scheme) or not uri.startswith(scheme + ":"):
         raise InvalidRedirect(f"{uri!r} has no valid (lower-case) scheme")
     if parts.username is not None or parts.password is not None:
         raise InvalidRedirect(f"{uri!r}: a redirect URI must not carry user information")
     if scheme in ("https", "http"):
-        if not parts.hostname or not _HOST.match(parts.hostname):
+        if not parts.hostname or not _HOST.fullmatch(parts.hostname):
             raise InvalidRedirect(f"{uri!r} has no valid host")
         if scheme == "http" and parts.hostname not in LOOPBACK_HOSTS:
             raise InvalidRedirect(
@@ -130,4 +131,4 @@ def origin_source(uri: str) -> str:
     parts = urlsplit(uri)
     source = f"{parts.scheme}://{parts.netloc}" if parts.scheme in ("http", "https") else ""
     source = source or f"{parts.scheme}:"
-    return source if _SOURCE.match(source) else ""
+    return source if _SOURCE.fullmatch(source) else ""

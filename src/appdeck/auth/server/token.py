@@ -29,6 +29,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from appdeck import activity
 from appdeck.auth import scopes as scope_names
 from appdeck.auth.audit import AuditEvent
 from appdeck.auth.hashing import new_secret, token_hash
@@ -257,6 +258,13 @@ class TokenEndpoint:
                     dataclasses.replace(template, token_hash=token_hash(refresh))
                 )
                 body["refresh_token"] = refresh
+        activity.token_issued(
+            kind=f"oauth:{grant}",
+            tenant=tenant,
+            user=user,
+            client=client.client_id,
+            token_id=claims.jti,
+        )
         self._ctx.audit.record(
             AuditEvent(
                 event="token_issued",

@@ -70,12 +70,14 @@ class Deployments:
         *,
         wait_s: float | None,
         progress: Progress = _quiet,
+        commit: str | None = None,
     ) -> DeploymentView:
-        """Create and run a deployment. ``wait_s=None`` waits for the outcome (a task; a
+        """Create and run a deployment (of ``commit`` of the connected repository: see
+        ``DeployService.create``). ``wait_s=None`` waits for the outcome (a task; a
         cancellation cancels the deploy, and the live release keeps serving); otherwise the
         deployment so far is returned after at most ``wait_s`` and the run goes on here."""
         view = await self._apps.load(principal, app_id, "deploy.write")
-        app, record = await self._engine.create(principal, app_id, strategy)
+        app, record = await self._engine.create(principal, app_id, strategy, commit)
 
         async def numbered(message: str, traffic: int | None) -> None:
             await progress(f"#{record.number}: {message}", traffic)

@@ -15,7 +15,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from appdeck.common.errors import Conflict, FailedPrecondition, InvalidArgument, NotFound
 from appdeck.common.identity import Principal
@@ -47,6 +47,16 @@ async def _quiet(message: str, traffic: int | None) -> None:
     return None
 
 
+class GitSource(Protocol):
+    """An app's connected repository as a deployment's source (``platform.repos``)."""
+
+    async def connected(self, app_id: int) -> bool: ...
+
+    async def source(self, app: AppRecord, commit: str | None) -> dict[str, Any] | None:
+        """A checkout at ``commit`` (default: the branch's head) as a deployment's ``source``
+        (``path``, ``commit``, ``message``, ...); ``None`` when no repository is connected."""
+
+
 class DeployService:
     def __init__(
         self,
@@ -74,6 +84,8 @@ class DeployService:
         self.sleep = sleep
         self._locks: dict[int, asyncio.Lock] = {}
         self._aside: set[asyncio.Task[None]] = set()
+        self.git: GitSource | None = None
+        """Set by the composition root: a connected repository is the app's source."""
 
     def background(self, work: Awaitable[None]) -> None:
         """Run clean-up work (stopping a release nobody routes to) without making the caller
@@ -122,9 +134,11 @@ class DeployService:
     # -- deploying ------------------------------------------------------------------------
 
     async def create(
-        self, principal: Principal, app_id: int, strategy: str | None
+        self, principal: Principal, app_id: int, strategy: str | None, commit: str | None = None
     ) -> tuple[AppRecord, DeploymentRecord]:
-        """Check, freeze the spec and env, and record a queued deployment."""
+        """Check, freeze the spec, env and source, and record a queued deployment. The source
+        is the connected repository at ``commit`` (default: its branch's head) if the app has
+        one, else its ``source_path``."""
         view = await self.apps.load(principal, app_id, "deploy.write")
         app = view.app
         chosen = strategy or str(app.spec.get("default_strategy", "rolling"))
@@ -132,11 +146,17 @@ class DeployService:
             raise InvalidArgument(
                 f"unknown strategy {chosen!r}", hint=f"one of {', '.join(STRATEGIES)}"
             )
-        if not app.spec.get("source_path"):
+        git = self.git is not None and await self.git.connected(app_id)
+        if not git and commit is not None:
             raise FailedPrecondition(
-                "the app has no source_path", hint="set_app_spec with spec.source_path first"
+                "a commit is deployed from a connected repository; this app has none",
+                hint="connect_repo first",
             )
-        source = self._source(app)
+        if not git and not app.spec.get("source_path"):
+            raise FailedPrecondition(
+                "the app has no source_path",
+                hint="set_app_spec with spec.source_path, or connect_repo, first",
+            )
         if app.spec.get("runtime") != "static" and not app.spec.get("run_command"):
             raise FailedPrecondition(
                 "the app has no run_command", hint="set_app_spec with spec.run_command"
@@ -150,6 +170,7 @@ class DeployService:
         unroutable = hostnames.unroutable_reason(app.name, app.tenant_id)
         if unroutable is not None:  # only apps made before the hostname rule can get here
             raise FailedPrecondition(unroutable, hint="rename the app (manage_app update)")
+        source = await self._resolve(app, commit) if git else {"path": str(self._source(app))}
         env = await self._env.resolved(app_id, dict(app.spec.get("env") or {}))
         live = await self.live(app_id)
         record = await self.store.create(
@@ -157,7 +178,7 @@ class DeployService:
             strategy=chosen,
             spec=app.spec,
             env=self._sealer.seal(json.dumps(env)),
-            source={"path": str(source)},
+            source=source,
             created_by=principal.user,
             previous=live.number if live else None,
             instance_id=self._instance,
@@ -165,6 +186,13 @@ class DeployService:
         )
         await self.announce(app, record)
         return app, record
+
+    async def _resolve(self, app: AppRecord, commit: str | None) -> dict[str, Any]:
+        assert self.git is not None
+        found = await self.git.source(app, commit)
+        if found is None:  # disconnected since the check above
+            raise FailedPrecondition("the app's repository was disconnected", hint="deploy again")
+        return found
 
     def _source(self, app: AppRecord) -> Path:
         """The app's source, checked again now: the folder may have been swapped (for a link

@@ -34,7 +34,9 @@ is idempotent and its body is in hand (what Go's ``http.Transport`` does). A ref
 is tried once on the release's next instance.
 
 Failures, as small HTML pages (JSON when the client asks for ``application/json``):
-404 the host names no app; 503 (``Retry-After``) the app has no live release; 502 the
+404 the host names no app, or an app that never had a live release (a stranger must not
+learn which names are registered); 503 (``Retry-After``) the app's live release is gone for
+now (a recreate in progress, every instance down); 502 the
 upstream refused (after trying the release's next instance once), reset or answered garbage;
 504 it did not connect / answer in time; 413 the body is over the limit; 400 no ``Host``.
 Only responses for a chosen release are counted (:class:`Counters`), our 502/504 included.
@@ -437,7 +439,9 @@ class IngressProxy:
                 f"<app>{hostnames.SEPARATOR}<tenant>.{self.routes.domains[0]}"
             )
             await send_page(send, 404, "no_such_app", message, accept, host=shown)
-        elif name not in self.routes:
+        elif not self.routes.has_served(name):
+            # an app that never had a live release answers as if it did not exist: a stranger
+            # must not learn which <app>--<tenant> names are registered
             await send_page(send, 404, "no_such_app", f"no app named {name}", accept, app=name)
         else:
             self.counters.record_no_release(name)

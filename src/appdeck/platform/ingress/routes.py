@@ -90,12 +90,15 @@ class Resolved(NamedTuple):
 class _Route:
     """An app's backends, frozen; only the round-robin positions change."""
 
-    __slots__ = ("backends", "cumulative", "live", "name", "positions")
+    __slots__ = ("backends", "cumulative", "live", "name", "positions", "served")
 
-    def __init__(self, name: str, backends: tuple[Backend, ...]) -> None:
+    def __init__(self, name: str, backends: tuple[Backend, ...], served: bool = False) -> None:
         self.name = name
         self.backends = backends
         self.live = tuple(b for b in backends if b.weight > 0)
+        self.served = served or bool(self.live)
+        """Has had a live release since this process routed it: only then is a request
+        without one told 503; before, the app is as unknown to a stranger as no app."""
         total = 0
         cumulative = []
         for backend in self.live:
@@ -152,9 +155,9 @@ class RouteTable:
         total = sum(b.weight for b in frozen)
         if total not in (0, 100):
             raise ValueError(f"route {route}: weights sum to {total}, want 100 (or all 0)")
-        built = _Route(route, frozen)
         with self._lock:
-            self._routes[route] = built
+            before = self._routes.get(route)
+            self._routes[route] = _Route(route, frozen, before is not None and before.served)
 
     def remove(self, route: str) -> None:
         """Forget ``route``: its host gets a 404 from now on. No error if unknown."""
@@ -167,6 +170,11 @@ class RouteTable:
         """The backends of ``route`` as last set, or ``None`` when it is not routed."""
         found = self._routes.get(route)
         return None if found is None else list(found.backends)
+
+    def has_served(self, route: str) -> bool:
+        """Whether ``route`` has had a live release since it was routed (see ``_Route``)."""
+        found = self._routes.get(route)
+        return found is not None and found.served
 
     def keys(self) -> list[str]:
         """The routed keys, sorted."""

@@ -69,6 +69,7 @@ class AdoptionMixin(SupervisionMixin):
                             instance=index,
                         )
                         self._serve_egress(state, instance)
+                        await self._serve_database(state, instance)
                         adopted.append(instance.ref(release_id))
                         continue
                 if recorded.get("boot_id") == self._boot_id:
@@ -97,3 +98,22 @@ class AdoptionMixin(SupervisionMixin):
                     f"instance {instance.index}: no outbound network after the restart ({exc})",
                     instance=instance.index,
                 )
+
+    async def _serve_database(self, state: ReleaseState, instance: InstanceState) -> None:
+        """An adopted instance gets its PostgreSQL front again (it died with the old
+        server); a SQLite directory stays bound in the instance's own mount namespace."""
+        release = state.release
+        if release is None or self.pgfront is None or self.sandbox is None:
+            return
+        key = instance_key(state, instance)
+        try:
+            instance.database = await self._database_grant(release)
+            space = self.netns_fd(key)
+            grant = instance.database
+            if grant is not None and grant.postgres is not None and space is not None:
+                self.pgfront.listen(key, space, grant.postgres)
+        except Exception as exc:  # noqa: BLE001 - the instance runs on; its log says why
+            self._writer(state).system(
+                f"instance {instance.index}: no database after the restart ({exc})",
+                instance=instance.index,
+            )

@@ -27,11 +27,12 @@ class Confinement:
         cgroup_procs: Sequence[Path] = (),
         oom_events: Path | None = None,
         memory_mb: int = 0,
-        stage: tuple[Path, Path] | None = None,
+        stage: Sequence[tuple[Path, Path]] = (),
     ) -> None:
-        self.stage = stage
-        """(workspace, mount point): bound in a mount namespace of the shim's own, so the
-        sandbox (run as the app's uid) finds the workspace where it may look."""
+        self.stage = list(stage)
+        """(directory, mount point) pairs: the workspace (and the app's database directory),
+        bound in a mount namespace of the shim's own, so the sandbox (run as the app's uid)
+        finds them where it may look."""
         self.netns = netns
         self.cgroup_procs = list(cgroup_procs)
         self.oom_events = oom_events
@@ -45,8 +46,8 @@ class Confinement:
         self._ooms = self._oom_count()
         if self.netns:
             _netns().unshare_loopback_only()
-        if self.stage is not None:
-            _bind_in_own_mount_namespace(*self.stage)
+        if self.stage:
+            _bind_in_own_mount_namespace(self.stage)
 
     def oom_killed(self) -> bool:
         return self._oom_count() > self._ooms
@@ -81,10 +82,11 @@ _MS_REC = 16384
 _MS_PRIVATE = 1 << 18
 
 
-def _bind_in_own_mount_namespace(source: Path, target: Path) -> None:
+def _bind_in_own_mount_namespace(binds: Sequence[tuple[Path, Path]]) -> None:
     """``unshare --mount --propagation private`` and ``mount --bind`` without the three
     processes they take: this (single-threaded) process moves to a mount namespace of its
-    own, nothing propagates back to the host's, and ``source`` appears at ``target`` there."""
+    own, nothing propagates back to the host's, and each ``source`` appears at its
+    ``target`` there."""
     libc = ctypes.CDLL(None, use_errno=True)
 
     def check(result: int, what: str) -> None:
@@ -94,7 +96,8 @@ def _bind_in_own_mount_namespace(source: Path, target: Path) -> None:
 
     check(libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
     check(libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None), "mount --make-rprivate /")
-    check(
-        libc.mount(bytes(source), bytes(target), None, _MS_BIND, None),
-        f"mount --bind {source} {target}",
-    )
+    for source, target in binds:
+        check(
+            libc.mount(bytes(source), bytes(target), None, _MS_BIND, None),
+            f"mount --bind {source} {target}",
+        )

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from appdeck.common.errors import InvalidArgument, NotFound
+from appdeck.platform.runtime.appdb import DatabaseAccess, DatabaseGrant
 from appdeck.platform.runtime.driver import LogKind, Release
 from appdeck.platform.runtime.egress import EgressProxy, proxy_env
 from appdeck.platform.runtime.logfile import LOG_MAX_BYTES, LogWriter
@@ -31,6 +32,7 @@ from appdeck.platform.runtime.model import (
     check_release_id,
     instance_key,
 )
+from appdeck.platform.runtime.pgfront import PostgresFront
 from appdeck.platform.runtime.sandbox import APP_DIR, SANDBOX_PATH, Sandbox
 from appdeck.platform.runtime.shim import boot_id, is_running
 from appdeck.platform.runtime.state import (
@@ -85,6 +87,8 @@ class DriverCore:
         leftover_grace_s: float = 2.0,
         sandbox: Sandbox | None = None,
         egress: EgressProxy | None = None,
+        databases: DatabaseAccess | None = None,
+        pgfront: PostgresFront | None = None,
     ) -> None:
         self.runtime_dir = Path(runtime_dir).resolve()
         self.clock = clock
@@ -96,6 +100,10 @@ class DriverCore:
         """None: apps run unsandboxed, as the server's user (``APPDECK_SANDBOX=off``)."""
         self.egress = egress if egress is not None or sandbox is None else EgressProxy()
         """The outbound proxy served in sandboxes' namespaces (builds; instances that ask)."""
+        self.databases = databases
+        """Where instances get ``DATABASE_URL`` from (None: they get none)."""
+        self.pgfront = pgfront if pgfront is not None or sandbox is None else PostgresFront()
+        """A sandboxed instance's road to its PostgreSQL database (:mod:`.pgfront`)."""
         self.runtime_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._digest_key = _digest_key(self.runtime_dir / ".env-digest.key")
         self._releases: dict[str, ReleaseState] = {}
@@ -175,17 +183,31 @@ class DriverCore:
         key = instance_key(state, instance)
         if self.egress is not None:
             await self.egress.stop(key)
+        if self.pgfront is not None:
+            await self.pgfront.stop(key)
         cgroups = self.sandbox.cgroups if self.sandbox is not None else None
         if cgroups is not None:
             await asyncio.to_thread(cgroups.remove, key)
 
+    async def _database_grant(self, release: Release) -> DatabaseGrant | None:
+        """How an instance of ``release`` reaches its app's own database."""
+        if self.databases is None:
+            return None
+        return await self.databases.grant(release.app_id, sandboxed=self.sandbox is not None)
+
     def _env(
-        self, release: Release, workspace: Path, *, port: int | None, egress: bool = False
+        self,
+        release: Release,
+        workspace: Path,
+        *,
+        port: int | None,
+        egress: bool = False,
+        database: DatabaseGrant | None = None,
     ) -> dict[str, str]:
         """The whole environment of a build step (``port`` None) or an instance: nothing of
         the server's own but locale, paths (and, unsandboxed, proxies and package-manager
-        settings), then the app's env, then ``PORT``/``HOST``, which are always the
-        platform's."""
+        settings), then the app's env, then ``PORT``/``HOST`` and ``DATABASE_URL``, which
+        are always the platform's."""
         if self.sandbox is not None:
             env = {name: os.environ[name] for name in _LOCALE_ENV if name in os.environ}
             if port is None:  # a build: the machine's package-manager settings and CA bundles
@@ -222,6 +244,8 @@ class DriverCore:
         if port is not None:  # always the platform's, whatever the app's env says
             env["PORT"] = str(port)
             env["HOST"] = "127.0.0.1"
+            if database is not None:
+                env.update(database.env)
         return env
 
     def _record(self, release: Release) -> dict[str, Any]:

@@ -116,6 +116,7 @@ class LocalDriver(BuildMixin, AdoptionMixin, StopMixin):
                 backoff_s=self.restart.initial_backoff_s,
                 sandboxed=self.sandbox is not None,
             )
+            instance.database = await self._database_grant(release)
             state.instances[index] = instance
             try:
                 self._spawn(state, instance)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from appdeck.common.errors import InvalidArgument
+from appdeck.platform.runtime.appdb import DatabaseGrant
 from appdeck.platform.runtime.driver import RUNTIMES, InstanceRef, LogKind, Release
 from appdeck.platform.runtime.logfile import LogWriter
 
@@ -52,6 +53,8 @@ class InstanceState:
     netns_fd: int | None = None
     """An fd of the network namespace of process ``netns_pid`` (sandboxed instances)."""
     netns_pid: int | None = None
+    database: DatabaseGrant | None = None
+    """How the instance reaches its app's database (asked for when it is started)."""
 
     def ref(self, release_id: str) -> InstanceRef:
         return InstanceRef(

@@ -38,12 +38,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from appdeck.platform.runtime.appdb import DATA_DIR
 from appdeck.platform.runtime.cgroups import Cgroups, Limits
 
 APP_DIR: Final = "/app"
 """Where the workspace is, inside the sandbox."""
 STAGE: Final = Path("/run/appdeck-sandbox")
-"""Mount points (``app``, ``source``) that each sandbox, in a mount namespace of its own,
+"""Mount points (``app``, ``source``, ``data``) that each sandbox, in a mount namespace of its own,
 binds its workspace and source onto before bubblewrap takes them (see :meth:`Sandbox.wrap`)."""
 _STAGE_SCRIPT: Final = (
     'for procs in $3; do echo $$ > "$procs" || exit 126; done\n'
@@ -115,6 +116,7 @@ class Sandbox:
         limits: Limits | None = None,
         cgroup_procs: Sequence[Path] = (),
         staged: bool = False,
+        data: bool = False,
     ) -> list[str]:
         """``command`` confined, with ``workspace`` at ``/app`` (and the directory open on
         ``source_fd`` in the process that runs the argv, read-only at ``/source``).
@@ -126,7 +128,9 @@ class Sandbox:
         its own where the workspace (and source) are bound onto :data:`STAGE`'s mount points,
         which it can reach. The source is bound from its descriptor (``/proc/self/fd/N``),
         so exactly the directory the platform checked and opened is what the copy sees.
-        ``staged``: the caller (an instance's shim) did that binding itself already."""
+        ``staged``: the caller (an instance's shim) did that binding itself already.
+        ``data``: the app's database directory, which the shim bound onto the stage's
+        ``data`` point, is bound read-write at :data:`~.appdb.DATA_DIR` (instances only)."""
         uid = str(self.uid_for(app_id))
         source = f"/proc/self/fd/{source_fd}" if source_fd is not None else ""
         argv: list[str] = []
@@ -189,6 +193,8 @@ class Sandbox:
         argv += ["--bind", str(STAGE / "app"), APP_DIR]
         if source_fd is not None:
             argv += ["--ro-bind", str(STAGE / "source"), "/source"]
+        if data:
+            argv += ["--bind", str(STAGE / "data"), DATA_DIR]
         argv += ["--remount-ro", "/", "--chdir", APP_DIR, "--", *command]
         return argv
 
@@ -207,7 +213,7 @@ class Sandbox:
                     "dev machine"
                 )
         try:
-            for point in ("app", "source"):
+            for point in ("app", "source", "data"):
                 (STAGE / point).mkdir(parents=True, exist_ok=True, mode=0o755)
             with tempfile.TemporaryDirectory() as probe:
                 os.chown(probe, self.uid_for(0), self.uid_for(0))

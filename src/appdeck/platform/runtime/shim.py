@@ -439,7 +439,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--netns", action="store_true", help="a loopback-only network")
     parser.add_argument("--netns-fd", type=int, default=None, help="join this network")
     parser.add_argument(
-        "--stage", nargs=2, type=Path, default=None, metavar=("WORKSPACE", "MOUNT_POINT")
+        "--stage",
+        nargs=2,
+        type=Path,
+        action="append",
+        default=[],
+        metavar=("DIRECTORY", "MOUNT_POINT"),
+        help="bind DIRECTORY onto MOUNT_POINT in a mount namespace of the shim's own",
     )
     parser.add_argument("--cgroup-procs", type=Path, action="append", default=[])
     parser.add_argument("--oom-events", type=Path, default=None)
@@ -460,7 +466,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             cgroup_procs=args.cgroup_procs,
             oom_events=args.oom_events,
             memory_mb=args.memory_mb,
-            stage=tuple(args.stage) if args.stage else None,
+            stage=[(source, target) for source, target in args.stage],
         )
     try:
         return Shim(command, writer, grace_s=args.grace, cwd=args.cwd, confine=confine).run()

@@ -111,3 +111,5 @@ class StopMixin(DriverCore):
         self._releases.clear()
         if self.egress is not None:  # adopted instances get theirs again from the next server
             await self.egress.close()
+        if self.pgfront is not None:  # and their PostgreSQL front too
+            await self.pgfront.close()

@@ -83,6 +83,9 @@ class SupervisionMixin(DriverCore):
                 if group.oom_events is not None:
                     argv += ["--oom-events", str(group.oom_events)]
             argv += ["--stage", str(workspace), str(STAGE / "app")]
+            data = self._grant_database(key, space, instance)
+            if data is not None:
+                argv += ["--stage", str(data), str(STAGE / "data")]
             command = self.sandbox.wrap(
                 command,
                 app_id=release.app_id,
@@ -90,12 +93,15 @@ class SupervisionMixin(DriverCore):
                 workspace=workspace,
                 limits=limits,
                 staged=True,
+                data=data is not None,
             )
         argv += ["--", *command]
         pid = os.posix_spawn(
             sys.executable,
             argv,
-            self._env(release, workspace, port=instance.port, egress=egress),
+            self._env(
+                release, workspace, port=instance.port, egress=egress, database=instance.database
+            ),
             file_actions=[
                 *actions,
                 (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
@@ -120,6 +126,16 @@ class SupervisionMixin(DriverCore):
         instance.start_ticks = stat.start_ticks if stat else 0
         instance.started_at = self.clock()
         instance.pidfd = pidfd(pid)
+
+    def _grant_database(self, key: str, space: int, instance: InstanceState) -> Path | None:
+        """A sandboxed instance's database: the directory to bind at ``/data`` (SQLite), or
+        the PostgreSQL front served in its network ``space`` before it starts."""
+        grant = instance.database
+        if grant is None:
+            return None
+        if grant.postgres is not None and self.pgfront is not None:
+            self.pgfront.listen(key, space, grant.postgres)
+        return grant.bind
 
     def _run_argv(self, release: Release, workspace: Path, port: int) -> list[str]:
         if release.spec.run_command:
