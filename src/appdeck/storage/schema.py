@@ -118,6 +118,9 @@ oauth_clients = sa.Table(
     sa.Column("expires_at", sa.Double, nullable=True),  # a cached CIMD document's expiry
     # the first authorization code issued to it; a dcr client without one expires (0006)
     sa.Column("used_at", sa.Double, nullable=True),
+    # an app's own client (manage_oauth_client, migration 0009); NULL for AppDeck's clients
+    sa.Column("app_id", sa.BigInteger, sa.ForeignKey("apps.id", ondelete="CASCADE"), nullable=True),
+    sa.Index(None, "app_id"),
 )
 
 auth_codes = sa.Table(
@@ -279,4 +282,47 @@ repo_connections = sa.Table(
     sa.Column("connected_by", sa.String, nullable=False),
     sa.Column("created_at", sa.Double, nullable=False),
     sa.Column("updated_at", sa.Double, nullable=False),
+    sa.Column("poll_seconds", sa.Integer, nullable=True),  # polling when set (migration 0010)
+    sa.Column("polled_at", sa.Double, nullable=True),
+)
+
+ci_configs = sa.Table(  # manage_ci (migration 0008)
+    "ci_configs",
+    metadata,
+    sa.Column(
+        "app_id", sa.BigInteger, sa.ForeignKey("apps.id", ondelete="CASCADE"), primary_key=True
+    ),
+    sa.Column("branch", sa.String, nullable=True),  # NULL: the connected repository's branch
+    sa.Column("test_command", sa.Text, nullable=False),
+    sa.Column("auto_deploy", sa.Boolean, nullable=False),
+    sa.Column("strategy", sa.String, nullable=True),  # NULL: the spec's strategy
+    sa.Column("require_green", sa.Boolean, nullable=False),
+    sa.Column("timeout_seconds", sa.Integer, nullable=False),
+    sa.Column("updated_by", sa.String, nullable=False),
+    sa.Column("created_at", sa.Double, nullable=False),
+    sa.Column("updated_at", sa.Double, nullable=False),
+)
+
+ci_runs = sa.Table(  # one run of an app's test command at a commit (migration 0008)
+    "ci_runs",
+    metadata,
+    sa.Column(
+        "app_id", sa.BigInteger, sa.ForeignKey("apps.id", ondelete="CASCADE"), primary_key=True
+    ),
+    sa.Column("number", sa.Integer, primary_key=True),
+    sa.Column("commit", sa.String, nullable=False),
+    sa.Column("message", sa.Text, nullable=True),
+    sa.Column("branch", sa.String, nullable=False),
+    sa.Column("trigger", sa.String, nullable=False),  # push | poll | manual
+    sa.Column("state", sa.String, nullable=False, index=True),
+    sa.Column("status_message", sa.Text, nullable=True),
+    sa.Column("exit_code", sa.Integer, nullable=True),
+    sa.Column("log", sa.Text, nullable=False),  # bounded; masked like app logs
+    sa.Column("deployment", sa.Integer, nullable=True),  # the deploy a green run started
+    sa.Column("task_id", sa.String, nullable=True),
+    sa.Column("created_by", sa.String, nullable=False),
+    sa.Column("created_at", sa.Double, nullable=False),
+    sa.Column("started_at", sa.Double, nullable=True),
+    sa.Column("finished_at", sa.Double, nullable=True),
+    sa.Column("instance_id", sa.String, nullable=True),  # the server process running it
 )
