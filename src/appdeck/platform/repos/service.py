@@ -32,6 +32,26 @@ from appdeck.storage.repos import RepoRecord, RepoStore
 log = logging.getLogger("appdeck.repos")
 
 Deploy = Callable[[Principal, int, str], Awaitable[object]]
+
+
+@dataclass(frozen=True, slots=True)
+class Received:
+    """A new commit on an app's connected branch (a webhook push, a poll, or a CI trigger)."""
+
+    app: AppRecord
+    by: Principal
+    """The user who connected the repository: deploys and CI runs act as them."""
+    commit: str
+    message: str
+    branch: str
+    trigger: str  # push | poll
+    auto_deploy: bool
+    """The connection's own auto_deploy (a CI configuration takes over when there is one)."""
+
+
+PushHandler = Callable[[Received], Awaitable["PushOutcome | None"]]
+"""Takes a received commit over (CI): its outcome, or None to let the connection's
+auto_deploy rule apply."""
 _DUMMY_SECRET: Final = secrets.token_urlsafe(32)
 
 
@@ -71,7 +91,7 @@ class Branch:
 
 @dataclass(frozen=True, slots=True)
 class PushOutcome:
-    status: str  # pong | ignored | recorded | deploying
+    status: str  # pong | ignored | recorded | deploying | testing (a CI run started)
     commit: str | None = None
     reason: str = ""
 
@@ -97,11 +117,16 @@ class RepoService:
         self._git = git
         self._feed = feed
         self._deploy: Deploy | None = None
+        self._handler: PushHandler | None = None
         self._aside: set[asyncio.Task[None]] = set()
 
     def deploy_with(self, deploy: Deploy) -> None:
         """What an auto-deploying push calls (the composition root wires Deployments here)."""
         self._deploy = deploy
+
+    def handle_pushes_with(self, handler: PushHandler) -> None:
+        """What sees every received commit first (the composition root wires CI here)."""
+        self._handler = handler
 
     # -- the connection -------------------------------------------------------------------
 
@@ -250,16 +275,26 @@ class RepoService:
             return PushOutcome("ignored", reason=f"not the connected branch {record.branch}")
         if push.commit is None:
             return PushOutcome("ignored", reason="the branch was deleted")
-        await self._store.pushed(app_id, push.commit, push.message)
         app = await self._apps.store.get(app_id)
         if app is None:
             raise WebhookRefused
-        await self._feed.emit(Change("app.updated", app.tenant_id, app_id))
-        if not record.auto_deploy or self._deploy is None:
-            return PushOutcome("recorded", push.commit)
+        return await self.received(app, record, push.commit, push.message, "push")
+
+    async def received(
+        self, app: AppRecord, record: RepoRecord, commit: str, message: str, trigger: str
+    ) -> PushOutcome:
+        """A new commit on the connected branch, from a verified webhook or a poll: recorded,
+        then handed to CI when configured, else deployed when the connection auto-deploys."""
+        await self._store.pushed(app.id, commit, message)
+        await self._feed.emit(Change("app.updated", app.tenant_id, app.id))
         by = Principal(tenant=app.tenant_id, user=record.connected_by, kind="pat")
-        self._background(app_id, self._deploy(by, app_id, push.commit))
-        return PushOutcome("deploying", push.commit)
+        got = Received(app, by, commit, message, record.branch, trigger, record.auto_deploy)
+        if self._handler is not None and (outcome := await self._handler(got)) is not None:
+            return outcome
+        if not record.auto_deploy or self._deploy is None:
+            return PushOutcome("recorded", commit)
+        self._background(app.id, self._deploy(by, app.id, commit))
+        return PushOutcome("deploying", commit)
 
     def _background(self, app_id: int, work: Awaitable[object]) -> None:
         async def run() -> None:
