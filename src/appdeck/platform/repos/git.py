@@ -96,11 +96,16 @@ class Git:
         *,
         policy: EgressPolicy | None = None,
         resolve: reach.Resolve = reach.system_resolve,
+        ca_file: Path | None = None,
     ) -> None:
+        """``policy`` decides where git may connect (tests allow one loopback port with its
+        ``extra_allowed``); ``ca_file``, when given, is the only CA git trusts for https (tests:
+        the loopback server's own CA; never a setting users reach)."""
         self._cache = cache_dir
         self.limits = limits or Limits()
         self.policy = policy or EgressPolicy()
         self._resolve = resolve
+        self._tls = ("-c", f"http.sslCAInfo={ca_file}") if ca_file is not None else ()
 
     async def _reach(self, remote: Remote) -> list[str]:
         """The options that pin git to a checked address of the remote's host (none for a
@@ -150,6 +155,7 @@ class Git:
         proc = await asyncio.create_subprocess_exec(
             "git",
             *_SAFE,
+            *self._tls,
             *args,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
@@ -341,5 +347,13 @@ def _reason(err: bytes, token: str | None) -> str:
     return (first.removeprefix("fatal: ") or "git failed")[:300]
 
 
+_REFUSED: Final = ("could not read username", "authentication failed", "error: 401", "error: 403")
+
+
 def unavailable(exc: GitError, what: str) -> Unavailable:
+    if any(mark in exc.reason.lower() for mark in _REFUSED):
+        return Unavailable(
+            f"{what}: the repository refused the credentials (HTTP 401/403)",
+            hint="give a token that can read the repository (token), or check the url",
+        )
     return Unavailable(f"{what}: {exc.reason}", hint="check the url, the token and the branch")
