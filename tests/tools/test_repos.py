@@ -100,3 +100,19 @@ async def test_the_webhook_answers_401_alike_unless_signed_and_records_the_push(
     assert ok.json() == {"status": "recorded", "commit": sha}
     got = await alice.ok("connect_repo", action="get", app_id=app_id)
     assert got["repo"]["last_commit"] == sha
+
+
+async def test_polling_is_set_at_connect_and_changed_by_its_action(world: World) -> None:
+    repo = _repo(world)
+    alice = await world.caller("alice")
+    app_id = (await alice.ok("register_app", name="hello"))["app_id"]
+    connect = {"action": "connect", "app_id": app_id, "url": str(repo.bare)}
+    assert await alice.error("connect_repo", **connect, poll_seconds=5) == "invalid_argument"
+    done = await alice.ok("connect_repo", **connect, poll_seconds=600)
+    assert done["repo"]["poll_seconds"] == 600
+    changed = await alice.ok("connect_repo", action="polling", app_id=app_id)  # off
+    assert changed["repo"]["poll_seconds"] is None
+    again = await alice.ok("connect_repo", action="polling", app_id=app_id, poll_seconds=3600)
+    assert again["repo"]["poll_seconds"] == 3600
+    big = {"action": "polling", "app_id": app_id, "poll_seconds": 2**63}
+    assert await alice.error("connect_repo", **big) == "invalid_argument"

@@ -10,6 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from appdeck.common.identity import Principal
 from appdeck.platform import hostnames
+from appdeck.platform.advice.service import AdviceService
 from appdeck.platform.apps import AppService
 from appdeck.platform.changes import ChangeFeed
 from appdeck.platform.crypto import Sealer
@@ -72,6 +73,11 @@ class Platform:
     repos: RepoService
     _driver: RuntimeDriver
     _router: IngressRouter
+
+    @property
+    def advice(self) -> AdviceService:
+        """whats_next's service, over the services above (it holds no state of its own)."""
+        return AdviceService(self.apps, self.deployments, self.repos)
 
     @classmethod
     def build(
@@ -145,11 +151,14 @@ class Platform:
         """After a restart: route every app (404 until its live release is routed again), then end
         interrupted deployments and bring live releases back."""
         await AppRoutes(self.apps, self._router).restore()
-        return await self.ops.reconcile()
+        done = await self.ops.reconcile()
+        self.repos.poller.start()  # repositories with poll_seconds
+        return done
 
     async def shutdown(self, *, stop_apps: bool = False) -> None:
         """Wait for deploys under way, then let go of the apps: they keep running for the
         next start to adopt, unless ``stop_apps``."""
+        await self.repos.poller.stop()
         await self.repos.settle()
         await self.deployments.settle()
         if stop_apps:

@@ -27,6 +27,10 @@ class RepoRecord:
     connected_by: str
     created_at: float
     updated_at: float
+    poll_seconds: int | None = None
+    """Polling every so many seconds (None: off)."""
+    polled_at: float | None = None
+    """The last poll (or, after a failure, the time before which it is not polled again)."""
 
 
 def _record(row: Any) -> RepoRecord:
@@ -43,6 +47,8 @@ def _record(row: Any) -> RepoRecord:
         connected_by=row.connected_by,
         created_at=row.created_at,
         updated_at=row.updated_at,
+        poll_seconds=row.poll_seconds,
+        polled_at=row.polled_at,
     )
 
 
@@ -69,20 +75,26 @@ class RepoStore:
         webhook_secret: str,
         auto_deploy: bool,
         connected_by: str,
+        poll_seconds: int | None = None,
+        head: str | None = None,
     ) -> RepoRecord:
-        """Connect (or reconnect, replacing the secret, token and last commit)."""
+        """Connect (or reconnect, replacing the secret, token and last commit). With
+        ``poll_seconds``, ``head`` is the commit polling compares with first."""
         now = time.time()
+        polled = poll_seconds is not None
         values = {
             "url": url,
             "token": token,
             "branch": branch,
             "webhook_secret": webhook_secret,
             "auto_deploy": auto_deploy,
-            "last_commit": None,
+            "last_commit": head if polled else None,
             "last_message": None,
             "last_push_at": None,
             "connected_by": connected_by,
             "updated_at": now,
+            "poll_seconds": poll_seconds,
+            "polled_at": now if polled else None,
         }
         async with writing(self._engine) as conn:
             where = repo_connections.c.app_id == app_id
@@ -105,6 +117,43 @@ class RepoStore:
                 .where(repo_connections.c.app_id == app_id)
                 .values(last_commit=commit, last_message=message, last_push_at=now, updated_at=now)
             )
+
+    async def set_polling(self, app_id: int, poll_seconds: int | None) -> RepoRecord | None:
+        """Poll every ``poll_seconds`` (None: stop); the first poll is due at once."""
+        where = repo_connections.c.app_id == app_id
+        values = {"poll_seconds": poll_seconds, "polled_at": None, "updated_at": time.time()}
+        async with writing(self._engine) as conn:
+            await conn.execute(sa.update(repo_connections).where(where).values(**values))
+        return await self.get(app_id)
+
+    async def due(self, now: float, limit: int) -> list[RepoRecord]:
+        """Connections whose poll is due (``polled_at + poll_seconds <= now``), oldest first."""
+        c = repo_connections.c
+        query = (
+            sa.select(repo_connections)
+            .where(
+                c.poll_seconds.is_not(None),
+                sa.or_(c.polled_at.is_(None), c.polled_at + c.poll_seconds <= now),
+            )
+            .order_by(c.polled_at.nulls_first(), c.app_id)
+            .limit(limit)
+        )
+        async with self._engine.connect() as conn:
+            rows = (await conn.execute(query)).all()
+        return [_record(row) for row in rows]
+
+    async def polled(self, app_id: int, at: float, baseline: str | None = None) -> None:
+        """Mark a poll (``at`` may be ahead: a back-off); ``baseline`` fills an empty last
+        commit without counting as a push."""
+        where = repo_connections.c.app_id == app_id
+        async with writing(self._engine) as conn:
+            await conn.execute(sa.update(repo_connections).where(where).values(polled_at=at))
+            if baseline is not None:
+                await conn.execute(
+                    sa.update(repo_connections)
+                    .where(where, repo_connections.c.last_commit.is_(None))
+                    .values(last_commit=baseline)
+                )
 
     async def delete(self, app_id: int) -> bool:
         async with writing(self._engine) as conn:

@@ -21,7 +21,8 @@ connect_repo = Tool(
     "defaults to the repository's default branch. connect returns webhook_path (on this "
     "server, where /mcp is) and webhook_secret (shown once): add them as a GitHub push "
     "webhook (content type application/json); with auto_deploy: true each push to the "
-    "branch is deployed. Next: set_app_spec (run_command), then deploy_app.",
+    "branch is deployed; poll_seconds (or action polling) checks the branch for new commits "
+    "instead. Next: set_app_spec (run_command), then deploy_app.",
     scope="repos:write",
     hints=Hints(read_only=False),
 )
@@ -48,6 +49,17 @@ BranchName = Annotated[
 ]
 
 
+PollSeconds = Annotated[
+    int,
+    Field(
+        ge=60,
+        le=86_400,
+        description="Also poll the branch every so many seconds (60 to 86400) for when no "
+        "webhook can be added; a new commit is handled as a push.",
+    ),
+]
+
+
 class Connect(Arguments):
     """Connect (or reconnect, with a new webhook secret) the app to a repository. Needs url."""
 
@@ -57,6 +69,7 @@ class Connect(Arguments):
     token: Token | None = None
     branch: BranchName | None = None
     auto_deploy: bool = Field(default=False, description="Deploy every push to the branch.")
+    poll_seconds: PollSeconds | None = None
 
 
 class Repo(Output):
@@ -71,6 +84,8 @@ class Repo(Output):
     last_push_at: float | None
     connected_by: str
     updated_at: float
+    poll_seconds: int | None = Field(description="Polling every so many seconds (null: off).")
+    polled_at: float | None
 
 
 class Connected(Output):
@@ -96,6 +111,7 @@ async def _connect(args: Connect, call: Call) -> Reply:
         token=args.token,
         branch=args.branch,
         auto_deploy=args.auto_deploy,
+        poll_seconds=args.poll_seconds,
     )
     data = Connected(
         app_id=args.app_id,
@@ -189,6 +205,24 @@ async def _disconnect(args: Disconnect, call: Call) -> Reply:
     summary = "Disconnected" if done else "No repository was connected to"
     return Reply(
         f"{summary} app {args.app_id}", Disconnected(app_id=args.app_id, disconnected=done)
+    )
+
+
+class SetPolling(Arguments):
+    """Poll the branch every poll_seconds (left out: stop polling)."""
+
+    action: Literal["polling"]
+    app_id: AppId
+    poll_seconds: PollSeconds | None = None
+
+
+@connect_repo.handles(SetPolling, RepoResult)
+async def _polling(args: SetPolling, call: Call) -> Reply:
+    view = await call.platform.repos.set_polling(call.principal, args.app_id, args.poll_seconds)
+    every = f"every {view.poll_seconds} s" if view.poll_seconds else "no longer"
+    return Reply(
+        f"App {args.app_id}'s branch {view.branch} is polled {every}",
+        RepoResult(app_id=args.app_id, repo=_repo(view)),
     )
 
 

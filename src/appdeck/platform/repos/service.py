@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -25,6 +26,7 @@ from appdeck.platform.changes import Change, ChangeFeed
 from appdeck.platform.crypto import Sealer
 from appdeck.platform.repos import urls, webhook
 from appdeck.platform.repos.git import BRANCH, SHA, Git, GitError, Remote, unavailable
+from appdeck.platform.repos.poller import POLL_MAX_S, POLL_MIN_S, Poller
 from appdeck.platform.sources import SourceRoots
 from appdeck.storage.apps import AppRecord
 from appdeck.storage.repos import RepoRecord, RepoStore
@@ -67,6 +69,8 @@ class RepoView:
     last_push_at: float | None
     connected_by: str
     updated_at: float
+    poll_seconds: int | None
+    polled_at: float | None
 
     @property
     def webhook_path(self) -> str:
@@ -119,6 +123,8 @@ class RepoService:
         self._deploy: Deploy | None = None
         self._handler: PushHandler | None = None
         self._aside: set[asyncio.Task[None]] = set()
+        self.poller = Poller(self, store)
+        """Polls the connections with ``poll_seconds`` (started by ``Platform.start``)."""
 
     def deploy_with(self, deploy: Deploy) -> None:
         """What an auto-deploying push calls (the composition root wires Deployments here)."""
@@ -139,8 +145,10 @@ class RepoService:
         token: str | None = None,
         branch: str | None = None,
         auto_deploy: bool = False,
+        poll_seconds: int | None = None,
     ) -> Connected:
         view = await self._apps.load(principal, app_id, "repo.connect")
+        _check_poll(poll_seconds)
         parsed = urls.parse(url)
         if token is not None:
             urls.check_token(token)
@@ -169,9 +177,24 @@ class RepoService:
             webhook_secret=self._sealer.seal(secret),
             auto_deploy=auto_deploy,
             connected_by=principal.user,
+            poll_seconds=poll_seconds,
+            head=heads.branches[chosen],
         )
         await self._feed.emit(Change("app.updated", view.app.tenant_id, app_id))
         return Connected(_view(record), secret, heads.branches[chosen])
+
+    async def set_polling(
+        self, principal: Principal, app_id: int, poll_seconds: int | None
+    ) -> RepoView:
+        """Poll the branch every ``poll_seconds`` (``None``: stop polling)."""
+        view = await self._apps.load(principal, app_id, "repo.connect")
+        _check_poll(poll_seconds)
+        await self._connection(app_id)
+        record = await self._store.set_polling(app_id, poll_seconds)
+        if record is None:
+            raise NotFound(f"app {app_id} has no repository", hint="connect_repo connects one")
+        await self._feed.emit(Change("app.updated", view.app.tenant_id, app_id))
+        return _view(record)
 
     async def get(self, principal: Principal, app_id: int) -> RepoView:
         await self._apps.load(principal, app_id, "app.read")
@@ -253,6 +276,33 @@ class RepoService:
             "message": found.message,
         }
 
+    # -- polling (the schedule is :mod:`.poller`'s) ---------------------------------------
+
+    async def poll(self, record: RepoRecord) -> str:
+        """One poll of a connection: ``ls-remote``; a head other than ``last_commit`` is
+        fetched (for its message) and :meth:`received` as a ``poll``. What happened:
+        ``unchanged``, ``baseline`` (nothing recorded yet: the head is taken as the start),
+        ``gone`` or the outcome's status. :class:`GitError` / :class:`AppDeckError` on failure."""
+        app = await self._apps.store.get(record.app_id)
+        if app is None:
+            return "gone"
+        remote = self._stored_remote(app, record)
+        head = (await self._git.heads(remote)).branches.get(record.branch)
+        if head is None:
+            raise GitError(f"the branch {record.branch!r} is gone from the repository")
+        if record.last_commit is None:
+            await self._store.polled(record.app_id, time.time(), baseline=head)
+            return "baseline"
+        if head == record.last_commit:
+            return "unchanged"
+        fetched = await self._git.fetch(app.id, remote, record.branch)
+        found = await self._git.commit(app.id, fetched)
+        current = await self._store.get(record.app_id)
+        if current is None or current.url != record.url or current.branch != record.branch:
+            return "gone"  # disconnected or reconnected meanwhile
+        outcome = await self.received(app, current, found.sha, found.message, "poll")
+        return outcome.status
+
     # -- the webhook --------------------------------------------------------------------
 
     async def push(
@@ -327,4 +377,14 @@ def _view(record: RepoRecord) -> RepoView:
         last_push_at=record.last_push_at,
         connected_by=record.connected_by,
         updated_at=record.updated_at,
+        poll_seconds=record.poll_seconds,
+        polled_at=record.polled_at,
     )
+
+
+def _check_poll(poll_seconds: int | None) -> None:
+    if poll_seconds is not None and not POLL_MIN_S <= poll_seconds <= POLL_MAX_S:
+        raise InvalidArgument(
+            f"poll_seconds must be between {POLL_MIN_S} and {POLL_MAX_S} (or null: no polling)",
+            hint="a push webhook is immediate; polling is for when none can be added",
+        )
