@@ -130,6 +130,7 @@ NAMES = (
     "records",
     "search_table",
     "connect_repo",
+    "whats_next",
 )
 TOOL_NAMES = st.sampled_from(NAMES)
 SLOW = settings(

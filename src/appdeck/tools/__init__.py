@@ -19,8 +19,20 @@ def register_all(registry: Registry, platform: Platform) -> None:
         records,
         repos,
         tables,
+        whats_next,
     )
 
-    families = (apps, manage_app, env_vars, deploy, preflight, logs, tables, records, repos)
+    families = (
+        apps,
+        manage_app,
+        env_vars,
+        deploy,
+        preflight,
+        logs,
+        tables,
+        records,
+        repos,
+        whats_next,
+    )
     for tool in (tool for family in families for tool in family.TOOLS):
         registry.add_tool(tool.definition(platform))
