@@ -47,7 +47,7 @@ types: $(STAMP)
 	$(BIN)/mypy
 
 unit: $(STAMP) test-deps
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=15
 
 conformance: $(STAMP)
 	scripts/conformance
