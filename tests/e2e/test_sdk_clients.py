@@ -93,6 +93,9 @@ def _calls(app_id: int) -> list[tuple[dict[str, Any], str | None]]:
             "invalid_argument",
         ),
         ("connect_repo", {"app_id": app_id, "action": "disconnect"}, None),
+        ("whats_next", {"app_id": app_id}, None),
+        ("whats_next", {}, None),
+        ("whats_next", {"app_id": 999999}, "not_found"),
     ]
     return [({"name": n, "arguments": a}, code) for n, a, code in calls]
 
