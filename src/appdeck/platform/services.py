@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from ipaddress import IPv4Network, IPv6Network
 from pathlib import Path
@@ -23,6 +24,7 @@ from appdeck.platform.deploy.preflight import PreflightService
 from appdeck.platform.env import EnvService
 from appdeck.platform.logs import LogService
 from appdeck.platform.repos.git import Git
+from appdeck.platform.repos.prune import kept_commits
 from appdeck.platform.repos.service import RepoService
 from appdeck.platform.routing import AppRoutes
 from appdeck.platform.runtime.driver import RuntimeDriver
@@ -182,3 +184,4 @@ def connect_repos(platform: Platform) -> None:
         return await platform.deployments.deploy(principal, app_id, wait_s=None, commit=commit)
 
     platform.repos.deploy_with(deploy)
+    platform.repos.keep_with(functools.partial(kept_commits, platform.deploys.store))

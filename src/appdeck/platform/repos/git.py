@@ -58,6 +58,8 @@ class Limits:
     max_bytes: int = 200 << 20
     """Bytes of a checkout (the archive)."""
     max_files: int = 20_000
+    max_cache_bytes: int = 500 << 20
+    """Bytes of the app's bare cache after a fetch (over it: dropped, the deploy refused)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,7 +238,29 @@ class Git:
             token=remote.token,
             cwd=bare,
         )  # fmt: skip
+        size = await asyncio.to_thread(_size, bare)
+        if size > self.limits.max_cache_bytes:
+            self.forget(app_id)
+            raise InvalidArgument(
+                f"the repository's history is larger than {self.limits.max_cache_bytes >> 20} "
+                f"MiB once fetched ({size >> 20} MiB)",
+                hint="deploy from a smaller repository (or a shallow mirror of it)",
+            )
         return (await self.run(["rev-parse", "--verify", f"{ref}^{{commit}}"], cwd=bare)).strip()
+
+    def prune(self, app_id: int, keep: set[str]) -> int:
+        """Remove the app's checkouts but those of ``keep`` (commits); how many went. A
+        checkout being made (``.new-*``) is left alone."""
+        removed = 0
+        with contextlib.suppress(FileNotFoundError):
+            for entry in os.scandir(self._cache / str(app_id)):
+                if SHA.fullmatch(entry.name) and entry.name not in keep:
+                    if entry.is_dir(follow_symlinks=False):
+                        shutil.rmtree(entry.path, ignore_errors=True)
+                    else:
+                        os.unlink(entry.path)
+                    removed += 1
+        return removed
 
     async def commit(self, app_id: int, sha: str) -> Commit:
         """The commit ``sha`` in the app's cache (fetched before), with its message."""
@@ -311,6 +335,16 @@ class Git:
 
 class _TooLong(Exception):
     pass
+
+
+def _size(root: Path) -> int:
+    """Bytes of the files under ``root`` (links not followed)."""
+    total = 0
+    for folder, _, names in os.walk(root):
+        for name in names:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(folder, name)).st_size
+    return total
 
 
 async def _read(

@@ -34,6 +34,8 @@ from appdeck.storage.repos import RepoRecord, RepoStore
 log = logging.getLogger("appdeck.repos")
 
 Deploy = Callable[[Principal, int, str], Awaitable[object]]
+KeepCommits = Callable[[int], Awaitable[set[str]]]
+"""The commits whose checkouts an app keeps (:func:`.prune.kept_commits`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +124,7 @@ class RepoService:
         self._feed = feed
         self._deploy: Deploy | None = None
         self._handler: PushHandler | None = None
+        self._keep: KeepCommits | None = None
         self._aside: set[asyncio.Task[None]] = set()
         self.poller = Poller(self, store)
         """Polls the connections with ``poll_seconds`` (started by ``Platform.start``)."""
@@ -129,6 +132,10 @@ class RepoService:
     def deploy_with(self, deploy: Deploy) -> None:
         """What an auto-deploying push calls (the composition root wires Deployments here)."""
         self._deploy = deploy
+
+    def keep_with(self, keep: KeepCommits) -> None:
+        """Which checkouts survive pruning (the composition root wires the deployments)."""
+        self._keep = keep
 
     def handle_pushes_with(self, handler: PushHandler) -> None:
         """What sees every received commit first (the composition root wires CI here)."""
@@ -267,6 +274,7 @@ class RepoService:
             path = await self._git.checkout(app.id, found.sha)
         except GitError as exc:
             raise unavailable(exc, "the commit could not be checked out") from None
+        await self._prune(app.id, found.sha)
         return {
             "kind": "git",
             "path": str(path),
@@ -275,6 +283,16 @@ class RepoService:
             "commit": found.sha,
             "message": found.message,
         }
+
+    async def _prune(self, app_id: int, current: str) -> None:
+        """Drop the app's checkouts no deployment worth keeping uses (never ``current``)."""
+        if self._keep is None:
+            return
+        try:
+            keep = await self._keep(app_id) | {current}
+            await asyncio.to_thread(self._git.prune, app_id, keep)
+        except Exception:  # a checkout left behind is no reason to fail the deploy
+            log.exception("pruning the checkouts of app %s failed", app_id)
 
     # -- polling (the schedule is :mod:`.poller`'s) ---------------------------------------
 

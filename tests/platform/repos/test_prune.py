@@ -1,0 +1,77 @@
+"""Old checkouts are pruned after each new one (the last deployments', the live one's and the
+one it replaced are kept); a repository too large once fetched is refused and dropped."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from appdeck.common.errors import InvalidArgument
+from appdeck.platform.repos.git import Limits
+from appdeck.platform.repos.prune import KEEP_RECENT
+from tests.platform.on_fakes import OnFakes
+from tests.platform.repos.gitrepo import BareRepo, bare_repo
+
+SPEC = {"run_command": "python3 app.py"}
+
+
+@pytest.fixture
+def repo(on: OnFakes) -> BareRepo:
+    made = bare_repo(on.source.parent)
+    made.commit({"app.py": "print('v0')\n"}, "v0")
+    return made
+
+
+def _checkouts(tmp_path: Path, app_id: int) -> set[str]:
+    return {p.name for p in (tmp_path / "repos" / str(app_id)).iterdir()}
+
+
+async def test_only_the_checkouts_of_deployments_worth_keeping_stay(
+    on: OnFakes, repo: BareRepo, tmp_path: Path
+) -> None:
+    app_id = (await on.platform.apps.register(on.alice, "shop", SPEC)).app.id
+    await on.platform.repos.connect(on.alice, app_id, str(repo.bare))
+    deployments = on.platform.deployments
+    shas = []
+    for n in range(KEEP_RECENT + 3):
+        shas.append(repo.commit({"app.py": f"print('v{n + 1}')\n"}, f"v{n + 1}"))
+        assert (await deployments.deploy(on.alice, app_id, wait_s=None)).live
+    # pruned when the last one was checked out: the 5 deployments before it, and it
+    assert _checkouts(tmp_path, app_id) == set(shas[-KEEP_RECENT - 1 :])
+    # a rollback target beyond the recent ones: deploying an old commit keeps it
+    again = await deployments.deploy(on.alice, app_id, wait_s=None, commit=shas[0])
+    assert again.live
+    assert _checkouts(tmp_path, app_id) == {shas[0], *shas[-KEEP_RECENT:]}
+    assert Path(again.record.source["path"], "app.py").read_text() == "print('v1')\n"  # noqa: ASYNC240
+
+
+async def test_a_repository_too_large_once_fetched_is_refused_and_dropped(
+    on: OnFakes, repo: BareRepo, tmp_path: Path
+) -> None:
+    app_id = (await on.platform.apps.register(on.alice, "shop", SPEC)).app.id
+    await on.platform.repos.connect(on.alice, app_id, str(repo.bare))
+    repo.commit({"big.bin": "z" * 300_000}, "a big file")  # compressed well: still ~1 KiB
+    on.platform.repos._git.limits = Limits(max_cache_bytes=4096)
+    with pytest.raises(InvalidArgument, match="larger than 0 MiB once fetched"):
+        await on.platform.deployments.deploy(on.alice, app_id, wait_s=None)
+    assert not (tmp_path / "repos" / f"{app_id}.git").exists()
+    assert await on.platform.deploys.store.for_app(app_id, offset=0, limit=10) == []
+    on.platform.repos._git.limits = Limits()
+    assert (await on.platform.deployments.deploy(on.alice, app_id, wait_s=None)).live
+
+
+def test_a_stray_entry_named_like_a_commit_is_pruned_but_work_in_progress_is_not(
+    tmp_path: Path,
+) -> None:
+    from appdeck.platform.repos.git import Git
+
+    git = Git(tmp_path)
+    where = tmp_path / "7"
+    (where / ("a" * 40)).mkdir(parents=True)
+    (where / ("b" * 40)).write_text("x")
+    (where / ".new-abc").mkdir()
+    (where / ("c" * 40)).mkdir()
+    assert git.prune(7, {"c" * 40}) == 2
+    assert {p.name for p in where.iterdir()} == {".new-abc", "c" * 40}
+    assert git.prune(8, set()) == 0  # no checkouts at all
