@@ -26,6 +26,7 @@ from appdeck.platform.changes import Change, ChangeFeed
 from appdeck.platform.crypto import Sealer
 from appdeck.platform.repos import urls, webhook
 from appdeck.platform.repos.git import BRANCH, SHA, Git, GitError, Remote, unavailable
+from appdeck.platform.repos.github import GitHub, GitHubRepo, github_repository
 from appdeck.platform.repos.poller import POLL_MAX_S, POLL_MIN_S, Poller
 from appdeck.platform.sources import SourceRoots
 from appdeck.storage.apps import AppRecord
@@ -128,6 +129,8 @@ class RepoService:
         self._aside: set[asyncio.Task[None]] = set()
         self.poller = Poller(self, store)
         """Polls the connections with ``poll_seconds`` (started by ``Platform.start``)."""
+        self.github = GitHub()
+        """The GitHub adapter (statuses, a token's repositories); not tried on github.com."""
 
     def deploy_with(self, deploy: Deploy) -> None:
         """What an auto-deploying push calls (the composition root wires Deployments here)."""
@@ -293,6 +296,50 @@ class RepoService:
             await asyncio.to_thread(self._git.prune, app_id, keep)
         except Exception:  # a checkout left behind is no reason to fail the deploy
             log.exception("pruning the checkouts of app %s failed", app_id)
+
+    # -- GitHub's extras (:mod:`.github`) ------------------------------------------------
+
+    async def report_status(
+        self,
+        app_id: int,
+        sha: str,
+        state: str,
+        context: str,
+        description: str,
+        target_url: str | None = None,
+    ) -> bool:
+        """Set a commit status on GitHub (``context`` appdeck/ci or appdeck/deploy) when the
+        app's repository is a github.com https URL with a token; else nothing. Never raises: a
+        status that could not be set is logged (without the token). Whether it was set."""
+        record = await self._store.get(app_id)
+        where = github_repository(record.url) if record is not None else None
+        if record is None or record.token is None or where is None:
+            return False
+        try:
+            await self.github.create_status(
+                self._sealer.open(record.token),
+                *where,
+                sha,
+                state=state,
+                context=context,
+                description=description,
+                target_url=target_url,
+            )
+        except AppDeckError as exc:
+            log.warning("the GitHub status of app %s was not set: %s", app_id, exc.message)
+            return False
+        return True
+
+    async def token_repos(self, principal: Principal, app_id: int) -> list[GitHubRepo]:
+        """The GitHub repositories the app's connected token can see."""
+        await self._apps.load(principal, app_id, "repo.connect")
+        record = await self._connection(app_id)
+        if record.token is None or github_repository(record.url) is None:
+            raise FailedPrecondition(
+                "the app's repository is not a github.com https URL with a token",
+                hint="connect_repo with a https://github.com/<owner>/<repo> url and a token",
+            )
+        return await self.github.repos(self._sealer.open(record.token))
 
     # -- polling (the schedule is :mod:`.poller`'s) ---------------------------------------
 
