@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 
+from appdeck.platform.repos.github import GitHub
 from tests.platform.repos.gitrepo import BareRepo, bare_repo
+from tests.platform.repos.openapi import REPOS, STATUS, FakeGitHub, documented
 from tests.platform.repos.payloads import push_payload, sign
 from tests.tools.conftest import World
 
@@ -116,3 +118,27 @@ async def test_polling_is_set_at_connect_and_changed_by_its_action(world: World)
     assert again["repo"]["poll_seconds"] == 3600
     big = {"action": "polling", "app_id": app_id, "poll_seconds": 2**63}
     assert await alice.error("connect_repo", **big) == "invalid_argument"
+
+
+async def test_github_repos_needs_a_github_connection_with_a_token(world: World) -> None:
+    repo = _repo(world)
+    alice = await world.caller("alice")
+    app_id = (await alice.ok("register_app", name="hello"))["app_id"]
+    await alice.ok("connect_repo", action="connect", app_id=app_id, url=str(repo.bare))
+    listed = {"action": "github_repos", "app_id": app_id}
+    assert await alice.error("connect_repo", **listed) == "failed_precondition"
+    repos = world.services.platform.repos
+    fake = FakeGitHub([STATUS, REPOS], documented)
+    repos.github = GitHub(transport=fake.transport)
+    await repos._store.put(
+        app_id=app_id,
+        url="https://github.com/octocat/Hello-World.git",
+        token=repos._sealer.seal(TOKEN),
+        branch="main",
+        webhook_secret=repos._sealer.seal("s"),
+        auto_deploy=False,
+        connected_by="alice",
+    )  # as connect would store it (git cannot reach github.com from a test)
+    found = await alice.ok("connect_repo", **listed)
+    assert [r["full_name"] for r in found["repos"]] == ["octocat/repo-1", "octocat/repo-2"]
+    assert TOKEN not in json.dumps(found)

@@ -226,4 +226,31 @@ async def _polling(args: SetPolling, call: Call) -> Reply:
     )
 
 
+class ListGitHubRepos(Arguments):
+    """The GitHub repositories the app's connected token can see (a github.com https
+    connection with a token only; at most 1000)."""
+
+    action: Literal["github_repos"]
+    app_id: AppId
+
+
+class GitHubRepoInfo(Output):
+    full_name: str
+    clone_url: str
+    private: bool
+    default_branch: str | None
+
+
+class GitHubRepos(Output):
+    app_id: int
+    repos: list[GitHubRepoInfo]
+
+
+@connect_repo.handles(ListGitHubRepos, GitHubRepos)
+async def _github_repos(args: ListGitHubRepos, call: Call) -> Reply:
+    found = await call.platform.repos.token_repos(call.principal, args.app_id)
+    data = GitHubRepos(app_id=args.app_id, repos=[GitHubRepoInfo(**asdict(r)) for r in found])
+    return Reply(f"The token sees {len(found)} GitHub repositories", data)
+
+
 TOOLS = (connect_repo,)

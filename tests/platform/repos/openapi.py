@@ -100,3 +100,27 @@ class FakeGitHub:
     @property
     def transport(self) -> httpx.MockTransport:
         return httpx.MockTransport(self)
+
+
+STATUS = Operation.load("create-commit-status.json")
+REPOS = Operation.load("list-for-authenticated-user.json")
+
+
+def documented(request: httpx.Request, operation: Operation) -> httpx.Response:
+    """The operation's own example answer (checked against its schema first); /user/repos
+    in two pages, linked as GitHub does."""
+    if operation is STATUS:
+        _, example = STATUS.response("201")
+        STATUS.check_response("201", example)
+        return httpx.Response(201, json=example)
+    _, example = REPOS.response("200")
+    page = int(request.url.params.get("page", "1"))
+    items = [{**example[0], "full_name": f"octocat/repo-{page}", "private": page == 2}]
+    REPOS.check_response("200", items)
+    headers = {}
+    if page == 1:
+        headers["Link"] = (
+            '<https://api.github.com/user/repos?per_page=100&sort=pushed&page=2>; rel="next", '
+            '<https://api.github.com/user/repos?per_page=100&sort=pushed&page=2>; rel="last"'
+        )
+    return httpx.Response(200, json=items, headers=headers)

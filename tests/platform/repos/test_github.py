@@ -6,44 +6,24 @@ from __future__ import annotations
 
 import json
 import logging
+from types import SimpleNamespace
 
 import httpx
 import pytest
 
 from appdeck.common.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from appdeck.common.identity import Principal
 from appdeck.platform.repos.github import GitHub, github_repository
 from tests.platform.on_fakes import OnFakes
-from tests.platform.repos.openapi import FakeGitHub, Operation
+from tests.platform.repos.openapi import REPOS, STATUS, FakeGitHub, Operation, documented
 
 TOKEN = "ghp_adapterTokenNeverLogged0123456789"
 SHA = "6dcb09b5b57875f334f61aebed695e2e4193db5e"
-STATUS = Operation.load("create-commit-status.json")
-REPOS = Operation.load("list-for-authenticated-user.json")
-
-
-def _served(request: httpx.Request, operation: Operation) -> httpx.Response:
-    """The operation's own example answer (checked against its schema first); /user/repos
-    in two pages, linked as GitHub does."""
-    if operation is STATUS:
-        _, example = STATUS.response("201")
-        STATUS.check_response("201", example)
-        return httpx.Response(201, json=example)
-    _, example = REPOS.response("200")
-    page = int(request.url.params.get("page", "1"))
-    items = [{**example[0], "full_name": f"octocat/repo-{page}", "private": page == 2}]
-    REPOS.check_response("200", items)
-    headers = {}
-    if page == 1:
-        headers["Link"] = (
-            '<https://api.github.com/user/repos?per_page=100&sort=pushed&page=2>; rel="next", '
-            '<https://api.github.com/user/repos?per_page=100&sort=pushed&page=2>; rel="last"'
-        )
-    return httpx.Response(200, json=items, headers=headers)
 
 
 @pytest.fixture
 def fake() -> FakeGitHub:
-    return FakeGitHub([STATUS, REPOS], _served)
+    return FakeGitHub([STATUS, REPOS], documented)
 
 
 async def test_a_commit_status_request_matches_the_published_schema(fake: FakeGitHub) -> None:
@@ -232,3 +212,33 @@ async def test_the_token_repo_list_needs_a_github_connection_and_the_role(
     plain = await _stored(on, "https://gitlab.com/o/r", TOKEN)
     with pytest.raises(FailedPrecondition, match="not a github"):
         await repos.token_repos(on.alice, plain)
+
+
+async def test_a_push_deploy_reports_its_progress_as_the_deploy_status(
+    on: OnFakes, fake: FakeGitHub
+) -> None:
+    repos = on.platform.repos
+    repos.github = GitHub(transport=fake.transport)
+    app_id = await _stored(on, "https://github.com/octocat/Hello-World.git", TOKEN)
+    outcomes: list[object] = [SimpleNamespace(live=True), SimpleNamespace(live=False)]
+
+    async def deploy(by: Principal, app: int, commit: str) -> object:
+        if not outcomes:
+            raise Unavailable("the checkout failed")
+        return outcomes.pop(0)
+
+    repos.deploy_with(deploy)
+    assert repos._deploy is not None
+    for _ in range(2):
+        await repos._deploy(on.alice, app_id, SHA)
+    with pytest.raises(Unavailable):
+        await repos._deploy(on.alice, app_id, SHA)
+    said = [(json.loads(r.content)["state"], json.loads(r.content)["context"]) for r in fake.seen]
+    assert said == [
+        ("pending", "appdeck/deploy"),
+        ("success", "appdeck/deploy"),
+        ("pending", "appdeck/deploy"),
+        ("failure", "appdeck/deploy"),
+        ("pending", "appdeck/deploy"),
+        ("error", "appdeck/deploy"),
+    ]

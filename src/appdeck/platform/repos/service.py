@@ -133,8 +133,24 @@ class RepoService:
         """The GitHub adapter (statuses, a token's repositories); not tried on github.com."""
 
     def deploy_with(self, deploy: Deploy) -> None:
-        """What an auto-deploying push calls (the composition root wires Deployments here)."""
-        self._deploy = deploy
+        """What an auto-deploying push calls (the composition root wires Deployments here).
+        Its progress is reported to GitHub as the ``appdeck/deploy`` commit status when the
+        repository is a github.com https URL with a token (:meth:`report_status`)."""
+
+        async def reported(by: Principal, app_id: int, commit: str) -> object:
+            context = "appdeck/deploy"
+            await self.report_status(app_id, commit, "pending", context, "deploying")
+            try:
+                done = await deploy(by, app_id, commit)
+            except Exception:
+                await self.report_status(app_id, commit, "error", context, "the deploy did not run")
+                raise
+            live = getattr(done, "live", False) is True  # a DeploymentView
+            state, said = ("success", "live") if live else ("failure", "the deploy did not go live")
+            await self.report_status(app_id, commit, state, context, said)
+            return done
+
+        self._deploy = reported
 
     def keep_with(self, keep: KeepCommits) -> None:
         """Which checkouts survive pruning (the composition root wires the deployments)."""
