@@ -182,13 +182,18 @@ async def _stored(on: OnFakes, url: str, token: str | None) -> int:
     return app_id
 
 
+async def _on_github(on: OnFakes, fake: FakeGitHub) -> int:
+    """An app connected to a github.com repository with a token; GitHub is ``fake``."""
+    on.platform.repos.github = GitHub(transport=fake.transport)
+    return await _stored(on, "https://github.com/octocat/Hello-World.git", TOKEN)
+
+
 async def test_report_status_posts_for_a_github_connection_with_a_token_only(
     on: OnFakes, fake: FakeGitHub, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
     repos = on.platform.repos
-    repos.github = GitHub(transport=fake.transport)
-    app_id = await _stored(on, "https://github.com/octocat/Hello-World.git", TOKEN)
+    app_id = await _on_github(on, fake)
     assert await repos.report_status(app_id, SHA, "pending", "appdeck/deploy", "deploying")
     assert fake.seen[-1].url.path == f"/repos/octocat/Hello-World/statuses/{SHA}"
     assert not await repos.report_status(app_id, SHA, "bogus", "appdeck/deploy", "x")
@@ -204,8 +209,7 @@ async def test_the_token_repo_list_needs_a_github_connection_and_the_role(
     on: OnFakes, fake: FakeGitHub
 ) -> None:
     repos = on.platform.repos
-    repos.github = GitHub(transport=fake.transport)
-    app_id = await _stored(on, "https://github.com/octocat/Hello-World.git", TOKEN)
+    app_id = await _on_github(on, fake)
     assert len(await repos.token_repos(on.alice, app_id)) == 2
     with pytest.raises(NotFound):
         await repos.token_repos(on.eve, app_id)
@@ -218,8 +222,7 @@ async def test_a_push_deploy_reports_its_progress_as_the_deploy_status(
     on: OnFakes, fake: FakeGitHub
 ) -> None:
     repos = on.platform.repos
-    repos.github = GitHub(transport=fake.transport)
-    app_id = await _stored(on, "https://github.com/octocat/Hello-World.git", TOKEN)
+    app_id = await _on_github(on, fake)
     outcomes: list[object] = [SimpleNamespace(live=True), SimpleNamespace(live=False)]
 
     async def deploy(by: Principal, app: int, commit: str) -> object:
