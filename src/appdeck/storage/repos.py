@@ -142,18 +142,21 @@ class RepoStore:
             rows = (await conn.execute(query)).all()
         return [_record(row) for row in rows]
 
-    async def polled(self, app_id: int, at: float, baseline: str | None = None) -> None:
-        """Mark a poll (``at`` may be ahead: a back-off); ``baseline`` fills an empty last
-        commit without counting as a push."""
+    async def polled(self, app_id: int, at: float) -> None:
+        """Mark a poll (``at`` may be ahead: a back-off)."""
         where = repo_connections.c.app_id == app_id
         async with writing(self._engine) as conn:
             await conn.execute(sa.update(repo_connections).where(where).values(polled_at=at))
-            if baseline is not None:
-                await conn.execute(
-                    sa.update(repo_connections)
-                    .where(where, repo_connections.c.last_commit.is_(None))
-                    .values(last_commit=baseline)
-                )
+
+    async def baseline(self, app_id: int, commit: str) -> None:
+        """Fill an empty ``last_commit`` (where polling starts from) without counting a push."""
+        c = repo_connections.c
+        async with writing(self._engine) as conn:
+            await conn.execute(
+                sa.update(repo_connections)
+                .where(c.app_id == app_id, c.last_commit.is_(None))
+                .values(last_commit=commit)
+            )
 
     async def delete(self, app_id: int) -> bool:
         async with writing(self._engine) as conn:

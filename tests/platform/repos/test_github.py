@@ -94,13 +94,17 @@ async def test_pages_are_bounded_and_a_link_to_another_origin_is_not_followed() 
     assert await GitHub(transport=fake.transport, max_pages=3).repos(TOKEN) == []
     assert len(fake.seen) == 3
 
-    def elsewhere(request: httpx.Request, operation: Operation) -> httpx.Response:
-        link = '<https://evil.example/user/repos?page=2>; rel="next"'
-        return httpx.Response(200, json=[], headers={"Link": link})
-
-    fake = FakeGitHub([REPOS], elsewhere)
-    assert await GitHub(transport=fake.transport).repos(TOKEN) == []
-    assert [r.url.host for r in fake.seen] == ["api.github.com"]  # the token went nowhere else
+    for link in (
+        '<https://evil.example/user/repos?page=2>; rel="next"',
+        '<https://api.github.com@evil.example/user/repos?page=2>; rel="next"',
+        '<http://api.github.com/user/repos?page=2>; rel="next"',
+        '<https://api.github.com/user/emails>; rel="next"',
+    ):
+        fake = FakeGitHub(
+            [REPOS], lambda r, o, link=link: httpx.Response(200, json=[], headers={"Link": link})
+        )
+        assert await GitHub(transport=fake.transport).repos(TOKEN) == []
+        assert len(fake.seen) == 1  # the token went nowhere else
 
 
 @pytest.mark.parametrize(

@@ -142,8 +142,8 @@ class GitHub:
             return None
         target = match.group(1)
         here, there = urlsplit(self.base_url), urlsplit(target)
-        if (there.scheme, there.netloc) != (here.scheme, here.netloc):
-            return None
+        if (there.scheme, there.netloc, there.path) != (here.scheme, here.netloc, "/user/repos"):
+            return None  # the token goes to this one endpoint only
         return target
 
     async def _call(

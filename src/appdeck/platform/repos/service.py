@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -372,7 +371,7 @@ class RepoService:
         if head is None:
             raise GitError(f"the branch {record.branch!r} is gone from the repository")
         if record.last_commit is None:
-            await self._store.polled(record.app_id, time.time(), baseline=head)
+            await self._store.baseline(record.app_id, head)
             return "baseline"
         if head == record.last_commit:
             return "unchanged"
