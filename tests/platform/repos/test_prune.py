@@ -3,6 +3,7 @@ one it replaced are kept); a repository too large once fetched is refused and dr
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -46,19 +47,33 @@ async def test_only_the_checkouts_of_deployments_worth_keeping_stay(
     assert Path(again.record.source["path"], "app.py").read_text() == "print('v1')\n"  # noqa: ASYNC240
 
 
-async def test_a_repository_too_large_once_fetched_is_refused_and_dropped(
+async def test_a_fetch_over_the_cache_limit_is_cut_refused_and_dropped(
     on: OnFakes, repo: BareRepo, tmp_path: Path
 ) -> None:
     app_id = (await on.platform.apps.register(on.alice, "shop", SPEC)).app.id
     await on.platform.repos.connect(on.alice, app_id, str(repo.bare))
-    repo.commit({"big.bin": "z" * 300_000}, "a big file")  # compressed well: still ~1 KiB
-    on.platform.repos._git.limits = Limits(max_cache_bytes=4096)
-    with pytest.raises(InvalidArgument, match="larger than 0 MiB once fetched"):
+    repo.commit({"big.bin": os.urandom(200_000).hex()}, "a big file")  # a 200 kB pack
+    on.platform.repos._git.limits = Limits(max_cache_bytes=100_000)  # the pack file, capped
+    with pytest.raises(InvalidArgument, match=r"larger than 0 MiB once fetched$"):
         await on.platform.deployments.deploy(on.alice, app_id, wait_s=None)
     assert not (tmp_path / "repos" / f"{app_id}.git").exists()
     assert await on.platform.deploys.store.for_app(app_id, offset=0, limit=10) == []
     on.platform.repos._git.limits = Limits()
     assert (await on.platform.deployments.deploy(on.alice, app_id, wait_s=None)).live
+
+
+async def test_a_cache_that_grows_over_the_limit_fetch_by_fetch_is_dropped(
+    on: OnFakes, repo: BareRepo, tmp_path: Path
+) -> None:
+    app_id = (await on.platform.apps.register(on.alice, "shop", SPEC)).app.id
+    await on.platform.repos.connect(on.alice, app_id, str(repo.bare))
+    on.platform.repos._git.limits = Limits(max_cache_bytes=80_000)
+    repo.commit({"one.bin": os.urandom(50_000).hex()}, "a 50 kB pack")
+    assert (await on.platform.deployments.deploy(on.alice, app_id, wait_s=None)).live
+    repo.commit({"two.bin": os.urandom(50_000).hex()}, "another")  # each pack fits
+    with pytest.raises(InvalidArgument, match=r"once fetched \(0 MiB\)"):
+        await on.platform.deployments.deploy(on.alice, app_id, wait_s=None)
+    assert not (tmp_path / "repos" / f"{app_id}.git").exists()
 
 
 def test_a_stray_entry_named_like_a_commit_is_pruned_but_work_in_progress_is_not(

@@ -20,8 +20,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import os
 import re
+import resource
 import shutil
 import signal
 import tarfile
@@ -150,9 +152,11 @@ class Git:
         cwd: Path | None = None,
         sink: BinaryIO | None = None,
         max_output: int | None = None,
+        max_file: int | None = None,
     ) -> str:
         """Run ``git <safe options> args``; its stdout (bounded) or :class:`GitError`. With
-        ``sink``, stdout is written there instead (still bounded) and ``""`` returned."""
+        ``sink``, stdout is written there instead (still bounded) and ``""`` returned. With
+        ``max_file``, no file git writes may grow past it (``RLIMIT_FSIZE``)."""
         limit = max_output or self.limits.max_output
         proc = await asyncio.create_subprocess_exec(
             "git",
@@ -165,6 +169,7 @@ class Git:
             env=self._env(token),
             cwd=cwd,
             start_new_session=True,
+            preexec_fn=None if max_file is None else functools.partial(_cap_files, max_file),
         )
         try:
             out, err = await asyncio.wait_for(
@@ -184,6 +189,10 @@ class Git:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(proc.wait(), 5)
         if proc.returncode != 0:
+            if max_file is not None and (
+                proc.returncode == -signal.SIGXFSZ or b"File too large" in err
+            ):
+                raise GitError(f"git wrote a file over {max_file} bytes")
             raise GitError(_reason(err, token))
         return out.decode("utf-8", "replace")
 
@@ -229,23 +238,29 @@ class Git:
         if not (bare / "HEAD").is_file():
             shutil.rmtree(bare, ignore_errors=True)
             self._cache.mkdir(parents=True, exist_ok=True, mode=0o700)
-            await self.run(["init", "--bare", "-q", "--", str(bare)])
+            await self.run(["init", "--bare", "-q", "--template=", "--", str(bare)])
         ref = f"refs/appdeck/{branch}"
         pinned = await self._reach(remote)
-        await self.run(
-            [*pinned, "fetch", "-q", "--no-tags", "--no-write-fetch-head", "--", remote.target,
-             f"+refs/heads/{branch}:{ref}"],
-            token=remote.token,
-            cwd=bare,
-        )  # fmt: skip
-        size = await asyncio.to_thread(_size, bare)
-        if size > self.limits.max_cache_bytes:
+        cap = self.limits.max_cache_bytes
+        try:  # the pack is kept whole (one file, capped), no gc runs behind our back
+            await self.run(
+                [*pinned, "-c", "fetch.unpackLimit=1", "-c", "gc.auto=0", "fetch", "-q",
+                 "--no-tags", "--no-write-fetch-head", "--", remote.target,
+                 f"+refs/heads/{branch}:{ref}"],
+                token=remote.token,
+                cwd=bare,
+                max_file=cap,
+            )  # fmt: skip
+        except GitError as exc:  # index-pack, cut at the cap, leaves its file that long
+            cut = exc.reason.startswith("git wrote a file over")
+            if not cut and await asyncio.to_thread(_size, bare, largest=True) < cap:
+                raise
             self.forget(app_id)
-            raise InvalidArgument(
-                f"the repository's history is larger than {self.limits.max_cache_bytes >> 20} "
-                f"MiB once fetched ({size >> 20} MiB)",
-                hint="deploy from a smaller repository (or a shallow mirror of it)",
-            )
+            raise _too_large(cap, None) from None
+        size = await asyncio.to_thread(_size, bare)
+        if size > cap:
+            self.forget(app_id)
+            raise _too_large(cap, size)
         return (await self.run(["rev-parse", "--verify", f"{ref}^{{commit}}"], cwd=bare)).strip()
 
     def prune(self, app_id: int, keep: set[str]) -> int:
@@ -337,14 +352,28 @@ class _TooLong(Exception):
     pass
 
 
-def _size(root: Path) -> int:
-    """Bytes of the files under ``root`` (links not followed)."""
-    total = 0
+def _cap_files(size: int) -> None:
+    """In the child, before git runs: no file it writes grows past ``size`` bytes."""
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+
+
+def _too_large(cap: int, size: int | None) -> InvalidArgument:
+    seen = f" ({size >> 20} MiB)" if size is not None else ""
+    return InvalidArgument(
+        f"the repository's history is larger than {cap >> 20} MiB once fetched{seen}",
+        hint="deploy from a smaller repository (or a shallow mirror of it)",
+    )
+
+
+def _size(root: Path, *, largest: bool = False) -> int:
+    """Bytes of the files under ``root`` (links not followed), or of the largest one."""
+    total = top = 0
     for folder, _, names in os.walk(root):
         for name in names:
             with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(folder, name)).st_size
-    return total
+                size = os.lstat(os.path.join(folder, name)).st_size
+                total, top = total + size, max(top, size)
+    return top if largest else total
 
 
 async def _read(
