@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from appdeck.common.errors import InvalidArgument
+from appdeck.platform.repos import git as git_module
 from appdeck.platform.repos.git import Limits
 from appdeck.platform.repos.prune import KEEP_RECENT
 from tests.platform.on_fakes import OnFakes
@@ -47,9 +48,12 @@ async def test_only_the_checkouts_of_deployments_worth_keeping_stay(
     assert Path(again.record.source["path"], "app.py").read_text() == "print('v1')\n"  # noqa: ASYNC240
 
 
+@pytest.mark.parametrize("prlimit", [True, False], ids=["prlimit", "setrlimit"])
 async def test_a_fetch_over_the_cache_limit_is_cut_refused_and_dropped(
-    on: OnFakes, repo: BareRepo, tmp_path: Path
+    on: OnFakes, repo: BareRepo, tmp_path: Path, prlimit: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    if not prlimit:  # where util-linux's prlimit is missing: the limit is set after fork
+        monkeypatch.setattr(git_module, "_PRLIMIT", None)
     app_id = (await on.platform.apps.register(on.alice, "shop", SPEC)).app.id
     await on.platform.repos.connect(on.alice, app_id, str(repo.bare))
     repo.commit({"big.bin": os.urandom(200_000).hex()}, "a big file")  # a 200 kB pack

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import functools
 import os
 import re
 import resource
@@ -30,6 +29,7 @@ import tarfile
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import BinaryIO, Final
 from urllib.parse import urlsplit
@@ -50,6 +50,9 @@ _SAFE: Final = (
     "-c", "core.askPass=",
     "-c", "transfer.fsckObjects=true",
 )  # fmt: skip
+
+
+_PRLIMIT: Final = shutil.which("prlimit", path="/usr/bin:/bin")
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +161,11 @@ class Git:
         ``sink``, stdout is written there instead (still bounded) and ``""`` returned. With
         ``max_file``, no file git writes may grow past it (``RLIMIT_FSIZE``)."""
         limit = max_output or self.limits.max_output
+        capped: tuple[str, ...] = ()
+        if max_file is not None and _PRLIMIT is not None:  # util-linux: no code after fork
+            capped = (_PRLIMIT, f"--fsize={max_file}:{max_file}", "--")
         proc = await asyncio.create_subprocess_exec(
+            *capped,
             "git",
             *_SAFE,
             *self._tls,
@@ -169,7 +176,7 @@ class Git:
             env=self._env(token),
             cwd=cwd,
             start_new_session=True,
-            preexec_fn=None if max_file is None else functools.partial(_cap_files, max_file),
+            preexec_fn=None if max_file is None or capped else partial(_cap_files, max_file),
         )
         try:
             out, err = await asyncio.wait_for(
