@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from appdeck.common.errors import InvalidArgument
+from appdeck.common.errors import FailedPrecondition, InvalidArgument
 from appdeck.platform.repos import git as git_module
 from appdeck.platform.repos.git import Limits
 from appdeck.platform.repos.prune import KEEP_RECENT
@@ -94,3 +94,35 @@ def test_a_stray_entry_named_like_a_commit_is_pruned_but_work_in_progress_is_not
     assert git.prune(7, {"c" * 40}) == 2
     assert {p.name for p in where.iterdir()} == {".new-abc", "c" * 40}
     assert git.prune(8, set()) == 0  # no checkouts at all
+
+
+async def test_a_rollback_past_the_kept_checkouts_checks_the_commit_out_again(
+    on: OnFakes, repo: BareRepo, tmp_path: Path
+) -> None:
+    app_id = (await on.platform.apps.register(on.alice, "shop", SPEC)).app.id
+    await on.platform.repos.connect(on.alice, app_id, str(repo.bare))
+    deployments = on.platform.deployments
+    shas = []
+    for n in range(KEEP_RECENT + 3):
+        shas.append(repo.commit({"app.py": f"print('v{n + 1}')\n"}, f"v{n + 1}"))
+        assert (await deployments.deploy(on.alice, app_id, wait_s=None)).live
+    assert shas[0] not in _checkouts(tmp_path, app_id)  # pruned
+    back = await on.platform.ops.rollback(on.alice, app_id, 1)
+    assert (back.number, back.state, back.source["commit"]) == (1, "live", shas[0])
+    checkout = tmp_path / "repos" / str(app_id) / shas[0] / "app.py"
+    assert checkout.read_text() == "print('v1')\n"
+
+
+async def test_a_rollback_to_a_pruned_checkout_of_a_disconnected_repository_is_refused(
+    on: OnFakes, repo: BareRepo, tmp_path: Path
+) -> None:
+    app_id = (await on.platform.apps.register(on.alice, "shop", SPEC)).app.id
+    await on.platform.repos.connect(on.alice, app_id, str(repo.bare))
+    for n in range(2):
+        repo.commit({"app.py": f"print('v{n + 1}')\n"}, f"v{n + 1}")
+        assert (await on.platform.deployments.deploy(on.alice, app_id, wait_s=None)).live
+    await on.platform.repos.disconnect(on.alice, app_id)  # drops the cache and checkouts
+    with pytest.raises(FailedPrecondition, match="no longer connected"):
+        await on.platform.ops.rollback(on.alice, app_id, 1)
+    [live, *_] = await on.platform.deploys.store.for_app(app_id, offset=0, limit=10)
+    assert (live.number, live.state) == (2, "live")

@@ -11,6 +11,7 @@ never on its name: another tenant's app of the same name has another key.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -327,6 +328,24 @@ class DeployService:
             route,
             Path(str(source)),
         )
+
+    async def startable(self, app: AppRecord, record: DeploymentRecord) -> Release:
+        """The release of ``record``, ready to start cold: a git checkout pruned since (only
+        recent ones are kept) is made again at the same commit from the connected repository."""
+        release = self.release_of(app, record)
+        if record.source.get("kind") != "git" or await asyncio.to_thread(
+            release.source_path.is_dir
+        ):
+            return release
+        commit = record.source.get("commit")
+        if self.git is None or not isinstance(commit, str) or not await self.git.connected(app.id):
+            raise FailedPrecondition(
+                f"release {record.number}'s checkout of {commit} is gone and its repository "
+                "is no longer connected",
+                hint="connect_repo again, or deploy_app a new release",
+            )
+        found = await self._resolve(app, commit)
+        return dataclasses.replace(release, source_path=Path(str(found["path"])))
 
     async def announce(self, app: AppRecord, record: DeploymentRecord) -> None:
         """Tell subscribers a deployment changed."""

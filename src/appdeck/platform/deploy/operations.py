@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from appdeck.common.errors import FailedPrecondition, NotFound
+from appdeck.common.errors import AppDeckError, FailedPrecondition, NotFound
 from appdeck.common.identity import Principal
 from appdeck.platform import hostnames
 from appdeck.platform.deploy import rollout, states
@@ -59,6 +59,7 @@ class Operations:
             instances = await s.runtime.running(release.release_id)
             warm = len(instances) >= release.spec.instances
             if not warm:
+                release = await s.startable(app, target)
                 await progress(f"Release {target.number} is cold: starting it", 0)
                 await s.runtime.stop(release.release_id)
                 await s.runtime.prepare(release)
@@ -161,11 +162,12 @@ class Operations:
             missing = [k for k in range(release.spec.instances) if k not in instances]
             if missing:
                 try:
+                    release = await s.startable(app, record)  # a checkout wiped: made again
                     await s.runtime.prepare(release)
                     plan = s.plan(release, _quiet)
                     for index in missing:
                         instances[index] = await plan.start_one(index)
-                except (BuildFailed, rollout.RolloutFailed) as exc:
+                except (BuildFailed, rollout.RolloutFailed, AppDeckError) as exc:
                     log.error(
                         "could not restart %s after a server restart: %s", release.release_id, exc
                     )
