@@ -326,3 +326,45 @@ ci_runs = sa.Table(  # one run of an app's test command at a commit (migration 0
     sa.Column("finished_at", sa.Double, nullable=True),
     sa.Column("instance_id", sa.String, nullable=True),  # the server process running it
 )
+
+api_documents = sa.Table(  # discover_apis: each discovered OpenAPI document (migration 0011)
+    "api_documents",
+    metadata,
+    sa.Column(
+        "app_id", sa.BigInteger, sa.ForeignKey("apps.id", ondelete="CASCADE"), primary_key=True
+    ),
+    sa.Column("version", sa.Integer, primary_key=True),  # per app, 1, 2, ...
+    sa.Column("source", sa.String, nullable=False),  # where it was found (live path, repo file)
+    sa.Column("title", sa.String, nullable=False),
+    sa.Column("api_version", sa.String, nullable=False),  # info.version
+    sa.Column("openapi_version", sa.String, nullable=False),
+    sa.Column("operations", sa.Integer, nullable=False),
+    sa.Column("digest", sa.String, nullable=False),  # sha256 of the canonical document
+    sa.Column("document", sa.Text, nullable=False),  # canonical JSON, bounded
+    sa.Column("changes", sa.JSON, nullable=False),  # {added, removed, changed} since the last
+    sa.Column("discovered_by", sa.String, nullable=False),
+    sa.Column("discovered_at", sa.Double, nullable=False),
+)
+
+api_keys = sa.Table(  # manage_api_key: keys the ingress checks for an app (migration 0011)
+    "api_keys",
+    metadata,
+    sa.Column("id", sa.String, primary_key=True),
+    sa.Column(
+        "app_id",
+        sa.BigInteger,
+        sa.ForeignKey("apps.id", ondelete="CASCADE"),
+        nullable=False,
+        index=True,
+    ),
+    sa.Column("name", sa.String, nullable=False),
+    sa.Column("prefix", sa.String, nullable=False),  # shown in lists; not a secret
+    sa.Column("key_hash", sa.String, nullable=False, unique=True),
+    sa.Column("scopes", sa.JSON, nullable=False),
+    sa.Column("created_by", sa.String, nullable=False),
+    sa.Column("created_at", sa.Double, nullable=False),
+    sa.Column("expires_at", sa.Double, nullable=True),
+    sa.Column("revoked_at", sa.Double, nullable=True),
+    sa.Column("last_used_at", sa.Double, nullable=True),
+    sa.Column("rotated_from", sa.String, nullable=True),  # the key this one replaced
+)
