@@ -12,6 +12,7 @@ from appdeck.auth.admin import IdentityAdmin
 from appdeck.common.identity import Principal
 from appdeck.platform.apps import AppService
 from appdeck.platform.changes import ChangeFeed
+from appdeck.platform.ci.service import CIService
 from appdeck.platform.crypto import Sealer
 from appdeck.platform.deploy import states
 from appdeck.platform.deploy.deployments import Deployments
@@ -29,9 +30,11 @@ from appdeck.platform.tables.records_service import RecordService
 from appdeck.platform.tables.schema_service import TableService
 from appdeck.storage import Storage, default_sqlite_url
 from appdeck.storage.apps import AppStore
+from appdeck.storage.ci import CIStore
 from appdeck.storage.deployments import DeploymentStore
 from appdeck.storage.identity import IdentityStore
 from appdeck.storage.repos import RepoStore
+from tests.platform.ci.shell_runner import ShellRunner
 from tests.platform.deploy.fakes import FakeRouter, FakeRuntime
 
 
@@ -152,19 +155,31 @@ async def platform_on_fakes(storage: Storage, tmp_path: Path) -> OnFakes:
     driver = FakeDriver(runtime)
     databases = await open_databases(default_sqlite_url(tmp_path), tmp_path / "data")
     _opened.append(databases)
+    repos = RepoService(
+        apps, RepoStore(storage.engine), sealer, apps.sources, Git(tmp_path / "repos"), feed
+    )
+    logs = LogService(apps, env, store, driver, sealer)  # type: ignore[arg-type]
     platform = Platform(
         feed=feed,
         apps=apps,
         env=env,
         deployments=Deployments(apps, engine, ops),
         preflight=PreflightService(apps, env, sandboxed=True),
-        logs=LogService(apps, env, store, driver, sealer),  # type: ignore[arg-type]
+        logs=logs,
         tables=TableService(apps, databases, feed),
         records=RecordService(apps, databases),
         deploys=engine,
         ops=ops,
-        repos=RepoService(
-            apps, RepoStore(storage.engine), sealer, apps.sources, Git(tmp_path / "repos"), feed
+        repos=repos,
+        ci=CIService(
+            apps,
+            CIStore(storage.engine),
+            repos,
+            env,
+            ShellRunner(),
+            logs.masker,
+            feed,
+            instance_id="test",
         ),
         _driver=driver,  # type: ignore[arg-type]
         _router=router,  # type: ignore[arg-type]

@@ -79,6 +79,9 @@ async def rig(storage: Storage, tmp_path: Path) -> AsyncIterator[Rig]:
         "table": st.sampled_from(["notes", "nope"]),
         "url": st.sampled_from([str(repo.bare), "ext::sh", "/nowhere", "https://h/r.git\n"]),
         "branch": st.sampled_from(["main", "nope"]),
+        # manage_ci runs this in the checkout (ShellRunner): never a random string
+        "test_command": st.sampled_from(["true", "exit 3", "echo hi"]),
+        "commit": st.sampled_from(["0" * 40, "g" * 40]),
     }
     yield Rig(fakes, registry, picks)
     await p.deployments.settle()
@@ -130,6 +133,7 @@ NAMES = (
     "records",
     "search_table",
     "connect_repo",
+    "manage_ci",
     "whats_next",
 )
 TOOL_NAMES = st.sampled_from(NAMES)

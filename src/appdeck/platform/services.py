@@ -14,6 +14,8 @@ from appdeck.platform import hostnames
 from appdeck.platform.advice.service import AdviceService
 from appdeck.platform.apps import AppService
 from appdeck.platform.changes import ChangeFeed
+from appdeck.platform.ci.runner import SandboxRunner
+from appdeck.platform.ci.service import CIService
 from appdeck.platform.crypto import Sealer
 from appdeck.platform.deploy import states
 from appdeck.platform.deploy.deployments import Deployments
@@ -34,6 +36,7 @@ from appdeck.platform.tables.databases import AppDatabases
 from appdeck.platform.tables.records_service import RecordService
 from appdeck.platform.tables.schema_service import TableService
 from appdeck.storage.apps import AppRecord, AppStore
+from appdeck.storage.ci import CIStore
 from appdeck.storage.deployments import DeploymentStore
 from appdeck.storage.identity import IdentityStore
 from appdeck.storage.repos import RepoStore
@@ -73,13 +76,14 @@ class Platform:
     deploys: DeployService
     ops: Operations
     repos: RepoService
+    ci: CIService
     _driver: RuntimeDriver
     _router: IngressRouter
 
     @property
     def advice(self) -> AdviceService:
         """whats_next's service, over the services above (it holds no state of its own)."""
-        return AdviceService(self.apps, self.deployments, self.repos)
+        return AdviceService(self.apps, self.deployments, self.repos, ci=self.ci)
 
     @classmethod
     def build(
@@ -139,10 +143,21 @@ class Platform:
             records=RecordService(apps, databases),
             deploys=deploys,
             ops=ops,
+            ci=CIService(
+                apps,
+                CIStore(engine),
+                repos,
+                env,
+                SandboxRunner(driver),
+                logs.masker,
+                feed,
+                instance_id=instance_id,
+            ),
             _driver=driver,
             _router=router,
         )
         connect_repos(platform)
+        apps.on_delete(lambda app: platform.ci.cancel_all(app.id))  # before its workspaces go
         apps.on_delete(platform._remove_app)
         apps.on_delete(lambda app: databases.drop(app.id))  # after its processes stopped
         apps.on_delete(lambda app: repos.forget(app.id))
@@ -154,6 +169,7 @@ class Platform:
         interrupted deployments and bring live releases back."""
         await AppRoutes(self.apps, self._router).restore()
         done = await self.ops.reconcile()
+        await self.ci.start()  # runs a dead server process left unfinished end as errors
         self.repos.poller.start()  # repositories with poll_seconds
         return done
 
@@ -162,6 +178,7 @@ class Platform:
         next start to adopt, unless ``stop_apps``."""
         await self.repos.poller.stop()
         await self.repos.settle()
+        await self.ci.settle()
         await self.deployments.settle()
         if stop_apps:
             for release_id in await self._driver.releases():
@@ -184,4 +201,16 @@ def connect_repos(platform: Platform) -> None:
         return await platform.deployments.deploy(principal, app_id, wait_s=None, commit=commit)
 
     platform.repos.deploy_with(deploy)
+
+    async def deploy_commit(
+        principal: Principal, app_id: int, commit: str, strategy: str | None
+    ) -> int:
+        view = await platform.deployments.deploy(
+            principal, app_id, strategy, wait_s=None, commit=commit
+        )
+        return view.record.number
+
+    platform.ci.deploy_with(deploy_commit)  # a green run with auto_deploy
+    platform.repos.handle_pushes_with(platform.ci.on_push)  # CI sees every received commit
+    platform.deploys.gate = platform.ci.gate  # require_green
     platform.repos.keep_with(functools.partial(kept_commits, platform.deploys.store))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
@@ -13,6 +13,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from appdeck.common.errors import Conflict
 from appdeck.storage.schema import deployments
+
+MAX_NUMBER: Final = 2**31 - 1
+"""Deployment numbers (and CI run numbers) are INTEGER columns: nothing lies beyond."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +151,8 @@ class DeploymentStore:
         raise Conflict("could not number the deployment; try again")
 
     async def get(self, app_id: int, number: int) -> DeploymentRecord | None:
+        if not 0 < number <= MAX_NUMBER:  # the column is 32-bit: nothing out there
+            return None
         query = sa.select(deployments).where(
             deployments.c.app_id == app_id, deployments.c.number == number
         )

@@ -11,6 +11,7 @@ from appdeck.protocol.registry import Registry
 def register_all(registry: Registry, platform: Platform) -> None:
     from appdeck.tools import (
         apps,
+        ci,
         deploy,
         env_vars,
         logs,
@@ -32,6 +33,7 @@ def register_all(registry: Registry, platform: Platform) -> None:
         tables,
         records,
         repos,
+        ci,
         whats_next,
     )
     for tool in (tool for family in families for tool in family.TOOLS):

@@ -18,7 +18,8 @@ import pytest
 from appdeck.platform import netns
 from appdeck.platform.release import Release
 from appdeck.platform.runtime import InstanceRef, LocalDriver
-from appdeck.platform.runtime.sandbox import Sandbox, SandboxUnavailable, detect
+from appdeck.platform.runtime.sandbox import Sandbox
+from tests.support.sandbox import sandbox_or_skip
 
 from .conftest import (
     FAST_RESTARTS,
@@ -35,12 +36,7 @@ UID_BASE = 300_000
 
 @pytest.fixture(scope="module")
 def sandbox() -> Sandbox:
-    try:
-        return detect(UID_BASE)
-    except SandboxUnavailable as exc:
-        if os.environ.get("CI"):
-            raise  # CI runs as root with bubblewrap installed: these tests must run there
-        pytest.skip(f"no sandbox on this host: {exc}")
+    return sandbox_or_skip(UID_BASE)
 
 
 @pytest.fixture

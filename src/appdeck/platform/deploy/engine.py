@@ -87,6 +87,8 @@ class DeployService:
         self._aside: set[asyncio.Task[None]] = set()
         self.git: GitSource | None = None
         """Set by the composition root: a connected repository is the app's source."""
+        self.gate: Callable[[int, str | None], Awaitable[None]] | None = None
+        """Set by the composition root: CI's require_green check of the commit deployed."""
 
     def background(self, work: Awaitable[None]) -> None:
         """Run clean-up work (stopping a release nobody routes to) without making the caller
@@ -172,6 +174,9 @@ class DeployService:
         if unroutable is not None:  # only apps made before the hostname rule can get here
             raise FailedPrecondition(unroutable, hint="rename the app (manage_app update)")
         source = await self._resolve(app, commit) if git else {"path": str(self._source(app))}
+        if self.gate is not None:
+            found = source.get("commit")
+            await self.gate(app_id, found if isinstance(found, str) else None)
         env = await self._env.resolved(app_id, dict(app.spec.get("env") or {}))
         live = await self.live(app_id)
         record = await self.store.create(

@@ -277,6 +277,10 @@ class RepoService:
     async def connected(self, app_id: int) -> bool:
         return await self._store.get(app_id) is not None
 
+    async def connection(self, app_id: int) -> RepoRecord | None:
+        """The app's connection as stored (sealed token and secret: never shown as is)."""
+        return await self._store.get(app_id)
+
     async def source(self, app: AppRecord, commit: str | None) -> dict[str, Any] | None:
         """The app's repository checked out at ``commit`` (default: its branch's head), as a
         deployment's ``source``; ``None`` when no repository is connected."""

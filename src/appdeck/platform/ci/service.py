@@ -1,0 +1,405 @@
+"""CIService: an app's CI configuration, its runs, and what a push or a deploy asks of them.
+
+The rules:
+
+- **Configure** needs ``ci.manage`` (developer) and a connected repository; CI follows the
+  connected branch (``branch``, when given, must be that branch). ``test_command``: 1 to
+  4,000 characters, no NUL; ``timeout_seconds`` 1 to 3,600 (default 600); ``strategy`` one of
+  deploy_app's or None (the spec's default). Reads need ``app.read`` (viewer).
+- **A received commit** (webhook push or poll, :meth:`on_push`) on a configured app starts a
+  run: queued → running → passed | failed | timed_out | error. One run at a time per app
+  (the others wait their turn, in order). A passed run with ``auto_deploy`` deploys that
+  commit as the user who connected the repository, and records the deployment's number; any
+  other outcome deploys nothing. Without a configuration the connection's own rule applies.
+- **require_green**: a deploy of a commit from the repository is refused (failed_precondition)
+  unless that exact commit has a passed run (:meth:`gate`, called by the deploy engine). A
+  deploy not from the repository (none connected any more) is not gated: there is nothing
+  to test.
+- **A restart** ends the runs a dead server process left queued or running as ``error``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from appdeck.common.errors import AppDeckError, FailedPrecondition, InvalidArgument, NotFound
+from appdeck.common.identity import Principal
+from appdeck.platform.apps import AppService
+from appdeck.platform.changes import Change, ChangeFeed
+from appdeck.platform.ci.runner import CIRunner, Job, Outcome
+from appdeck.platform.env import EnvService
+from appdeck.platform.release import AppSpec
+from appdeck.platform.repos.git import SHA
+from appdeck.platform.repos.service import PushOutcome, Received, RepoService
+from appdeck.platform.specs import STRATEGIES
+from appdeck.storage.apps import AppRecord
+from appdeck.storage.ci import CIConfigRecord, CIRunRecord, CIStore
+
+log = logging.getLogger("appdeck.ci")
+
+MAX_COMMAND: Final = 4000
+DEFAULT_TIMEOUT_S: Final = 600
+MAX_TIMEOUT_S: Final = 3600
+ACTIVE: Final = ("queued", "running")
+ENDED: Final = ("passed", "failed", "timed_out", "error", "cancelled")
+
+DeployCommit = Callable[[Principal, int, str, str | None], Awaitable[int]]
+"""Deploys a commit (principal, app id, commit, strategy) and returns the deployment number."""
+Masks = Callable[[int], Awaitable[Callable[[str], str]]]
+"""The app's log masker (its env values), as tail_deploy_logs masks them."""
+
+
+@dataclass(frozen=True, slots=True)
+class CIStatus:
+    """What whats_next reads of an app's CI."""
+
+    configured: bool
+    require_green: bool
+    auto_deploy: bool
+    last_run_number: int | None
+    last_run_state: str | None
+    last_run_commit: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class CIConfigView:
+    config: CIConfigRecord
+    last_run: CIRunRecord | None
+
+
+class CIService:
+    def __init__(
+        self,
+        apps: AppService,
+        store: CIStore,
+        repos: RepoService,
+        env: EnvService,
+        runner: CIRunner,
+        masks: Masks,
+        feed: ChangeFeed,
+        *,
+        instance_id: str,
+    ) -> None:
+        self._apps = apps
+        self._store = store
+        self._repos = repos
+        self._env = env
+        self._runner = runner
+        self._masks = masks
+        self._feed = feed
+        self._instance = instance_id
+        self._deploy: DeployCommit | None = None
+        self._locks: dict[int, asyncio.Lock] = {}
+        self._running: dict[tuple[int, int], asyncio.Task[CIRunRecord]] = {}
+
+    def deploy_with(self, deploy: DeployCommit) -> None:
+        """What a green run with auto_deploy calls (the composition root wires Deployments)."""
+        self._deploy = deploy
+
+    # -- configuration ------------------------------------------------------------------
+
+    async def configure(
+        self,
+        principal: Principal,
+        app_id: int,
+        *,
+        test_command: str,
+        branch: str | None = None,
+        auto_deploy: bool = False,
+        strategy: str | None = None,
+        require_green: bool = False,
+        timeout_seconds: int = DEFAULT_TIMEOUT_S,
+    ) -> CIConfigView:
+        await self._apps.load(principal, app_id, "ci.manage")
+        repo = await self._connected(app_id)
+        _check_command(test_command)
+        if branch is not None and branch != repo:
+            raise InvalidArgument(
+                f"CI follows the connected branch {repo!r}, not {branch[:200]!r}",
+                hint="connect_repo with that branch first, or leave branch out",
+            )
+        if strategy is not None and strategy not in STRATEGIES:
+            raise InvalidArgument(
+                f"unknown strategy {strategy[:40]!r}", hint=f"one of {', '.join(STRATEGIES)}"
+            )
+        if not 1 <= timeout_seconds <= MAX_TIMEOUT_S:
+            raise InvalidArgument(f"timeout_seconds must be 1 to {MAX_TIMEOUT_S}")
+        values: dict[str, Any] = {
+            "branch": branch,
+            "test_command": test_command,
+            "auto_deploy": auto_deploy,
+            "strategy": strategy,
+            "require_green": require_green,
+            "timeout_seconds": timeout_seconds,
+        }
+        config = await self._store.configure(app_id, values, principal.user)
+        await self._changed(app_id)
+        return CIConfigView(config, await self._last(app_id))
+
+    async def get(self, principal: Principal, app_id: int) -> CIConfigView:
+        await self._apps.load(principal, app_id, "app.read")
+        config = await self._store.config(app_id)
+        if config is None:
+            raise NotFound(
+                f"app {app_id} has no CI configuration",
+                hint="manage_ci configure (after connect_repo)",
+            )
+        return CIConfigView(config, await self._last(app_id))
+
+    async def status(self, app_id: int) -> CIStatus | None:
+        config = await self._store.config(app_id)
+        if config is None:
+            return None
+        last = await self._last(app_id)
+        return CIStatus(
+            configured=True,
+            require_green=config.require_green,
+            auto_deploy=config.auto_deploy,
+            last_run_number=last.number if last else None,
+            last_run_state=last.state if last else None,
+            last_run_commit=last.commit if last else None,
+        )
+
+    # -- runs ---------------------------------------------------------------------------
+
+    async def trigger(
+        self, principal: Principal, app_id: int, commit: str | None = None
+    ) -> tuple[CIRunRecord, asyncio.Task[CIRunRecord]]:
+        """A run of the branch head (or ``commit``, a full sha in the branch's history) as
+        ``principal``: the run as recorded, and the task that finishes it."""
+        app = (await self._apps.load(principal, app_id, "ci.manage")).app
+        config = await self._configured(app_id)
+        if commit is not None and not SHA.fullmatch(commit):
+            raise InvalidArgument("commit must be a full 40-character hex sha")
+        branch = await self._connected(app_id)
+        source = await self._repos.source(app, commit)  # fetches; refuses a foreign commit
+        if source is None:
+            raise FailedPrecondition("the app's repository was disconnected", hint="connect_repo")
+        record = await self._store.create_run(
+            app_id,
+            commit=str(source["commit"]),
+            message=str(source.get("message") or "")[:2000],
+            branch=branch,
+            trigger="manual",
+            created_by=principal.user,
+            instance_id=self._instance,
+            state="queued",
+        )
+        return record, self._start(app, config, record, principal)
+
+    async def runs(
+        self, principal: Principal, app_id: int, *, offset: int, limit: int
+    ) -> list[CIRunRecord]:
+        await self._apps.load(principal, app_id, "app.read")
+        return await self._store.runs(app_id, offset=offset, limit=limit)
+
+    async def run(self, principal: Principal, app_id: int, number: int) -> CIRunRecord:
+        await self._apps.load(principal, app_id, "app.read")
+        record = await self._store.run(app_id, number)
+        if record is None:
+            raise NotFound(f"app {app_id} has no CI run {number}", hint="manage_ci runs")
+        return record
+
+    async def wait(self, app_id: int, number: int, within_s: float | None) -> CIRunRecord:
+        """The run once it ended (or as it is after ``within_s`` seconds)."""
+        task = self._running.get((app_id, number))
+        if task is not None:
+            done, _ = await asyncio.wait({task}, timeout=within_s)
+            if done:
+                return task.result()
+        record = await self._store.run(app_id, number)
+        assert record is not None
+        return record
+
+    # -- what pushes and deploys ask ------------------------------------------------------
+
+    async def on_push(self, got: Received) -> PushOutcome | None:
+        config = await self._store.config(got.app.id)
+        if config is None or (config.branch is not None and config.branch != got.branch):
+            return None
+        record = await self._store.create_run(
+            got.app.id,
+            commit=got.commit,
+            message=got.message[:2000],
+            branch=got.branch,
+            trigger=got.trigger,
+            created_by=got.by.user,
+            instance_id=self._instance,
+            state="queued",
+        )
+        self._start(got.app, config, record, got.by)
+        return PushOutcome("testing", got.commit, reason=f"CI run #{record.number}")
+
+    async def gate(self, app_id: int, commit: str | None) -> None:
+        """Refuse a deploy of ``commit`` when the app requires a green run and it has none."""
+        config = await self._store.config(app_id)
+        if config is None or not config.require_green or commit is None:
+            return
+        if await self._store.passed(app_id, commit):
+            return
+        last = await self._last(app_id)
+        about = ""
+        if last is not None and last.commit == commit:
+            about = f"; its last run #{last.number} is {last.state}"
+        raise FailedPrecondition(
+            f"commit {commit[:12]} has no passing CI run{about} (require_green)",
+            hint="manage_ci trigger runs its tests; manage_ci logs shows why a run failed",
+        )
+
+    async def start(self) -> int:
+        """After a restart: runs another (dead) server process left unfinished end ``error``."""
+        return await self._store.interrupted(
+            ACTIVE, self._instance, "interrupted: the server restarted during the run"
+        )
+
+    async def settle(self) -> None:
+        """Wait for the runs under way here (at shutdown)."""
+        tasks = list(self._running.values())
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def cancel_all(self, app_id: int) -> None:
+        """Stop the app's runs (its deletion): the sandbox kills what they started."""
+        for (run_app, _), task in list(self._running.items()):
+            if run_app == app_id:
+                task.cancel()
+
+    # -- the run itself -----------------------------------------------------------------
+
+    def _start(
+        self, app: AppRecord, config: CIConfigRecord, record: CIRunRecord, by: Principal
+    ) -> asyncio.Task[CIRunRecord]:
+        key = (app.id, record.number)
+        task = asyncio.ensure_future(self._execute(app, config, record, by))
+        self._running[key] = task
+        task.add_done_callback(lambda _: self._running.pop(key, None))
+        return task
+
+    async def _execute(
+        self, app: AppRecord, config: CIConfigRecord, record: CIRunRecord, by: Principal
+    ) -> CIRunRecord:
+        async with self._locks.setdefault(app.id, asyncio.Lock()):
+            try:
+                outcome = await self._test(app, config, record)
+            except asyncio.CancelledError:
+                await self._end(record, Outcome("cancelled", None, "cancelled", ""))
+                raise
+            except Exception as exc:  # a failure of ours: the run says so, the log has why
+                log.exception("CI run %s of app %s failed to run", record.number, app.id)
+                outcome = Outcome("error", None, f"the run could not be made: {exc}"[:500], "")
+            ended = await self._end(record, outcome)
+        if ended.state == "passed" and config.auto_deploy and self._deploy is not None:
+            ended = await self._deploy_green(ended, by, config.strategy)
+        return ended
+
+    async def _test(self, app: AppRecord, config: CIConfigRecord, record: CIRunRecord) -> Outcome:
+        started = await self._store.update(
+            app.id,
+            record.number,
+            from_states=("queued",),
+            state="running",
+            status_message="Checking out and running the tests",
+            started_at=time.time(),
+        )
+        if not started:
+            return Outcome("cancelled", None, "the run was no longer queued", "")
+        await self._changed(app.id)
+        current = await self._apps.store.get(app.id) or app
+        source = await self._repos.source(current, record.commit)
+        if source is None:
+            return Outcome("error", None, "the repository was disconnected", "")
+        env = await self._env.resolved(app.id, dict(current.spec.get("env") or {}))
+        job = Job(
+            app_id=app.id,
+            app_name=current.name,
+            run=record.number,
+            spec=AppSpec.from_dict(current.spec),
+            env=env,
+            source=Path(str(source["path"])),
+            test_command=config.test_command,
+            timeout_s=float(config.timeout_seconds),
+        )
+        return await self._runner.run(job, await self._masks(app.id))
+
+    async def _end(self, record: CIRunRecord, outcome: Outcome) -> CIRunRecord:
+        await self._store.update(
+            record.app_id,
+            record.number,
+            from_states=ACTIVE,
+            state=outcome.state,
+            status_message=outcome.message,
+            exit_code=outcome.exit_code,
+            log=outcome.log,
+            finished_at=time.time(),
+        )
+        await self._changed(record.app_id)
+        ended = await self._store.run(record.app_id, record.number)
+        assert ended is not None
+        return ended
+
+    async def _deploy_green(
+        self, run: CIRunRecord, by: Principal, strategy: str | None
+    ) -> CIRunRecord:
+        assert self._deploy is not None
+        try:
+            number = await self._deploy(by, run.app_id, run.commit, strategy)
+        except AppDeckError as exc:  # refused (a role lost, a deploy under way): said
+            message = f"the tests passed; the deploy was refused: {exc.message}"[:500]
+            await self._store.update(run.app_id, run.number, status_message=message)
+        except Exception:
+            log.exception("the deploy of green run %s of app %s failed", run.number, run.app_id)
+            message = "the tests passed; the deploy failed (the server log says why)"
+            await self._store.update(run.app_id, run.number, status_message=message)
+        else:
+            await self._store.update(
+                run.app_id,
+                run.number,
+                deployment=number,
+                status_message=f"the tests passed; deployed as deployment {number}",
+            )
+        await self._changed(run.app_id)
+        updated = await self._store.run(run.app_id, run.number)
+        assert updated is not None
+        return updated
+
+    # -- helpers ------------------------------------------------------------------------
+
+    async def _connected(self, app_id: int) -> str:
+        record = await self._repos.connection(app_id)
+        if record is None:
+            raise FailedPrecondition(
+                f"app {app_id} has no connected repository", hint="connect_repo first"
+            )
+        return record.branch
+
+    async def _configured(self, app_id: int) -> CIConfigRecord:
+        config = await self._store.config(app_id)
+        if config is None:
+            raise FailedPrecondition(
+                f"app {app_id} has no CI configuration", hint="manage_ci configure first"
+            )
+        return config
+
+    async def _last(self, app_id: int) -> CIRunRecord | None:
+        runs = await self._store.runs(app_id, offset=0, limit=1)
+        return runs[0] if runs else None
+
+    async def _changed(self, app_id: int) -> None:
+        app = await self._apps.store.get(app_id)
+        if app is not None:
+            await self._feed.emit(Change("app.updated", app.tenant_id, app_id))
+
+
+def _check_command(command: str) -> None:
+    if not command.strip():
+        raise InvalidArgument("test_command must not be empty")
+    if len(command) > MAX_COMMAND:
+        raise InvalidArgument(f"test_command is longer than {MAX_COMMAND} characters")
+    if "\0" in command:
+        raise InvalidArgument("test_command must not contain NUL characters")
