@@ -196,6 +196,7 @@ def connect_repos(platform: Platform) -> None:
     """A connected repository is its app's deploy source, and a push deploys through the
     same path as deploy_app."""
     platform.deploys.git = platform.repos
+    platform.preflight.repository = platform.repos.url  # preflight's source check
 
     async def deploy(principal: Principal, app_id: int, commit: str) -> object:
         return await platform.deployments.deploy(principal, app_id, wait_s=None, commit=commit)

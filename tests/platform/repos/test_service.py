@@ -183,3 +183,15 @@ async def test_a_repository_without_commits_cannot_be_connected(on: OnFakes) -> 
     empty = bare_repo(on.source.parent, "empty.git")
     with pytest.raises(FailedPrecondition, match="no branch"):
         await on.platform.repos.connect(on.alice, app_id, str(empty.bare))
+
+
+async def test_preflight_takes_a_connected_repository_as_the_source(
+    on: OnFakes, repo: BareRepo
+) -> None:
+    app_id = (await on.platform.apps.register(on.alice, "shop", {"run_command": "x"})).app.id
+    before = await on.platform.preflight.check(on.alice, app_id)
+    assert [c.status for c in before.checks if c.name == "source"] == ["fail"]
+    await on.platform.repos.connect(on.alice, app_id, str(repo.bare))
+    after = await on.platform.preflight.check(on.alice, app_id)
+    [source] = [c for c in after.checks if c.name == "source"]
+    assert (source.status, source.detail) == ("pass", f"the connected repository {repo.bare}")

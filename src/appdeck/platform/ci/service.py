@@ -41,6 +41,8 @@ from appdeck.platform.specs import STRATEGIES
 from appdeck.storage.apps import AppRecord
 from appdeck.storage.ci import CIConfigRecord, CIRunRecord, CIStore
 
+__all__ = ["CIConfigView", "CIRunRecord", "CIService", "CIStatus"]
+
 log = logging.getLogger("appdeck.ci")
 
 MAX_COMMAND: Final = 4000

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import shutil
 import socket
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -67,6 +67,9 @@ class PreflightService:
     """Instances run in network namespaces of their own: a fixed port cannot clash."""
     which: Callable[[str], str | None] = field(default=shutil.which)
     port_free: Callable[[int], bool] = field(default=port_free)
+    repository: Callable[[int], Awaitable[str | None]] | None = None
+    """The app's connected repository URL, if any (the composition root wires RepoService):
+    a connected repository is the app's source, whatever spec.source_path says."""
 
     async def check(
         self, principal: Principal, app_id: int, required_env: Iterable[str] = ()
@@ -76,7 +79,7 @@ class PreflightService:
         spec = app.spec
         checks = [
             Check("spec", "pass", f"valid (version {app.spec_version})"),
-            self._source(app.tenant_id, spec.get("source_path")),
+            await self._repository_or_source(app.id, app.tenant_id, spec.get("source_path")),
             self._runtime(str(spec.get("runtime", "python"))),
             _run_command(spec),
             self._port(spec.get("port")),
@@ -98,6 +101,12 @@ class PreflightService:
                 )
             )
         return Preflight(app.id, app.name, tuple(checks))
+
+    async def _repository_or_source(self, app_id: int, tenant: str, source: Any) -> Check:
+        url = await self.repository(app_id) if self.repository is not None else None
+        if url is not None:
+            return Check("source", "pass", f"the connected repository {url}")
+        return self._source(tenant, source)
 
     def _source(self, tenant: str, source: Any) -> Check:
         if not source:

@@ -277,6 +277,11 @@ class RepoService:
     async def connected(self, app_id: int) -> bool:
         return await self._store.get(app_id) is not None
 
+    async def url(self, app_id: int) -> str | None:
+        """The connected repository's URL (never with credentials), if any."""
+        record = await self._store.get(app_id)
+        return None if record is None else record.url
+
     async def connection(self, app_id: int) -> RepoRecord | None:
         """The app's connection as stored (sealed token and secret: never shown as is)."""
         return await self._store.get(app_id)
