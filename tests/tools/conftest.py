@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import shutil
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,3 +106,40 @@ async def _drop_app_databases(services: Services) -> None:
         last = (await conn.execute(sa.select(sa.func.max(schema.apps.c.id)))).scalar()
     for app_id in range(1, int(last or 0) + 1):
         await services.databases.drop(app_id)
+
+
+HELLO = Path(__file__).resolve().parents[1] / "fixtures" / "apps" / "hello"
+
+
+@pytest.fixture
+async def deploy_world(tmp_path: Path) -> AsyncIterator[World]:
+    source = tmp_path / "src" / "hello"
+    shutil.copytree(HELLO, source)
+    settings = Settings.model_validate(
+        {
+            "data_dir": tmp_path / "data",
+            "source_roots": [tmp_path / "src"],
+            "rate_limit_per_second": 0,
+        }
+    )
+    services = await Services.start(settings)
+    admin = IdentityAdmin(services.identities, services.token_issuer)
+    await admin.create_tenant("acme")
+    await admin.create_user("acme", "alice", None, role="admin")
+    transport = httpx.ASGITransport(app=services.asgi())
+    try:
+        async with httpx.AsyncClient(
+            transport=transport, base_url=services.base_url, timeout=90
+        ) as client:
+            yield World(services, client, admin, source)
+    finally:
+        await services.stop(stop_apps=True)
+
+
+async def fetch(world: World, name: str) -> httpx.Response:
+    assert world.services.ingress is not None
+    async with httpx.AsyncClient(timeout=5) as http:
+        return await http.get(
+            f"http://127.0.0.1:{world.services.ingress.port}/",
+            headers={"host": f"{name}--acme.localhost"},
+        )

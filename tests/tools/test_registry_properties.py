@@ -134,6 +134,7 @@ NAMES = (
     "search_table",
     "connect_repo",
     "manage_ci",
+    "import_and_deploy",
     "whats_next",
 )
 TOOL_NAMES = st.sampled_from(NAMES)

@@ -24,6 +24,7 @@ from appdeck.platform.deploy.ingress_router import IngressRouter
 from appdeck.platform.deploy.local_runtime import LocalRuntime
 from appdeck.platform.deploy.preflight import PreflightService
 from appdeck.platform.env import EnvService
+from appdeck.platform.imports.service import ImportService
 from appdeck.platform.logs import LogService
 from appdeck.platform.repos.git import Git
 from appdeck.platform.repos.prune import kept_commits
@@ -84,6 +85,11 @@ class Platform:
     def advice(self) -> AdviceService:
         """whats_next's service, over the services above (it holds no state of its own)."""
         return AdviceService(self.apps, self.deployments, self.repos, ci=self.ci)
+
+    @property
+    def imports(self) -> ImportService:
+        """import_and_deploy's service, over the services above (no state of its own)."""
+        return ImportService(self.apps, self.repos, self.preflight, self.deployments)
 
     @classmethod
     def build(

@@ -14,6 +14,7 @@ def register_all(registry: Registry, platform: Platform) -> None:
         ci,
         deploy,
         env_vars,
+        imports,
         logs,
         manage_app,
         preflight,
@@ -33,6 +34,7 @@ def register_all(registry: Registry, platform: Platform) -> None:
         tables,
         records,
         repos,
+        imports,
         ci,
         whats_next,
     )

@@ -1,0 +1,1 @@
+"""import_and_deploy: from a repository URL to a live app (runtime detection, the steps)."""
