@@ -4,8 +4,8 @@ No bearer token: the signature is the credential. The body is read up to
 :data:`~appdeck.platform.repos.webhook.MAX_BODY` bytes (413 beyond, before anything is looked
 up). An unsigned or wrongly signed delivery, an app that does not exist or has no repository,
 or an app id that is not a number: all get the same 401, so the endpoint tells a stranger
-nothing about which apps exist. A good delivery: 202 when it starts a deploy, else 200, with
-what was done.
+nothing about which apps exist. A good delivery: 202 when it starts a deploy or a CI run,
+else 200, with what was done.
 """
 
 from __future__ import annotations
@@ -49,7 +49,9 @@ def git_hook_route(repos: RepoService) -> Route:
             answer["commit"] = outcome.commit
         if outcome.reason:
             answer["reason"] = outcome.reason
-        return JSONResponse(answer, status_code=202 if outcome.status == "deploying" else 200)
+        return JSONResponse(
+            answer, status_code=202 if outcome.status in ("deploying", "testing") else 200
+        )
 
     return Route(PATH, endpoint, methods=["POST"])
 
