@@ -20,6 +20,7 @@ from appdeck.platform.deploy.engine import DeployService, Operations
 from appdeck.platform.deploy.preflight import PreflightService
 from appdeck.platform.env import EnvService
 from appdeck.platform.logs import LogService
+from appdeck.platform.oauth_clients import AppClientService
 from appdeck.platform.repos.git import Git
 from appdeck.platform.repos.service import RepoService
 from appdeck.platform.runtime.driver import LogLine, LogPage
@@ -33,6 +34,7 @@ from appdeck.storage.apps import AppStore
 from appdeck.storage.ci import CIStore
 from appdeck.storage.deployments import DeploymentStore
 from appdeck.storage.identity import IdentityStore
+from appdeck.storage.oauth import OAuthStore
 from appdeck.storage.repos import RepoStore
 from tests.platform.ci.shell_runner import ShellRunner
 from tests.platform.deploy.fakes import FakeRouter, FakeRuntime
@@ -181,6 +183,7 @@ async def platform_on_fakes(storage: Storage, tmp_path: Path) -> OnFakes:
             feed,
             instance_id="test",
         ),
+        oauth_clients=AppClientService(apps, OAuthStore(storage.engine)),
         _driver=driver,  # type: ignore[arg-type]
         _router=router,  # type: ignore[arg-type]
     )

@@ -135,6 +135,7 @@ NAMES = (
     "connect_repo",
     "manage_ci",
     "import_and_deploy",
+    "manage_oauth_client",
     "whats_next",
 )
 TOOL_NAMES = st.sampled_from(NAMES)

@@ -3,29 +3,15 @@ with argon2."""
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import secrets
-
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 
+from appdeck.common.tokens import new_secret, same, token_hash
+
+__all__ = ["hash_password", "new_secret", "same", "token_hash", "verify_password"]
+
 _hasher = PasswordHasher()
 _DUMMY = _hasher.hash("appdeck-timing-equaliser")
-
-
-def new_secret(prefix: str = "", nbytes: int = 32) -> str:
-    """A fresh random token, URL-safe, with an optional recognisable prefix."""
-    return prefix + secrets.token_urlsafe(nbytes)
-
-
-def token_hash(token: str) -> str:
-    """SHA-256 of a high-entropy token: enough for lookups (no need for a slow hash)."""
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-def same(a: str, b: str) -> bool:
-    return hmac.compare_digest(a.encode(), b.encode())
 
 
 def hash_password(password: str) -> str:

@@ -37,3 +37,9 @@ class Principal:
 
 ANONYMOUS = Principal(tenant="local", user="anonymous")
 """The principal used while no authenticator is configured (development, tests)."""
+
+
+def app_audience(app_id: int) -> str:
+    """The ``aud`` of access tokens an app's own OAuth clients get (RFC 8707 resource): never
+    AppDeck's /mcp resource, so such a token opens nothing of AppDeck's."""
+    return f"urn:appdeck:app:{app_id}"

@@ -26,6 +26,7 @@ from appdeck.platform.deploy.preflight import PreflightService
 from appdeck.platform.env import EnvService
 from appdeck.platform.imports.service import ImportService
 from appdeck.platform.logs import LogService
+from appdeck.platform.oauth_clients import AppClientService
 from appdeck.platform.repos.git import Git
 from appdeck.platform.repos.prune import kept_commits
 from appdeck.platform.repos.service import RepoService
@@ -40,6 +41,7 @@ from appdeck.storage.apps import AppRecord, AppStore
 from appdeck.storage.ci import CIStore
 from appdeck.storage.deployments import DeploymentStore
 from appdeck.storage.identity import IdentityStore
+from appdeck.storage.oauth import OAuthStore
 from appdeck.storage.repos import RepoStore
 
 
@@ -78,6 +80,7 @@ class Platform:
     ops: Operations
     repos: RepoService
     ci: CIService
+    oauth_clients: AppClientService
     _driver: RuntimeDriver
     _router: IngressRouter
 
@@ -159,6 +162,7 @@ class Platform:
                 feed,
                 instance_id=instance_id,
             ),
+            oauth_clients=AppClientService(apps, OAuthStore(engine)),
             _driver=driver,
             _router=router,
         )

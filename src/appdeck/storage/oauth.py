@@ -51,6 +51,8 @@ class ClientRow:
     expires_at: float | None = None
     used_at: float | None = None
     """When it got its first authorization code; a ``dcr`` client without one expires."""
+    app_id: int | None = None
+    """An app's own client (kind ``app``): its tokens are for that app, never for AppDeck."""
 
     @property
     def confidential(self) -> bool:
@@ -113,6 +115,7 @@ def _client(row: Any) -> ClientRow:
         created_at=row.created_at,
         expires_at=row.expires_at,
         used_at=row.used_at,
+        app_id=row.app_id,
     )
 
 
@@ -131,6 +134,7 @@ def _client_values(client: ClientRow) -> dict[str, Any]:
         "metadata": client.metadata,
         "created_at": client.created_at or time.time(),
         "expires_at": client.expires_at,
+        "app_id": client.app_id,
     }
 
 
@@ -447,6 +451,30 @@ class OAuthStore:
             query = query.where(rt.user_id == user_id)
         async with self._engine.connect() as conn:
             return [_refresh(r) for r in (await conn.execute(query)).all()]
+
+    async def app_clients(
+        self, app_id: int, *, offset: int = 0, limit: int = 100
+    ) -> list[ClientRow]:
+        """An app's own clients, oldest first."""
+        query = (
+            sa.select(oauth_clients)
+            .where(oauth_clients.c.app_id == app_id)
+            .order_by(oauth_clients.c.created_at, oauth_clients.c.client_id)
+            .offset(offset)
+            .limit(limit)
+        )
+        async with self._engine.connect() as conn:
+            return [_client(r) for r in (await conn.execute(query)).all()]
+
+    async def set_client_secret(self, client_id: str, secret_hash: str) -> bool:
+        """Replace a confidential client's secret (the old one stops working at once)."""
+        async with self._engine.begin() as conn:
+            result = await conn.execute(
+                sa.update(oauth_clients)
+                .where(oauth_clients.c.client_id == client_id)
+                .values(secret_hash=secret_hash)
+            )
+        return bool(result.rowcount)
 
     async def list_clients(self) -> list[ClientRow]:
         query = sa.select(oauth_clients).order_by(oauth_clients.c.created_at)

@@ -17,6 +17,7 @@ def register_all(registry: Registry, platform: Platform) -> None:
         imports,
         logs,
         manage_app,
+        oauth_clients,
         preflight,
         records,
         repos,
@@ -36,6 +37,7 @@ def register_all(registry: Registry, platform: Platform) -> None:
         repos,
         imports,
         ci,
+        oauth_clients,
         whats_next,
     )
     for tool in (tool for family in families for tool in family.TOOLS):

@@ -242,6 +242,8 @@ class Clients:
         client = await self._ctx.oauth.get_client(client_id)
         if client is None:
             raise ClientLookupError("This application is not registered with AppDeck.")
+        if client.app_id is not None:  # an app's machine client: no sign-in through it
+            raise ClientLookupError("This client uses the client credentials grant only.")
         return client
 
     async def for_token(self, client_id: str, endpoint: str) -> ClientRow | None:

@@ -18,7 +18,9 @@ tokens, and client credentials for machine clients.
   the principal is ``client:<client_id>`` in that tenant, within the client's scope, and
   no refresh token is issued (RFC 6749 §4.4.3).
 - Every access token's audience is the canonical MCP URL; a ``resource`` parameter, when
-  sent, must name it (RFC 8707, ``invalid_target``).
+  sent, must name it (RFC 8707, ``invalid_target``). Except an app's own clients
+  (manage_oauth_client): their tokens' audience is the app (``urn:appdeck:app:<id>``),
+  which AppDeck's own endpoints never accept.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from appdeck.auth.server import pkce
 from appdeck.auth.server.clients import Clients
 from appdeck.auth.server.context import ServerContext
 from appdeck.auth.server.http import Form, OAuthError, json_response, read_form
+from appdeck.common.identity import app_audience
 from appdeck.storage.oauth import ClientRow, CodeReplay, RefreshTokenRow, family_for_code
 
 METHOD = "POST /token"
@@ -79,7 +82,7 @@ class TokenEndpoint:
             raise OAuthError("invalid_request", "a code_verifier (RFC 7636) is required")
         if redirect_uri is None:
             raise OAuthError("invalid_request", "redirect_uri is required")
-        self._check_resource(form)
+        self._check_resource(form, client)
         code_hash = token_hash(code)
         found = await self._ctx.oauth.consume_code(code_hash)
         if found is None:
@@ -122,7 +125,7 @@ class TokenEndpoint:
         presented = form.get("refresh_token", max_len=512)
         if presented is None:
             raise OAuthError("invalid_request", "refresh_token is required")
-        self._check_resource(form)
+        self._check_resource(form, client)
         wanted = form.get("scope", max_len=2000)
         hashed = token_hash(presented)
         row = await self._ctx.oauth.get_refresh(hashed)
@@ -174,8 +177,11 @@ class TokenEndpoint:
         tenant = client.tenant_id
         if tenant is None or await self._ctx.identities.get_tenant(tenant) is None:
             raise OAuthError("unauthorized_client", "this client acts in no tenant")
-        self._check_resource(form)
-        allowed = set(scope_names.parse(client.scope, allow_unknown=True))
+        self._check_resource(form, client)
+        if client.app_id is not None:  # an app's own scopes, which AppDeck does not know
+            allowed = set((client.scope or "").split())
+        else:
+            allowed = set(scope_names.parse(client.scope, allow_unknown=True))
         wanted = form.get("scope", max_len=2000)
         scope = set(wanted.split()) if wanted else allowed
         if not scope or not scope <= allowed:
@@ -196,8 +202,13 @@ class TokenEndpoint:
         if grant not in client.grant_types:
             raise OAuthError("unauthorized_client", f"this client may not use {grant}")
 
-    def _check_resource(self, form: Form) -> None:
+    def _check_resource(self, form: Form, client: ClientRow) -> None:
         resources = form.all("resource")
+        if client.app_id is not None:  # an app's own client: tokens for that app only
+            mine = app_audience(client.app_id)
+            if len(resources) > 1 or (resources and resources[0] != mine):
+                raise OAuthError("invalid_target", f"this client's only resource is {mine}")
+            return
         if len(resources) > 1 or (resources and not self._ctx.is_resource(resources[0])):
             raise OAuthError("invalid_target", f"the only resource here is {self._ctx.resource}")
 
@@ -230,7 +241,7 @@ class TokenEndpoint:
             scope=scope,
             client_id=client.client_id,
             ttl_seconds=settings.access_token_ttl_seconds,
-            audience=self._ctx.resource,
+            audience=self._ctx.resource if client.app_id is None else app_audience(client.app_id),
         )
         body: dict[str, Any] = {
             "access_token": access,
