@@ -222,3 +222,26 @@ async def test_runs_a_dead_server_left_running_end_as_errors_at_start(
     assert {(r.state, r.status_message) for r in runs} == {
         ("error", "interrupted: the server restarted during the run")
     }
+
+
+async def test_runs_report_their_progress_as_the_ci_commit_status(
+    on: OnFakes, repo: BareRepo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reported: list[tuple[str, str, str]] = []
+
+    async def report(app_id: int, sha: str, state: str, context: str, text: str) -> bool:
+        reported.append((sha, state, context))
+        return True
+
+    monkeypatch.setattr(on.platform.repos, "report_status", report)
+    app_id, secret = await _connected(on, repo, auto_deploy=False)
+    green = repo.commit({"app.py": "print('v2')\n"}, "v2")
+    await _push(on, app_id, secret, green, "v2")
+    red = repo.commit({"status": "red\n"}, "red")
+    await _push(on, app_id, secret, red, "red")
+    assert reported == [
+        (green, "pending", "appdeck/ci"),
+        (green, "success", "appdeck/ci"),
+        (red, "pending", "appdeck/ci"),
+        (red, "failure", "appdeck/ci"),
+    ]

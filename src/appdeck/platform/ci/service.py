@@ -50,6 +50,8 @@ DEFAULT_TIMEOUT_S: Final = 600
 MAX_TIMEOUT_S: Final = 3600
 ACTIVE: Final = ("queued", "running")
 ENDED: Final = ("passed", "failed", "timed_out", "error", "cancelled")
+GITHUB_STATES: Final = {"passed": "success", "failed": "failure", "timed_out": "failure"}
+"""A run's end as a GitHub commit status (``appdeck/ci``); the rest is ``error``."""
 
 DeployCommit = Callable[[Principal, int, str, str | None], Awaitable[int]]
 """Deploys a commit (principal, app id, commit, strategy) and returns the deployment number."""
@@ -312,6 +314,9 @@ class CIService:
         if not started:
             return Outcome("cancelled", None, "the run was no longer queued", "")
         await self._changed(app.id)
+        await self._repos.report_status(
+            app.id, record.commit, "pending", "appdeck/ci", f"CI run #{record.number} running"
+        )
         current = await self._apps.store.get(app.id) or app
         source = await self._repos.source(current, record.commit)
         if source is None:
@@ -341,6 +346,11 @@ class CIService:
             finished_at=time.time(),
         )
         await self._changed(record.app_id)
+        github = GITHUB_STATES.get(outcome.state, "error")
+        description = f"CI run #{record.number}: {outcome.message}"[:140]
+        await self._repos.report_status(
+            record.app_id, record.commit, github, "appdeck/ci", description
+        )
         ended = await self._store.run(record.app_id, record.number)
         assert ended is not None
         return ended
