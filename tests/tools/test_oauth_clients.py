@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 from jsonschema import Draft202012Validator
 
+from tests.support.mcp import INIT, headers, request
 from tests.tools.conftest import Caller, World
 
 
@@ -61,21 +62,7 @@ async def test_an_apps_client_gets_tokens_for_the_app_that_appdeck_refuses(world
     )
     assert claims["sub"] == f"client:{client_id}"
     refused = await world.client.post(
-        "/mcp",
-        json={
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-11-25",
-                "capabilities": {},
-                "clientInfo": {"name": "app-token", "version": "1"},
-            },
-        },
-        headers={
-            "authorization": f"Bearer {token}",
-            "accept": "application/json, text/event-stream",
-        },
+        "/mcp", json=request("initialize", INIT), headers=headers(token=token)
     )
     assert refused.status_code == 401  # a token for the app opens nothing of AppDeck's
 
