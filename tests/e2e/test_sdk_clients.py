@@ -96,6 +96,26 @@ def _calls(app_id: int) -> list[tuple[dict[str, Any], str | None]]:
         ("whats_next", {"app_id": app_id}, None),
         ("whats_next", {}, None),
         ("whats_next", {"app_id": 999999}, "not_found"),
+        ("manage_ci", {"app_id": app_id, "action": "get"}, "not_found"),
+        ("manage_ci", {"app_id": app_id, "action": "runs"}, None),
+        (
+            "manage_ci",
+            {"app_id": app_id, "action": "configure", "test_command": "true"},
+            "failed_precondition",
+        ),
+        ("import_and_deploy", {"url": "ext::sh"}, "invalid_argument"),
+        (
+            "manage_oauth_client",
+            {"app_id": app_id, "action": "create", "name": "c", "scopes": ["orders:read"]},
+            None,
+        ),
+        (
+            "manage_oauth_client",
+            {"app_id": app_id, "action": "create", "name": "c", "scopes": ["apps:read"]},
+            "invalid_argument",
+        ),
+        ("manage_oauth_client", {"app_id": app_id, "action": "list"}, None),
+        ("manage_oauth_client", {"app_id": app_id, "action": "get", "client_id": "x"}, "not_found"),
     ]
     return [({"name": n, "arguments": a}, code) for n, a, code in calls]
 
