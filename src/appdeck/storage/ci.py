@@ -221,6 +221,20 @@ class CIStore:
             done = await conn.execute(query.values(**values))
         return bool(done.rowcount)
 
+    async def prune(self, app_id: int, keep: int) -> int:
+        """Drop the app's runs older than its last ``keep`` (their logs with them)."""
+        async with writing(self._engine) as conn:
+            top = await conn.execute(
+                sa.select(sa.func.max(ci_runs.c.number)).where(ci_runs.c.app_id == app_id)
+            )
+            last = int(top.scalar() or 0)
+            done = await conn.execute(
+                sa.delete(ci_runs).where(
+                    ci_runs.c.app_id == app_id, ci_runs.c.number <= last - keep
+                )
+            )
+        return int(done.rowcount or 0)
+
     async def interrupted(self, states: tuple[str, ...], instance_id: str, message: str) -> int:
         """Runs left in ``states`` by another (dead) server process end ``error``."""
         async with writing(self._engine) as conn:

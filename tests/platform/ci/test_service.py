@@ -245,3 +245,38 @@ async def test_runs_report_their_progress_as_the_ci_commit_status(
         (red, "pending", "appdeck/ci"),
         (red, "failure", "appdeck/ci"),
     ]
+
+
+async def test_at_most_ten_runs_wait_per_app_and_more_pushes_are_recorded_untested(
+    on: OnFakes, repo: BareRepo
+) -> None:
+    app_id, secret = await _connected(on, repo, auto_deploy=False, test_command="sleep 0.2")
+    shas = [repo.commit({"n": str(n)}, f"c{n}") for n in range(13)]
+    bodies = [push_payload(sha, "c") for sha in shas]
+    outcomes = await asyncio.gather(
+        *(on.platform.repos.push(app_id, b, sign(secret, b), "push") for b in bodies)
+    )
+    await on.platform.ci.settle()
+    assert sorted(o.status for o in outcomes) == ["ignored"] * 3 + ["testing"] * 10
+    assert len(await on.platform.ci.runs(on.alice, app_id, offset=0, limit=50)) == 10
+
+
+async def test_only_the_last_runs_of_an_app_are_kept(
+    on: OnFakes, repo: BareRepo, storage: Storage
+) -> None:
+    app_id, _ = await _connected(on, repo)
+    store = CIStore(storage.engine)
+    for _ in range(5):
+        await store.create_run(
+            app_id,
+            commit=repo.first,  # type: ignore[attr-defined]
+            message="m",
+            branch="main",
+            trigger="push",
+            created_by=on.alice.user,
+            instance_id="test",
+            state="passed",
+        )
+    assert await store.prune(app_id, keep=2) == 3
+    runs = await store.runs(app_id, offset=0, limit=10)
+    assert [r.number for r in runs] == [5, 4]

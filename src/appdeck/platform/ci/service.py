@@ -28,7 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from appdeck.common.errors import AppDeckError, FailedPrecondition, InvalidArgument, NotFound
+from appdeck.common.errors import (
+    AppDeckError,
+    Conflict,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+)
 from appdeck.common.identity import Principal
 from appdeck.platform.apps import AppService
 from appdeck.platform.changes import Change, ChangeFeed
@@ -50,6 +56,10 @@ DEFAULT_TIMEOUT_S: Final = 600
 MAX_TIMEOUT_S: Final = 3600
 ACTIVE: Final = ("queued", "running")
 ENDED: Final = ("passed", "failed", "timed_out", "error", "cancelled")
+MAX_WAITING: Final = 10
+"""Runs of one app queued or running at once here; more pushes are recorded, not tested."""
+KEEP_RUNS: Final = 200
+"""Runs (and their logs) kept per app."""
 GITHUB_STATES: Final = {"passed": "success", "failed": "failure", "timed_out": "failure"}
 """A run's end as a GitHub commit status (``appdeck/ci``); the rest is ``error``."""
 
@@ -101,6 +111,7 @@ class CIService:
         self._deploy: DeployCommit | None = None
         self._locks: dict[int, asyncio.Lock] = {}
         self._running: dict[tuple[int, int], asyncio.Task[CIRunRecord]] = {}
+        self._making: dict[int, int] = {}
 
     def deploy_with(self, deploy: DeployCommit) -> None:
         """What a green run with auto_deploy calls (the composition root wires Deployments)."""
@@ -182,6 +193,11 @@ class CIService:
         if commit is not None and not SHA.fullmatch(commit):
             raise InvalidArgument("commit must be a full 40-character hex sha")
         branch = await self._connected(app_id)
+        if self._waiting(app_id) >= MAX_WAITING:
+            raise Conflict(
+                f"{MAX_WAITING} CI runs of app {app_id} are already waiting",
+                hint="wait for them (manage_ci runs)",
+            )
         source = await self._repos.source(app, commit)  # fetches; refuses a foreign commit
         if source is None:
             raise FailedPrecondition("the app's repository was disconnected", hint="connect_repo")
@@ -227,17 +243,24 @@ class CIService:
         config = await self._store.config(got.app.id)
         if config is None or (config.branch is not None and config.branch != got.branch):
             return None
-        record = await self._store.create_run(
-            got.app.id,
-            commit=got.commit,
-            message=got.message[:2000],
-            branch=got.branch,
-            trigger=got.trigger,
-            created_by=got.by.user,
-            instance_id=self._instance,
-            state="queued",
-        )
-        self._start(got.app, config, record, got.by)
+        if self._waiting(got.app.id) >= MAX_WAITING:
+            reason = f"{MAX_WAITING} CI runs of this app are already waiting: not tested"
+            return PushOutcome("ignored", got.commit, reason=reason)
+        self._making[got.app.id] = self._making.get(got.app.id, 0) + 1  # counted from now
+        try:
+            record = await self._store.create_run(
+                got.app.id,
+                commit=got.commit,
+                message=got.message[:2000],
+                branch=got.branch,
+                trigger=got.trigger,
+                created_by=got.by.user,
+                instance_id=self._instance,
+                state="queued",
+            )
+            self._start(got.app, config, record, got.by)
+        finally:
+            self._making[got.app.id] -= 1
         return PushOutcome("testing", got.commit, reason=f"CI run #{record.number}")
 
     async def gate(self, app_id: int, commit: str | None) -> None:
@@ -275,6 +298,10 @@ class CIService:
                 task.cancel()
 
     # -- the run itself -----------------------------------------------------------------
+
+    def _waiting(self, app_id: int) -> int:
+        made = sum(1 for run_app, _ in self._running if run_app == app_id)
+        return made + self._making.get(app_id, 0)
 
     def _start(
         self, app: AppRecord, config: CIConfigRecord, record: CIRunRecord, by: Principal
@@ -351,6 +378,7 @@ class CIService:
         await self._repos.report_status(
             record.app_id, record.commit, github, "appdeck/ci", description
         )
+        await self._store.prune(record.app_id, KEEP_RUNS)
         ended = await self._store.run(record.app_id, record.number)
         assert ended is not None
         return ended
