@@ -29,16 +29,22 @@ def _checkouts(tmp_path: Path, app_id: int) -> set[str]:
     return {p.name for p in (tmp_path / "repos" / str(app_id)).iterdir()}
 
 
-async def test_only_the_checkouts_of_deployments_worth_keeping_stay(
-    on: OnFakes, repo: BareRepo, tmp_path: Path
-) -> None:
+async def _deployed_many(on: OnFakes, repo: BareRepo) -> tuple[int, list[str]]:
+    """An app connected to ``repo`` with KEEP_RECENT + 3 commits deployed one after another."""
     app_id = (await on.platform.apps.register(on.alice, "shop", SPEC)).app.id
     await on.platform.repos.connect(on.alice, app_id, str(repo.bare))
-    deployments = on.platform.deployments
     shas = []
     for n in range(KEEP_RECENT + 3):
         shas.append(repo.commit({"app.py": f"print('v{n + 1}')\n"}, f"v{n + 1}"))
-        assert (await deployments.deploy(on.alice, app_id, wait_s=None)).live
+        assert (await on.platform.deployments.deploy(on.alice, app_id, wait_s=None)).live
+    return app_id, shas
+
+
+async def test_only_the_checkouts_of_deployments_worth_keeping_stay(
+    on: OnFakes, repo: BareRepo, tmp_path: Path
+) -> None:
+    app_id, shas = await _deployed_many(on, repo)
+    deployments = on.platform.deployments
     # pruned when the last one was checked out: the 5 deployments before it, and it
     assert _checkouts(tmp_path, app_id) == set(shas[-KEEP_RECENT - 1 :])
     # a rollback target beyond the recent ones: deploying an old commit keeps it
@@ -99,13 +105,7 @@ def test_a_stray_entry_named_like_a_commit_is_pruned_but_work_in_progress_is_not
 async def test_a_rollback_past_the_kept_checkouts_checks_the_commit_out_again(
     on: OnFakes, repo: BareRepo, tmp_path: Path
 ) -> None:
-    app_id = (await on.platform.apps.register(on.alice, "shop", SPEC)).app.id
-    await on.platform.repos.connect(on.alice, app_id, str(repo.bare))
-    deployments = on.platform.deployments
-    shas = []
-    for n in range(KEEP_RECENT + 3):
-        shas.append(repo.commit({"app.py": f"print('v{n + 1}')\n"}, f"v{n + 1}"))
-        assert (await deployments.deploy(on.alice, app_id, wait_s=None)).live
+    app_id, shas = await _deployed_many(on, repo)
     assert shas[0] not in _checkouts(tmp_path, app_id)  # pruned
     back = await on.platform.ops.rollback(on.alice, app_id, 1)
     assert (back.number, back.state, back.source["commit"]) == (1, "live", shas[0])
