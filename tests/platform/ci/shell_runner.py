@@ -35,6 +35,9 @@ class ShellRunner:
             os.killpg(process.pid, signal.SIGKILL)  # the shell and what it started
             await process.wait()
             return Outcome("timed_out", None, "timed out", "")
+        except asyncio.CancelledError:
+            os.killpg(process.pid, signal.SIGKILL)
+            raise
         log = mask(out.decode(errors="replace"))
         if process.returncode == 0:
             return Outcome("passed", 0, "the tests passed", log)

@@ -280,3 +280,23 @@ async def test_only_the_last_runs_of_an_app_are_kept(
     assert await store.prune(app_id, keep=2) == 3
     runs = await store.runs(app_id, offset=0, limit=10)
     assert [r.number for r in runs] == [5, 4]
+
+
+async def test_deleting_the_app_cancels_its_running_run_cleanly(
+    on: OnFakes, repo: BareRepo
+) -> None:
+    app_id, secret = await _connected(on, repo, test_command="sleep 30")
+    sha = repo.commit({"app.py": "print('v2')\n"}, "v2")
+    body = push_payload(sha, "v2")
+    await on.platform.repos.push(app_id, body, sign(secret, body), "push")
+    for _ in range(100):  # until it runs (bounded: 10 s)
+        if (await on.platform.ci.run(on.alice, app_id, 1)).state == "running":
+            break
+        await asyncio.sleep(0.1)
+    ci = on.platform.ci
+    on.platform.apps.on_delete(lambda app: ci.cancel_all(app.id))  # as Platform.build wires it
+    await on.platform.apps.delete(on.alice, app_id, confirmed=True)
+    async with asyncio.timeout(10):
+        await on.platform.ci.settle()  # the run task ended (cancelled), no error left behind
+    with pytest.raises(NotFound):
+        await on.platform.ci.runs(on.alice, app_id, offset=0, limit=10)

@@ -231,10 +231,11 @@ class CIService:
         task = self._running.get((app_id, number))
         if task is not None:
             done, _ = await asyncio.wait({task}, timeout=within_s)
-            if done:
+            if done and not task.cancelled() and task.exception() is None:
                 return task.result()
         record = await self._store.run(app_id, number)
-        assert record is not None
+        if record is None:  # the app was deleted meanwhile
+            raise NotFound(f"app {app_id} has no CI run {number}")
         return record
 
     # -- what pushes and deploys ask ------------------------------------------------------
@@ -380,8 +381,7 @@ class CIService:
         )
         await self._store.prune(record.app_id, KEEP_RUNS)
         ended = await self._store.run(record.app_id, record.number)
-        assert ended is not None
-        return ended
+        return ended or record  # None: the app (and its runs) deleted meanwhile
 
     async def _deploy_green(
         self, run: CIRunRecord, by: Principal, strategy: str | None
@@ -405,8 +405,7 @@ class CIService:
             )
         await self._changed(run.app_id)
         updated = await self._store.run(run.app_id, run.number)
-        assert updated is not None
-        return updated
+        return updated or run  # None: the app deleted meanwhile
 
     # -- helpers ------------------------------------------------------------------------
 
