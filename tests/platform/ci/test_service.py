@@ -248,14 +248,17 @@ async def test_runs_report_their_progress_as_the_ci_commit_status(
 
 
 async def test_at_most_ten_runs_wait_per_app_and_more_pushes_are_recorded_untested(
-    on: OnFakes, repo: BareRepo
+    on: OnFakes, repo: BareRepo, tmp_path: Path
 ) -> None:
-    app_id, secret = await _connected(on, repo, auto_deploy=False, test_command="sleep 0.2")
+    release = tmp_path / "release"  # every run waits for it (at most 10 s), so none ends early
+    wait = f"for i in $(seq 200); do [ -e {release} ] && exit 0; sleep 0.05; done; exit 1"
+    app_id, secret = await _connected(on, repo, auto_deploy=False, test_command=wait)
     shas = [repo.commit({"n": str(n)}, f"c{n}") for n in range(13)]
     bodies = [push_payload(sha, "c") for sha in shas]
     outcomes = await asyncio.gather(
         *(on.platform.repos.push(app_id, b, sign(secret, b), "push") for b in bodies)
     )
+    release.touch()
     await on.platform.ci.settle()
     assert sorted(o.status for o in outcomes) == ["ignored"] * 3 + ["testing"] * 10
     assert len(await on.platform.ci.runs(on.alice, app_id, offset=0, limit=50)) == 10
