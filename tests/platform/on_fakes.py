@@ -10,6 +10,8 @@ from pathlib import Path
 
 from appdeck.auth.admin import IdentityAdmin
 from appdeck.common.identity import Principal
+from appdeck.platform.apis.client import AppHttp
+from appdeck.platform.apis.services import ApiServices
 from appdeck.platform.apps import AppService
 from appdeck.platform.changes import ChangeFeed
 from appdeck.platform.ci.service import CIService
@@ -19,6 +21,7 @@ from appdeck.platform.deploy.deployments import Deployments
 from appdeck.platform.deploy.engine import DeployService, Operations
 from appdeck.platform.deploy.preflight import PreflightService
 from appdeck.platform.env import EnvService
+from appdeck.platform.ingress.keys import KeyGate
 from appdeck.platform.logs import LogService
 from appdeck.platform.oauth_clients import AppClientService
 from appdeck.platform.repos.git import Git
@@ -184,6 +187,9 @@ async def platform_on_fakes(storage: Storage, tmp_path: Path) -> OnFakes:
             instance_id="test",
         ),
         oauth_clients=AppClientService(apps, OAuthStore(storage.engine)),
+        apis=ApiServices.build(
+            storage.engine, apps, repos, feed, gate=KeyGate(), http=AppHttp("127.0.0.1", 8088)
+        ),
         _driver=driver,  # type: ignore[arg-type]
         _router=router,  # type: ignore[arg-type]
     )

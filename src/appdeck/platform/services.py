@@ -12,6 +12,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from appdeck.common.identity import Principal
 from appdeck.platform import hostnames
 from appdeck.platform.advice.service import AdviceService
+from appdeck.platform.apis.client import AppHttp
+from appdeck.platform.apis.services import ApiServices
 from appdeck.platform.apps import AppService
 from appdeck.platform.changes import ChangeFeed
 from appdeck.platform.ci.runner import SandboxRunner
@@ -81,6 +83,8 @@ class Platform:
     repos: RepoService
     ci: CIService
     oauth_clients: AppClientService
+    apis: ApiServices
+    """The API catalogue: keys, documents, test calls."""
     _driver: RuntimeDriver
     _router: IngressRouter
 
@@ -163,6 +167,14 @@ class Platform:
                 instance_id=instance_id,
             ),
             oauth_clients=AppClientService(apps, OAuthStore(engine)),
+            apis=ApiServices.build(
+                engine,
+                apps,
+                repos,
+                feed,
+                gate=router.keys,
+                http=AppHttp(config.ingress_host, config.ingress_port),
+            ),
             _driver=driver,
             _router=router,
         )
@@ -180,6 +192,7 @@ class Platform:
         await AppRoutes(self.apps, self._router).restore()
         done = await self.ops.reconcile()
         await self.ci.start()  # runs a dead server process left unfinished end as errors
+        await self.apis.start()  # the ingress's API keys
         self.repos.poller.start()  # repositories with poll_seconds
         return done
 
@@ -194,6 +207,7 @@ class Platform:
             for release_id in await self._driver.releases():
                 await self._driver.stop(release_id)
         await self._driver.detach()
+        await self.apis.close()
 
     async def _remove_app(self, app: AppRecord) -> None:
         prefix = f"{app.id}-"

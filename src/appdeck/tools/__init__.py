@@ -10,6 +10,8 @@ from appdeck.protocol.registry import Registry
 
 def register_all(registry: Registry, platform: Platform) -> None:
     from appdeck.tools import (
+        api_keys,
+        apis,
         apps,
         ci,
         deploy,
@@ -22,6 +24,7 @@ def register_all(registry: Registry, platform: Platform) -> None:
         records,
         repos,
         tables,
+        test_api,
         whats_next,
     )
 
@@ -39,6 +42,9 @@ def register_all(registry: Registry, platform: Platform) -> None:
         ci,
         oauth_clients,
         whats_next,
+        apis,
+        test_api,
+        api_keys,
     )
     for tool in (tool for family in families for tool in family.TOOLS):
         registry.add_tool(tool.definition(platform))

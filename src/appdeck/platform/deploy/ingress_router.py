@@ -9,12 +9,20 @@ from __future__ import annotations
 
 from appdeck.platform.deploy.ports import Backend
 from appdeck.platform.ingress import routes as ingress
+from appdeck.platform.ingress.keys import KeyGate
 
 
 class IngressRouter:
-    def __init__(self, table: ingress.RouteTable, counters: ingress.Counters) -> None:
+    def __init__(
+        self,
+        table: ingress.RouteTable,
+        counters: ingress.Counters,
+        keys: KeyGate | None = None,
+    ) -> None:
         self.table = table
         self.counters = counters
+        self.keys = keys or KeyGate()
+        """The API keys the ingress checks (shared with the proxy)."""
         self._marks: dict[tuple[str, str], ingress.Mark] = {}
 
     def route(self, route: str, backends: list[Backend]) -> None:

@@ -1,0 +1,131 @@
+"""AppHttp: requests to an app's live release **through the ingress**, and nowhere else.
+
+The only address this client ever connects to is the ingress's own listening address; which
+app answers is chosen by the ``Host`` header (the app's hostname, made by
+:mod:`appdeck.platform.hostnames`, never by a caller). So no argument of a caller can make the
+server open a connection to another host, another port or a metadata address: the request
+target is a path (``/...``, never ``//...``, never an absolute URL), redirects are never
+followed (the 3xx is returned as it is), the proxy environment is ignored, and the body read is
+capped (the rest is left unread and the connection dropped).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+import httpx
+
+from appdeck.common.errors import InvalidArgument, Unavailable
+
+__all__ = ["AppHttp", "AppResponse"]
+
+DEFAULT_TIMEOUT: Final = 10.0
+MAX_TIMEOUT: Final = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class AppResponse:
+    status: int
+    headers: tuple[tuple[str, str], ...]
+    body: bytes
+    truncated: bool
+    """The body was longer than ``max_body``: ``body`` holds its first ``max_body`` bytes."""
+    latency_ms: float
+    """From sending the request to the last byte read (or the cap)."""
+
+    def header(self, name: str) -> str | None:
+        name = name.lower()
+        return next((v for k, v in self.headers if k.lower() == name), None)
+
+
+class AppHttp:
+    """One client per server; ``await aclose()`` at shutdown."""
+
+    def __init__(self, ingress_host: str, ingress_port: int) -> None:
+        host = "127.0.0.1" if ingress_host in ("0.0.0.0", "", "*") else ingress_host
+        host = "::1" if host == "::" else host
+        if ":" in host and not host.startswith("["):
+            host = f"[{host}]"
+        self.base = f"http://{host}:{ingress_port}"
+        self._client: httpx.AsyncClient | None = None
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = httpx.AsyncClient(
+                follow_redirects=False,
+                trust_env=False,  # never a proxy from the environment
+                limits=httpx.Limits(max_connections=50, max_keepalive_connections=10),
+            )
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    async def request(
+        self,
+        host: str,
+        method: str,
+        target: str,
+        *,
+        headers: Sequence[tuple[str, str]] = (),
+        body: bytes | None = None,
+        max_body: int = 256 * 1024,
+        timeout_s: float = DEFAULT_TIMEOUT,
+    ) -> AppResponse:
+        """``method target`` to the app at ``host`` (its hostname, e.g. ``blog--acme.localhost``).
+
+        ``target`` is an origin-form request target (``/path?query``), already percent-encoded.
+        Raises :class:`InvalidArgument` for anything else, :class:`Unavailable` when the
+        ingress cannot be reached or the app does not answer within ``timeout_s`` seconds.
+        """
+        if not target.startswith("/") or target.startswith("//") or not target.isprintable():
+            raise InvalidArgument("the request target must be a path starting with one /")
+        if any(c in target for c in " \\#") or len(target) > 8192:
+            raise InvalidArgument("the request target holds a space, \\ or #, or is too long")
+        timeout = min(max(timeout_s, 0.1), MAX_TIMEOUT)
+        sent = [(k, v) for k, v in headers if k.lower() != "host"]
+        sent.append(("host", host))
+        request = self._http().build_request(
+            method,
+            httpx.URL(self.base + target),
+            headers=sent,
+            content=body,
+            timeout=httpx.Timeout(timeout),
+        )
+        started = time.perf_counter()
+        try:
+            response = await self._http().send(request, stream=True)
+        except httpx.TimeoutException as exc:
+            raise Unavailable(f"the app did not answer within {timeout:g} s") from exc
+        except httpx.HTTPError as exc:
+            raise Unavailable(f"the ingress could not be reached: {type(exc).__name__}") from exc
+        chunks: list[bytes] = []
+        size = 0
+        truncated = False
+        try:
+            async for chunk in response.aiter_bytes():
+                if size + len(chunk) > max_body:
+                    chunks.append(chunk[: max_body - size])
+                    truncated = True
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+        except httpx.TimeoutException as exc:
+            raise Unavailable(f"the app's body did not arrive within {timeout:g} s") from exc
+        except httpx.HTTPError as exc:
+            raise Unavailable(f"the app's answer broke off: {type(exc).__name__}") from exc
+        finally:
+            await response.aclose()
+        latency = (time.perf_counter() - started) * 1000
+        return AppResponse(
+            status=response.status_code,
+            headers=tuple((k, v) for k, v in response.headers.multi_items()),
+            body=b"".join(chunks),
+            truncated=truncated,
+            latency_ms=round(latency, 2),
+        )
