@@ -65,7 +65,10 @@ async def test_create_shows_the_secret_once_and_stores_only_its_hash(on: OnFakes
         ({"scopes": ["a b"]}, "must match"),
         ({"scopes": ["x\0"]}, "must match"),
         ({"scopes": ["x" * 65]}, "must match"),
-        ({"grant_types": ["authorization_code"]}, "not offered"),
+        ({"grant_types": ["authorization_code"]}, "needs at least one redirect URI"),
+        ({"grant_types": ["refresh_token"]}, "goes with authorization_code"),
+        ({"grant_types": ["client_credentials", "refresh_token"]}, "goes with authorization_code"),
+        ({"redirect_uris": ["https://example.com/cb"]}, "are for the authorization_code grant"),
         ({"grant_types": ["password"]}, "not offered"),
         ({"redirect_uris": ["http://example.com/cb"]}, "must be https"),
         ({"redirect_uris": ["javascript:alert(1)"]}, "must be https"),
@@ -86,16 +89,19 @@ async def test_absurd_values_are_refused_and_nothing_is_made(
     assert await on.platform.oauth_clients.list(on.alice, app_id, offset=0, limit=10) == []
 
 
-async def test_loopback_http_redirects_are_fine(on: OnFakes) -> None:
+async def test_a_sign_in_client_has_loopback_http_or_https_redirects(on: OnFakes) -> None:
     app_id = await _app(on)
     made = await on.platform.oauth_clients.create(
         on.alice,
         app_id,
         name="dev",
         scopes=["orders:read"],
+        grant_types=["authorization_code", "refresh_token"],
         redirect_uris=["http://127.0.0.1:8765/cb", "https://shop.example/cb"],
     )
     assert made.client.redirect_uris == ("http://127.0.0.1:8765/cb", "https://shop.example/cb")
+    assert made.client.grant_types == ("authorization_code", "refresh_token")
+    assert made.client.metadata["app_name"] == "shop"
 
 
 async def test_only_the_apps_admins_see_or_touch_its_clients(on: OnFakes) -> None:

@@ -7,13 +7,21 @@ app's own scope strings, ``tid`` the app's tenant, ``sub`` ``client:<client_id>`
 own endpoints accept only tokens whose audience is AppDeck's /mcp resource, so such a token
 opens nothing of AppDeck's. The app verifies tokens with the server's JWKS.
 
+The app's **users** sign in through a client with the ``authorization_code`` grant: the
+sign-in page at ``/authorize`` names the client and its app, takes the password of an account
+of the app's tenant (nobody else's), and asks consent for the app's scopes; the code (PKCE
+S256, redirect URI registered) is exchanged at ``/token`` for an access token with the same
+audience, and a rotating refresh token when the client also has ``refresh_token``.
+
 The rules: admin or owner of the app (``oauth_clients``); at most 20 clients per app; a name
 of 1-100 printable characters; 1-20 scopes matching ``[a-z][a-z0-9_.:-]{0,63}``, none of
-them AppDeck's (``apps:``, ``deploy:``, ``repos:``, ``tables:``, ``apis:``, ...); at most 10
-redirect URIs, https (or http on a loopback host), no fragment, no credentials, at most 2,048
-characters. The secret is shown once, at create and rotate, and stored as a SHA-256 hash;
-rotating stops the old secret at once. Only the client credentials grant is offered: the
-authorization code grant (an app's users signing in) is not yet.
+them AppDeck's (``apps:``, ``deploy:``, ``repos:``, ``tables:``, ``apis:``, ...); grant types
+among ``client_credentials``, ``authorization_code`` and ``refresh_token`` (default
+``client_credentials``; ``refresh_token`` only with ``authorization_code``, which needs at
+least one redirect URI, and redirect URIs only with it); at most 10 redirect URIs, https (or
+http on a loopback host), no fragment, no credentials, at most 2,048 characters. Every client
+is confidential (HTTP Basic with its secret at /token). The secret is shown once, at create
+and rotate, and stored as a SHA-256 hash; rotating stops the old secret at once.
 """
 
 from __future__ import annotations
@@ -36,7 +44,8 @@ MAX_CLIENTS: Final = 20
 MAX_SCOPES: Final = 20
 MAX_REDIRECTS: Final = 10
 MAX_URI: Final = 2048
-GRANTS: Final = ("client_credentials",)
+GRANTS: Final = ("authorization_code", "client_credentials", "refresh_token")
+DEFAULT_GRANTS: Final = ("client_credentials",)
 SCOPE: Final = re.compile(r"[a-z][a-z0-9_.:-]{0,63}")
 APPDECK_FAMILIES: Final = ("apps", "deploy", "repos", "tables", "apis", "admin", "appdeck")
 _LOOPBACK: Final = frozenset({"127.0.0.1", "localhost", "[::1]", "::1"})
@@ -67,8 +76,9 @@ class AppClientService:
         app = (await self._apps.load(principal, app_id, "oauth_clients")).app
         _check_name(name)
         wanted = _check_scopes(scopes)
-        grants = _check_grants(grant_types or list(GRANTS))
+        grants = _check_grants(grant_types or list(DEFAULT_GRANTS))
         uris = _check_redirects(redirect_uris or [])
+        _check_grant_needs(grants, uris)
         if len(await self._store.app_clients(app_id, limit=MAX_CLIENTS + 1)) >= MAX_CLIENTS:
             raise QuotaExceeded(
                 f"an app has at most {MAX_CLIENTS} OAuth clients", hint="delete one first"
@@ -84,7 +94,7 @@ class AppClientService:
             name=name,
             scope=" ".join(wanted),
             tenant_id=app.tenant_id,
-            metadata={"created_by": principal.user},
+            metadata={"created_by": principal.user, "app_name": app.name},
             created_at=time.time(),
             app_id=app_id,
         )
@@ -163,10 +173,31 @@ def _check_grants(grants: list[str]) -> list[str]:
         if grant not in GRANTS:
             raise InvalidArgument(
                 f"grant type {grant[:40]!r} is not offered for an app's clients",
-                hint="client_credentials (an app's users signing in is not offered yet)",
+                hint=f"one of {', '.join(GRANTS)}",
                 field="grant_types",
             )
     return sorted(set(grants))
+
+
+def _check_grant_needs(grants: list[str], uris: list[str]) -> None:
+    signs_in = "authorization_code" in grants
+    if "refresh_token" in grants and not signs_in:
+        raise InvalidArgument(
+            "refresh_token goes with authorization_code (client credentials get no refresh "
+            "token: they ask for a new access token)",
+            field="grant_types",
+        )
+    if signs_in and not uris:
+        raise InvalidArgument(
+            "authorization_code needs at least one redirect URI (where the code is sent)",
+            field="redirect_uris",
+        )
+    if uris and not signs_in:
+        raise InvalidArgument(
+            "redirect URIs are for the authorization_code grant; add it to grant_types or "
+            "leave redirect_uris out",
+            field="redirect_uris",
+        )
 
 
 def _check_redirects(uris: list[str]) -> list[str]:

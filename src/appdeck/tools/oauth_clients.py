@@ -14,10 +14,13 @@ from appdeck.tools.kit import AppId, Arguments, Call, Hints, Output, Reply, Tool
 manage_oauth_client = Tool(
     "manage_oauth_client",
     title="Manage an app's OAuth clients",
-    description="OAuth clients that belong to an app, so its machine clients get access "
-    "tokens from this server's authorization server (POST /token, grant_type="
-    "client_credentials, HTTP Basic client_id:client_secret). Tokens are for the app only: "
-    "aud urn:appdeck:app:<app_id>, the app's own scopes; they open nothing of AppDeck's. The "
+    description="OAuth clients that belong to an app, so its machine clients and its users "
+    "get access tokens from this server's authorization server. Machine clients: POST /token "
+    "with grant_type=client_credentials and HTTP Basic client_id:client_secret. The app's "
+    "users: grant_types [authorization_code, refresh_token] with redirect_uris; the app sends "
+    "the browser to /authorize (PKCE S256), where an account of the app's tenant signs in and "
+    "consents, then exchanges the code at /token. Tokens are for the app only: aud "
+    "urn:appdeck:app:<app_id>, the app's own scopes; they open nothing of AppDeck's. The "
     "app checks them with /.well-known/jwks.json. create (name, scopes; the secret is shown "
     "once), list, get, rotate_secret (the old secret stops at once), delete (asks to "
     "confirm, or confirm: true). Admin or owner of the app.",
@@ -40,11 +43,19 @@ class Create(Arguments):
         max_length=MAX_SCOPES,
         description="The app's own scopes (e.g. orders:read), never AppDeck's.",
     )
-    grant_types: list[Literal["client_credentials"]] | None = Field(
-        default=None, max_length=1, description="client_credentials (the only one offered)."
+    grant_types: (
+        list[Literal["client_credentials", "authorization_code", "refresh_token"]] | None
+    ) = Field(
+        default=None,
+        max_length=3,
+        description="Default [client_credentials]. For the app's users signing in: "
+        "[authorization_code] or [authorization_code, refresh_token], with redirect_uris.",
     )
     redirect_uris: list[Annotated[str, Field(max_length=2048)]] | None = Field(
-        default=None, max_length=MAX_REDIRECTS
+        default=None,
+        max_length=MAX_REDIRECTS,
+        description="Where /authorize sends the code (authorization_code only): https, or "
+        "http on a loopback host; matched exactly.",
     )
 
 
@@ -139,7 +150,7 @@ async def _create(args: Create, call: Call) -> Reply:
     )
     return Reply(
         f"Client {made.client.client_id} of app {args.app_id} made; its secret is shown only "
-        "now. It gets tokens at POST /token with grant_type=client_credentials.",
+        f"now. It gets tokens at POST /token ({', '.join(made.client.grant_types)}).",
         _with_secret(args.app_id, made),
     )
 

@@ -41,8 +41,9 @@ from appdeck.auth.server.consent_page import consent_page, error_page
 from appdeck.auth.server.context import ServerContext
 from appdeck.auth.server.http import NO_STORE, Form, OAuthError, read_form
 from appdeck.auth.server.pending import MAX_ATTEMPTS, PendingRequest, PendingRequests
+from appdeck.common.identity import app_audience
 from appdeck.storage.identity import UserRecord
-from appdeck.storage.oauth import AuthCodeRow
+from appdeck.storage.oauth import AuthCodeRow, ClientRow
 
 COOKIE: Final = "appdeck_authz"
 TENANT_COOKIE: Final = "appdeck_tenant"
@@ -100,17 +101,21 @@ class Authorize:
             self._signed_in.popitem(last=False)
 
     async def _granted(
-        self, browser: str, client_id: str
+        self, browser: str, client: ClientRow
     ) -> tuple[SignedIn | None, frozenset[str]]:
-        """Who signed in from this browser before, and what they granted ``client_id``."""
+        """Who signed in from this browser before, and what they granted ``client``."""
         known = self._signed_in.get(browser)
         if known is None or known.until <= self._ctx.clock():
             return None, frozenset()
         grants = await self._ctx.oauth.list_grants(known.tenant_id, known.user_id)
         scopes = set[str]()
         for grant in grants:
-            if grant.client_id == client_id:
-                scopes |= scope_names.parse(grant.scope, allow_unknown=True)
+            if grant.client_id == client.client_id:  # an app's client: the app's own scopes
+                scopes |= (
+                    set(grant.scope.split())
+                    if client.app_id is not None
+                    else (scope_names.parse(grant.scope, allow_unknown=True))
+                )
         return known, frozenset(scopes)
 
     # -- GET ------------------------------------------------------------------------------
@@ -149,7 +154,7 @@ class Authorize:
                 error_description=exc.description,
             )
         try:
-            challenge, scopes, resource = self._check(query, client.grant_types, client.scope)
+            challenge, scopes, resource = self._check(query, client)
         except OAuthError as exc:
             return self._back(
                 request, redirect_uri, state, error=exc.error, error_description=exc.description
@@ -167,7 +172,7 @@ class Authorize:
             resource=resource,
             code_challenge=challenge,
         )
-        known, pending.granted = await self._granted(browser, client.client_id)
+        known, pending.granted = await self._granted(browser, client)
         remembered = request.cookies.get(TENANT_COOKIE) or ""
         response = consent_page(
             pending,
@@ -187,13 +192,11 @@ class Authorize:
             )
         return response
 
-    def _check(
-        self, query: Form, grants: tuple[str, ...], registered_scope: str | None
-    ) -> tuple[str, frozenset[str], str]:
+    def _check(self, query: Form, client: ClientRow) -> tuple[str, frozenset[str], str]:
         """(code_challenge, scopes to ask for, resource) or OAuthError."""
         if query.get("response_type", max_len=64) != "code":
             raise OAuthError("unsupported_response_type", "response_type must be 'code'")
-        if "authorization_code" not in grants:
+        if "authorization_code" not in client.grant_types:
             raise OAuthError("unauthorized_client", "this client may not use authorization codes")
         challenge = query.get("code_challenge", max_len=128)
         if challenge is None:
@@ -203,11 +206,18 @@ class Authorize:
         if not _CHALLENGE.fullmatch(challenge):
             raise OAuthError("invalid_request", "code_challenge must be 43 base64url characters")
         resources = query.all("resource")
+        asked = set((query.get("scope", max_len=2000) or "").split())
+        if client.app_id is not None:  # an app's client: the app's own scopes and audience
+            mine = app_audience(client.app_id)
+            if len(resources) > 1 or (resources and resources[0] != mine):
+                raise OAuthError("invalid_target", f"this client's only resource is {mine}")
+            offered = set((client.scope or "").split())
+            return challenge, frozenset((asked & offered) or offered), mine
         if len(resources) > 1 or (resources and not self._ctx.is_resource(resources[0])):
             raise OAuthError("invalid_target", f"the only resource here is {self._ctx.resource}")
-        requested = set((query.get("scope", max_len=2000) or "").split()) & scope_names.ALL
+        requested = asked & scope_names.ALL
         if not requested:
-            requested = set(scope_names.parse(registered_scope, allow_unknown=True))
+            requested = set(scope_names.parse(client.scope, allow_unknown=True))
         return challenge, frozenset(requested or scope_names.ALL), self._ctx.resource
 
     # -- POST -----------------------------------------------------------------------------
@@ -310,9 +320,11 @@ class Authorize:
         refused = user is not None and (
             user.disabled or await self._ctx.identities.refused_access(user.tenant_id, user.id)
         )
-        if user is None or not valid or refused:
+        app_tenant = pending.client.tenant_id if pending.client.app_id is not None else None
+        stranger = user is not None and app_tenant not in (None, user.tenant_id)
+        if user is None or not valid or refused or stranger:  # an app signs in its tenant only
             self._ctx.throttles.sign_in_failed(ip, account)
-            reason = "disabled" if refused else "bad_credentials"
+            reason = "disabled" if refused else "other_tenant" if stranger else "bad_credentials"
             activity.sign_in(
                 tenant=tenant, user=username, ok=False, client=client_id, reason=reason
             )

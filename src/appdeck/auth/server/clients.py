@@ -242,7 +242,7 @@ class Clients:
         client = await self._ctx.oauth.get_client(client_id)
         if client is None:
             raise ClientLookupError("This application is not registered with AppDeck.")
-        if client.app_id is not None:  # an app's machine client: no sign-in through it
+        if client.app_id is not None and "authorization_code" not in client.grant_types:
             raise ClientLookupError("This client uses the client credentials grant only.")
         return client
 

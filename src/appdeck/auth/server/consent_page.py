@@ -149,11 +149,19 @@ def consent_page(
     client = pending.client
     nonce = secrets.token_urlsafe(16)
     name = client.name or "An unnamed application"
+    app_name = client.metadata.get("app_name") if client.app_id is not None else None
+    if app_name is not None:  # an app's own client: its users sign in to that app
+        name = f"{name} ({app_name})"
     if client.kind == "cimd":
         who = f"identified by <code>{_e(urlsplit(client.client_id).hostname or '')}</code>"
         warn = ""
     else:
         who = f"client id <code>{_e(client.client_id)}</code>"
+        if app_name is not None:
+            who += (
+                f" of the app <code>{_e(app_name)}</code>, hosted on AppDeck; it gets only what"
+                " you allow below, for that app, and nothing of your AppDeck account"
+            )
         warn = (
             "<p class=warn>This application registered itself; AppDeck cannot vouch for its "
             "name. Continue only if you started this sign-in.</p>"
