@@ -2,8 +2,8 @@
 
 The database assigns ``seq`` (``INSERT … RETURNING``), so it is unique across the log and
 increases with every append. On PostgreSQL two transactions appending at once may commit out of
-seq order; a reader racing them can see the higher seq first. Replay after a reconnect, which
-reads what was committed well before, is unaffected.
+seq order; the stream hub (``transport/hub.py``) therefore appends and publishes each session's
+events one at a time, so a session's live readers see them in seq order.
 """
 
 from __future__ import annotations

@@ -3,11 +3,20 @@
 The hub is the protocol core's :class:`~appdeck.protocol.ports.Outbox`: messages that belong
 to no request go to the session's standalone stream. Request streams publish here too, so a
 client that lost its POST stream can resume it with GET + ``Last-Event-ID``.
+
+Per session, events reach the bus in ``seq`` order: a reader drops anything at or below the
+last seq it sent (a replayed event arriving live again), so an event published after a higher
+one would be lost. Appending and publishing are one step per session (a striped lock): two
+messages for one session never overtake each other between the log's commit and the bus,
+whatever the database does with concurrent transactions. (Across processes this takes the
+shared log of issue 13.)
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import orjson
@@ -17,6 +26,8 @@ from appdeck.events.ports import EventLog, StoredEvent
 from appdeck.transport.sse import GET_STREAM
 
 JsonObject = dict[str, Any]
+STRIPES = 256
+"""Locks that order each session's appends (a session always maps to the same one)."""
 
 
 class StreamHub:
@@ -28,15 +39,32 @@ class StreamHub:
         self._standalone: dict[str, int] = {}
         self._resumed: set[tuple[str, str]] = set()
         self._open_requests: set[tuple[str, str]] = set()
+        self._stripes = [asyncio.Lock() for _ in range(STRIPES)]
+
+    @contextlib.asynccontextmanager
+    async def _in_order(self, session_ids: Sequence[str]) -> AsyncIterator[None]:
+        """Hold the locks of these sessions (in one global order: no deadlock)."""
+        held: list[asyncio.Lock] = []
+        try:
+            for stripe in sorted({hash(sid) % STRIPES for sid in session_ids}):
+                lock = self._stripes[stripe]
+                await lock.acquire()
+                held.append(lock)
+            yield
+        finally:
+            for lock in held:
+                lock.release()
 
     @property
     def log(self) -> EventLog:
         return self._log
 
     async def publish(self, session_id: str, stream: str, message: JsonObject) -> StoredEvent:
-        event = await self._log.append(session_id, stream, orjson.dumps(message))
-        self.high_water = max(self.high_water, event.seq)
-        await self._bus.publish(session_id, Delivery(event, message))
+        payload = orjson.dumps(message)
+        async with self._in_order((session_id,)):
+            event = await self._log.append(session_id, stream, payload)
+            self.high_water = max(self.high_water, event.seq)
+            await self._bus.publish(session_id, Delivery(event, message))
         return event
 
     # -- Outbox ---------------------------------------------------------------------------
@@ -46,10 +74,12 @@ class StreamHub:
 
     async def to_sessions(self, session_ids: Sequence[str], message: JsonObject) -> None:
         payload = orjson.dumps(message)
-        events = await self._log.append_many([(sid, GET_STREAM, payload) for sid in session_ids])
-        for event in events:
-            self.high_water = max(self.high_water, event.seq)
-            await self._bus.publish(event.session_id, Delivery(event, message))
+        async with self._in_order(session_ids):
+            items = [(sid, GET_STREAM, payload) for sid in session_ids]
+            events = await self._log.append_many(items)
+            for event in events:
+                self.high_water = max(self.high_water, event.seq)
+                await self._bus.publish(event.session_id, Delivery(event, message))
 
     async def close_session(self, session_id: str) -> None:
         await self._bus.publish(session_id, CLOSE)
