@@ -13,6 +13,8 @@ from appdeck.common.errors import InvalidArgument
 
 RUNTIMES: Final = ("python", "node", "static", "command")
 STRATEGIES: Final = ("recreate", "rolling", "blue_green", "canary")
+API_AUTH: Final = ("none", "required")
+"""``api_auth``: whether the ingress asks for one of the app's API keys."""
 ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 """An env var name (always ``fullmatch``: ``$`` would let a trailing newline through)."""
 RESERVED_ENV: Final = frozenset({"PORT", "HOST", "DATABASE_URL"})
@@ -86,6 +88,15 @@ SPEC_SCHEMA: Final[dict[str, Any]] = {
             "description": "Non-secret defaults; env_vars values override them.",
         },
         "default_strategy": {"enum": list(STRATEGIES)},
+        "api_auth": {
+            "enum": list(API_AUTH),
+            "description": "Whether callers of the app's HTTP API need one of its API keys "
+            "(manage_api_key). required: the ingress answers 401 to a request without a valid "
+            "key (X-API-Key: <key> or Authorization: Bearer <key>) and 403 to a read-only key "
+            "on a method other than GET/HEAD/OPTIONS; the app never sees the key, only "
+            "X-AppDeck-Key-Id. none (the default): the ingress lets every request through. "
+            "Takes effect at once, without a deploy.",
+        },
         "canary": {
             "type": "object",
             "additionalProperties": False,
@@ -149,6 +160,7 @@ DEFAULTS: Final[dict[str, Any]] = {
     "instances": 1,
     "env": {},
     "default_strategy": "rolling",
+    "api_auth": "none",
     "canary": {
         "percent": 10,
         "steps": [10, 50, 100],
