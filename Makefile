@@ -46,8 +46,12 @@ lint: $(STAMP)
 types: $(STAMP)
 	$(BIN)/mypy
 
+# the tests wait on processes and sockets far more than on the CPU: several workers at once
+# (each module on one worker: its PostgreSQL database is the module's)
+TEST_WORKERS ?= 4
+
 unit: $(STAMP) test-deps
-	$(BIN)/pytest -q --durations=15
+	$(BIN)/pytest -q --durations=15 -n $(TEST_WORKERS) --dist loadfile
 
 conformance: $(STAMP)
 	scripts/conformance

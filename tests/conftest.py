@@ -31,6 +31,10 @@ T = TypeVar("T")
 
 # every Services a test starts picks a free ingress port (a dev server may hold 8088)
 os.environ.setdefault("APPDECK_INGRESS_PORT", "0")
+# pytest-xdist workers run side by side on one host: each puts its sandboxes in a cgroup of
+# its own (release ids such as "1-1" repeat across the workers' data dirs)
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["APPDECK_SANDBOX_CGROUP"] = f"appdeck-{os.environ['PYTEST_XDIST_WORKER']}"
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

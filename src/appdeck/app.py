@@ -345,7 +345,7 @@ def _sandbox(settings: Settings) -> Sandbox | None:
     reason = "APPDECK_SANDBOX=off"
     if settings.sandbox != "off":
         try:
-            return sandbox.detect(settings.sandbox_uid_base)
+            return sandbox.detect(settings.sandbox_uid_base, settings.sandbox_cgroup)
         except sandbox.SandboxUnavailable as exc:
             if settings.sandbox == "on":
                 raise

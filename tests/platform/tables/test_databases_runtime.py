@@ -25,6 +25,7 @@ from tests.platform.runtime.conftest import (
     kill_everything_under,
     wait_healthy,
 )
+from tests.support.sandbox import CGROUP
 
 NOTES = Path(__file__).resolve().parents[2] / "fixtures" / "apps" / "notes"
 UID_BASE = 200_000
@@ -33,7 +34,7 @@ UID_BASE = 200_000
 @pytest.fixture(scope="module")
 def sandbox() -> Sandbox:
     try:
-        return detect(UID_BASE)
+        return detect(UID_BASE, CGROUP)
     except SandboxUnavailable as exc:
         pytest.fail(f"no sandbox on this host: {exc}")
 

@@ -233,9 +233,9 @@ class Sandbox:
             )
 
 
-def detect(uid_base: int = 200_000) -> Sandbox:
-    """The sandbox of this host (cgroups found, or None for the rlimit fallback); raises
-    :class:`SandboxUnavailable` when apps cannot be sandboxed here."""
-    sandbox = Sandbox(uid_base=uid_base, cgroups=Cgroups.detect())
+def detect(uid_base: int = 200_000, cgroup: str = "appdeck") -> Sandbox:
+    """The sandbox of this host (cgroups found under ``cgroup``, or None for the rlimit
+    fallback); raises :class:`SandboxUnavailable` when apps cannot be sandboxed here."""
+    sandbox = Sandbox(uid_base=uid_base, cgroups=Cgroups.detect(name=cgroup))
     sandbox.check()
     return sandbox
