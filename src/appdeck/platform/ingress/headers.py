@@ -1,13 +1,16 @@
 """Header rewriting between the client and the upstream, and chunked framing.
 
-Request headers lose the hop-by-hop ones (and those ``Connection`` names) and get the
-ingress's own ``X-Forwarded-*``; response headers lose the hop-by-hop ones. The request
-head is built as a list of byte pieces, four per header: name, ``": "``, value, CRLF.
+Request headers lose the hop-by-hop ones (and those ``Connection`` names) and every
+``X-AppDeck-*`` a client sent (those are the ingress's to set), and get the ingress's own
+``X-Forwarded-*``; on a route that requires an API key they also lose the headers that carried
+the key. Response headers lose the hop-by-hop ones. The request head is built as a list of
+byte pieces, four per header: name, ``": "``, value, CRLF.
 """
 
 from __future__ import annotations
 
 from appdeck.common.types import Scope
+from appdeck.platform.ingress.keys import bearer_key
 
 # Request headers the proxy never copies as they are; a few are rebuilt below.
 _REQUEST_SKIP = frozenset(
@@ -67,9 +70,10 @@ def _ends_cleanly(headers: list[tuple[bytes, bytes]]) -> bool:
 def copy_request_headers(
     headers: list[tuple[bytes, bytes]], pieces: list[bytes]
 ) -> tuple[bytes, bytes, bytes | None, bool, bytes | None, bytes, bytes, bytes]:
-    """Append the client's headers that are forwarded as they are to ``pieces``; return what
-    the proxy needs of the others: ``host, accept, content-length, chunked, connection,
-    x-forwarded-for, x-forwarded-proto, x-forwarded-host``."""
+    """Append the client's headers that are forwarded as they are to ``pieces`` (never an
+    ``X-AppDeck-*``); return what the proxy needs of the others: ``host, accept,
+    content-length, chunked, connection, x-forwarded-for, x-forwarded-proto,
+    x-forwarded-host``."""
     host = b""
     accept = b""
     length: bytes | None = None
@@ -97,6 +101,8 @@ def copy_request_headers(
             host = value
         elif name == b"accept":
             accept = value
+        elif name.startswith(b"x-appdeck-"):
+            continue  # the ingress's own (X-AppDeck-Key-Id): never the client's
         pieces += (name, b": ", value, b"\r\n")
     return host, accept, length, chunked, connection, forwarded_for, forwarded_proto, forwarded_host
 
@@ -110,6 +116,19 @@ def drop_connection_listed(pieces: list[bytes], connection: bytes) -> list[bytes
             if pieces[i] not in drop:
                 kept += pieces[i : i + 4]
         pieces = kept
+    return pieces
+
+
+def drop_key_headers(pieces: list[bytes]) -> list[bytes]:
+    """``pieces`` (changed in place) without the headers that carried an API key: every
+    ``X-API-Key``, and an ``Authorization`` that is ``Bearer adk_key_…`` (another
+    Authorization is the app's)."""
+    for i in range(len(pieces) - 4, 3, -4):  # each header's name, last first; 0-3: the request line
+        name = pieces[i]
+        if name == b"x-api-key" or (
+            name == b"authorization" and bearer_key(pieces[i + 2]) is not None
+        ):
+            del pieces[i : i + 4]
     return pieces
 
 

@@ -25,7 +25,16 @@ What is forwarded, and what is not:
   proxy in front of the ingress): then ``X-Forwarded-For`` is appended to and the other two
   are kept when present;
 - response headers except the hop-by-hop ones; the status as the app sent it (1xx interim
-  responses are swallowed).
+  responses are swallowed);
+- never a client's ``X-AppDeck-*`` header: those are the ingress's own.
+
+API keys (``keys``, a :class:`KeyGate`): when the resolved route requires a key (the app's spec
+says ``api_auth: required``), the request must carry one of the app's live keys
+(``X-API-Key`` or ``Authorization: Bearer adk_key_…``): none, unknown, revoked, expired or
+another app's gets a 401 page (``WWW-Authenticate: ApiKey``), a read-only key on another
+method than GET/HEAD/OPTIONS a 403; neither reaches the app or its counters. An admitted
+request goes on without the headers that carried the key and with ``X-AppDeck-Key-Id: <id>``.
+Every other route pays one dict lookup for this.
 
 Connections: each upstream instance has a LIFO pool of idle keep-alive connections (closed
 after ``pool_idle_timeout``, below the apps' usual keep-alive). A request that finds its pooled
@@ -67,9 +76,11 @@ from appdeck.platform.ingress.headers import (
     _ends_cleanly,
     copy_request_headers,
     drop_connection_listed,
+    drop_key_headers,
     forwarded_headers,
     response_headers,
 )
+from appdeck.platform.ingress.keys import KeyGate, Refusal
 from appdeck.platform.ingress.pages import error_page, send_page
 from appdeck.platform.ingress.routes import (
     UPSTREAM_HOST,
@@ -110,6 +121,7 @@ class IngressProxy:
         config: ProxyConfig | None = None,
         *,
         netns: Callable[[str], int | None] | None = None,
+        keys: KeyGate | None = None,
     ) -> None:
         self.routes = routes
         self.counters = counters
@@ -117,6 +129,8 @@ class IngressProxy:
         self.netns = netns
         """Names an upstream's network namespace (``<netns>@…``) to an fd of it (owned by
         the runtime), or None when the instance has none (gone, or not started yet)."""
+        self.keys = keys
+        """The API keys of the routes that require one (None: no route does)."""
         self.closing = False
         self.inflight = 0
         """Requests being handled right now."""
@@ -190,7 +204,14 @@ class IngressProxy:
             await self._miss(host, accept, send)
             return
 
-        if connection is not None:
+        if self.keys is not None and resolved.route in self.keys.required:
+            keyed = await self._admit(
+                resolved.route, method, scope, pieces, connection, accept, send
+            )
+            if keyed is None:
+                return  # refused
+            pieces = keyed
+        elif connection is not None:
             pieces = drop_connection_listed(pieces, connection)
         pieces += forwarded_headers(
             scope,
@@ -455,6 +476,42 @@ class IngressProxy:
                 extra=[(b"retry-after", retry)],
                 app=name,
             )
+
+    async def _admit(
+        self,
+        route: str,
+        method: str,
+        scope: Scope,
+        pieces: list[bytes],
+        connection: bytes | None,
+        accept: bytes,
+        send: Send,
+    ) -> list[bytes] | None:
+        """A route that requires an API key: the request's head without the headers that
+        carried the key (nor those ``Connection`` names) and with ``X-AppDeck-Key-Id``; or
+        None when it was refused (a 401, 403 or 503 page was sent; not the app's traffic, so
+        not counted)."""
+        assert self.keys is not None
+        admitted = self.keys.check(route, method, scope["headers"])
+        if isinstance(admitted, Refusal):
+            await self._refuse(route, admitted, accept, send)
+            return None
+        pieces = drop_key_headers(pieces)
+        if connection is not None:
+            pieces = drop_connection_listed(pieces, connection)
+        # after the Connection-named drop, so that a client cannot drop it
+        pieces += (b"x-appdeck-key-id", b": ", admitted, b"\r\n")
+        return pieces
+
+    async def _refuse(self, route: str, refusal: Refusal, accept: bytes, send: Send) -> None:
+        status, code, message = refusal
+        if status == 401:
+            extra = [(b"www-authenticate", b"ApiKey")]
+        elif status == 503:
+            extra = [(b"retry-after", str(self.config.retry_after).encode())]
+        else:
+            extra = []
+        await send_page(send, status, code, f"app {route}: {message}", accept, extra, app=route)
 
     async def _too_large(self, send: Send, accept: bytes) -> None:
         limit = self.config.max_body_size
