@@ -22,6 +22,8 @@ from appdeck.common.errors import (
 from appdeck.common.tokens import token_hash
 from appdeck.platform import hostnames
 from appdeck.platform.apis.keys import MAX_ACTIVE, TEST_KEY_SECONDS, ApiKeyService
+from appdeck.platform.deploy.ingress_router import IngressRouter
+from appdeck.platform.ingress import Counters, RouteTable
 from appdeck.platform.ingress.keys import KeyGate, Refusal
 from appdeck.storage import Storage
 from appdeck.storage.api_keys import ApiKeyStore
@@ -300,12 +302,17 @@ async def test_a_deleted_app_is_forgotten_with_its_keys(keys: Keys) -> None:
     on = keys.on
     app_id = await keys.app("shop")
     await keys.service.create(on.alice, app_id, name="k")
-    assert len(keys.gate) == 1
+    assert keys.gate.key_count() == 1
     await on.platform.apps.delete(on.alice, app_id, confirmed=True)
     assert await keys.service.requires_key(app_id) is False
     assert hostnames.route_label("shop", "acme") not in keys.gate.required
-    assert len(keys.gate) == 0
+    assert keys.gate.key_count() == 0
     assert await keys.store.active(keys.clock.now) == []  # the rows went with the app
+
+
+def test_the_ingress_router_keeps_an_empty_gate_it_is_given() -> None:
+    gate = KeyGate()
+    assert IngressRouter(RouteTable(), Counters(), gate).keys is gate
 
 
 async def test_a_restarted_server_loads_the_keys_and_closes_the_gate_until_then(

@@ -254,7 +254,9 @@ class KeyGate:
             if self._used.get(key_id, 0.0) < at:
                 self._used[key_id] = at
 
-    def __len__(self) -> int:
+    def key_count(self) -> int:
+        """How many keys it accepts now (short-lived ones included). (No ``__len__``: an
+        empty gate must not be falsy, ``keys or KeyGate()`` would replace it.)"""
         return len(self._keys)
 
     # --- inside --------------------------------------------------------------------------
