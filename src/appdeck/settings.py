@@ -122,7 +122,7 @@ class Settings(BaseSettings):
     public addresses: an internal package mirror, say. Never this host's own addresses."""
     sandbox_uid_base: int = Field(200_000, ge=1000, le=2**31 - 2)
     """App ``n`` runs as uid/gid ``sandbox_uid_base + n``: pick a range no host user has."""
-    sandbox_cgroup: str = Field("appdeck", pattern=r"^[a-z0-9][a-z0-9_-]{0,63}\Z")
+    sandbox_cgroup: str = Field("appdeck", pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$")
     """The cgroup, under the host's hierarchy, that this server's builds and instances live in.
     Two servers on one host need two names (and two uid ranges): release ids repeat across
     data dirs, and a server removes whatever group of its name a release id names."""
