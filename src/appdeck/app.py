@@ -27,6 +27,7 @@ from appdeck.auth.urls import PublicUrls
 from appdeck.events.bus import InProcessBus
 from appdeck.platform.changes import Change
 from appdeck.platform.deploy.ingress_router import IngressRouter
+from appdeck.platform.ingress.keys import KeyGate
 from appdeck.platform.ingress.routes import Counters, RouteTable
 from appdeck.platform.ingress.server import IngressServer
 from appdeck.platform.runtime import sandbox
@@ -406,7 +407,9 @@ def _runtime(
         limit_concurrency=settings.max_concurrency,
     )
     ingress.proxy.netns = driver.netns_fd  # sandboxed instances: their own loopback
-    return driver, ingress, IngressRouter(table, counters)
+    gate = KeyGate()  # closed (503) until Platform.start loads the apps' API keys
+    ingress.proxy.keys = gate
+    return driver, ingress, IngressRouter(table, counters, gate)
 
 
 def _register(settings: Settings, registry: Registry, platform: Platform) -> None:
