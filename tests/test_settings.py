@@ -84,3 +84,17 @@ def test_a_redis_url_is_refused_until_the_redis_bus_exists(monkeypatch: pytest.M
     monkeypatch.setenv("APPDECK_REDIS_URL", "redis://127.0.0.1:6379/0")
     with pytest.raises(InvalidSetting, match=r"APPDECK_REDIS_URL: .*not supported yet"):
         load()
+
+
+@pytest.mark.parametrize("bad", ["", "Appdeck", "../escape", "a/b", "ok\n", "x" * 65])
+def test_a_sandbox_cgroup_is_one_plain_name(monkeypatch: pytest.MonkeyPatch, bad: str) -> None:
+    monkeypatch.setenv("APPDECK_SANDBOX_CGROUP", bad)
+    with pytest.raises(InvalidSetting, match="APPDECK_SANDBOX_CGROUP"):
+        load()
+
+
+def test_two_servers_on_one_host_can_name_their_own_cgroups(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("APPDECK_SANDBOX_CGROUP", "appdeck-staging_2")
+    assert load().sandbox_cgroup == "appdeck-staging_2"
