@@ -5,6 +5,7 @@ credential."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +27,7 @@ from appdeck.platform.deploy.ingress_router import IngressRouter
 from appdeck.platform.ingress import Counters, RouteTable
 from appdeck.platform.ingress.keys import KeyGate, Refusal
 from appdeck.storage import Storage
-from appdeck.storage.api_keys import ApiKeyStore
+from appdeck.storage.api_keys import ApiKeyRow, ApiKeyStore
 from tests.platform.on_fakes import OnFakes, platform_on_fakes
 
 DAY = 86_400.0
@@ -308,6 +309,38 @@ async def test_a_deleted_app_is_forgotten_with_its_keys(keys: Keys) -> None:
     assert hostnames.route_label("shop", "acme") not in keys.gate.required
     assert keys.gate.key_count() == 0
     assert await keys.store.active(keys.clock.now) == []  # the rows went with the app
+
+
+async def test_a_rename_during_a_reload_is_not_undone_by_it(keys: Keys) -> None:
+    on = keys.on
+    app_id = await keys.app("shop")
+    made = await keys.service.create(on.alice, app_id, name="k")
+
+    renaming: list[asyncio.Task[object]] = []
+
+    class RenamingStore(ApiKeyStore):
+        """Renames the app while the reload is between its reads (once)."""
+
+        async def active(self, now: float) -> list[ApiKeyRow]:
+            if not renaming:
+                rename = on.platform.apps.update(on.alice, app_id, name="store")
+                renaming.append(asyncio.create_task(rename))
+                # until the rename's hooks have run (its change waits for the reload's lock)
+                await asyncio.wait_for(renamed.wait(), 10)
+            return await super().active(now)
+
+    reloading = ApiKeyService(
+        on.platform.apps, RenamingStore(keys.store._engine), keys.gate, on.platform.feed
+    )
+    renamed = asyncio.Event()
+    on.platform.apps.on_rename(lambda old, new: renamed.set())
+    await reloading.resync()
+    # right after the reload, before the rename's change reaches anyone else
+    assert hostnames.route_label("shop", "acme") not in keys.gate.required
+    assert refused(keys.call("store", None)) == 401
+    assert admitted(keys.call("store", made.secret)) == made.key.row.id
+    async with asyncio.timeout(10):
+        await renaming[0]
 
 
 def test_the_ingress_router_keeps_an_empty_gate_it_is_given() -> None:

@@ -131,6 +131,7 @@ class ApiKeyService:
         self._lock = asyncio.Lock()
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._renames = 0
         feed.subscribe(self._follow)
         apps.on_rename(self._renamed)
 
@@ -163,11 +164,15 @@ class ApiKeyService:
     async def resync(self) -> None:
         """Load the gate from the database: the apps that require a key, their live keys."""
         async with self._lock:
-            routes = {
-                app.app_id: hostnames.route_label(app.name, app.tenant_id)
-                for app in await self._store.requiring_apps()
-            }
-            keys = await self._store.active(self._clock())
+            for _ in range(5):
+                renames = self._renames
+                routes = {
+                    app.app_id: hostnames.route_label(app.name, app.tenant_id)
+                    for app in await self._store.requiring_apps()
+                }
+                keys = await self._store.active(self._clock())
+                if renames == self._renames:  # else the names read may be stale: again
+                    break
             self._gate.replace(routes, [(k.key_hash, _gate_key(k)) for k in keys])
 
     async def flush(self) -> None:
@@ -205,7 +210,9 @@ class ApiKeyService:
                 self._gate.forget_app(change.app_id)
 
     def _renamed(self, old: AppRecord, new: AppRecord) -> None:
-        # in the same step as the ingress route's move: no request sees one without the other
+        # in the same step as the ingress route's move: no request sees one without the other.
+        # A rename does not wait for the lock (the hook cannot await), so a reload counts them.
+        self._renames += 1
         self._gate.move(_route(old), _route(new))
 
     # -- for test_api ---------------------------------------------------------------------
