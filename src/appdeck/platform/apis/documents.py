@@ -421,6 +421,8 @@ def first_error(document: dict[str, Any]) -> tuple[str, str] | None:
     if isinstance(found, ValidationError):
         found = best_match([found]) or found
         where = "/" + "/".join(_escape(str(p)) for p in found.absolute_path)
+        if found.validator in ("oneOf", "anyOf"):  # its own message is the value, repeated
+            return where, "it matches none of the forms OpenAPI allows there"
         return where, found.message
     return "", str(found)
 
