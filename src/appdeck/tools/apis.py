@@ -83,10 +83,10 @@ class Counts(Output):
 
 
 class Changes(Output):
-    added: list[str] = Field(description='Operations as "GET /items/{item_id}" (at most 500).')
+    added: list[str] = Field(description='Operations as "GET /items/{item_id}" (at most 100).')
     removed: list[str]
     changed: list[str] = Field(description="Operations whose resolved definition differs.")
-    counts: Counts = Field(description="The full numbers (the lists stop at 500).")
+    counts: Counts = Field(description="How many in all (the lists stop at 100).")
 
 
 class Discovered(Output):

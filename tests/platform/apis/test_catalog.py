@@ -439,3 +439,18 @@ async def test_a_document_read_back_is_a_copy_no_caller_can_spoil(rig: Rig) -> N
     first.document["paths"].clear()
     again = await rig.catalog.latest(rig.on.alice, rig.app_id)
     assert again.document == copy.deepcopy(hello())
+
+
+async def test_the_changes_listed_are_bounded_and_counted_in_full(rig: Rig) -> None:
+    op = {"get": {"responses": {"200": {"description": "ok"}}}}
+    paths = {f"/p{n}": op for n in range(150)}
+    paths["/a" + "x" * 1500] = op  # sorts first
+    doc = {"openapi": "3.0.3", "info": {"title": "t", "version": "1"}, "paths": paths}
+    rig.http.answers["/openapi.json"] = document(doc)
+    found = await rig.discover()
+    assert found.changes["counts"] == {"added": 151, "removed": 0, "changed": 0}
+    assert len(found.changes["added"]) == 100
+    assert max(len(k) for k in found.changes["added"]) == 300
+    assert found.document.operations == 151
+    stored = await rig.catalog.latest(rig.on.alice, rig.app_id)
+    assert stored.changes == found.changes

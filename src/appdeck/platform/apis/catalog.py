@@ -582,11 +582,14 @@ def _read_top_file(root: Path, name: str) -> tuple[bytes | None, str]:
 
 
 def _changes(changes: documents.Changes) -> dict[str, Any]:
-    cap = documents.MAX_CHANGES
+    def shown(keys: list[str]) -> list[str]:
+        cap = documents.MAX_CHANGE_CHARS
+        return [k if len(k) <= cap else k[: cap - 1] + "…" for k in keys[: documents.MAX_CHANGES]]
+
     return {
-        "added": changes.added[:cap],
-        "removed": changes.removed[:cap],
-        "changed": changes.changed[:cap],
+        "added": shown(changes.added),
+        "removed": shown(changes.removed),
+        "changed": shown(changes.changed),
         "counts": {
             "added": len(changes.added),
             "removed": len(changes.removed),

@@ -466,7 +466,7 @@ class ApiDocument:
     digest: str
     changes: dict[str, Any]
     """Since the version before: ``{added, removed, changed}`` (lists of ``"GET /path"``,
-    each cut at :data:`MAX_CHANGES`) and ``counts`` (their full lengths)."""
+    at most :data:`MAX_CHANGES` of each) and ``counts`` (how many in all)."""
     discovered_by: str
     discovered_at: float
     document: dict[str, Any]
@@ -476,7 +476,10 @@ class ApiDocument:
         return f"api_{self.app_id}"
 
 
-MAX_CHANGES: Final = 500
+MAX_CHANGES: Final = 100
+"""Operations listed per kind of change (the counts say how many in all)."""
+MAX_CHANGE_CHARS: Final = 300
+"""Characters of one listed operation (a longer path is cut, ending with …)."""
 
 
 # -- operations -----------------------------------------------------------------------------
