@@ -454,3 +454,11 @@ async def test_the_changes_listed_are_bounded_and_counted_in_full(rig: Rig) -> N
     assert found.document.operations == 151
     stored = await rig.catalog.latest(rig.on.alice, rig.app_id)
     assert stored.changes == found.changes
+
+
+async def test_the_same_document_again_is_not_validated_again(rig: Rig) -> None:
+    rig.http.answers["/openapi.json"] = document()
+    await rig.discover()
+    rig.catalog.validate_timeout_s = 0.01  # the validator would fail now: it is not run
+    again = await rig.discover()
+    assert (again.unchanged, again.document.version) == (True, 1)

@@ -218,7 +218,9 @@ class ApiCatalog:
             )
         await steps.step("checking the document")
         loaded = await asyncio.to_thread(documents.prepare, found.document)
-        await self._validate(loaded.canonical)
+        last = await self._store.latest(app_id)
+        if last is None or last.digest != loaded.digest:  # the same one was validated before
+            await self._validate(loaded.canonical)
         await steps.step("storing the version")
         return await self._keep(principal, app_id, loaded, found.where, tried)
 
