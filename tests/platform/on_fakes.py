@@ -188,7 +188,7 @@ async def platform_on_fakes(storage: Storage, tmp_path: Path) -> OnFakes:
         ),
         oauth_clients=AppClientService(apps, OAuthStore(storage.engine)),
         apis=ApiServices.build(
-            storage.engine, apps, repos, feed, gate=KeyGate(), http=AppHttp("127.0.0.1", 8088)
+            storage.engine, apps, repos, feed, gate=KeyGate(), http=AppHttp("127.0.0.1", 9)
         ),
         _driver=driver,  # type: ignore[arg-type]
         _router=router,  # type: ignore[arg-type]

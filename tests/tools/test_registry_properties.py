@@ -7,6 +7,7 @@ real platform services (runtime, router and logs in memory: tests/platform/on_fa
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from appdeck.protocol.registry import Registry, ToolDef
 from appdeck.protocol.tools_feature import run_tool
 from appdeck.storage import Storage
 from appdeck.tools import register_all
+from tests.platform.apis.test_documents import hello
 from tests.platform.on_fakes import OnFakes, platform_on_fakes, shop_spec
 from tests.platform.repos.gitrepo import bare_repo
 from tests.support.schemas import values
@@ -67,6 +69,9 @@ async def rig(storage: Storage, tmp_path: Path) -> AsyncIterator[Rig]:
     await p.tables.create(alice, shop, "notes", [Column("title", "text")], fulltext=["title"])
     repo = bare_repo(fakes.source.parent)
     repo.commit({"app.py": "print('hi')\n"}, "first")
+    repo.commit({"openapi.json": json.dumps(hello())}, "its API")  # a catalogue to read
+    await p.repos.connect(alice, shop, str(repo.bare))
+    await p.apis.catalog.discover(alice, shop, source="repo")
     registry = Registry()
     register_all(registry, p)
     picks = {
@@ -82,6 +87,22 @@ async def rig(storage: Storage, tmp_path: Path) -> AsyncIterator[Rig]:
         # manage_ci runs this in the checkout (ShellRunner): never a random string
         "test_command": st.sampled_from(["true", "exit 3", "echo hi"]),
         "commit": st.sampled_from(["0" * 40, "g" * 40]),
+        # the API catalogue: operations of the discovered document and hostile paths; the
+        # rig's principals hold no scopes, and test_api steps a non-GET up to apis:write
+        "path": st.sampled_from(
+            [
+                "/",
+                "/items/{item_id}",
+                "/items/5",
+                "/nope",
+                "/items/..%2fx",
+                "http://169.254.169.254/",
+            ]
+        ),
+        "method": st.sampled_from(["GET", "HEAD"]),
+        "version": st.integers(1, 3),
+        "body": st.none() | st.just({"a": [1]}),
+        "key_id": st.sampled_from(["key_nope", "x" * 40]),
     }
     yield Rig(fakes, registry, picks)
     await p.deployments.settle()
@@ -137,6 +158,11 @@ NAMES = (
     "import_and_deploy",
     "manage_oauth_client",
     "whats_next",
+    "discover_apis",
+    "list_apis",
+    "get_api_schema",
+    "test_api",
+    "manage_api_key",
 )
 TOOL_NAMES = st.sampled_from(NAMES)
 SLOW = settings(

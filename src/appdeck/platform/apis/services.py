@@ -41,7 +41,9 @@ class ApiServices:
         http: AppHttp,
     ) -> ApiServices:
         keys = ApiKeyService(apps, ApiKeyStore(engine), gate, feed)
-        catalog = ApiCatalog(apps, ApiDocumentStore(engine), http, repos, feed)
+        catalog = ApiCatalog(
+            apps, ApiDocumentStore(engine), http, repos, feed, credentials=keys
+        )  # an app that requires a key is read with a short-lived one
         return cls(keys, catalog, ApiTester(apps, catalog, keys, http), http)
 
     async def start(self) -> None:
