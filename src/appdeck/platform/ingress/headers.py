@@ -10,7 +10,7 @@ byte pieces, four per header: name, ``": "``, value, CRLF.
 from __future__ import annotations
 
 from appdeck.common.types import Scope
-from appdeck.platform.ingress.keys import bearer_key
+from appdeck.platform.ingress.keys import KEY_HEADERS, bearer_key
 
 # Request headers the proxy never copies as they are; a few are rebuilt below.
 _REQUEST_SKIP = frozenset(
@@ -101,7 +101,7 @@ def copy_request_headers(
             host = value
         elif name == b"accept":
             accept = value
-        elif name.startswith(b"x-appdeck-"):
+        elif b"x-appdeck-" <= name < b"x-appdeck.":  # startswith, at a third of its cost
             continue  # the ingress's own (X-AppDeck-Key-Id): never the client's
         pieces += (name, b": ", value, b"\r\n")
     return host, accept, length, chunked, connection, forwarded_for, forwarded_proto, forwarded_host
@@ -125,9 +125,7 @@ def drop_key_headers(pieces: list[bytes]) -> list[bytes]:
     Authorization is the app's)."""
     for i in range(len(pieces) - 4, 3, -4):  # each header's name, last first; 0-3: the request line
         name = pieces[i]
-        if name == b"x-api-key" or (
-            name == b"authorization" and bearer_key(pieces[i + 2]) is not None
-        ):
+        if name in KEY_HEADERS and (name == b"x-api-key" or bearer_key(pieces[i + 2]) is not None):
             del pieces[i : i + 4]
     return pieces
 

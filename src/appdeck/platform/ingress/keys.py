@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Final, NamedTuple
 
 __all__ = [
+    "KEY_HEADERS",
     "KEY_PREFIX",
     "MAX_EPHEMERAL",
     "GateKey",
@@ -49,6 +50,8 @@ MAX_EPHEMERAL: Final = 1000
 """Short-lived keys (test_api's) held at once; past it the oldest are dropped."""
 SAFE_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS"})
 """What a read-only key may send."""
+KEY_HEADERS: Final = frozenset({b"x-api-key", b"authorization"})
+"""The headers that may carry a key (Authorization only as ``Bearer adk_key_…``)."""
 
 
 class Refusal(NamedTuple):
@@ -112,14 +115,14 @@ def presented_key(headers: Iterable[tuple[bytes, bytes]]) -> bytes | Refusal | N
     two headers carry different ones."""
     found: bytes | None = None
     for name, value in headers:
+        if name not in KEY_HEADERS:  # a set: the name's hash is cached from the head's copy
+            continue
         if name == b"x-api-key":
             candidate: bytes | None = value.strip()
-        elif name == b"authorization":
+        else:
             candidate = bearer_key(value)
             if candidate is None:
                 continue  # the app's own credentials: not ours to judge
-        else:
-            continue
         if found is not None and candidate != found:
             return AMBIGUOUS
         found = candidate
