@@ -219,6 +219,8 @@ async def test_a_gate_not_loaded_yet_answers_503_for_every_route(
         b"   ",
         b"\t" + WRITE_KEY.encode() + b"x",
     ],
+    # the keys are random: fixed ids, so that every pytest-xdist worker collects the same tests
+    ids=["not-ascii", "control-characters", "nul-inside", "nul", "spaces", "tab-and-tail"],
 )
 async def test_raw_hostile_key_values_never_reach_the_app(keyed: Keyed, value: bytes) -> None:
     head = b"GET / HTTP/1.1\r\nHost: " + SHOP.encode() + b"\r\nX-API-Key: " + value + b"\r\n\r\n"
