@@ -72,6 +72,7 @@ async def rig(storage: Storage, tmp_path: Path) -> AsyncIterator[Rig]:
     repo.commit({"openapi.json": json.dumps(hello())}, "its API")  # a catalogue to read
     await p.repos.connect(alice, shop, str(repo.bare))
     await p.apis.catalog.discover(alice, shop, source="repo")
+    key = (await p.apis.keys.create(alice, shop, name="k")).key.row.id
     registry = Registry()
     register_all(registry, p)
     picks = {
@@ -102,7 +103,7 @@ async def rig(storage: Storage, tmp_path: Path) -> AsyncIterator[Rig]:
         "method": st.sampled_from(["GET", "HEAD"]),
         "version": st.integers(1, 3),
         "body": st.none() | st.just({"a": [1]}),
-        "key_id": st.sampled_from(["key_nope", "x" * 40]),
+        "key_id": st.sampled_from([key, key, "key_nope", "x" * 40]),
     }
     yield Rig(fakes, registry, picks)
     await p.deployments.settle()

@@ -187,12 +187,12 @@ class Platform:
         return platform
 
     async def start(self) -> tuple[int, int]:
-        """After a restart: route every app (404 until its live release is routed again), then end
-        interrupted deployments and bring live releases back."""
+        """After a restart: load the API keys, route every app (404 until its live release is
+        routed again), then end interrupted deployments and bring live releases back."""
+        await self.apis.start()  # the ingress's API keys: it answers 503 until they are in
         await AppRoutes(self.apps, self._router).restore()
         done = await self.ops.reconcile()
         await self.ci.start()  # runs a dead server process left unfinished end as errors
-        await self.apis.start()  # the ingress's API keys
         self.repos.poller.start()  # repositories with poll_seconds
         return done
 

@@ -21,7 +21,7 @@ class IngressRouter:
     ) -> None:
         self.table = table
         self.counters = counters
-        self.keys = keys or KeyGate()
+        self.keys = keys if keys is not None else KeyGate()
         """The API keys the ingress checks (shared with the proxy)."""
         self._marks: dict[tuple[str, str], ingress.Mark] = {}
 

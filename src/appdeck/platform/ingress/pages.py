@@ -11,12 +11,16 @@ from appdeck.common.types import Send
 
 _TITLES = {
     400: "Bad request",
+    401: "API key required",
+    403: "Forbidden",
     404: "No such app",
     413: "Request body too large",
     502: "Bad gateway",
     503: "No live release",
     504: "Gateway timeout",
 }
+_CODE_TITLES = {"starting": "Starting"}
+"""Titles for a code whose status says something else (a 503 while the ingress loads)."""
 
 _STYLE = (
     "body{font:16px/1.5 system-ui,sans-serif;max-width:40em;margin:4em auto;padding:0 1em;"
@@ -34,7 +38,7 @@ def error_page(
         )
         content_type = b"application/json"
     else:
-        title = _TITLES.get(status, "Error")
+        title = _CODE_TITLES.get(code) or _TITLES.get(status, "Error")
         body = (
             f'<!doctype html><html lang="en"><head><meta charset="utf-8">'
             f"<title>{status} {title}</title><style>{_STYLE}</style></head><body>"
