@@ -1,5 +1,7 @@
-"""OpenAPI documents, pure: parse, check, canonical form, operations, find and resolve one
-operation, what changed between two versions, and a result sized for a model.
+"""OpenAPI documents, pure: parse, check and validate, canonical form, the stored version.
+Next door, and re-exported here (callers use ``documents.<name>``): :mod:`.operations` (list,
+find and resolve one), :mod:`.changes` (what changed between two versions), :mod:`.fitting`
+(a result sized for a model) and :mod:`.refs` (pointers and refs, what they all share).
 
 A document comes from an app (its live release or its repository): hostile data. So:
 
@@ -25,34 +27,57 @@ in results marked untrusted, never in a summary line.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import math
 import re
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Final
-from urllib.parse import unquote
 
 import yaml
 
 from appdeck.common.errors import InvalidArgument
+from appdeck.platform.apis.changes import Changes, diff
+from appdeck.platform.apis.fitting import Fitted, fit, size
+from appdeck.platform.apis.operations import (
+    Operation,
+    find_operation,
+    match_path,
+    operations,
+    resolve_operation,
+)
+from appdeck.platform.apis.refs import (
+    CUT,
+    METHODS,
+    REF_KEYS,
+    Json,
+    digest,
+    escape,
+    pointer,
+    walk,
+)
 
+# The package's face: parsing and checks live here, the rest next door (refs, operations,
+# changes, fitting); callers use ``documents.<name>`` for all of it.
 __all__ = [
+    "CUT",
     "METHODS",
     "ApiDocument",
     "Changes",
     "Fitted",
     "Operation",
+    "canonical",
     "diff",
+    "digest",
     "find_operation",
     "first_error",
     "fit",
     "load",
+    "match_path",
     "operations",
     "resolve_operation",
+    "size",
 ]
 
 MAX_BYTES: Final = 2 * 1024 * 1024
@@ -62,18 +87,7 @@ MAX_PATHS: Final = 2000
 MAX_OPERATIONS: Final = 5000
 MAX_PATH_CHARS: Final = 2048
 QUOTE_CHARS: Final = 200
-METHODS: Final = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 VERSION: Final = re.compile(r"3\.[01]\.\d{1,4}")
-REF_KEYS: Final = ("$ref", "$dynamicRef", "$recursiveRef")
-RESOLVE_NODES: Final = 50_000
-"""How many values one resolved operation holds at most (refs past it are left unexpanded)."""
-RESOLVE_DEPTH: Final = 96
-CUT: Final = "x-appdeck-cut"
-"""The key of the marker that stands for a ``$ref`` not expanded: ``{"x-appdeck-cut":
-"recursive", "ref": "#/..."}`` (it points back at itself) or ``"size"`` (over the bound)."""
-
-Json = Any
-"""A JSON value: dict, list, str, int, float, bool or None."""
 
 
 def quote(text: object) -> str:
@@ -257,10 +271,6 @@ def canonical(document: dict[str, Any]) -> str:
     return text
 
 
-def digest(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
 # -- checks before the validator ----------------------------------------------------------
 
 
@@ -292,24 +302,8 @@ def check(document: dict[str, Any]) -> str:
     return version
 
 
-def _walk(value: Json, where: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
-    """Every object in ``value`` with its location (a JSON pointer), without recursion."""
-    stack: list[tuple[Json, str]] = [(value, where)]
-    while stack:
-        node, at = stack.pop()
-        if isinstance(node, dict):
-            yield at, node
-            stack.extend((v, f"{at}/{_escape(k)}") for k, v in node.items())
-        elif isinstance(node, list):
-            stack.extend((v, f"{at}/{n}") for n, v in enumerate(node))
-
-
-def _escape(key: str) -> str:
-    return key.replace("~", "~0").replace("/", "~1")
-
-
 def _check_refs(document: dict[str, Any]) -> None:
-    for at, node in _walk(document):
+    for at, node in walk(document):
         if isinstance(node.get("$id"), str):
             raise InvalidArgument(
                 f"$id is not accepted (at {quote(at)}): it moves where $refs point"
@@ -324,29 +318,6 @@ def _check_refs(document: dict[str, Any]) -> None:
                     "within the document (#/...) are followed, nothing is fetched"
                 )
             _chase(document, ref, at)
-
-
-def pointer(document: Json, ref: str) -> Json:
-    """The value ``ref`` (``#/a/b``, percent-encoded as in a URI) points at; KeyError when it
-    points at nothing."""
-    return _lookup(document, unquote(ref[1:]))
-
-
-def _lookup(document: Json, path: str) -> Json:
-    if path == "":
-        return document
-    if not path.startswith("/"):
-        raise KeyError(path)
-    node = document
-    for raw in path[1:].split("/"):
-        part = raw.replace("~1", "/").replace("~0", "~")
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        else:
-            raise KeyError(path)
-    return node
 
 
 def _chase(document: dict[str, Any], ref: str, at: str) -> None:
@@ -420,7 +391,7 @@ def first_error(document: dict[str, Any]) -> tuple[str, str] | None:
         return None
     if isinstance(found, ValidationError):
         found = best_match([found]) or found
-        where = "/" + "/".join(_escape(str(p)) for p in found.absolute_path)
+        where = "/" + "/".join(escape(str(p)) for p in found.absolute_path)
         if found.validator in ("oneOf", "anyOf"):  # its own message is the value, repeated
             return where, "it matches none of the forms OpenAPI allows there"
         return where, found.message
@@ -480,407 +451,3 @@ MAX_CHANGES: Final = 100
 """Operations listed per kind of change (the counts say how many in all)."""
 MAX_CHANGE_CHARS: Final = 300
 """Characters of one listed operation (a longer path is cut, ending with …)."""
-
-
-# -- operations -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Operation:
-    method: str
-    """Upper case: GET, POST, ..."""
-    path: str
-    """The template as the document writes it: ``/items/{item_id}``."""
-    operation_id: str | None
-    summary: str | None
-
-    @property
-    def key(self) -> str:
-        return f"{self.method} {self.path}"
-
-
-def _path_items(document: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
-    paths = document.get("paths")
-    if not isinstance(paths, dict):
-        return
-    for path, item in paths.items():
-        seen: set[str] = set()
-        while isinstance(item, dict) and isinstance(item.get("$ref"), str):
-            ref = item["$ref"]
-            if ref in seen:
-                break
-            seen.add(ref)
-            try:
-                item = pointer(document, ref)
-            except KeyError:
-                break
-        if isinstance(item, dict):
-            yield path, item
-
-
-def operations(document: dict[str, Any]) -> list[Operation]:
-    found = []
-    for path, item in _path_items(document):
-        for method in METHODS:
-            op = item.get(method)
-            if isinstance(op, dict):
-                found.append(
-                    Operation(method.upper(), path, _text(op, "operationId"), _text(op, "summary"))
-                )
-    return found
-
-
-def _text(op: dict[str, Any], key: str) -> str | None:
-    value = op.get(key)
-    return value if isinstance(value, str) else None
-
-
-def find_operation(document: dict[str, Any], method: str, path: str) -> Operation | None:
-    """The operation ``method path``: ``path`` the template as written (``/items/{item_id}``)
-    or a concrete path matching one (``/items/5``; literal templates first, then those with
-    the most literal characters). A parameter never matches a value that is empty, holds a
-    ``/`` or ``\\`` (encoded or not), or is a dot segment: such a path is not found."""
-    wanted = method.upper()
-    ops = [op for op in operations(document) if op.method == wanted]
-    for op in ops:
-        if op.path == path:
-            return op
-    candidates = []
-    for op in ops:
-        values = match_path(op.path, path)
-        if values is not None:
-            literal = len(_PARAM.sub("", op.path))
-            candidates.append((-literal, len(values), op.path, op))
-    return min(candidates, key=lambda c: c[:3])[-1] if candidates else None
-
-
-_PARAM: Final = re.compile(r"\{[^}/]*\}")
-MAX_MATCH_CHARS: Final = 8192
-
-
-def match_path(template: str, path: str) -> dict[str, str] | None:
-    """The path parameters when ``path`` matches ``template``, else None. Segment by segment:
-    a ``{name}`` segment takes any one segment; a segment mixing text and parameters takes at
-    most two parameters with text between them (read by finding the text: nothing can
-    backtrack). Values are as written in ``path`` (still percent-encoded)."""
-    if template == path:
-        return {}
-    wanted, given = template.split("/"), path.split("/")
-    if len(path) > MAX_MATCH_CHARS or len(wanted) != len(given):
-        return None
-    values: dict[str, str] = {}
-    for pattern, segment in zip(wanted, given, strict=True):
-        names = [name[1:-1] for name in _PARAM.findall(pattern)]
-        if not names:
-            if pattern != segment:
-                return None
-            continue
-        found = _segment(_PARAM.split(pattern), segment)
-        if found is None or len(found) != len(names):
-            return None
-        for name, value in zip(names, found, strict=True):
-            plain = unquote(value)
-            if "/" in plain or "\\" in plain or plain in (".", ".."):
-                return None
-            values[name] = value
-    return values
-
-
-def _segment(texts: list[str], segment: str) -> list[str] | None:
-    """The parameter values of one segment: ``texts`` are the literal parts around them (one
-    more than the parameters)."""
-    head, tail = texts[0], texts[-1]
-    if len(texts) > 3 or any(not t for t in texts[1:-1]):
-        return None  # adjacent or many parameters: ambiguous, only the template matches
-    if len(segment) < len(head) + len(tail) or not segment.startswith(head):
-        return None
-    if not segment.endswith(tail):
-        return None
-    middle = segment[len(head) : len(segment) - len(tail)]
-    if len(texts) == 2:
-        return [middle] if middle else None
-    at = middle.find(texts[1], 1)
-    while at != -1:
-        first, second = middle[:at], middle[at + len(texts[1]) :]
-        if second:
-            return [first, second]
-        at = middle.find(texts[1], at + 1)
-    return None
-
-
-# -- resolving one operation ----------------------------------------------------------------
-
-
-def resolve_operation(document: dict[str, Any], op: Operation) -> dict[str, Any]:
-    """The operation object with its refs expanded: ``method``, ``path``, then its own fields
-    (``requestBody``, ``responses``, ...), ``parameters`` merged with the path's. A ref that
-    points back into itself, or past :data:`RESOLVE_NODES` values, is left as a marker
-    ``{"x-appdeck-cut": "recursive" | "size", "ref": "#/..."}``."""
-    item = dict(_path_items(document)).get(op.path, {})
-    raw = item.get(op.method.lower())
-    if not isinstance(raw, dict):
-        raise KeyError(op.key)
-    resolver = _Resolver(document)
-    resolved = resolver.expand(raw, (), 0)
-    merged: dict[tuple[str, str], Json] = {}
-    for source in (item.get("parameters"), raw.get("parameters")):
-        for param in resolver.expand(source, (), 0) if isinstance(source, list) else []:
-            if isinstance(param, dict):
-                merged[(str(param.get("name")), str(param.get("in")))] = param
-    out: dict[str, Any] = {"method": op.method, "path": op.path}
-    out.update(resolved)
-    if merged:
-        out["parameters"] = list(merged.values())
-    return out
-
-
-class _Resolver:
-    def __init__(self, document: dict[str, Any]) -> None:
-        self.document = document
-        self.nodes = 0
-
-    def expand(self, value: Json, stack: tuple[str, ...], depth: int) -> Json:
-        self.nodes += 1
-        if isinstance(value, list):
-            return [self.expand(v, stack, depth + 1) for v in value]
-        if not isinstance(value, dict):
-            return value
-        ref = value.get("$ref")
-        if isinstance(ref, str) and ref.startswith("#"):
-            if ref in stack:
-                return {CUT: "recursive", "ref": ref}
-            if self.nodes > RESOLVE_NODES or depth > RESOLVE_DEPTH:
-                return {CUT: "size", "ref": ref}
-            try:
-                target = pointer(self.document, ref)
-            except KeyError:
-                return {CUT: "missing", "ref": ref}
-            expanded = self.expand(target, (*stack, ref), depth + 1)
-            siblings = {
-                k: self.expand(v, stack, depth + 1) for k, v in value.items() if k != "$ref"
-            }
-            if siblings and isinstance(expanded, dict):
-                return {**expanded, **siblings}
-            return expanded
-        return {k: self.expand(v, stack, depth + 1) for k, v in value.items()}
-
-
-# -- what changed ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Changes:
-    added: list[str]
-    removed: list[str]
-    changed: list[str]
-    """Operations as ``"GET /items/{item_id}"``; changed: the resolved operation differs."""
-
-
-def diff(old: dict[str, Any] | None, new: dict[str, Any]) -> Changes:
-    before = fingerprints(old) if old is not None else {}
-    after = fingerprints(new)
-    return Changes(
-        added=sorted(after.keys() - before.keys()),
-        removed=sorted(before.keys() - after.keys()),
-        changed=sorted(k for k in after.keys() & before.keys() if after[k] != before[k]),
-    )
-
-
-def fingerprints(document: dict[str, Any]) -> dict[str, str]:
-    """A digest per operation of what it resolves to (its object, its path's parameters, and
-    what their refs point at, recursively) without expanding anything. Each ref target is
-    hashed once, after the targets it refers to (a Merkle hash: a renamed but identical
-    component changes nothing); the refs of a ring (schemas that refer to each other) are
-    hashed as one whole, so the digests are the same whichever operation reaches them first
-    (renaming a member of a ring does count as a change)."""
-    table = _ref_digests(document)
-    found = {}
-    for path, item in _path_items(document):
-        shared = item.get("parameters")
-        for method in METHODS:
-            op = item.get(method)
-            if isinstance(op, dict):
-                value = {"operation": op, "path_parameters": shared}
-                found[f"{method.upper()} {path}"] = _hash(_shape(value, table, frozenset()))
-    return found
-
-
-def _hash(value: Json) -> str:
-    return digest(json.dumps(value, sort_keys=True, separators=(",", ":")))
-
-
-def _ref_key(ref: str) -> str:
-    """One spelling per place (``#/a%20b`` and ``#/a b`` are the same)."""
-    return "#" + unquote(ref[1:])
-
-
-def _refs_in(value: Json) -> set[str]:
-    return {
-        _ref_key(node["$ref"])
-        for _, node in _walk(value)
-        if isinstance(node.get("$ref"), str) and node["$ref"].startswith("#")
-    }
-
-
-def _shape(value: Json, table: dict[str, str], ring: frozenset[str]) -> Json:
-    """``value`` with each ref replaced by its target's digest (a ref into ``ring`` stays)."""
-    if isinstance(value, list):
-        return [_shape(v, table, ring) for v in value]
-    if not isinstance(value, dict):
-        return value
-    out = {k: _shape(v, table, ring) for k, v in value.items() if k != "$ref"}
-    ref = value.get("$ref")
-    if isinstance(ref, str) and ref.startswith("#"):
-        key = _ref_key(ref)
-        out["$ref"] = key if key in ring else table.get(key, f"missing:{key}")
-    elif "$ref" in value:
-        out["$ref"] = _shape(value["$ref"], table, ring)
-    return out
-
-
-def _ref_digests(document: dict[str, Any]) -> dict[str, str]:
-    """The digest of every ref's target, rings (strongly connected refs) hashed whole."""
-    targets: dict[str, Json] = {}
-    for key in sorted(_refs_in(document)):
-        try:
-            targets[key] = _lookup(document, key[1:])
-        except KeyError:
-            continue
-    edges = {key: sorted(_refs_in(target) & targets.keys()) for key, target in targets.items()}
-    table: dict[str, str] = {}
-    for ring in _rings(edges):  # each after every ring it refers to
-        if len(ring) == 1 and ring[0] not in edges[ring[0]]:
-            table[ring[0]] = _hash(_shape(targets[ring[0]], table, frozenset()))
-            continue
-        members = frozenset(ring)
-        whole = _hash([[key, _shape(targets[key], table, members)] for key in sorted(ring)])
-        for key in ring:
-            table[key] = _hash([whole, key])
-    return table
-
-
-def _rings(edges: dict[str, list[str]]) -> list[list[str]]:
-    """Tarjan's strongly connected components, without recursion, in reverse topological
-    order (a component comes after every component it has an edge to)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[list[str]] = []
-    for root in edges:
-        if root in index:
-            continue
-        work = [(root, 0)]
-        while work:
-            node, at = work.pop()
-            if at == 0:
-                index[node] = low[node] = len(index)
-                stack.append(node)
-                on_stack.add(node)
-            for n in range(at, len(edges[node])):
-                nxt = edges[node][n]
-                if nxt not in index:
-                    work.append((node, n + 1))
-                    work.append((nxt, 0))
-                    break
-                if nxt in on_stack:
-                    low[node] = min(low[node], index[nxt])
-            else:
-                if low[node] == index[node]:
-                    ring = []
-                    while True:
-                        member = stack.pop()
-                        on_stack.discard(member)
-                        ring.append(member)
-                        if member == node:
-                            break
-                    found.append(ring)
-                if work:
-                    parent = work[-1][0]
-                    low[parent] = min(low[parent], low[node])
-    return found
-
-
-# -- sized for a model ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Fitted:
-    value: dict[str, Any]
-    truncated: bool
-    chars: int
-    """The JSON length of the whole value, before any cut."""
-    note: str | None
-
-
-_STEPS: Final = (
-    # (depth, entries per object or list, characters per string); None: no limit
-    (None, None, 2000),
-    (None, None, 500),
-    (None, 200, 300),
-    (12, 100, 200),
-    (10, 50, 200),
-    (8, 40, 160),
-    (6, 30, 120),
-    (5, 20, 100),
-    (4, 20, 80),
-    (3, 15, 80),
-    (2, 10, 60),
-    (1, 10, 40),
-    (1, 5, 40),
-)
-
-
-def size(value: Json) -> int:
-    """Characters of ``value`` as JSON, as the text content carries it."""
-    return len(json.dumps(value))
-
-
-def fit(value: dict[str, Any], max_chars: int, *, smaller: str) -> Fitted:
-    """``value`` whole when its JSON fits in ``max_chars``; else a copy cut until it fits
-    (always a complete JSON object): long strings shortened, long lists and objects keep their
-    first entries, deep parts replaced by a one-line marker. ``smaller`` says how to ask for
-    less (in the note)."""
-    whole = size(value)
-    if whole <= max_chars:
-        return Fitted(value, False, whole, None)
-    for depth, entries, chars in _STEPS:
-        cut = _cut(value, depth, entries, chars, 0)
-        if size(cut) <= max_chars:
-            limits = [f"strings over {chars} characters shortened"]
-            if entries is not None:
-                limits.append(f"lists and objects cut after {entries} entries")
-            if depth is not None:
-                limits.append(f"parts deeper than {depth} levels replaced by a marker")
-            note = (
-                f"Truncated: the whole is {whole} characters, over max_chars {max_chars}; "
-                f"{', '.join(limits)} (marked with …). {smaller}"
-            )
-            return Fitted(cut, True, whole, note)
-    note = f"Truncated: the whole is {whole} characters, far over max_chars {max_chars}. {smaller}"
-    return Fitted({"…": "too large to show at this max_chars"}, True, whole, note)
-
-
-def _cut(value: Json, depth: int | None, entries: int | None, chars: int, level: int) -> Json:
-    if isinstance(value, str):
-        return value if len(value) <= chars else f"{value[:chars]}…({len(value) - chars} more)"
-    if not isinstance(value, dict | list):
-        return value
-    if depth is not None and level >= depth and value:
-        kind = "object" if isinstance(value, dict) else "list"
-        return f"…({kind} of {len(value)} entries cut)"
-    if isinstance(value, list):
-        kept = value if entries is None else value[:entries]
-        out = [_cut(v, depth, entries, chars, level + 1) for v in kept]
-        if len(kept) < len(value):
-            out.append(f"…({len(value) - len(kept)} more entries)")
-        return out
-    keys = list(value)
-    kept_keys = keys if entries is None else keys[:entries]
-    cut = {
-        _cut(k, None, None, chars, 0): _cut(value[k], depth, entries, chars, level + 1)
-        for k in kept_keys
-    }
-    if len(kept_keys) < len(keys):
-        cut["…"] = f"{len(keys) - len(kept_keys)} more entries"
-    return cut
