@@ -30,12 +30,9 @@ resolved, every result sized for a model (:func:`documents.fit`).
 from __future__ import annotations
 
 import asyncio
-import errno
 import json
 import logging
-import os
 import shutil
-import stat
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -57,6 +54,7 @@ from appdeck.platform import hostnames
 from appdeck.platform.apis import documents
 from appdeck.platform.apis.client import AppHttp, AppResponse
 from appdeck.platform.apis.documents import ApiDocument, Operation
+from appdeck.platform.apis.fetching import declared_kind, ingress_miss, read_top_file
 from appdeck.platform.apps import AppService
 from appdeck.platform.changes import ChangeFeed
 from appdeck.platform.repos.service import RepoService
@@ -94,7 +92,6 @@ VALIDATE_MEMORY: Final = 2 << 30
 VALIDATORS: Final = 2
 ACCEPT: Final = "application/json, application/yaml;q=0.9, text/yaml;q=0.8, */*;q=0.1"
 USER_AGENT: Final = "AppDeck-discover_apis/1"
-_INGRESS_MISSES: Final = ("no_such_app", "no_live_release")
 _PRLIMIT: Final = shutil.which("prlimit", path="/usr/bin:/bin")
 _CHILD: Final = (
     "import sys; sys.path.insert(0, sys.argv[1]); "
@@ -251,7 +248,7 @@ class ApiCatalog:
             except Unavailable:
                 tried.append(Tried(where, f"no answer within {FETCH_TIMEOUT_S:g} s"))
                 return None
-            if _ingress_miss(response):
+            if ingress_miss(response):
                 tried.append(Tried(where, "no live release"))
                 return None
             found = await _candidate(response, path, where, tried)
@@ -283,7 +280,7 @@ class ApiCatalog:
         commit = str(checkout.get("commit", ""))[:12]
         for name in REPO_FILES:
             where = f"repo {name}"
-            raw, outcome = await asyncio.to_thread(_read_top_file, Path(checkout["path"]), name)
+            raw, outcome = await asyncio.to_thread(read_top_file, Path(checkout["path"]), name)
             if raw is None:
                 tried.append(Tried(where, outcome))
                 continue
@@ -494,30 +491,6 @@ class _Steps:
             await self._report(message, self._done, max(self._total, self._done))
 
 
-def _ingress_miss(response: AppResponse) -> bool:
-    """The ingress's own answer: the app has no live release (or none ever)."""
-    if response.status not in (404, 503) or response.truncated:
-        return False
-    try:
-        body = json.loads(response.body)
-    except ValueError:
-        return False
-    error = body.get("error") if isinstance(body, dict) else None
-    return isinstance(error, dict) and error.get("code") in _INGRESS_MISSES
-
-
-def _declared(response: AppResponse) -> str | None:
-    """What the response says its body is: html, json, yaml or None (unsaid)."""
-    media = (response.header("content-type") or "").split(";")[0].strip().lower()
-    if "html" in media:
-        return "html"
-    if "json" in media:
-        return "json"
-    if "yaml" in media or "yml" in media:
-        return "yaml"
-    return None
-
-
 async def _candidate(
     response: AppResponse, path: str, where: str, tried: list[Tried]
 ) -> _Found | None:
@@ -527,7 +500,7 @@ async def _candidate(
         moved = " (a redirect: not followed)" if 300 <= response.status < 400 else ""
         tried.append(Tried(where, f"{response.status}{moved}"))
         return None
-    declared = _declared(response)
+    declared = declared_kind(response)
     if declared == "html":
         tried.append(Tried(where, "200, an HTML page"))
         return None
@@ -548,39 +521,6 @@ async def _candidate(
         return None
     tried.append(Tried(where, "found"))
     return _Found(f"live:{path}", document)
-
-
-def _read_top_file(root: Path, name: str) -> tuple[bytes | None, str]:
-    """A regular file at the top of ``root``, never through a link, at most the size cap."""
-    try:
-        directory = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    except OSError:
-        return None, "the checkout is missing"
-    try:
-        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-        fd = os.open(name, flags, dir_fd=directory)
-    except FileNotFoundError:
-        return None, "absent"
-    except OSError as exc:
-        return None, "a link: not read" if exc.errno == errno.ELOOP else "unreadable"
-    finally:
-        os.close(directory)
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            return None, "not a regular file"
-        if info.st_size > documents.MAX_BYTES:
-            raise InvalidArgument(
-                f"{name} in the repository is larger than "
-                f"{documents.MAX_BYTES // (1024 * 1024)} MiB"
-            )
-        with os.fdopen(fd, "rb", closefd=False) as file:
-            raw = file.read(documents.MAX_BYTES + 1)
-    finally:
-        os.close(fd)
-    if len(raw) > documents.MAX_BYTES:
-        raise InvalidArgument(f"{name} in the repository is larger than the size cap")
-    return raw, "found"
 
 
 def _changes(changes: documents.Changes) -> dict[str, Any]:
