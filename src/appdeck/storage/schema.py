@@ -19,6 +19,9 @@ NAMING_CONVENTION = {
 
 metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
 
+IN_PROGRESS = "state IN ('queued', 'building', 'starting', 'canary')"
+"""A deployment's in-progress states (``platform.deploy.states.IN_PROGRESS``), as SQL."""
+
 Seq = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 """BIGINT on PostgreSQL; INTEGER on SQLite, where only INTEGER PRIMARY KEY autoincrements."""
 
@@ -264,6 +267,14 @@ deployments = sa.Table(
     sa.Column("previous", sa.Integer, nullable=True),  # the live deployment it replaces
     sa.Column("traffic", sa.Integer, nullable=False),  # percent of ingress traffic it gets
     sa.Column("instance_id", sa.String, nullable=True),  # the server process driving it
+    # one deployment in progress per app, whatever the replicas race (migration 0012)
+    sa.Index(
+        "uq_deployments_in_progress",
+        "app_id",
+        unique=True,
+        postgresql_where=sa.text(IN_PROGRESS),
+        sqlite_where=sa.text(IN_PROGRESS),
+    ),
 )
 repo_connections = sa.Table(
     "repo_connections",
@@ -367,4 +378,40 @@ api_keys = sa.Table(  # manage_api_key: keys the ingress checks for an app (migr
     sa.Column("revoked_at", sa.Double, nullable=True),
     sa.Column("last_used_at", sa.Double, nullable=True),
     sa.Column("rotated_from", sa.String, nullable=True),  # the key this one replaced
+)
+
+# -- replicas behind one URL (migration 0012) ---------------------------------------------
+
+replicas = sa.Table(  # each running server process; heartbeat on the database's clock
+    "replicas",
+    metadata,
+    sa.Column("instance_id", sa.String, primary_key=True),
+    sa.Column("started_at", sa.Double, nullable=False),
+    sa.Column("heartbeat_at", sa.Double, nullable=False),
+)
+
+app_locks = sa.Table(  # one deploy, rollback or restart of an app at a time, cluster-wide
+    "app_locks",
+    metadata,
+    sa.Column("app_id", sa.BigInteger, primary_key=True),
+    sa.Column("holder", sa.String, nullable=False),  # instance id (+ what holds it)
+    sa.Column("fence", sa.BigInteger, nullable=False),  # +1 on every takeover
+    sa.Column("expires_at", sa.Double, nullable=False),
+)
+
+consent_requests = sa.Table(  # /authorize waiting for the user's answer (any replica posts)
+    "consent_requests",
+    metadata,
+    sa.Column("id", sa.String, primary_key=True),
+    sa.Column("body", sa.JSON, nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("expires_at", sa.Double, nullable=False, index=True),
+)
+
+signing_keys = sa.Table(  # the embedded OAuth server's keys, sealed with the secret key
+    "signing_keys",
+    metadata,
+    sa.Column("kid", sa.String, primary_key=True),
+    sa.Column("sealed_jwk", sa.Text, nullable=False),
+    sa.Column("created_at", sa.Double, nullable=False),
 )
