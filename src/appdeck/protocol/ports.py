@@ -7,7 +7,7 @@ with in-memory doubles and plain dicts.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -103,4 +103,32 @@ class AuditTrail(Protocol):
     ) -> None:
         """A refusal (401, 403, 429...); ``source`` is the client's IP when the caller knows
         it. A trail may aggregate refusals (a count per minute per source and reason)."""
+        ...
+
+
+class Subscription(Protocol):
+    """What :meth:`Broadcast.subscribe` returns; handed back to unsubscribe."""
+
+    @property
+    def channel(self) -> str: ...
+
+
+class Broadcast(Protocol):
+    """Messages between the replicas of one deployment (issue 13).
+
+    Pub/sub: at most once, no replay. Whoever relies on a message also keeps a backstop read
+    of the truth (periodic, and after :meth:`on_reconnect`). In one process it is a plain
+    in-memory fan-out.
+    """
+
+    async def publish(self, channel: str, payload: bytes) -> None: ...
+
+    async def subscribe(self, channel: str, handler: Callable[[bytes], None]) -> Subscription:
+        """``handler`` runs in the event loop: it must not block or raise."""
+        ...
+
+    async def unsubscribe(self, subscription: Subscription) -> None: ...
+
+    def on_reconnect(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` after a dropped connection is back (messages may be lost)."""
         ...
