@@ -1,0 +1,59 @@
+"""What one replica knows of the others: its own id, the broadcast, and Redis when shared.
+
+Built once by the composition root (``appdeck.app``). ``redis`` is None for the embedded
+default (one process, in-process bus); then ``broadcast`` is a :class:`LocalBroadcast`.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+
+from redis.asyncio import Redis
+
+from appdeck.events.signals import LocalBroadcast, RedisBroadcast
+
+REDIS_TIMEOUT = 5.0
+"""Seconds a Redis command or connect may take before it fails (and the caller's fallback or
+error path runs): a stalled Redis must not hang requests forever."""
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    instance_id: str
+    broadcast: LocalBroadcast | RedisBroadcast
+    redis: Redis | None
+    prefix: str
+
+    @property
+    def shared(self) -> bool:
+        """True when several replicas may serve the same sessions, tasks and apps."""
+        return self.redis is not None
+
+    @classmethod
+    def alone(cls, instance_id: str | None = None) -> Cluster:
+        return cls(instance_id or secrets.token_hex(8), LocalBroadcast(), None, "appdeck")
+
+    @classmethod
+    async def connect(cls, url: str, prefix: str, instance_id: str | None = None) -> Cluster:
+        """Connect to Redis (checked with a PING) and start the broadcast reader."""
+        redis = Redis.from_url(
+            url,
+            socket_timeout=REDIS_TIMEOUT,
+            socket_connect_timeout=REDIS_TIMEOUT,
+            health_check_interval=15,
+        )
+        try:
+            await redis.ping()
+            broadcast = RedisBroadcast(redis, prefix)
+            await broadcast.start()
+        except BaseException:
+            await redis.aclose()
+            raise
+        return cls(instance_id or secrets.token_hex(8), broadcast, redis, prefix)
+
+    async def close(self) -> None:
+        if isinstance(self.broadcast, RedisBroadcast):
+            await self.broadcast.close()
+        if self.redis is not None:
+            await self.redis.aclose()
