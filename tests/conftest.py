@@ -36,6 +36,8 @@ os.environ.setdefault("APPDECK_INGRESS_PORT", "0")
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ["APPDECK_SANDBOX_CGROUP"] = f"appdeck-{os.environ['PYTEST_XDIST_WORKER']}"
 
+pytest_plugins = ["tests.support.redis"]  # the redis and redis_prefix fixtures
+
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:

@@ -6,7 +6,7 @@ from redis.asyncio import Redis
 
 from appdeck.events.cluster import Cluster
 from appdeck.events.signals import LocalBroadcast, RedisBroadcast
-from tests.support.redis import REDIS_URL, redis, redis_prefix  # noqa: F401 (fixtures)
+from tests.support.redis import REDIS_URL
 
 
 class Inbox:
@@ -127,6 +127,7 @@ async def test_a_cluster_with_redis_is_shared_and_closes_cleanly(redis_prefix: s
     cluster = await Cluster.connect(REDIS_URL, redis_prefix)
     try:
         assert cluster.shared
-        assert cluster.redis is not None and await cluster.redis.ping()
+        assert cluster.redis is not None
+        assert await cluster.redis.ping()
     finally:
         await cluster.close()
