@@ -80,9 +80,47 @@ def test_egress_allow_takes_comma_separated_networks(monkeypatch: pytest.MonkeyP
     assert [str(n) for n in load().egress_allow] == ["203.0.113.0/24", "fd00::/8"]
 
 
-def test_a_redis_url_is_refused_until_the_redis_bus_exists(monkeypatch: pytest.MonkeyPatch) -> None:
+PG = "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
+
+
+def test_replica_mode_takes_redis_with_postgresql_and_a_shared_secret(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("APPDECK_REDIS_URL", "redis://127.0.0.1:6379/0")
-    with pytest.raises(InvalidSetting, match=r"APPDECK_REDIS_URL: .*not supported yet"):
+    monkeypatch.setenv("APPDECK_DATABASE_URL", PG)
+    monkeypatch.setenv("APPDECK_SECRET_KEY", "s" * 32)
+    monkeypatch.setenv("APPDECK_REDIS_PREFIX", "staging-2")
+    settings = load()
+    assert settings.redis_url == "redis://127.0.0.1:6379/0"
+    assert settings.redis_prefix == "staging-2"
+
+
+@pytest.mark.parametrize(
+    ("env", "reason"),
+    [
+        ({"APPDECK_SECRET_KEY": "s" * 32}, "PostgreSQL"),
+        ({"APPDECK_DATABASE_URL": PG}, "APPDECK_SECRET_KEY"),
+        (
+            {"APPDECK_DATABASE_URL": PG, "APPDECK_SECRET_KEY": "k" * 32, "_URL": "http://x"},
+            "redis://",
+        ),
+    ],
+    ids=["sqlite", "no-secret", "not-redis"],
+)
+def test_replica_mode_refuses_what_replicas_cannot_share(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], reason: str
+) -> None:
+    monkeypatch.setenv("APPDECK_REDIS_URL", env.pop("_URL", "redis://127.0.0.1:6379/0"))
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(InvalidSetting, match=rf"APPDECK_REDIS_URL: .*{reason}"):
+        load()
+
+
+@pytest.mark.parametrize("bad", ["", "a:b", "a b", "x" * 65, "é"])
+def test_a_redis_prefix_is_one_plain_name(monkeypatch: pytest.MonkeyPatch, bad: str) -> None:
+    monkeypatch.setenv("APPDECK_REDIS_PREFIX", bad)
+    with pytest.raises(InvalidSetting, match="APPDECK_REDIS_PREFIX"):
         load()
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import secrets
 import time
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -25,6 +24,7 @@ from appdeck.auth.throttle import MCP_WINDOW, FailureThrottle
 from appdeck.auth.tokens import TokenIssuer, TokenVerifier
 from appdeck.auth.urls import PublicUrls
 from appdeck.events.bus import InProcessBus
+from appdeck.events.cluster import Cluster
 from appdeck.platform.changes import Change
 from appdeck.platform.deploy.ingress_router import IngressRouter
 from appdeck.platform.ingress.keys import KeyGate
@@ -78,6 +78,7 @@ class Services:
     identities: IdentityStore
     audit: AuditLog
     audit_store: AuditStore
+    cluster: Cluster
     keys: SigningKeys | None = None
     token_issuer: TokenIssuer | None = None
     bearer: BearerAuthenticator | None = None
@@ -95,6 +96,11 @@ class Services:
     ) -> Services:
         runtime = _sandbox(settings)  # first: a host that cannot sandbox opens nothing
         storage = await Storage.open(settings.database())
+        cluster = (
+            await Cluster.connect(settings.redis_url, settings.redis_prefix)
+            if settings.redis_url
+            else Cluster.alone()
+        )
         base_url = settings.base_url(port)
         identities = IdentityStore(storage.engine)
         audit_store = AuditStore(storage.engine)
@@ -109,7 +115,7 @@ class Services:
         )
         hub = StreamHub(storage.events, InProcessBus())
         registry = Registry()
-        instance_id = secrets.token_hex(8)
+        instance_id = cluster.instance_id
         driver, ingress, router = _runtime(settings, runtime)
         ingress_port = await ingress.start()
         databases = await open_databases(
@@ -160,6 +166,7 @@ class Services:
             identities=identities,
             audit=audit,
             audit_store=audit_store,
+            cluster=cluster,
             keys=keys,
             token_issuer=token_issuer,
             bearer=bearer,
@@ -246,6 +253,7 @@ class Services:
         await self.audit.close()
         if self.bearer is not None:
             await self.bearer.close()
+        await self.cluster.close()
         await self.storage.close()
 
     @property

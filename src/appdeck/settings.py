@@ -14,8 +14,9 @@ import re
 from ipaddress import IPv4Network, IPv6Network
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, Field, ValidationError, field_validator
+from pydantic import AliasChoices, Field, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
 
 from appdeck import __version__
@@ -31,9 +32,6 @@ class Settings(BaseSettings):
     data_dir: Path = Path(".appdeck")
     database_url: str | None = None
     """``postgresql+asyncpg://…`` for PostgreSQL; default: SQLite in the data dir."""
-    redis_url: str | None = None
-    """Refused for now: the Redis bus that lets several replicas share sessions is not built
-    yet, and a setting that silently does nothing is worse than none."""
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
     ingress_port: int = Field(8088, ge=0, le=65535)
@@ -140,6 +138,15 @@ class Settings(BaseSettings):
     """PostgreSQL platforms: app ``n``'s role is ``<prefix>n``; default ``<apps db>_app_``
     (roles are cluster-wide: two platforms on one cluster must not share a prefix)."""
 
+    redis_url: str | None = None
+    """Replica mode (docs/replicas.md): several ``appdeck serve`` behind one URL share
+    sessions, streams, tasks and locks through Redis and the PostgreSQL database. Needs
+    ``APPDECK_DATABASE_URL`` on PostgreSQL and the same ``APPDECK_SECRET_KEY`` on every
+    replica. Declared after both: its check reads them."""
+    redis_prefix: str = Field("appdeck", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    """Every Redis key and channel starts with ``<prefix>:``: two deployments on one Redis
+    must not share a prefix."""
+
     with_conformance_fixtures: bool = False
     app_version: str = Field(
         __version__, validation_alias=AliasChoices("APP_VERSION", "APPDECK_APP_VERSION")
@@ -154,11 +161,21 @@ class Settings(BaseSettings):
 
     @field_validator("redis_url")
     @classmethod
-    def _no_redis_yet(cls, value: str | None) -> str | None:
-        if value:
+    def _replicas_need_shared_state(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if not value:
+            return None
+        if urlsplit(value).scheme not in ("redis", "rediss", "unix"):
+            raise ValueError("must be a redis://, rediss:// or unix:// URL")
+        database = info.data.get("database_url") or ""
+        if not str(database).startswith("postgresql"):
             raise ValueError(
-                "not supported yet: AppDeck runs as one process with an in-process event bus "
-                "(the Redis bus for several replicas is planned); unset it"
+                "replicas share one PostgreSQL database: set APPDECK_DATABASE_URL to a "
+                "postgresql+asyncpg:// URL (SQLite is one process's file)"
+            )
+        if not info.data.get("secret_key"):
+            raise ValueError(
+                "replicas share one secret key (sealed secrets, signing keys): set "
+                "APPDECK_SECRET_KEY, the same on every replica"
             )
         return value
 
