@@ -19,6 +19,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 URL_LINE = re.compile(r"MCP server listening on (http://\S+/mcp)\s*$", re.MULTILINE)
+LOCAL_LINE = re.compile(r"This process listens on (http://\S+/mcp)\s*$", re.MULTILINE)
+"""Printed after the URL line when a public URL is set (the proxy's): the process itself."""
 DEV_TOKEN = re.compile(r"^Dev access token[^\n]*:\n(\S+)\n", re.MULTILINE)
 
 
@@ -140,8 +142,9 @@ async def start_appdeck(
                 printed = stdout_path.read_text(errors="replace")
                 found = URL_LINE.search(printed)
                 token = DEV_TOKEN.search(printed)
+                local = LOCAL_LINE.search(printed)
                 if found and (token or not dev):
-                    server.url = found.group(1)
+                    server.url = local.group(1) if local else found.group(1)
                     server.token = token.group(1) if token else None
                     return server
                 if not server.running:

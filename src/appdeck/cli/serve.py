@@ -133,6 +133,9 @@ async def _serve(settings: Any, dev: bool, stop_apps: bool = False) -> None:
     marker.write_text(json.dumps({"url": url, "base_url": services.base_url, "pid": os.getpid()}))
     deployed = "" if settings.app_version == __version__ else f" ({settings.app_version})"
     print(f"AppDeck {__version__}{deployed} MCP server listening on {url}", flush=True)
+    if settings.public_url:  # behind a proxy or balancer: where this very process listens
+        local = settings.model_copy(update={"public_url": None}).base_url(port)
+        print(f"This process listens on {local}/mcp", flush=True)
     if services.ingress is not None:
         ingress = f"http://{hostnames.PATTERN}:{services.ingress.port}/"
         print(f"Apps are served by the ingress router at {ingress}", flush=True)

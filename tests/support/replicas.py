@@ -1,0 +1,78 @@
+"""Three (or more) ``appdeck serve`` replicas behind the test proxy, sharing one PostgreSQL
+database, one Redis prefix and one secret key: the set-up of issue 13's must-show."""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.support.appdeck_process import AppDeckProcess, start_appdeck
+from tests.support.proxy import ReplicaProxy, serve_proxy
+from tests.support.redis import REDIS_URL
+
+
+@dataclass
+class Replicas:
+    proxy: ReplicaProxy
+    origin: str
+    """The proxy's ``http://127.0.0.1:PORT``: the one URL clients use."""
+    env: dict[str, str]
+    data_dir: Path
+    log_dir: Path
+    servers: list[AppDeckProcess] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"{self.origin}/mcp"
+
+    @property
+    def token(self) -> str:
+        token = self.servers[0].token
+        assert token is not None
+        return token
+
+    @property
+    def auth_headers(self) -> dict[str, str]:
+        return {"authorization": f"Bearer {self.token}"}
+
+    async def add(self) -> AppDeckProcess:
+        """Start one more replica and put it behind the proxy (last in the order)."""
+        name = "ABCDEFGH"[len(self.servers)]
+        server = await start_appdeck(
+            self.data_dir, log_dir=self.log_dir, name=f"replica-{name}", env=self.env, within=40
+        )
+        self.servers.append(server)
+        self.proxy.upstreams.append(server.origin)
+        return server
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {Path(s.stderr_path).name}\n{s.log_tail(30)}" for s in self.servers)
+
+
+@contextlib.asynccontextmanager
+async def run_replicas(
+    database_url: str, redis_prefix: str, tmp_path: Path, count: int = 3
+) -> AsyncIterator[Replicas]:
+    """``count`` replicas started one after another (the first makes the dev tenant and
+    migrates), the proxy in front; all stopped (SIGTERM, then SIGKILL) at the end."""
+    proxy = ReplicaProxy()
+    async with serve_proxy(proxy) as origin:
+        env = {
+            "APPDECK_DATABASE_URL": database_url,
+            "APPDECK_REDIS_URL": REDIS_URL,
+            "APPDECK_REDIS_PREFIX": redis_prefix,
+            "APPDECK_SECRET_KEY": secrets.token_urlsafe(32),
+            "APPDECK_PUBLIC_URL": origin,
+        }
+        replicas = Replicas(proxy, origin, env, tmp_path / "data", tmp_path / "logs")
+        try:
+            for _ in range(count):
+                await replicas.add()
+            yield replicas
+        finally:
+            for server in reversed(replicas.servers):
+                with contextlib.suppress(Exception):
+                    await server.stop()
