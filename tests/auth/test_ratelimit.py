@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import Any, cast
 
 from redis.asyncio import Redis
 
@@ -42,7 +42,7 @@ class CountingRedis(Redis):
 
     async def execute_command(self, *args: Any, **options: Any) -> Any:
         self.sent += 1
-        return await super().execute_command(*args, **options)
+        return await super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
 
 
 async def test_the_in_process_limiter_answers_take_like_check() -> None:
@@ -108,7 +108,7 @@ async def test_fifty_per_second_burst_200_over_three_replicas_passes_about_300_o
 
 
 async def test_a_check_is_one_round_trip_to_redis(redis_prefix: str) -> None:
-    client = CountingRedis.from_url(REDIS_URL)
+    client = cast(CountingRedis, CountingRedis.from_url(REDIS_URL))
     try:
         limiter = RedisRateLimiter(client, redis_prefix, rate=100, burst=1000)
         await limiter.take("warm")  # may load the script once (NOSCRIPT on a fresh server)
@@ -166,7 +166,7 @@ async def test_when_redis_is_unreachable_each_replica_limits_on_its_own(
 
 
 async def test_a_zero_rate_asks_redis_nothing(redis_prefix: str) -> None:
-    client = CountingRedis.from_url(REDIS_URL)
+    client = cast(CountingRedis, CountingRedis.from_url(REDIS_URL))
     try:
         limiter = RedisRateLimiter(client, redis_prefix, rate=0, burst=1)
         assert all([await limiter.take("t") is None for _ in range(10)])
