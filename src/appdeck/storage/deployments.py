@@ -12,7 +12,12 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from appdeck.common.errors import Conflict
+from appdeck.storage.app_locks import Fenced, Lease, guard
 from appdeck.storage.schema import deployments
+
+_IN_PROGRESS: Final = ("queued", "building", "starting", "canary")
+"""``platform.deploy.states.IN_PROGRESS``: the states of ``schema.IN_PROGRESS``, the partial
+unique index ``uq_deployments_in_progress``."""
 
 MAX_NUMBER: Final = 2**31 - 1
 """Deployment numbers (and CI run numbers) are INTEGER columns: nothing lies beyond."""
@@ -89,6 +94,11 @@ class StaleState(RuntimeError):
     writer moved it): the write did not happen."""
 
 
+class InProgress(Conflict):
+    """The app already has a deployment in progress (the partial unique index
+    ``uq_deployments_in_progress`` refused a second one, whatever replica raced)."""
+
+
 class DeploymentStore:
     """Deployments, one row each. ``transitions(current, target)`` is the state machine's
     rule (``platform.deploy.states.check``): every state change is checked against it here,
@@ -100,6 +110,11 @@ class DeploymentStore:
     ) -> None:
         self._engine = engine
         self._transitions = transitions
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The database (the app locks that fence this store's writes live there too)."""
+        return self._engine
 
     async def create(
         self,
@@ -144,7 +159,13 @@ class DeploymentStore:
                         )
                     )
             except IntegrityError:
-                continue
+                running = await self.for_app(app_id, states=_IN_PROGRESS, limit=1)
+                if running and state in _IN_PROGRESS:
+                    raise InProgress(
+                        f"deployment {running[0].number} of this app is still {running[0].state}",
+                        hint="wait for it (list_deployments) before deploying again",
+                    ) from None
+                continue  # a concurrent create took the number
             record = await self.get(app_id, number)
             assert record is not None
             return record
@@ -187,8 +208,12 @@ class DeploymentStore:
         message: str | None = None,
         traffic: int | None = None,
         instance_id: str | None = None,
+        lease: Lease | None = None,
     ) -> DeploymentRecord:
-        """Write a step: the new state and/or message (appended to the history) and traffic."""
+        """Write a step: the new state and/or message (appended to the history) and traffic.
+
+        With ``lease`` (the app's, :mod:`appdeck.storage.app_locks`) the write happens only
+        while the lease is still held: else :class:`Fenced`, and nothing was written."""
         current = await self.get(app_id, number)
         assert current is not None
         now = time.time()
@@ -211,10 +236,21 @@ class DeploymentStore:
             if self._transitions is not None:
                 self._transitions(current.state, state)
             query = query.where(deployments.c.state == current.state)
+        if lease is not None:
+            if lease.app_id != app_id:
+                raise ValueError(f"the lease of app {lease.app_id} guards no write to {app_id}")
+            query = query.where(guard(lease, self._engine.dialect.name))
         async with self._engine.begin() as conn:
             done = await conn.execute(query.values(**values))
         if done.rowcount == 0:
+            if lease is not None and not await self._holds(lease):
+                raise Fenced(f"app {app_id}: the lease fenced {lease.fence} is no longer held")
             raise StaleState(f"deployment {app_id}-{number} changed state while being updated")
         record = await self.get(app_id, number)
         assert record is not None
         return record
+
+    async def _holds(self, lease: Lease) -> bool:
+        async with self._engine.connect() as conn:
+            found = await conn.execute(sa.select(guard(lease, self._engine.dialect.name)))
+        return bool(found.scalar())

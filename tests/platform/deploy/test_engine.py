@@ -4,10 +4,11 @@ reconciliation. Real database; in-memory runtime and router (see fakes.py)."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
 from appdeck.auth.admin import IdentityAdmin
 from appdeck.common.errors import Conflict, FailedPrecondition, InvalidArgument
@@ -17,6 +18,7 @@ from appdeck.platform.changes import ChangeFeed
 from appdeck.platform.crypto import Sealer
 from appdeck.platform.deploy import states
 from appdeck.platform.deploy.engine import DeployService, Operations
+from appdeck.platform.deploy.ports import Release
 from appdeck.platform.env import EnvService
 from appdeck.platform.routing import AppRoutes
 from appdeck.platform.services import PlatformConfig
@@ -25,6 +27,7 @@ from appdeck.storage import Storage
 from appdeck.storage.apps import AppStore
 from appdeck.storage.deployments import DeploymentStore
 from appdeck.storage.identity import IdentityStore
+from appdeck.storage.schema import app_locks
 
 from .fakes import FakeRouter, FakeRuntime
 
@@ -49,6 +52,7 @@ class Rig:
     alice: Principal
     app_id: int
     feed: ChangeFeed
+    sealer: Sealer
 
     async def deploy(self, strategy: str | None = None) -> str:
         app, record = await self.deploys.create(self.alice, self.app_id, strategy)
@@ -102,7 +106,9 @@ async def rig(storage: Storage, tmp_path: Path) -> Rig:
         "canary": {"percent": 10, "steps": [10, 50, 100], "analysis_window_s": 0.1},
     }
     app = await apps.register(alice, "shop", spec)
-    return Rig(apps, env, deploys, Operations(deploys), runtime, router, alice, app.app.id, feed)
+    return Rig(
+        apps, env, deploys, Operations(deploys), runtime, router, alice, app.app.id, feed, sealer
+    )
 
 
 async def test_a_first_deploy_goes_live_with_all_traffic(rig: Rig) -> None:
@@ -198,9 +204,12 @@ async def test_a_restart_keeps_traffic_flowing(rig: Rig) -> None:
     assert len(await rig.runtime.running(f"{rig.app_id}-1")) == 2
 
 
-async def test_reconcile_fails_interrupted_deploys_and_restores_live_routes(rig: Rig) -> None:
+async def test_reconcile_fails_interrupted_deploys_and_restores_live_routes(
+    rig: Rig, storage: Storage
+) -> None:
     await rig.deploy()
     await rig.deploys.create(rig.alice, rig.app_id, None)  # never run: as if the server died
+    await _expire_locks(storage)  # ... and its lease ran out
     survivors = dict(rig.runtime.running_[f"{rig.app_id}-1"])
     rig.runtime.running_.clear()
     rig.router.table.clear()
@@ -209,6 +218,12 @@ async def test_reconcile_fails_interrupted_deploys_and_restores_live_routes(rig:
     assert (interrupted, restored) == (1, 1)
     assert await rig.states() == {1: "live", 2: "failed"}
     assert len(rig.router.table[SHOP][0].upstreams) == 2  # adopted one, restarted one
+
+
+async def _expire_locks(storage: Storage) -> None:
+    """Every app lease runs out, as when the replica holding it is dead or paused."""
+    async with storage.engine.begin() as conn:
+        await conn.execute(sa.update(app_locks).values(expires_at=1.0))
 
 
 # -- one hostname per app: another tenant's app of the same name never moves this one's route --
@@ -337,3 +352,124 @@ async def test_an_app_name_too_long_for_its_tenants_hostnames_is_refused(
         await rig.apps.update(tess, made.app.id, name="b" * 22)
     with pytest.raises(InvalidArgument, match="--"):
         await admin.create_tenant("two--parts")
+
+
+# -- replicas: one deploy, rollback or restart of an app at a time, cluster-wide --------------
+
+
+@dataclass
+class GatedRuntime(FakeRuntime):
+    """Builds of the releases in ``gated`` wait for ``gate`` (a replica busy, or paused)."""
+
+    gated: set[str] = field(default_factory=set)
+    gate: asyncio.Event = field(default_factory=asyncio.Event)
+    entered: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def prepare(self, release: Release) -> None:
+        if release.release_id in self.gated:
+            self.entered.set()
+            await self.gate.wait()
+        await super().prepare(release)
+
+
+@dataclass
+class Replica:
+    deploys: DeployService
+    ops: Operations
+
+
+def _replica(rig: Rig, name: str, runtime: FakeRuntime | None = None) -> Replica:
+    """Another replica on the same database, host and ingress (the rig's is ``test``)."""
+    deploys = DeployService(
+        rig.apps,
+        rig.env,
+        DeploymentStore(rig.deploys.store.engine, transitions=states.check),
+        runtime or rig.runtime,
+        rig.router,
+        rig.feed,
+        rig.sealer,
+        sources=rig.apps.sources,
+        instance_id=name,
+        sleep=_no_wait,
+    )
+    return Replica(deploys, Operations(deploys))
+
+
+async def test_fifty_concurrent_deploys_over_three_replicas_make_exactly_one(rig: Rig) -> None:
+    replicas = [_replica(rig, name) for name in ("a", "b", "c")]
+    async with asyncio.timeout(120):
+        outcomes = await asyncio.gather(
+            *(replicas[i % 3].deploys.create(rig.alice, rig.app_id, None) for i in range(50)),
+            return_exceptions=True,
+        )
+    made = [o for o in outcomes if isinstance(o, tuple)]
+    assert len(made) == 1
+    assert all(isinstance(o, Conflict) for o in outcomes if not isinstance(o, tuple))
+    assert await rig.states() == {1: "queued"}
+    owner = next(r for r in replicas if r.deploys.locks.instance_id == made[0][1].instance_id)
+    assert (await owner.deploys.run(*made[0])).state == "live"
+
+
+async def test_a_deploy_a_live_replica_drives_is_left_alone_by_another_replicas_reconcile(
+    rig: Rig,
+) -> None:
+    await rig.deploy()
+    gated = GatedRuntime(running_=rig.runtime.running_, gated={f"{rig.app_id}-2"})
+    a, b = _replica(rig, "a", gated), _replica(rig, "b")
+    app, record = await a.deploys.create(rig.alice, rig.app_id, None)
+    run = asyncio.ensure_future(a.deploys.run(app, record))
+    async with asyncio.timeout(10):
+        await gated.entered.wait()
+    assert await b.ops.reconcile() == (0, 1)  # b starts up: a's deploy is alive, not touched
+    with pytest.raises(Conflict, match="deployment 2 of this app is still building"):
+        await b.deploys.create(rig.alice, rig.app_id, None)
+    gated.gate.set()
+    async with asyncio.timeout(10):
+        assert (await run).state == "live"
+    assert await rig.states() == {1: "superseded", 2: "live"}
+
+
+async def test_a_replica_paused_past_its_lease_finds_its_writes_refused_and_stops_quietly(
+    rig: Rig, storage: Storage
+) -> None:
+    await rig.deploy()
+    gated = GatedRuntime(running_=rig.runtime.running_, gated={f"{rig.app_id}-2"})
+    a, b = _replica(rig, "a", gated), _replica(rig, "b")
+    app, record = await a.deploys.create(rig.alice, rig.app_id, None)
+    run = asyncio.ensure_future(a.deploys.run(app, record))
+    async with asyncio.timeout(10):
+        await gated.entered.wait()  # a is "paused" in its build ...
+    await _expire_locks(storage)  # ... past its lease
+    _, third = await b.deploys.create(rig.alice, rig.app_id, None)  # b takes the app over
+    failed = await rig.deploys.store.get(rig.app_id, 2)
+    assert failed is not None
+    assert failed.state == "failed"
+    assert "lost its lock" in (failed.status_message or "")
+    assert rig.router.weights(SHOP) == {f"{rig.app_id}-1": 100}  # the live release serves
+    gated.gate.set()  # a wakes up: its next write is refused, and it stops
+    async with asyncio.timeout(10):
+        after = await run
+    assert after.state == "failed"
+    assert await rig.runtime.running(f"{rig.app_id}-2") == []
+    assert rig.router.weights(SHOP) == {f"{rig.app_id}-1": 100}
+    assert (await b.deploys.run(app, third)).state == "live"
+    assert await rig.states() == {1: "superseded", 2: "failed", 3: "live"}
+
+
+async def test_a_rollback_waits_for_the_deploy_under_way_on_another_replica(rig: Rig) -> None:
+    await rig.deploy()
+    await rig.deploy()
+    gated = GatedRuntime(running_=rig.runtime.running_, gated={f"{rig.app_id}-3"})
+    a, b = _replica(rig, "a", gated), _replica(rig, "b")
+    app, record = await a.deploys.create(rig.alice, rig.app_id, None)
+    run = asyncio.ensure_future(a.deploys.run(app, record))
+    async with asyncio.timeout(10):
+        await gated.entered.wait()
+    rollback = asyncio.ensure_future(b.ops.rollback(rig.alice, rig.app_id))
+    await asyncio.sleep(0.5)
+    assert not rollback.done()  # the app is a's until its deploy ends
+    gated.gate.set()
+    async with asyncio.timeout(20):
+        assert (await run).state == "live"
+        assert (await rollback).number == 2
+    assert await rig.states() == {1: "superseded", 2: "live", 3: "rolled_back"}

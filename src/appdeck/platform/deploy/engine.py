@@ -4,6 +4,13 @@ One deployment at a time per app: a second deploy while one is in progress is re
 ``conflict`` (naming the one in progress), rather than queued, so an agent always knows what
 will run. Every step is written to the store before it is announced.
 
+Whatever replica runs it, a deploy (like a rollback or restart, :mod:`.operations`) holds the
+app's lease (:mod:`.locks`) from its creation to its end, and every deployment write it makes
+carries the lease's fence: a replica paused or cut off past its lease finds its writes refused
+and stops quietly; the lease's next holder fails the deployment it left (:meth:`reclaim`).
+The partial unique index ``uq_deployments_in_progress`` backs this up: two deployments in
+progress for one app cannot both be written.
+
 Traffic moves on the app's route key (``Release.route``, from :mod:`appdeck.platform.hostnames`),
 never on its name: another tenant's app of the same name has another key.
 """
@@ -11,6 +18,7 @@ never on its name: another tenant's app of the same name has another key.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
@@ -25,6 +33,7 @@ from appdeck.platform.apps import AppService
 from appdeck.platform.changes import Change, ChangeFeed
 from appdeck.platform.crypto import Sealer
 from appdeck.platform.deploy import rollout, states
+from appdeck.platform.deploy.locks import AppLocks, Hold
 from appdeck.platform.deploy.ports import (
     Backend,
     BuildFailed,
@@ -36,12 +45,20 @@ from appdeck.platform.env import EnvService
 from appdeck.platform.release import AppSpec
 from appdeck.platform.sources import SourceRoots
 from appdeck.platform.specs import STRATEGIES
+from appdeck.storage.app_locks import AppLockStore, Fenced
 from appdeck.storage.apps import AppRecord
 from appdeck.storage.deployments import DeploymentRecord, DeploymentStore
 
 log = logging.getLogger("appdeck.deploy")
 
 Progress = Callable[[str, int | None], Awaitable[None]]
+
+MAX_HANDED = 1024
+"""Leases taken by :meth:`DeployService.create` waiting for their :meth:`~DeployService.run`."""
+ORPHANED = (
+    "The server driving this deployment stopped (it restarted, or lost its lock on the app); "
+    "the live release kept serving. Deploy again."
+)
 
 
 async def _quiet(message: str, traffic: int | None) -> None:
@@ -72,6 +89,7 @@ class DeployService:
         sources: SourceRoots,
         instance_id: str,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        locks: AppLocks | None = None,
     ) -> None:
         self.apps = apps
         self._sources = sources
@@ -83,7 +101,11 @@ class DeployService:
         self._sealer = sealer
         self._instance = instance_id
         self.sleep = sleep
-        self._locks: dict[int, asyncio.Lock] = {}
+        self.locks = (
+            locks if locks is not None else AppLocks(AppLockStore(store.engine), instance_id)
+        )
+        """The app leases (cluster-wide: the database's ``app_locks``)."""
+        self._handed: dict[tuple[int, int], Hold] = {}
         self._aside: set[asyncio.Task[None]] = set()
         self.git: GitSource | None = None
         """Set by the composition root: a connected repository is the app's source."""
@@ -165,11 +187,8 @@ class DeployService:
                 "the app has no run_command", hint="set_app_spec with spec.run_command"
             )
         running = await self.store.for_app(app_id, states=sorted(states.IN_PROGRESS), limit=1)
-        if running:
-            raise Conflict(
-                f"deployment {running[0].number} of this app is still {running[0].state}",
-                hint="wait for it (list_deployments) before deploying again",
-            )
+        if running and not await self.reclaim(app, running[0]):
+            raise _in_progress(running[0])
         unroutable = hostnames.unroutable_reason(app.name, app.tenant_id)
         if unroutable is not None:  # only apps made before the hostname rule can get here
             raise FailedPrecondition(unroutable, hint="rename the app (manage_app update)")
@@ -178,20 +197,40 @@ class DeployService:
             found = source.get("commit")
             await self.gate(app_id, found if isinstance(found, str) else None)
         env = await self._env.resolved(app_id, dict(app.spec.get("env") or {}))
-        live = await self.live(app_id)
-        record = await self.store.create(
-            app_id=app_id,
-            strategy=chosen,
-            spec=app.spec,
-            env=self._sealer.seal(json.dumps(env)),
-            source=source,
-            created_by=principal.user,
-            previous=live.number if live else None,
-            instance_id=self._instance,
-            state=states.QUEUED,
-        )
+        held = await self.locks.try_take(app_id)
+        if held is None:  # a deploy, rollback or restart runs (here or on another replica)
+            running = await self.store.for_app(app_id, states=sorted(states.IN_PROGRESS), limit=1)
+            if running:
+                raise _in_progress(running[0])
+            raise Conflict(
+                "a rollback or restart of this app is under way",
+                hint="wait for it (list_deployments) before deploying again",
+            )
+        try:
+            live = await self.live(app_id)
+            record = await self.store.create(
+                app_id=app_id,
+                strategy=chosen,
+                spec=app.spec,
+                env=self._sealer.seal(json.dumps(env)),
+                source=source,
+                created_by=principal.user,
+                previous=live.number if live else None,
+                instance_id=self._instance,
+                state=states.QUEUED,
+            )
+        except BaseException:
+            await held.release()
+            raise
+        self._hand(record, held)
         await self.announce(app, record)
         return app, record
+
+    def _hand(self, record: DeploymentRecord, held: Hold) -> None:
+        """Keep the lease ``create`` took for the deployment's ``run`` (which renews it)."""
+        while len(self._handed) >= MAX_HANDED:  # never run: their leases just expire
+            self._handed.pop(next(iter(self._handed)))
+        self._handed[(record.app_id, record.number)] = held
 
     async def _resolve(self, app: AppRecord, commit: str | None) -> dict[str, Any]:
         assert self.git is not None
@@ -214,13 +253,30 @@ class DeployService:
     async def run(
         self, app: AppRecord, record: DeploymentRecord, progress: Progress = _quiet
     ) -> DeploymentRecord:
-        """Drive a created deployment to live, failed or rolled_back."""
-        lock = self.lock(app.id)
-        async with lock:
-            return await self._run(app, record, progress)
+        """Drive a created deployment to live, failed or rolled_back, under the app's lease
+        (the one ``create`` took). A deployment whose lease was taken over meanwhile is left
+        to the new holder: it is returned as it stands, untouched."""
+        held = self._handed.pop((app.id, record.number), None)
+        if held is None:
+            held = await self.locks.try_take(app.id)
+        if held is None or not await held.confirm():
+            log.warning("deployment %s: the app's lock is another's; not run", record.release_id)
+            return await self.store.get(app.id, record.number) or record
+        held.start()
+        try:
+            return await self._run(app, record, progress, held)
+        except Fenced as exc:
+            log.warning(
+                "deployment %s stopped: %s (the app's new lock holder owns it)",
+                record.release_id,
+                exc,
+            )
+            return await self.store.get(app.id, record.number) or record
+        finally:
+            await held.release()
 
     async def _run(
-        self, app: AppRecord, record: DeploymentRecord, progress: Progress
+        self, app: AppRecord, record: DeploymentRecord, progress: Progress, held: Hold
     ) -> DeploymentRecord:
         new = self.release_of(app, record)
         old_record = await self.store.get(app.id, record.previous) if record.previous else None
@@ -233,8 +289,14 @@ class DeployService:
 
         async def step(message: str, traffic: int | None = None, state: str | None = None) -> None:
             nonlocal record
+            held.check()
             record = await self.store.update(
-                app.id, record.number, state=state, message=message, traffic=traffic
+                app.id,
+                record.number,
+                state=state,
+                message=message,
+                traffic=traffic,
+                lease=held.lease,
             )
             await self.announce(app, record)
             await progress(message, traffic)
@@ -249,6 +311,8 @@ class DeployService:
                 self.runtime, self.router, new, old, old_instances, step, self.sleep
             )
             await self._strategy(record, plan, step)
+        except Fenced:
+            raise  # quietly: whoever holds the app now cleans up
         except (BuildFailed, rollout.RolloutFailed) as exc:
             await plan_abort(self.runtime, self.router, new, old, old_instances)
             await step(f"Failed: {exc}", 0, state=states.FAILED)
@@ -258,8 +322,10 @@ class DeployService:
             await step(f"Rolled back automatically: {exc}", 0, state=states.ROLLED_BACK)
             return record
         except asyncio.CancelledError:
-            await plan_abort(self.runtime, self.router, new, old, old_instances)
-            await step("Cancelled; the live release kept serving", 0, state=states.CANCELLED)
+            if not held.lost:
+                await plan_abort(self.runtime, self.router, new, old, old_instances)
+                with contextlib.suppress(Fenced):
+                    await step("Cancelled; the live release kept serving", 0, states.CANCELLED)
             raise
         except Exception as exc:
             log.exception("deployment %s failed", record.release_id)
@@ -270,8 +336,14 @@ class DeployService:
         if old_record is not None and old_record.state == states.LIVE:
             keep_warm = record.strategy == "blue_green"
             message = "Superseded" + (" (kept warm for an instant rollback)" if keep_warm else "")
+            held.check()
             old_after = await self.store.update(
-                app.id, old_record.number, state=states.SUPERSEDED, message=message, traffic=0
+                app.id,
+                old_record.number,
+                state=states.SUPERSEDED,
+                message=message,
+                traffic=0,
+                lease=held.lease,
             )
             await self.announce(app, old_after)
             if not keep_warm:
@@ -309,9 +381,53 @@ class DeployService:
 
     # -- helpers --------------------------------------------------------------------------
 
-    def lock(self, app_id: int) -> asyncio.Lock:
-        """The app's deploy lock: one deploy, rollback or restart of an app at a time."""
-        return self._locks.setdefault(app_id, asyncio.Lock())
+    async def reclaim(self, app: AppRecord, record: DeploymentRecord) -> bool:
+        """End a deployment in progress that nobody drives any more: only when the app's
+        lease is free (its driver died, or was paused past the lease), never one a live
+        replica runs. Its release is stopped, it ends ``failed``, and the app's route goes
+        back to the live release. False when the lease is held (the deployment is alive)."""
+        held = await self.locks.try_take(app.id)
+        if held is None:
+            return False
+        try:
+            current = await self.store.get(app.id, record.number)
+            if current is None or current.state not in states.IN_PROGRESS:
+                return True  # it ended meanwhile
+            await self.runtime.stop(current.release_id)
+            failed = await self.store.update(
+                app.id,
+                current.number,
+                state=states.FAILED,
+                message=ORPHANED,
+                traffic=0,
+                lease=held.lease,
+            )
+            await self.route_live(app)
+            await self.announce(app, failed)
+            log.warning("deployment %s was orphaned: failed it", current.release_id)
+            return True
+        except Fenced:
+            return False
+        finally:
+            await held.release()
+
+    async def route_live(self, app: AppRecord) -> None:
+        """Route the app's key to its live release's running instances (adopting them if
+        this process does not know them), or to nothing."""
+        route = hostnames.route_label(app.name, app.tenant_id)
+        live = await self.live(app.id)
+        if live is None:
+            self.router.unroute(route)
+            return
+        release = self.release_of(app, live)
+        instances = await self.runtime.running(release.release_id)
+        if not instances:
+            instances = await self.runtime.adopt(release)
+        if instances:
+            upstreams = tuple(i.upstream for i in sorted(instances, key=lambda i: i.index))
+            self.router.route(route, [Backend(release.release_id, 100, upstreams)])
+        else:
+            self.router.unroute(route)
 
     def plan(self, release: Release, progress: Progress = _quiet) -> rollout.Rollout:
         """A rollout of ``release`` from nothing (starting it cold, or replacing instances)."""
@@ -358,6 +474,13 @@ class DeployService:
 
     def backends_of(self, release_id: str, upstreams: list[str]) -> list[Backend]:
         return [Backend(release_id, 100, tuple(upstreams))]
+
+
+def _in_progress(record: DeploymentRecord) -> Conflict:
+    return Conflict(
+        f"deployment {record.number} of this app is still {record.state}",
+        hint="wait for it (list_deployments) before deploying again",
+    )
 
 
 async def plan_abort(

@@ -1,17 +1,26 @@
 """Rollback, restart and start-up reconciliation: the operations on an app's releases
 besides a deploy, on :class:`~appdeck.platform.deploy.engine.DeployService`'s public
-collaborators (its store, runtime, router, deploy locks and release factory)."""
+collaborators (its store, runtime, router, app locks and release factory).
+
+A rollback or restart holds the app's lease (:mod:`.locks`) like a deploy, waiting for it a
+bounded time, and its deployment writes carry the fence: refused once another holder took the
+app over (then ``conflict``). Reconciling ends only deployments whose lease is free: one a
+live replica drives is left alone.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from appdeck.common.errors import AppDeckError, FailedPrecondition, NotFound
+from appdeck.common.errors import AppDeckError, Conflict, FailedPrecondition, NotFound
 from appdeck.common.identity import Principal
 from appdeck.platform import hostnames
 from appdeck.platform.deploy import rollout, states
 from appdeck.platform.deploy.ports import Backend, BuildFailed
+from appdeck.storage.app_locks import Fenced
 from appdeck.storage.deployments import DeploymentRecord
 
 if TYPE_CHECKING:
@@ -22,6 +31,18 @@ log = logging.getLogger("appdeck.deploy")
 
 async def _quiet(message: str, traffic: int | None) -> None:
     """No progress to report."""
+
+
+@contextlib.contextmanager
+def _fenced(app_id: int) -> Iterator[None]:
+    """A write refused by the app's lease: another replica took the app over."""
+    try:
+        yield
+    except Fenced:
+        raise Conflict(
+            f"app {app_id} was taken over by another operation (this one lost its lock)",
+            hint="list_deployments shows where it stands",
+        ) from None
 
 
 class Operations:
@@ -39,7 +60,7 @@ class Operations:
     ) -> DeploymentRecord:
         s = self._s
         app = (await s.apps.load(principal, app_id, "deploy.write")).app
-        async with s.lock(app_id):
+        async with s.locks.hold(app_id) as held:
             live = await s.live(app_id)
             if live is None:
                 raise FailedPrecondition("the app has no live release to roll back from")
@@ -72,16 +93,24 @@ class Operations:
                 [Backend(release.release_id, 100, tuple(i.upstream for i in instances))],
             )
             how = "instantly (it was still warm)" if warm else "after starting it again"
-            restored = await s.store.update(
-                app_id, target.number, state=states.LIVE, message=f"Live again {how}", traffic=100
-            )
-            left = await s.store.update(
-                app_id,
-                live.number,
-                state=states.ROLLED_BACK,
-                message=f"Rolled back to {target.number}",
-                traffic=0,
-            )
+            with _fenced(app_id):
+                held.check()
+                restored = await s.store.update(
+                    app_id,
+                    target.number,
+                    state=states.LIVE,
+                    message=f"Live again {how}",
+                    traffic=100,
+                    lease=held.lease,
+                )
+                left = await s.store.update(
+                    app_id,
+                    live.number,
+                    state=states.ROLLED_BACK,
+                    message=f"Rolled back to {target.number}",
+                    traffic=0,
+                    lease=held.lease,
+                )
             s.background(s.runtime.stop(live.release_id))  # traffic already moved: stop it aside
             await s.announce(app, left)
             await s.announce(app, restored)
@@ -95,7 +124,7 @@ class Operations:
         instance app keeps answering."""
         s = self._s
         app = (await s.apps.load(principal, app_id, "deploy.write")).app
-        async with s.lock(app_id):
+        async with s.locks.hold(app_id) as held:
             live = await s.live(app_id)
             if live is None:
                 raise FailedPrecondition(
@@ -107,6 +136,7 @@ class Operations:
             surge = await plan.start_one(count)
             serving = {i.index: i for i in await s.runtime.running(release.release_id)}
             for index in range(count):
+                held.check()  # lost the app: stop restarting its instances
                 others = [i for k, i in sorted(serving.items()) if k != index]
                 s.router.route(
                     release.route,
@@ -127,27 +157,38 @@ class Operations:
                 ],
             )
             await s.runtime.stop(release.release_id, surge.index)
-            record = await s.store.update(app_id, live.number, message="Restarted (rolling)")
+            with _fenced(app_id):
+                held.check()
+                record = await s.store.update(
+                    app_id, live.number, message="Restarted (rolling)", lease=held.lease
+                )
             await s.apps.store.update(app_id, needs_restart=False)
             await s.announce(app, record)
             return record
 
-    async def reconcile(self) -> tuple[int, int]:
-        """After a restart: deployments left in progress end failed (the live release kept
-        serving); live releases are re-adopted (or started again) and routed."""
+    async def reclaim(self) -> int:
+        """End the deployments in progress that nobody drives (their app's lease is free:
+        the replica driving them died or stalled past it). Idempotent; any replica may run
+        it, at start-up and every few seconds. Returns how many it ended."""
         s = self._s
-        interrupted = 0
+        ended = 0
         for record in await s.store.in_states(states.IN_PROGRESS):
-            await s.runtime.stop(record.release_id)
-            await s.store.update(
-                record.app_id,
-                record.number,
-                state=states.FAILED,
-                message="The server restarted during this deployment; the live release "
-                "kept serving. Deploy again.",
-                traffic=0,
-            )
-            interrupted += 1
+            app = await s.apps.store.get(record.app_id)
+            if app is None:
+                continue
+            try:
+                if await s.reclaim(app, record):
+                    ended += 1
+            except Exception:  # one app's trouble must not stop the others'
+                log.exception("could not reclaim deployment %s", record.release_id)
+        return ended
+
+    async def reconcile(self) -> tuple[int, int]:
+        """After a restart: deployments left in progress with nobody driving them end failed
+        (the live release kept serving); live releases are re-adopted (or started again) and
+        routed."""
+        s = self._s
+        interrupted = await self.reclaim()
         restored = 0
         for record in await s.store.in_states([states.LIVE]):
             app = await s.apps.store.get(record.app_id)
@@ -158,19 +199,25 @@ class Operations:
                 log.error("not routing app %s after a restart: %s", app.id, unroutable)
                 continue
             release = s.release_of(app, record)
-            instances = {i.index: i for i in await s.runtime.adopt(release)}
+            instances = {i.index: i for i in await s.runtime.running(release.release_id)}
+            instances.update((i.index, i) for i in await s.runtime.adopt(release))
             missing = [k for k in range(release.spec.instances) if k not in instances]
-            if missing:
+            held = await s.locks.try_take(app.id) if missing else None
+            if held is not None:  # else an operation on the app is under way: it decides
+                held.start()
                 try:
                     release = await s.startable(app, record)  # a checkout wiped: made again
                     await s.runtime.prepare(release)
                     plan = s.plan(release, _quiet)
                     for index in missing:
+                        held.check()
                         instances[index] = await plan.start_one(index)
-                except (BuildFailed, rollout.RolloutFailed, AppDeckError) as exc:
+                except (BuildFailed, rollout.RolloutFailed, AppDeckError, Fenced) as exc:
                     log.error(
                         "could not restart %s after a server restart: %s", release.release_id, exc
                     )
+                finally:
+                    await held.release()
             if instances:
                 upstreams = tuple(i.upstream for _, i in sorted(instances.items()))
                 s.router.route(release.route, [Backend(release.release_id, 100, upstreams)])

@@ -1,0 +1,95 @@
+"""Deployments in the database: at most one in progress per app whatever races (the partial
+unique index), and writes under an app lease refused once the lease is lost."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from appdeck.auth.admin import IdentityAdmin
+from appdeck.common.errors import Conflict
+from appdeck.storage import Storage
+from appdeck.storage.app_locks import AppLockStore, Fenced
+from appdeck.storage.apps import AppStore
+from appdeck.storage.deployments import DeploymentRecord, DeploymentStore
+from appdeck.storage.identity import IdentityStore
+
+
+async def _app(storage: Storage) -> int:
+    admin = IdentityAdmin(IdentityStore(storage.engine))
+    await admin.create_tenant("acme")
+    user = await admin.create_user("acme", "alice", None, role="admin")
+    return (await AppStore(storage.engine).create("acme", "shop", None, {}, user.id)).id
+
+
+async def _create(store: DeploymentStore, app_id: int, state: str = "queued") -> DeploymentRecord:
+    return await store.create(
+        app_id=app_id,
+        strategy="rolling",
+        spec={},
+        env="sealed",
+        source={"path": "/src"},
+        created_by="alice",
+        previous=None,
+        instance_id="r1",
+        state=state,
+    )
+
+
+async def test_fifty_concurrent_creates_leave_exactly_one_deployment_in_progress(
+    storage: Storage,
+) -> None:
+    app_id = await _app(storage)
+    stores = [DeploymentStore(storage.engine) for _ in range(3)]  # as if on three replicas
+    async with asyncio.timeout(120):
+        outcomes = await asyncio.gather(
+            *(_create(stores[i % 3], app_id) for i in range(50)), return_exceptions=True
+        )
+    made = [o for o in outcomes if isinstance(o, DeploymentRecord)]
+    refused = [o for o in outcomes if isinstance(o, Conflict)]
+    assert len(made) == 1
+    assert len(refused) == 49
+    assert all(f"deployment {made[0].number} " in r.message for r in refused)
+    assert len(await stores[0].for_app(app_id)) == 1
+
+
+async def test_settled_deployments_do_not_count_as_in_progress(storage: Storage) -> None:
+    app_id = await _app(storage)
+    store = DeploymentStore(storage.engine)
+    first = await _create(store, app_id)
+    await store.update(app_id, first.number, state="failed", message="boom")
+    second = await _create(store, app_id)
+    assert second.number == first.number + 1
+    with pytest.raises(Conflict, match=f"deployment {second.number} "):
+        await _create(store, app_id)
+
+
+async def test_a_write_under_a_lost_lease_is_refused_and_changes_nothing(storage: Storage) -> None:
+    app_id = await _app(storage)
+    store, locks = DeploymentStore(storage.engine), AppLockStore(storage.engine)
+    record = await _create(store, app_id)
+    mine = await locks.acquire(app_id, "r1:a", 30)
+    assert mine is not None
+    building = await store.update(app_id, record.number, state="building", lease=mine)
+    assert building.state == "building"
+    assert await locks.release(mine)  # expired now: as if paused past it
+    theirs = await locks.acquire(app_id, "r2:b", 30)
+    assert theirs is not None
+    with pytest.raises(Fenced):
+        await store.update(app_id, record.number, state="starting", message="go", lease=mine)
+    after = await store.get(app_id, record.number)
+    assert after is not None
+    assert (after.state, after.steps) == ("building", building.steps)
+    failed = await store.update(app_id, record.number, state="failed", lease=theirs)
+    assert failed.state == "failed"
+
+
+async def test_a_lease_guards_only_its_own_apps_writes(storage: Storage) -> None:
+    app_id = await _app(storage)
+    store, locks = DeploymentStore(storage.engine), AppLockStore(storage.engine)
+    record = await _create(store, app_id)
+    other = await locks.acquire(app_id + 1000, "r1:a", 30)
+    assert other is not None
+    with pytest.raises(ValueError, match="guards no write"):
+        await store.update(app_id, record.number, message="x", lease=other)
