@@ -6,7 +6,7 @@ import copy
 from collections.abc import Sequence
 from typing import Any
 
-from appdeck.protocol.sessions import Session
+from appdeck.protocol.sessions import Session, SessionChange
 from appdeck.protocol.tasks import TERMINAL, Task
 
 
@@ -44,6 +44,25 @@ class MemorySessionStore:
     async def owned(self, tenant: str, user: str) -> list[tuple[str, float, str | None]]:
         mine = [s for s in self.rows.values() if s.owner == (tenant, user)]
         return sorted(((s.id, s.last_active, s.token_id) for s in mine), key=lambda r: r[1])
+
+    async def change(self, session_id: str, change: SessionChange) -> Session | None:
+        row = self.rows.get(session_id)
+        if row is None:
+            return None
+        fresh = copy.deepcopy(row)
+        change.apply(fresh)
+        self.rows[session_id] = fresh
+        return copy.deepcopy(fresh)
+
+    async def subscribers(self, uri: str, tenant: str | None) -> list[str]:
+        return [
+            s.id
+            for s in self.rows.values()
+            if uri in s.subscriptions and (tenant is None or s.tenant == tenant)
+        ]
+
+    async def session_ids(self, tenant: str | None) -> list[str]:
+        return [s.id for s in self.rows.values() if tenant is None or s.tenant == tenant]
 
 
 class MemoryTaskStore:

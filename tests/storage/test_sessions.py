@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
-from appdeck.protocol.sessions import Session
+from appdeck.protocol.errors import InvalidParams
+from appdeck.protocol.sessions import Session, SessionChange
 from appdeck.storage import Storage
+from appdeck.storage.engine import create_engine
+from appdeck.storage.sessions import SqlSessionStore
 
 
 def make_session(session_id: str = "s1", **changes: Any) -> Session:
@@ -160,3 +164,74 @@ async def test_present_names_the_sessions_still_stored_across_many_chunks(
     asked = ["kept", "gone", *(f"never-{i}" for i in range(1200))]
     assert await storage.sessions.present(asked) == {"kept"}
     assert await storage.sessions.present([]) == set()
+
+
+# -- several replicas (issue 13) --------------------------------------------------------------
+
+
+async def test_a_change_is_applied_to_the_stored_row_and_returned(storage: Storage) -> None:
+    await storage.sessions.insert(make_session("s1", subscriptions={"u1"}))
+    fresh = await storage.sessions.change(
+        "s1", SessionChange(log_level="error", subscribe="u2", unsubscribe=frozenset({"u1"}))
+    )
+    assert fresh is not None
+    assert (fresh.log_level, fresh.subscriptions) == ("error", {"u2"})
+    assert await storage.sessions.load("s1") == fresh
+    assert await storage.sessions.change("gone", SessionChange(log_level="error")) is None
+
+
+async def test_a_refused_subscribe_changes_nothing(storage: Storage) -> None:
+    await storage.sessions.insert(make_session("s1", subscriptions={"u1", "u2"}))
+    with pytest.raises(InvalidParams):
+        await storage.sessions.change(
+            "s1", SessionChange(log_level="error", subscribe="u3", max_subscriptions=2)
+        )
+    stored = await storage.sessions.load("s1")
+    assert stored is not None
+    assert (stored.log_level, stored.subscriptions) == ("debug", {"u1", "u2"})
+
+
+async def test_concurrent_changes_from_two_replicas_all_land(
+    storage: Storage, database_url: str
+) -> None:
+    other = create_engine(database_url)  # another process's pool on the same database
+    try:
+        stores = [storage.sessions, SqlSessionStore(other)]
+        await storage.sessions.insert(make_session("s1"))
+        uris = [f"appdeck://apps/{n}" for n in range(30)]
+        async with asyncio.timeout(60):
+            await asyncio.gather(
+                *(
+                    stores[n % 2].change("s1", SessionChange(subscribe=uri))
+                    for n, uri in enumerate(uris)
+                )
+            )
+        stored = await storage.sessions.load("s1")
+        assert stored is not None
+        assert stored.subscriptions == set(uris)
+    finally:
+        await other.dispose()
+
+
+async def test_subscribers_are_the_sessions_following_exactly_that_uri(storage: Storage) -> None:
+    odd = 'appdeck://apps/"q\\\\x"/é'
+    await storage.sessions.insert(make_session("s1", subscriptions={"appdeck://a_b", odd}))
+    await storage.sessions.insert(make_session("s2", subscriptions={"appdeck://aXb"}))
+    await storage.sessions.insert(
+        make_session("s3", tenant="other", subscriptions={"appdeck://a_b"})
+    )
+    await storage.sessions.insert(make_session("s4", subscriptions={"appdeck://a_b/c", "x%"}))
+    assert sorted(await storage.sessions.subscribers("appdeck://a_b", None)) == ["s1", "s3"]
+    assert await storage.sessions.subscribers("appdeck://a_b", "acme") == ["s1"]
+    assert await storage.sessions.subscribers("appdeck://aXb", "acme") == ["s2"]
+    assert await storage.sessions.subscribers("appdeck://a%", "acme") == []
+    assert await storage.sessions.subscribers("x%", "acme") == ["s4"]
+    assert await storage.sessions.subscribers(odd, "acme") == ["s1"]
+    assert await storage.sessions.subscribers("appdeck://a", "acme") == []
+
+
+async def test_session_ids_lists_every_stored_session_or_a_tenants(storage: Storage) -> None:
+    await storage.sessions.insert(make_session("s1"))
+    await storage.sessions.insert(make_session("s2", tenant="other"))
+    assert sorted(await storage.sessions.session_ids(None)) == ["s1", "s2"]
+    assert await storage.sessions.session_ids("other") == ["s2"]

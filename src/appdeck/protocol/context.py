@@ -27,29 +27,52 @@ class ClientError(McpError):
 
 
 class OutgoingRequests:
-    """Server-to-client requests awaiting their responses, keyed by (session, request id)."""
+    """Server-to-client requests awaiting their responses, keyed by (session, request id).
 
-    def __init__(self, timeout: float = 300.0) -> None:
+    With an ``instance_id`` (always, in a server) the ids are ``"<instance>-<n>"``: unique
+    across the replicas of a deployment, and the replica a client's answer lands on reads from
+    the id which replica waits for it (:meth:`owner_of`)."""
+
+    def __init__(self, timeout: float = 300.0, instance_id: str | None = None) -> None:
         self._ids = itertools.count(1)
+        self._instance = instance_id
         self._pending: dict[tuple[str, str | int], asyncio.Future[JsonObject]] = {}
         self.timeout = timeout
 
-    def open(self, session_id: str) -> tuple[int, asyncio.Future[JsonObject]]:
-        request_id = next(self._ids)
+    def open(self, session_id: str) -> tuple[str | int, asyncio.Future[JsonObject]]:
+        n = next(self._ids)
+        request_id: str | int = n if self._instance is None else f"{self._instance}-{n}"
         future: asyncio.Future[JsonObject] = asyncio.get_running_loop().create_future()
         self._pending[(session_id, request_id)] = future
         return request_id, future
 
-    def close(self, session_id: str, request_id: int) -> None:
+    def close(self, session_id: str, request_id: str | int) -> None:
         self._pending.pop((session_id, request_id), None)
 
     def resolve(self, session_id: str, message: JsonObject) -> bool:
         """Hand a client's response to the request waiting for it. False if none waits."""
-        future = self._pending.pop((session_id, message.get("id")), None)  # type: ignore[arg-type]
+        request_id = message.get("id")
+        if not isinstance(request_id, (str, int)):
+            return False
+        future = self._pending.pop((session_id, request_id), None)
         if future is None or future.done():
             return False
         future.set_result(message)
         return True
+
+    def owner_of(self, request_id: object) -> str | None:
+        """The instance that sent the request ``request_id`` names; None when the id is not
+        of the ``"<instance>-<n>"`` form."""
+        if not isinstance(request_id, str) or len(request_id) > 160:
+            return None
+        instance, dash, n = request_id.rpartition("-")
+        if not dash or not instance or not n.isdigit():
+            return None
+        return instance
+
+    @property
+    def instance_id(self) -> str | None:
+        return self._instance
 
     def abandon_session(self, session_id: str) -> None:
         for key in [k for k in self._pending if k[0] == session_id]:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from appdeck.common.identity import Principal
-    from appdeck.protocol.sessions import Session
+    from appdeck.protocol.sessions import Session, SessionChange
     from appdeck.protocol.tasks import Task
 
 JsonObject = dict[str, Any]
@@ -36,6 +36,20 @@ class SessionStore(Protocol):
     async def owned(self, tenant: str, user: str) -> list[tuple[str, float, str | None]]:
         """(id, last_active, token_id) of the (tenant, user)'s sessions, least recently
         active first."""
+        ...
+
+    async def change(self, session_id: str, change: SessionChange) -> Session | None:
+        """Apply ``change`` (:meth:`SessionChange.apply`) to the stored session in one
+        transaction that excludes concurrent changes of the same row (several replicas may
+        change one session). The session as stored after it; None when it is gone."""
+        ...
+
+    async def subscribers(self, uri: str, tenant: str | None) -> list[str]:
+        """Ids of the sessions subscribed to ``uri`` (of ``tenant`` when not None)."""
+        ...
+
+    async def session_ids(self, tenant: str | None) -> list[str]:
+        """Ids of every stored session (of ``tenant`` when not None)."""
         ...
 
 

@@ -1,4 +1,11 @@
-"""resources/list, templates/list, read, subscribe and unsubscribe; update fan-out."""
+"""resources/list, templates/list, read, subscribe and unsubscribe; update fan-out.
+
+Subscriptions live in the session store, and the replica that sees a change fans it out: it
+asks the store which sessions follow the URI, whichever replica took their subscribe, and
+sends through the outbox (which reaches the replica holding each session's GET stream). One
+sender per change, so no session hears of it twice; the alternative (broadcast the change,
+every replica notifies the sessions it caches) would notify a session once per replica that
+caches it, and miss sessions no replica caches since a restart."""
 
 from __future__ import annotations
 
@@ -8,7 +15,7 @@ from appdeck.common.errors import NotFound, PermissionDenied
 from appdeck.protocol import jsonrpc, pagination
 from appdeck.protocol.call import Call
 from appdeck.protocol.errors import Forbidden, InvalidParams, ResourceNotFound
-from appdeck.protocol.sessions import Session
+from appdeck.protocol.sessions import Session, SessionChange
 
 if TYPE_CHECKING:
     from appdeck.common.identity import Principal
@@ -88,11 +95,9 @@ class ResourcesFeature:
         if not self._known(uri):
             raise ResourceNotFound(uri)
         await self.read(message, call)  # only what the caller may read can be followed
-        if uri not in session.subscriptions:
-            if len(session.subscriptions) >= MAX_SUBSCRIPTIONS:
-                raise InvalidParams(f"at most {MAX_SUBSCRIPTIONS} subscriptions per session")
-            session.subscriptions.add(uri)
-            await self._server.sessions.save(session)
+        # the store decides (another replica may have changed the session since it was cached)
+        change = SessionChange(subscribe=uri, max_subscriptions=MAX_SUBSCRIPTIONS)
+        await self._server.sessions.change(session, change)
         return {}
 
     async def unsubscribe(self, message: JsonObject, call: Call) -> JsonObject:
@@ -100,24 +105,15 @@ class ResourcesFeature:
         uri = self._uri(message)
         session = call.session
         assert session is not None
-        if uri in session.subscriptions:
-            session.subscriptions.discard(uri)
-            await self._server.sessions.save(session)
+        await self._server.sessions.change(session, SessionChange(unsubscribe=frozenset({uri})))
         return {}
 
     async def unsubscribe_user(self, tenant: str, user: str, base: str) -> int:
-        """End the subscriptions of every live session of (``tenant``, ``user``) to ``base``
-        and the URIs below it (``base/…``): the user lost read access. How many ended."""
-        ended = 0
-        for session in self._server.sessions.live():
-            if session.owner != (tenant, user):
-                continue
-            gone = {u for u in session.subscriptions if u == base or u.startswith(base + "/")}
-            if gone:
-                session.subscriptions -= gone
-                ended += len(gone)
-                await self._server.sessions.save(session)
-        return ended
+        """End the subscriptions of every session of (``tenant``, ``user``), on any replica,
+        to ``base`` and the URIs below it (``base/…``): the user lost read access. How many
+        sessions lost subscriptions."""
+        change = SessionChange(unsubscribe_below=base)
+        return await self._server.sessions.change_owned(tenant, user, change)
 
     def forget(self, session: Session) -> None:
         session.subscriptions.clear()
@@ -125,17 +121,13 @@ class ResourcesFeature:
     async def updated(self, uri: str, *, tenant: str | None = None) -> None:
         """Tell the sessions subscribed to ``uri`` (and only them; only those of ``tenant``
         when given) that it changed."""
-        ids = [
-            s.id
-            for s in self._server.sessions.live()
-            if uri in s.subscriptions and (tenant is None or s.tenant == tenant)
-        ]
+        ids = await self._server.sessions.subscribers(uri, tenant)
         if ids:
             note = jsonrpc.notification("notifications/resources/updated", {"uri": uri})
             await self._server.outbox.to_sessions(ids, note)
 
     async def list_changed(self, *, tenant: str | None = None) -> None:
-        ids = [s.id for s in self._server.sessions.live() if tenant is None or s.tenant == tenant]
+        ids = await self._server.sessions.session_ids(tenant)
         if ids:
             note = jsonrpc.notification("notifications/resources/list_changed")
             await self._server.outbox.to_sessions(ids, note)

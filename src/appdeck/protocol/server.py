@@ -6,12 +6,23 @@ The transport routes a POST with :func:`appdeck.protocol.inbound.read`, opens th
 validated JSON-RPC dicts. Every exception a handler raises is turned into a wire error here
 (:func:`appdeck.protocol.errors.error_response`) and nowhere else; every ``tools/call`` and
 every refusal is reported to the :class:`~appdeck.protocol.ports.AuditTrail` from here too.
+
+Several replicas (issue 13): a client's answer to our request (elicitation, sampling, roots)
+may be POSTed to a replica that did not send the request, and its ``notifications/cancelled``
+to one that does not run the call. The request id names the replica that waits
+(``"<instance>-<n>"``), so an answer goes to that replica's ``reply:<instance>`` channel; a
+cancel names a client's id, so it goes to every replica on ``cancel`` and only the one running
+the call acts. Both are acknowledged on ``ack:<sender>``; the sender publishes again, a few
+times over a few seconds, until acknowledged (pub/sub may lose a message while a connection is
+down; acting twice is harmless: a future resolves once, a task is cancelled once).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -35,11 +46,11 @@ from appdeck.protocol.errors import (
     from_domain,
 )
 from appdeck.protocol.inbound import OPEN_METHODS, Route
-from appdeck.protocol.ports import AuditTrail, Outbox
+from appdeck.protocol.ports import AuditTrail, Broadcast, Outbox, Subscription
 from appdeck.protocol.prompts_feature import PromptsFeature
 from appdeck.protocol.registry import Registry
 from appdeck.protocol.resources_feature import ResourcesFeature
-from appdeck.protocol.sessions import LOG_RANK, Session, SessionManager
+from appdeck.protocol.sessions import LOG_RANK, Session, SessionChange, SessionManager
 from appdeck.protocol.tasks import TaskManager
 from appdeck.protocol.tasks_feature import TasksFeature
 from appdeck.protocol.tools_feature import ToolsFeature
@@ -89,6 +100,132 @@ class RequestCancelled(Exception):
     """The client cancelled the request (notifications/cancelled): no response is sent."""
 
 
+REPLY_CHANNEL = "reply:"
+CANCEL_CHANNEL = "cancel"
+ACK_CHANNEL = "ack:"
+RELAY_WAITS = (0.25, 0.5, 1.0, 2.0)
+"""Seconds to wait for an ack after each publish of a forwarded message (about 4 s in all:
+past a broadcast reconnect's backoff)."""
+MAX_RELAYED = 256
+"""Forwards (and acks) in flight at once; past it a message is dropped and logged."""
+MAX_RELAY_BYTES = 1024 * 1024
+
+
+class _Relay:
+    """Messages to other replicas, acknowledged, published again until acknowledged."""
+
+    def __init__(self, broadcast: Broadcast, instance_id: str) -> None:
+        self._broadcast = broadcast
+        self.me = instance_id
+        self._acks: dict[str, asyncio.Future[None]] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._subscriptions: list[Subscription] = []
+        self.dropped = 0
+        """Messages neither sent nor acknowledged (too many in flight, too large, no ack)."""
+
+    async def listen(self, channel: str, handler: Callable[[bytes], None]) -> None:
+        self._subscriptions.append(await self._broadcast.subscribe(channel, handler))
+
+    async def start(self) -> None:
+        await self.listen(ACK_CHANNEL + self.me, self._on_ack)
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        for subscription in self._subscriptions:
+            await self._broadcast.unsubscribe(subscription)
+        self._subscriptions.clear()
+
+    def send(self, channel: str, body: JsonObject) -> None:
+        """Forward ``body`` on ``channel`` in the background, until acknowledged."""
+        nonce = secrets.token_hex(8)
+        try:
+            payload = json.dumps({**body, "from": self.me, "nonce": nonce}).encode()
+        except (TypeError, ValueError):
+            payload = b""
+        if not payload or len(payload) > MAX_RELAY_BYTES:
+            self.dropped += 1
+            log.warning("not forwarded to %s: not JSON or over %d bytes", channel, MAX_RELAY_BYTES)
+            return
+        self._spawn(self._send(channel, payload, nonce))
+
+    def ack(self, body: JsonObject) -> None:
+        """Acknowledge a message received from another replica."""
+        sender, nonce = body.get("from"), body.get("nonce")
+        if isinstance(sender, str) and isinstance(nonce, str) and 0 < len(sender) <= 64:
+            payload = json.dumps({"nonce": nonce[:64]}).encode()
+            self._spawn(self._publish(ACK_CHANNEL + sender, payload))
+
+    def _spawn(self, work: Any) -> None:
+        if len(self._tasks) >= MAX_RELAYED:
+            work.close()
+            self.dropped += 1
+            log.warning("too many messages between replicas in flight; one dropped")
+            return
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _publish(self, channel: str, payload: bytes) -> None:
+        try:
+            await self._broadcast.publish(channel, payload)
+        except Exception:
+            log.warning("publish to %s failed", channel, exc_info=True)
+
+    async def _send(self, channel: str, payload: bytes, nonce: str) -> None:
+        acked: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._acks[nonce] = acked
+        try:
+            for wait in RELAY_WAITS:
+                await self._publish(channel, payload)
+                try:
+                    async with asyncio.timeout(wait):
+                        await asyncio.shield(acked)
+                    return
+                except TimeoutError:
+                    continue
+            self.dropped += 1
+            log.info("no replica acknowledged a message on %s", channel)
+        finally:
+            self._acks.pop(nonce, None)
+
+    def _on_ack(self, payload: bytes) -> None:
+        body = decode(payload)
+        nonce = body.get("nonce") if body is not None else None
+        acked = self._acks.get(nonce) if isinstance(nonce, str) else None
+        if acked is not None and not acked.done():
+            acked.set_result(None)
+
+
+def decode(payload: bytes) -> JsonObject | None:
+    """A JSON object from another replica, or None (and logged) when it is not one."""
+    if len(payload) > MAX_RELAY_BYTES:
+        log.warning("dropped a message of %d bytes from another replica", len(payload))
+        return None
+    try:
+        body = json.loads(payload)
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        log.warning("dropped a malformed message from another replica")
+        return None
+    return body
+
+
+def _session_id(value: object) -> str | None:
+    return value if isinstance(value, str) and 0 < len(value) <= 128 else None
+
+
+def _request_id(value: object) -> str | int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int) or (isinstance(value, str) and len(value) <= 256):
+        return value
+    return None
+
+
 class McpServer:
     """Dispatches JSON-RPC messages to the lifecycle and the feature handlers."""
 
@@ -103,6 +240,8 @@ class McpServer:
         client_request_timeout: float = 300.0,
         audit: AuditTrail | None = None,
         resource_metadata_url: str | None = None,
+        broadcast: Broadcast | None = None,
+        instance_id: str | None = None,
     ) -> None:
         self.info = info or ServerInfo()
         self.registry = registry
@@ -112,7 +251,10 @@ class McpServer:
         self.audit = audit
         self.resource_metadata_url = resource_metadata_url
         """Named in the step-up challenge of a tool refused for its scope (RFC 9728)."""
-        self.requests = OutgoingRequests(client_request_timeout)
+        self.requests = OutgoingRequests(client_request_timeout, instance_id)
+        self._relay = (
+            _Relay(broadcast, instance_id) if broadcast is not None and instance_id else None
+        )
         self._inflight: dict[tuple[str, Any], _InFlight] = {}
         self.tools = ToolsFeature(self)
         self.resources = ResourcesFeature(self)
@@ -138,6 +280,26 @@ class McpServer:
             "tasks/cancel": self.task_methods.cancel,
         }
         sessions.on_drop(self._session_dropped)
+
+    async def start(self) -> None:
+        """Listen to the other replicas: session changes, answers and cancels forwarded to
+        this one (no-op without a broadcast)."""
+        await self.sessions.start()
+        relay = self._relay
+        if relay is not None:
+            await relay.start()
+            await relay.listen(REPLY_CHANNEL + relay.me, self._on_reply)
+            await relay.listen(CANCEL_CHANNEL, self._on_cancel)
+
+    async def close(self) -> None:
+        if self._relay is not None:
+            await self._relay.close()
+        await self.sessions.close()
+
+    @property
+    def relay_dropped(self) -> int:
+        """Forwarded messages no replica acknowledged (or dropped before sending)."""
+        return self._relay.dropped if self._relay is not None else 0
 
     # -- entry points ---------------------------------------------------------------------
 
@@ -296,19 +458,54 @@ class McpServer:
             if not session.initialized:
                 session.initialized = True
         elif method == "notifications/cancelled":
-            target = params.get("requestId")
-            if not isinstance(target, (str, int)):
+            target = _request_id(params.get("requestId"))
+            if target is None or call.principal is None:
                 return
-            entry = self._inflight.get((session.id, target))
-            if entry is not None and call.principal is not None:
-                entry.cancelled = True
-                entry.task.cancel()
+            if not self._cancel_local(session.id, target) and self._relay is not None:
+                # the call may run on another replica: the one that has it cancels it
+                self._relay.send(CANCEL_CHANNEL, {"session": session.id, "requestId": target})
         # notifications/progress, roots/list_changed and unknown notifications are ignored.
 
+    def _cancel_local(self, session_id: str, request_id: str | int) -> bool:
+        entry = self._inflight.get((session_id, request_id))
+        if entry is None:
+            return False
+        entry.cancelled = True
+        entry.task.cancel()
+        return True
+
     async def handle_response(self, message: JsonObject, call: Call) -> None:
-        """A client's answer to one of our requests (elicitation, sampling)."""
-        if call.session is not None:
-            self.requests.resolve(call.session.id, message)
+        """A client's answer to one of our requests (elicitation, sampling), handed to the
+        request waiting for it, here or on the replica that sent it."""
+        session = call.session
+        if session is None or self.requests.resolve(session.id, message):
+            return
+        owner = self.requests.owner_of(message.get("id"))
+        relay = self._relay
+        if relay is not None and owner is not None and owner != relay.me:
+            relay.send(REPLY_CHANNEL + owner, {"session": session.id, "message": message})
+
+    def _on_reply(self, payload: bytes) -> None:
+        body = decode(payload)
+        if body is None or self._relay is None:
+            return
+        session_id, message = _session_id(body.get("session")), body.get("message")
+        if session_id is None or not isinstance(message, dict):
+            log.warning("dropped a malformed forwarded answer")
+            return
+        if _request_id(message.get("id")) is None:
+            return
+        self.requests.resolve(session_id, message)  # False: answered or timed out already
+        self._relay.ack(body)
+
+    def _on_cancel(self, payload: bytes) -> None:
+        relay = self._relay
+        body = decode(payload)
+        if body is None or relay is None or body.get("from") == relay.me:
+            return
+        session_id, target = _session_id(body.get("session")), _request_id(body.get("requestId"))
+        if session_id is not None and target is not None and self._cancel_local(session_id, target):
+            relay.ack(body)
 
     # -- lifecycle and small methods ------------------------------------------------------
 
@@ -352,8 +549,7 @@ class McpServer:
         if not isinstance(level, str) or level not in LOG_RANK:
             raise InvalidParams(f"Invalid log level: {level!r}")
         assert call.session is not None
-        call.session.log_level = str(level)
-        await self.sessions.save(call.session)
+        await self.sessions.change(call.session, SessionChange(log_level=str(level)))
         return {}
 
     async def _complete(self, message: JsonObject, call: Call) -> JsonObject:

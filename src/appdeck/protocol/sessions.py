@@ -13,11 +13,22 @@ the per-user cap keeps one user from reaching it.
 
 A hot cache sits in front of the durable :class:`~appdeck.protocol.ports.SessionStore`, so the
 request path costs a dict lookup; ``last_active`` is flushed in batches by :meth:`sweep`.
+
+Several replicas (issue 13). The store is the truth; every replica may cache any session. A
+change of a session's state (log level, subscriptions) is one atomic read-modify-write in the
+store (:meth:`SessionStore.change`), never a rewrite of a cached copy, so two replicas changing
+one session concurrently both land. After a change or a drop the replica publishes the session's
+id on the ``session`` channel of the :class:`~appdeck.protocol.ports.Broadcast`; the others that
+cache it re-read it from the store (or forget it when it is gone). Pub/sub is at most once, so
+a cached entry is also re-read when it is older than ``recheck_seconds`` on its next use, and
+every entry after the broadcast reconnects.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable
@@ -25,8 +36,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from appdeck.common.identity import Principal
-from appdeck.protocol.errors import Forbidden, ServerBusy
-from appdeck.protocol.ports import SessionStore
+from appdeck.protocol.errors import Forbidden, InvalidParams, ServerBusy, SessionNotFound
+from appdeck.protocol.ports import Broadcast, SessionStore, Subscription
+
+log = logging.getLogger("appdeck.protocol")
 
 LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 LOG_RANK = {name: rank for rank, name in enumerate(LOG_LEVELS)}
@@ -61,6 +74,43 @@ class Session:
         return capability in self.client_capabilities
 
 
+@dataclass(frozen=True, slots=True)
+class SessionChange:
+    """One change of a session's mutable protocol state, applied by the store to the stored
+    row inside one transaction (so concurrent changes from several replicas compose)."""
+
+    log_level: str | None = None
+    subscribe: str | None = None
+    unsubscribe: frozenset[str] = frozenset()
+    unsubscribe_below: str | None = None
+    """End the subscriptions to this URI and to the URIs below it (``base/…``)."""
+    max_subscriptions: int = 1000
+
+    def apply(self, session: Session) -> bool:
+        """Change ``session`` in place; whether anything changed. Raises
+        :class:`InvalidParams` when a subscribe would pass ``max_subscriptions``."""
+        before = (session.log_level, len(session.subscriptions))
+        if self.log_level is not None:
+            session.log_level = self.log_level
+        subs = session.subscriptions
+        subs.difference_update(self.unsubscribe)
+        base = self.unsubscribe_below
+        if base is not None:
+            subs.difference_update([u for u in subs if u == base or u.startswith(base + "/")])
+        if self.subscribe is not None and self.subscribe not in subs:
+            if len(subs) >= self.max_subscriptions:
+                raise InvalidParams(f"at most {self.max_subscriptions} subscriptions per session")
+            subs.add(self.subscribe)
+            return True
+        return (session.log_level, len(subs)) != before
+
+
+SESSION_CHANNEL = "session"
+"""Broadcast channel: ``{"id": session id, "from": instance}`` after a change or a drop."""
+MAX_REFRESHING = 256
+"""Re-reads scheduled by invalidations at once; past it an entry is only marked stale."""
+
+
 DropListener = Callable[[Session], Awaitable[None]]
 
 
@@ -76,6 +126,9 @@ class SessionManager:
         max_per_user: int = 100,
         max_per_token: int = 50,
         clock: Callable[[], float] = time.time,
+        broadcast: Broadcast | None = None,
+        instance_id: str = "",
+        recheck_seconds: float | None = None,
     ) -> None:
         self._store = store
         self._idle_timeout = idle_timeout
@@ -90,6 +143,28 @@ class SessionManager:
         self._cache: dict[str, Session] = {}
         self._dirty: dict[str, float] = {}
         self._drop_listeners: list[DropListener] = []
+        self._broadcast = broadcast
+        self._instance = instance_id
+        self._recheck = recheck_seconds
+        self._checked: dict[str, float] = {}  # session id -> when the cache last read the store
+        self._refreshing: dict[str, asyncio.Task[None]] = {}
+        self._subscription: Subscription | None = None
+
+    async def start(self) -> None:
+        """Listen for other replicas' changes (no-op without a broadcast)."""
+        if self._broadcast is None or self._subscription is not None:
+            return
+        self._subscription = await self._broadcast.subscribe(SESSION_CHANNEL, self._on_signal)
+        self._broadcast.on_reconnect(self._all_stale)
+
+    async def close(self) -> None:
+        if self._broadcast is not None and self._subscription is not None:
+            await self._broadcast.unsubscribe(self._subscription)
+            self._subscription = None
+        for task in list(self._refreshing.values()):
+            task.cancel()
+        if self._refreshing:
+            await asyncio.gather(*self._refreshing.values(), return_exceptions=True)
 
     def on_drop(self, listener: DropListener) -> None:
         """Call ``listener`` whenever a session ends (owner mismatch, DELETE, idle expiry)."""
@@ -165,8 +240,12 @@ class SessionManager:
             token_id=principal.token_id,
         )
         await self._store.insert(session)
-        self._cache[session.id] = session
+        self._hold(session)
         return session
+
+    def _hold(self, session: Session) -> None:
+        self._cache[session.id] = session
+        self._checked[session.id] = time.monotonic()
 
     async def get(self, session_id: str) -> Session | None:
         """The live session with this id, or None when unknown or expired."""
@@ -177,7 +256,9 @@ class SessionManager:
             session = await self._store.load(session_id)
             if session is None:
                 return None
-            self._cache[session_id] = session
+            self._hold(session)
+        elif self._stale(session_id) and not await self._reread(session):
+            return None
         now = self._clock()
         if now - session.last_active > self._idle_timeout:
             await self.drop(session)
@@ -199,17 +280,123 @@ class SessionManager:
             await self.drop(session)
             raise Forbidden("forbidden: the session belongs to another user; initialize again")
 
-    async def save(self, session: Session) -> None:
-        """Persist a change of the session's protocol state (log level, subscriptions...)."""
-        await self._store.update(session)
+    async def change(self, session: Session, change: SessionChange) -> Session:
+        """Apply ``change`` to the stored session (atomically, whatever other replicas do),
+        then to ``session`` and the cached copy, and tell the other replicas. Raises
+        :class:`SessionNotFound` when the session ended meanwhile (it is forgotten here)."""
+        before = (session.log_level, set(session.subscriptions))
+        fresh = await self._store.change(session.id, change)
+        if fresh is None:
+            await self._forget(session.id)
+            raise SessionNotFound("Session not found")
+        _adopt(session, fresh)
+        cached = self._cache.get(session.id)
+        if cached is not None and cached is not session:
+            _adopt(cached, fresh)
+        if before != (session.log_level, session.subscriptions):
+            await self._signal(session.id)
+        return session
+
+    async def change_owned(self, tenant: str, user: str, change: SessionChange) -> int:
+        """Apply ``change`` to every stored session of (``tenant``, ``user``), whichever replica
+        holds it. How many sessions changed."""
+        changed = 0
+        for session_id, _, _ in await self._store.owned(tenant, user):
+            cached = self._cache.get(session_id)
+            before = None if cached is None else (cached.log_level, set(cached.subscriptions))
+            fresh = await self._store.change(session_id, change)
+            if fresh is None:
+                await self._forget(session_id)
+                continue
+            if cached is not None:
+                _adopt(cached, fresh)
+                if before == (cached.log_level, cached.subscriptions):
+                    continue
+            changed += 1
+            await self._signal(session_id)
+        return changed
+
+    async def subscribers(self, uri: str, tenant: str | None = None) -> list[str]:
+        """Ids of the sessions subscribed to ``uri`` (only those of ``tenant`` when given),
+        whichever replica took the subscribe."""
+        return await self._store.subscribers(uri, tenant)
+
+    async def session_ids(self, tenant: str | None = None) -> list[str]:
+        """Ids of every stored session (of ``tenant`` when given), on any replica."""
+        return await self._store.session_ids(tenant)
 
     async def drop(self, session: Session) -> None:
         if self._cache.pop(session.id, None) is None and await self._store.load(session.id) is None:
             return
         self._dirty.pop(session.id, None)
+        self._checked.pop(session.id, None)
         await self._store.delete(session.id)
+        await self._signal(session.id)
         for listener in self._drop_listeners:
             await listener(session)
+
+    # -- other replicas -------------------------------------------------------------------
+
+    async def _signal(self, session_id: str) -> None:
+        """Tell the other replicas to re-read ``session_id`` (best effort: they re-check
+        cached entries anyway)."""
+        if self._broadcast is None:
+            return
+        payload = json.dumps({"id": session_id, "from": self._instance}).encode()
+        try:
+            await self._broadcast.publish(SESSION_CHANNEL, payload)
+        except Exception:  # the backstop re-read covers a lost signal
+            log.warning("could not publish a session change", exc_info=True)
+
+    def _on_signal(self, payload: bytes) -> None:
+        session_id = _signalled_id(payload, self._instance)
+        if session_id is None or session_id not in self._cache:
+            return
+        self._checked[session_id] = float("-inf")  # the next use re-reads it, at the latest
+        if session_id in self._refreshing or len(self._refreshing) >= MAX_REFRESHING:
+            return
+        task = asyncio.get_running_loop().create_task(self._refresh(session_id))
+        self._refreshing[session_id] = task
+
+    async def _refresh(self, session_id: str) -> None:
+        try:
+            session = self._cache.get(session_id)
+            if session is not None:
+                await self._reread(session)
+        except Exception:
+            log.warning("could not re-read session %s", session_id[:16], exc_info=True)
+        finally:
+            self._refreshing.pop(session_id, None)
+
+    def _all_stale(self) -> None:
+        for session_id in self._checked:
+            self._checked[session_id] = float("-inf")
+
+    def _stale(self, session_id: str) -> bool:
+        checked = self._checked.get(session_id, float("-inf"))
+        if checked == float("-inf"):
+            return True
+        return self._recheck is not None and time.monotonic() - checked >= self._recheck
+
+    async def _reread(self, session: Session) -> bool:
+        """Bring the cached ``session`` up to date with the store; False (and forgotten) when
+        the store no longer holds it."""
+        self._checked[session.id] = time.monotonic()
+        fresh = await self._store.load(session.id)
+        if fresh is None:
+            await self._forget(session.id)
+            return False
+        _adopt(session, fresh)
+        return True
+
+    async def _forget(self, session_id: str) -> None:
+        """The session ended elsewhere: stop serving it here (drop listeners run)."""
+        session = self._cache.pop(session_id, None)
+        self._dirty.pop(session_id, None)
+        self._checked.pop(session_id, None)
+        if session is not None:
+            for listener in self._drop_listeners:
+                await listener(session)
 
     async def sweep(self) -> int:
         """Flush activity times, forget sessions ended elsewhere and drop idle ones. Returns
@@ -235,10 +422,32 @@ class SessionManager:
         held = list(self._cache)
         present = await self._store.present(held)
         for session_id in held:
-            if session_id in present:
-                continue
-            session = self._cache.pop(session_id, None)
-            self._dirty.pop(session_id, None)
-            if session is not None:
-                for listener in self._drop_listeners:
-                    await listener(session)
+            if session_id not in present:
+                await self._forget(session_id)
+
+
+def _adopt(session: Session, fresh: Session) -> None:
+    """Copy the stored state into a cached session, in place (in-flight calls hold it)."""
+    session.log_level = fresh.log_level
+    session.subscriptions = set(fresh.subscriptions)
+    session.initialized = session.initialized or fresh.initialized
+    session.last_active = max(session.last_active, fresh.last_active)
+
+
+def _signalled_id(payload: bytes, me: str) -> str | None:
+    """The session id of another replica's signal; None for ours or a malformed one."""
+    if len(payload) > 1024:
+        return None
+    try:
+        body = json.loads(payload)
+    except ValueError:
+        log.warning("dropped a malformed session signal")
+        return None
+    if not isinstance(body, dict):
+        return None
+    session_id, sender = body.get("id"), body.get("from")
+    if not isinstance(session_id, str) or not 0 < len(session_id) <= 128:
+        return None
+    if sender == me and me:
+        return None
+    return session_id

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -9,7 +10,8 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from appdeck.protocol.ports import SessionStore
-from appdeck.protocol.sessions import Session
+from appdeck.protocol.sessions import Session, SessionChange
+from appdeck.storage.engine import writing
 from appdeck.storage.schema import sessions
 
 _TOUCH = (
@@ -44,6 +46,52 @@ class SqlSessionStore(SessionStore):
             await conn.execute(
                 sa.update(sessions).where(sessions.c.id == session.id).values(values)
             )
+
+    async def change(self, session_id: str, change: SessionChange) -> Session | None:
+        """Read-modify-write of one session's state under its row lock (PostgreSQL ``FOR
+        UPDATE``; SQLite: the write lock ``writing`` takes), so the changes of two replicas
+        to one session never overwrite each other."""
+        query = sa.select(sessions).where(sessions.c.id == session_id).with_for_update()
+        async with writing(self._engine) as conn:
+            row = (await conn.execute(query)).one_or_none()
+            if row is None:
+                return None
+            session = _session(row._mapping)
+            if change.apply(session):
+                await conn.execute(
+                    sa.update(sessions)
+                    .where(sessions.c.id == session_id)
+                    .values(
+                        log_level=session.log_level,
+                        subscriptions=sorted(session.subscriptions),
+                    )
+                )
+        return session
+
+    async def subscribers(self, uri: str, tenant: str | None) -> list[str]:
+        """A scan of the (tenant's) sessions, narrowed in SQL by the URI's JSON spelling
+        (subscriptions are a JSON list written by this module), then checked exactly."""
+        query = sa.select(sessions.c.id, sessions.c.subscriptions)
+        if tenant is not None:
+            query = query.where(sessions.c.tenant == tenant)
+        needle = json.dumps(uri)  # how json.dumps wrote it inside the list, quotes included
+        if needle.isascii():
+            pattern = (
+                "%" + needle.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+            )
+            query = query.where(
+                sa.cast(sessions.c.subscriptions, sa.Text).like(pattern, escape="\\")
+            )
+        async with self._engine.connect() as conn:
+            rows = (await conn.execute(query)).all()
+        return [r.id for r in rows if isinstance(r.subscriptions, list) and uri in r.subscriptions]
+
+    async def session_ids(self, tenant: str | None) -> list[str]:
+        query = sa.select(sessions.c.id)
+        if tenant is not None:
+            query = query.where(sessions.c.tenant == tenant)
+        async with self._engine.connect() as conn:
+            return list((await conn.scalars(query)).all())
 
     async def delete(self, session_id: str) -> None:
         async with self._engine.begin() as conn:
