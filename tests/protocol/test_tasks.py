@@ -16,6 +16,7 @@ from appdeck.protocol.tasks import (
     Task,
     TaskManager,
 )
+from appdeck.storage import Storage
 from tests.support.wait import until
 
 from .conftest import ALICE, BOB, Harness
@@ -199,59 +200,39 @@ async def test_an_elicitation_inside_a_task_passes_through_input_required(harnes
     assert result["content"][0]["text"] == "hello Bo"
 
 
-async def test_a_task_left_working_by_a_dead_process_is_failed_at_start() -> None:
-    store, outbox = MemoryTaskStore(), RecordingOutbox()
-    await store.insert(
-        Task(
-            "t1",
-            "acme",
-            "alice",
-            "s1",
-            WORKING,
-            1.0,
-            1.0,
-            None,
-            1000,
-            "tools/call",
-            {},
-            "dead-process",
-        )
+def _left_by(instance_id: str) -> Task:
+    return Task(
+        "t1", "acme", "alice", "s1", WORKING, 1.0, 1.0, None, 1000, "tools/call", {}, instance_id
     )
-    manager = TaskManager(store, outbox, instance_id="new")
+
+
+async def test_a_task_left_working_by_a_dead_process_is_failed_at_start(storage: Storage) -> None:
+    await storage.tasks.insert(_left_by("dead-process"))
+    manager = TaskManager(storage.tasks, RecordingOutbox(), instance_id="new")
     assert await manager.reconcile({}) == 1
-    task = store.rows["t1"]
+    task = await storage.tasks.get("t1")
+    assert task is not None
     assert task.status == FAILED
     assert "restarted" in (task.status_message or "")
+    assert task.error is not None
+    assert task.error["code"] == -32603
+    assert await manager.reconcile({}) == 0
 
 
-async def test_a_resumer_may_take_over_an_interrupted_task() -> None:
-    store, outbox = MemoryTaskStore(), RecordingOutbox()
-    await store.insert(
-        Task(
-            "t1",
-            "acme",
-            "alice",
-            "s1",
-            WORKING,
-            1.0,
-            1.0,
-            None,
-            1000,
-            "tools/call",
-            {},
-            "dead-process",
-        )
-    )
-    manager = TaskManager(store, outbox, instance_id="new")
-    taken: list[str] = []
+async def test_a_resumer_may_take_over_an_interrupted_task(storage: Storage) -> None:
+    await storage.tasks.insert(_left_by("dead-process"))
+    manager = TaskManager(storage.tasks, RecordingOutbox(), instance_id="new")
+    taken: list[tuple[str, str]] = []
 
     async def resume(task: Task) -> bool:
-        taken.append(task.task_id)
+        taken.append((task.task_id, task.instance_id))
         return True
 
     assert await manager.reconcile({"tools/call": resume}) == 1
-    assert taken == ["t1"]
-    assert store.rows["t1"].status == WORKING
+    assert taken == [("t1", "new")]
+    task = await storage.tasks.get("t1")
+    assert task is not None
+    assert (task.status, task.instance_id) == (WORKING, "new")
 
 
 async def test_shutdown_leaves_running_tasks_for_the_next_start(harness: Harness) -> None:

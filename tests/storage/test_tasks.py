@@ -1,7 +1,9 @@
-"""SqlTaskStore: tasks persist every state change and outlive the process."""
+"""SqlTaskStore: tasks persist every state change and outlive the process; replicas share
+them, and every write of a task's state is a compare-and-set."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -9,6 +11,8 @@ import sqlalchemy as sa
 
 from appdeck.protocol.tasks import Task
 from appdeck.storage import Storage
+from appdeck.storage.replicas import ReplicaStore
+from appdeck.storage.schema import replicas
 
 
 def make_task(task_id: str = "t1", **changes: Any) -> Task:
@@ -69,12 +73,11 @@ async def test_an_update_persists_the_new_state_result_and_error(storage: Storag
         updated_at=1_005.5,
         ttl_ms=None,
         poll_interval_ms=250,
-        instance_id="i2",
         result={"content": [{"type": "text", "text": "boom"}], "isError": True},
         error={"code": -32603, "message": "interrupted", "data": None},
         progress_token=3,
     )
-    await storage.tasks.update(done)
+    assert await storage.tasks.update(done) is True
     assert await storage.tasks.get("t1") == done
     assert await storage.tasks.get("t2") == make_task("t2")
 
@@ -125,21 +128,6 @@ async def test_tasks_created_at_the_same_time_keep_a_stable_order(storage: Stora
     assert [t.task_id for page in pages for t in page] == ["c", "b", "a"]
 
 
-async def test_working_elsewhere_finds_the_unfinished_tasks_of_other_instances(
-    storage: Storage,
-) -> None:
-    await storage.tasks.insert(make_task("mine", instance_id="me"))
-    await storage.tasks.insert(make_task("working", instance_id="dead"))
-    await storage.tasks.insert(make_task("waiting", instance_id="dead", status="input_required"))
-    for status in ("completed", "failed", "cancelled"):
-        await storage.tasks.insert(make_task(status, instance_id="dead", status=status))
-
-    found = await storage.tasks.working_elsewhere("me")
-
-    assert sorted(t.task_id for t in found) == ["waiting", "working"]
-    assert await storage.tasks.working_elsewhere("dead") == [make_task("mine", instance_id="me")]
-
-
 async def test_delete_expired_removes_only_tasks_whose_ttl_has_run_out(storage: Storage) -> None:
     await storage.tasks.insert(make_task("expired", created_at=1_000.0, ttl_ms=1_000))
     await storage.tasks.insert(make_task("at-the-edge", created_at=1_000.0, ttl_ms=5_000))
@@ -153,3 +141,111 @@ async def test_delete_expired_removes_only_tasks_whose_ttl_has_run_out(storage: 
         assert await storage.tasks.get(kept) is not None
     assert await storage.tasks.delete_expired(1_005.0) == 0
     assert await storage.tasks.delete_expired(10_000.0) == 2
+
+
+async def test_an_update_of_a_task_already_ended_is_refused_and_writes_nothing(
+    storage: Storage,
+) -> None:
+    await storage.tasks.insert(make_task())
+    cancelled = make_task(status="cancelled", status_message="cancelled elsewhere")
+    assert await storage.tasks.update(cancelled) is True
+    late = make_task(status="completed", result={"content": []}, updated_at=2_000.0)
+    assert await storage.tasks.update(late) is False
+    assert await storage.tasks.get("t1") == cancelled
+
+
+async def test_an_update_by_an_instance_that_no_longer_owns_the_task_is_refused(
+    storage: Storage,
+) -> None:
+    await storage.tasks.insert(make_task(instance_id="old"))
+    assert await storage.tasks.update(make_task(instance_id="other", status="failed")) is False
+    assert await storage.tasks.update(make_task(instance_id="old", status_message="x")) is True
+    stored = await storage.tasks.get("t1")
+    assert stored is not None
+    assert (stored.status, stored.status_message, stored.instance_id) == ("working", "x", "old")
+
+
+async def test_an_update_of_an_unknown_task_is_refused(storage: Storage) -> None:
+    assert await storage.tasks.update(make_task("ghost")) is False
+
+
+async def test_a_claim_moves_a_running_task_once(storage: Storage) -> None:
+    await storage.tasks.insert(make_task(instance_id="dead"))
+    read = make_task(instance_id="dead")
+    assert await storage.tasks.claim(read, "b") is True
+    assert await storage.tasks.claim(read, "c") is False  # read before b took it
+    stored = await storage.tasks.get("t1")
+    assert stored is not None
+    assert stored.instance_id == "b"
+
+
+async def test_an_ended_task_cannot_be_claimed(storage: Storage) -> None:
+    await storage.tasks.insert(make_task(instance_id="dead", status="completed"))
+    assert await storage.tasks.claim(make_task(instance_id="dead"), "b") is False
+
+
+async def test_statuses_gives_the_status_and_instance_of_the_tasks_that_exist(
+    storage: Storage,
+) -> None:
+    await storage.tasks.insert(make_task("t1", instance_id="a"))
+    await storage.tasks.insert(make_task("t2", instance_id="b", status="cancelled"))
+    many = [f"x{n}" for n in range(1_200)]  # several IN lists
+    found = await storage.tasks.statuses(["t1", "t2", "gone", "t1", *many])
+    assert found == {"t1": ("working", "a"), "t2": ("cancelled", "b")}
+    assert await storage.tasks.statuses([]) == {}
+
+
+async def test_orphans_are_the_running_tasks_of_replicas_without_a_fresh_heartbeat(
+    storage: Storage,
+) -> None:
+    await ReplicaStore(storage.engine, "live").heartbeat()
+    await ReplicaStore(storage.engine, "stale").heartbeat()
+    async with storage.engine.begin() as conn:
+        await conn.execute(
+            sa.update(replicas)
+            .where(replicas.c.instance_id == "stale")
+            .values(heartbeat_at=replicas.c.heartbeat_at - 11)
+        )
+    await storage.tasks.insert(make_task("of-live", instance_id="live"))
+    await storage.tasks.insert(make_task("of-stale", instance_id="stale", created_at=3.0))
+    await storage.tasks.insert(
+        make_task("of-gone", instance_id="gone", status="input_required", created_at=2.0)
+    )
+    await storage.tasks.insert(make_task("mine", instance_id="me", created_at=1.0))
+    for status in ("completed", "failed", "cancelled"):
+        await storage.tasks.insert(make_task(status, instance_id="gone", status=status))
+
+    found = await storage.tasks.orphaned("me", 10)
+
+    assert [t.task_id for t in found] == ["mine", "of-gone", "of-stale"]
+    assert [t.task_id for t in await storage.tasks.orphaned("me", 2)] == ["mine", "of-gone"]
+    seen_by_another = await storage.tasks.orphaned("another", 10)
+    assert [t.task_id for t in seen_by_another] == ["mine", "of-gone", "of-stale"]
+    assert "of-live" in {t.task_id for t in await storage.tasks.orphaned("live", 10)}  # its own
+
+
+async def test_of_many_concurrent_ends_of_one_task_exactly_one_is_written(
+    storage: Storage,
+) -> None:
+    await storage.tasks.insert(make_task())
+    ends = [
+        make_task(status=status, status_message=f"{status} {n}")
+        for n in range(10)
+        for status in ("completed", "failed", "cancelled")
+    ]
+    async with asyncio.timeout(30):
+        written = await asyncio.gather(*(storage.tasks.update(end) for end in ends))
+    assert written.count(True) == 1
+    winner = ends[written.index(True)]
+    assert await storage.tasks.get("t1") == winner
+
+
+async def test_of_many_concurrent_claims_of_one_task_exactly_one_wins(storage: Storage) -> None:
+    await storage.tasks.insert(make_task(instance_id="dead"))
+    read = make_task(instance_id="dead")
+    async with asyncio.timeout(30):
+        won = await asyncio.gather(*(storage.tasks.claim(read, f"r{n}") for n in range(20)))
+    assert won.count(True) == 1
+    stored = await storage.tasks.get("t1")
+    assert stored is not None
+    assert stored.instance_id == f"r{won.index(True)}"

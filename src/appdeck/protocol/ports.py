@@ -54,15 +54,38 @@ class SessionStore(Protocol):
 
 
 class TaskStore(Protocol):
-    """Durable home of tasks: every state change is written before it is announced."""
+    """Durable home of tasks: every state change is written before it is announced.
+
+    Replicas share it. A task is run by one instance (``Task.instance_id``); every write of
+    its state is a compare-and-set on "still running under the instance the writer read", so
+    nothing overwrites a terminal status and two processes never both take a task over.
+    """
 
     async def insert(self, task: Task) -> None: ...
-    async def update(self, task: Task) -> None: ...
+    async def update(self, task: Task) -> bool:
+        """Write the task's state (not its id, owner, creation time or instance) if the
+        stored task is still running under ``task.instance_id``; False: refused, nothing
+        written."""
+        ...
+
+    async def claim(self, task: Task, instance_id: str) -> bool:
+        """Move a running task from ``task.instance_id`` to ``instance_id``; False when it
+        ended or another process claimed it first."""
+        ...
+
     async def get(self, task_id: str) -> Task | None: ...
+    async def statuses(self, task_ids: Sequence[str]) -> dict[str, tuple[str, str]]:
+        """``task_id -> (status, instance_id)``; a deleted task is absent."""
+        ...
+
     async def list_for_owner(
         self, tenant: str, user: str, offset: int, limit: int
     ) -> Sequence[Task]: ...
-    async def working_elsewhere(self, instance_id: str) -> Sequence[Task]: ...
+    async def orphaned(self, instance_id: str, limit: int) -> Sequence[Task]:
+        """Running tasks whose instance is not alive, and ``instance_id``'s own running
+        tasks (the caller skips those it still runs); oldest first, at most ``limit``."""
+        ...
+
     async def delete_expired(self, now: float) -> int: ...
 
 

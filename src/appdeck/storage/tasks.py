@@ -1,4 +1,10 @@
-"""Tasks in the database: every state change is written here before it is announced."""
+"""Tasks in the database: every state change is written here before it is announced.
+
+Several replicas share this table. A task belongs to the replica that runs it
+(``instance_id``); every write of a task's state is a compare-and-set on "still running, still
+owned by the instance the writer read", so the owner's finish never overwrites a ``cancelled``
+written elsewhere, and two sweepers never both end (or resume) the same task.
+"""
 
 from __future__ import annotations
 
@@ -10,32 +16,75 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from appdeck.protocol.ports import TaskStore
 from appdeck.protocol.tasks import INPUT_REQUIRED, WORKING, Task
+from appdeck.storage.replicas import DEAD_AFTER_SECONDS, live_condition
 from appdeck.storage.schema import tasks
 
 RUNNING: Final = (WORKING, INPUT_REQUIRED)
 """The statuses of a task some process is still responsible for."""
 
-_FIXED: Final = frozenset({"task_id", "tenant", "user", "created_at"})
-"""Columns :meth:`SqlTaskStore.update` leaves alone: the key, the owner, the birth time."""
+_FIXED: Final = frozenset({"task_id", "tenant", "user", "created_at", "instance_id"})
+"""Columns :meth:`SqlTaskStore.update` leaves alone: the key, the owner, the birth time and
+the instance that runs it (changed by :meth:`SqlTaskStore.claim` only)."""
+
+_CHUNK: Final = 500
+"""Ids per ``IN (...)`` list."""
 
 
 class SqlTaskStore(TaskStore):
     """:class:`~appdeck.protocol.ports.TaskStore` on SQLAlchemy Core."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, *, dead_after: float = DEAD_AFTER_SECONDS) -> None:
         self._engine = engine
+        self._dead_after = dead_after
 
     async def insert(self, task: Task) -> None:
         async with self._engine.begin() as conn:
             await conn.execute(sa.insert(tasks).values(_row(task)))
 
-    async def update(self, task: Task) -> None:
-        """Rewrite the task's state: everything but its id, owner and creation time."""
+    async def update(self, task: Task) -> bool:
+        """Rewrite the task's state (everything but its id, owner, creation time and
+        instance) if the stored task is still running under ``task.instance_id``. False:
+        refused, nothing written (another process ended it, or took it over)."""
         values = {k: v for k, v in _row(task).items() if k not in _FIXED}
         async with self._engine.begin() as conn:
-            await conn.execute(
-                sa.update(tasks).where(tasks.c.task_id == task.task_id).values(values)
+            result = await conn.execute(
+                sa.update(tasks)
+                .where(
+                    tasks.c.task_id == task.task_id,
+                    tasks.c.status.in_(RUNNING),
+                    tasks.c.instance_id == task.instance_id,
+                )
+                .values(values)
             )
+        return result.rowcount == 1
+
+    async def claim(self, task: Task, instance_id: str) -> bool:
+        """Move a running task from ``task.instance_id`` (read by the caller) to
+        ``instance_id``. False: it ended or another process claimed it first."""
+        async with self._engine.begin() as conn:
+            result = await conn.execute(
+                sa.update(tasks)
+                .where(
+                    tasks.c.task_id == task.task_id,
+                    tasks.c.status.in_(RUNNING),
+                    tasks.c.instance_id == task.instance_id,
+                )
+                .values(instance_id=instance_id)
+            )
+        return result.rowcount == 1
+
+    async def statuses(self, task_ids: Sequence[str]) -> dict[str, tuple[str, str]]:
+        """``task_id -> (status, instance_id)`` of these tasks (absent: deleted)."""
+        found: dict[str, tuple[str, str]] = {}
+        ids = list(dict.fromkeys(task_ids))
+        async with self._engine.connect() as conn:
+            for start in range(0, len(ids), _CHUNK):
+                query = sa.select(tasks.c.task_id, tasks.c.status, tasks.c.instance_id).where(
+                    tasks.c.task_id.in_(ids[start : start + _CHUNK])
+                )
+                for task_id, status, instance in (await conn.execute(query)).all():
+                    found[task_id] = (status, instance)
+        return found
 
     async def get(self, task_id: str) -> Task | None:
         async with self._engine.connect() as conn:
@@ -55,12 +104,19 @@ class SqlTaskStore(TaskStore):
         )
         return await self._select(query)
 
-    async def working_elsewhere(self, instance_id: str) -> Sequence[Task]:
-        """Unfinished tasks that another process (perhaps a dead one) was running."""
+    async def orphaned(self, instance_id: str, limit: int) -> Sequence[Task]:
+        """Unfinished tasks no live process runs: their instance has no fresh heartbeat in
+        ``replicas`` (on the database's clock). Also ``instance_id``'s own: the caller skips
+        those it still runs. Oldest first, at most ``limit``."""
+        owner_live = live_condition(tasks.c.instance_id, self._engine, self._dead_after)
         query = (
             sa.select(tasks)
-            .where(tasks.c.status.in_(RUNNING), tasks.c.instance_id != instance_id)
+            .where(
+                tasks.c.status.in_(RUNNING),
+                sa.or_(tasks.c.instance_id == instance_id, ~owner_live),
+            )
             .order_by(tasks.c.created_at, tasks.c.task_id)
+            .limit(limit)
         )
         return await self._select(query)
 
