@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from redis.asyncio import Redis
 
 from appdeck.events.signals import LocalBroadcast, RedisBroadcast
-from appdeck.protocol.errors import InvalidParams
+from appdeck.protocol.errors import InvalidParams, ServerBusy
 from appdeck.protocol.tasks import (
     CANCELLED,
     COMPLETED,
@@ -116,6 +116,7 @@ class Fleet:
         recheck: float = 0.2,
         sweep: float = 0.2,
         dead_after: float = 10.0,
+        **limits: Any,
     ) -> Replica:
         redis = broadcast = None
         if attach and self.prefix is not None:
@@ -124,10 +125,14 @@ class Fleet:
             await broadcast.start()
         elif attach:
             broadcast = self.local
-        limits = TaskLimits(recheck_seconds=recheck, sweep_seconds=sweep)
         store = SqlTaskStore(self.storage.engine, dead_after=dead_after)
         outbox = RecordingOutbox()
-        manager = TaskManager(store, outbox, instance_id=name, limits=limits)
+        manager = TaskManager(
+            store,
+            outbox,
+            instance_id=name,
+            limits=TaskLimits(recheck_seconds=recheck, sweep_seconds=sweep, **limits),
+        )
         beats = ReplicaStore(self.storage.engine, name, interval=0.1, dead_after=dead_after)
         replica = Replica(name, manager, outbox, beats, broadcast, redis)
         self.replicas.append(replica)
@@ -488,3 +493,29 @@ async def test_a_start_up_without_heartbeats_fails_every_other_instances_task(
     assert await manager.reconcile({}) == 3
     for task_id in ids:
         assert (await _stored(one_process, task_id)).status == FAILED
+
+
+async def test_past_the_watched_cap_a_waiter_on_another_replica_still_returns_by_polling(
+    fleet: Fleet,
+) -> None:
+    a = await fleet.replica("a")
+    b = await fleet.replica("b", max_watched=0)
+    work = Work()
+    task = await a.start(work, pollInterval=250)
+    waiter = asyncio.create_task(b.tasks.wait(ALICE, task.task_id))
+    await asyncio.sleep(0)
+    work.release.set()
+    async with asyncio.timeout(10):
+        assert (await waiter).status == COMPLETED
+    assert b.tasks._doorbells == {}
+
+
+async def test_past_the_running_cap_a_new_task_is_refused_as_busy(fleet: Fleet) -> None:
+    a = await fleet.replica("a", max_running=1)
+    work = Work()
+    await a.start(work)
+    with pytest.raises(ServerBusy):
+        await a.tasks.start(ALICE, "s1", "tools/call", {}, {}, Work())
+    work.release.set()
+    await until(lambda: not a.tasks._running)
+    await a.start(Work())

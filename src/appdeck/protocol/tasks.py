@@ -128,8 +128,9 @@ class TaskLimits:
     """Tasks one process's tasks/result waiters watch through the broadcast (beyond: poll)."""
     recheck_seconds: float = 2.0
     """How often the owner re-reads its running tasks (a lost task-cancel message)."""
-    sweep_seconds: float = 5.0
-    """How often a replica sweeps the tasks of dead replicas."""
+    sweep_seconds: float = 2.0
+    """How often a replica sweeps the tasks of dead replicas (dead at 10 s, swept within
+    12 s of their last heartbeat: a killed replica's tasks end in under 15 s)."""
     sweep_batch: int = 200
 
 
@@ -487,7 +488,8 @@ class TaskManager:
         """A ``task-cancel`` addressed to this instance: re-read the task, stop its run."""
         task_id = _task_id_of(payload)
         if task_id is None:
-            log.warning("dropped a malformed task-cancel message (%d bytes)", len(payload))
+            size = len(payload) if isinstance(payload, bytes) else -1
+            log.warning("dropped a malformed task-cancel message (%d bytes)", size)
             return
         if task_id in self._running:
             self._chore(self.recheck([task_id]))
