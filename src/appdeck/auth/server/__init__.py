@@ -43,6 +43,7 @@ from appdeck.auth.throttle import AuthThrottles
 from appdeck.auth.tokens import TokenIssuer
 from appdeck.auth.urls import PublicUrls
 from appdeck.settings import Settings
+from appdeck.storage.consents import ConsentStore
 from appdeck.storage.identity import IdentityStore, PersonalTokenRecord
 from appdeck.storage.oauth import OAuthStore
 
@@ -76,6 +77,7 @@ class AuthorizationServer:
         clock: Callable[[], float] = time.time,
         forget_pat: Callable[[PersonalTokenRecord], None] | None = None,
         urls: PublicUrls | None = None,
+        consents: ConsentStore | None = None,
     ) -> None:
         self.issuer = issuer.rstrip("/")
         self.resource = resource
@@ -100,7 +102,9 @@ class AuthorizationServer:
             urls=urls,
         )
         self.clients = Clients(self._ctx)
-        self.pending = PendingRequests(clock)
+        # the requests waiting for the user's answer, in the database (any replica answers)
+        consents = consents or ConsentStore(oauth._engine)
+        self.pending = PendingRequests(consents, oauth.get_client, clock)
         self._authorize = Authorize(self._ctx, self.clients, self.pending)
         self._token = TokenEndpoint(self._ctx, self.clients)
         self._revoke = RevokeEndpoint(self._ctx, self.clients)
@@ -155,7 +159,9 @@ class AuthorizationServer:
         registered clients never used (call it from a periodic sweeper)."""
         now = self._ctx.clock()
         unused_before = now - self._ctx.settings.unused_client_hours * 3600
-        return await self._ctx.oauth.cleanup(now, unused_clients_before=unused_before)
+        removed = await self._ctx.oauth.cleanup(now, unused_clients_before=unused_before)
+        removed["consent_requests"] = await self.pending.purge()
+        return removed
 
 
 def _well_known(name: str, url: str) -> list[str]:

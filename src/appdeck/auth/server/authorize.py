@@ -54,6 +54,7 @@ MAX_REMEMBERED: Final = 10_000
 _CHALLENGE = re.compile(r"[A-Za-z0-9_\-]{43}")
 _TOKEN = re.compile(r"[A-Za-z0-9_\-]{16,128}")
 BAD_LOGIN: Final = "Incorrect tenant, username or password."
+GONE: Final = "This sign-in request has expired or was already answered."
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +164,8 @@ class Authorize:
         fresh = not _TOKEN.fullmatch(browser)
         if fresh:
             browser = secrets.token_urlsafe(24)
-        pending = self._pending.add(
+        known, granted = await self._granted(browser, client)
+        pending = await self._pending.add(
             browser=browser,
             client=client,
             redirect_uri=redirect_uri,
@@ -171,8 +173,8 @@ class Authorize:
             scopes=scopes,
             resource=resource,
             code_challenge=challenge,
+            granted=granted,
         )
-        known, pending.granted = await self._granted(browser, client)
         remembered = request.cookies.get(TENANT_COOKIE) or ""
         response = consent_page(
             pending,
@@ -233,9 +235,9 @@ class Authorize:
             password = form.get("password", max_len=1024) or ""
         except OAuthError as exc:
             return error_page(exc.description, status=exc.status)
-        pending = self._pending.get(pending_id) if pending_id else None
+        pending = await self._pending.get(pending_id) if pending_id else None
         if pending is None:
-            return error_page("This sign-in request has expired or was already answered.")
+            return error_page(GONE)
         cookie = request.cookies.get(COOKIE) or ""
         if not csrf or not same(csrf, pending.csrf) or not same(cookie, pending.browser):
             self._ctx.refuse("csrf", method="POST /authorize", client_id=pending.client.client_id)
@@ -243,12 +245,12 @@ class Authorize:
                 "The form could not be verified. Start the sign-in again.", status=403
             )
         if decision == "deny":
-            return self._deny(request, pending)
+            return await self._deny(request, pending)
         if decision != "allow":
             return error_page("The form was not answered with Allow or Deny.")
         chosen = frozenset(form.all("scope"))
         if not chosen <= pending.scopes:
-            self._pending.discard(pending.id)
+            await self._pending.discard(pending.id)
             return error_page("The form asked for permissions the application did not request.")
         user = await self._sign_in(request, pending, tenant, username, password, chosen)
         if isinstance(user, Response):
@@ -264,8 +266,9 @@ class Authorize:
             )
         return await self._grant(request, pending, user, chosen, cookie)
 
-    def _deny(self, request: Request, pending: PendingRequest) -> Response:
-        self._pending.discard(pending.id)
+    async def _deny(self, request: Request, pending: PendingRequest) -> Response:
+        if await self._pending.take(pending.id) is None:  # answered meanwhile (another replica)
+            return error_page(GONE)
         self._ctx.audit.record(
             AuditEvent(
                 event="authorization_denied",
@@ -342,8 +345,10 @@ class Authorize:
         browser: str,
     ) -> Response:
         """The user signed in and allowed ``chosen``: the code goes back to the client; the
-        browser is remembered (step-up page) and so is the tenant (a cookie)."""
-        self._pending.discard(pending.id)
+        browser is remembered (step-up page) and so is the tenant (a cookie). The request is
+        taken first: of two posts racing (on any replicas), one gets a code."""
+        if await self._pending.take(pending.id) is None:
+            return error_page(GONE)
         code = new_secret("adk_ac_", 32)
         await self._ctx.oauth.insert_code(
             AuthCodeRow(
@@ -391,7 +396,9 @@ class Authorize:
         chosen: frozenset[str],
         user: UserRecord | None,
     ) -> Response:
-        pending.attempts += 1
+        attempts = await self._pending.failed_attempt(pending)
+        if attempts is None:  # answered or expired meanwhile
+            return error_page(GONE)
         self._ctx.refuse(
             "invalid_credentials",
             method="POST /authorize",
@@ -400,8 +407,7 @@ class Authorize:
             user_id=user.id if user is not None else None,
             detail={"attempt": pending.attempts},
         )
-        if pending.attempts >= MAX_ATTEMPTS:
-            self._pending.discard(pending.id)
+        if attempts >= MAX_ATTEMPTS:  # the request was deleted
             return error_page("Too many failed sign-in attempts.", status=429)
         return consent_page(
             pending,
