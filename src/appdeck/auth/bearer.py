@@ -8,10 +8,19 @@ Two kinds of token are accepted:
 
 Verified tokens are cached by value until they expire (bounded), so the check on the hot path
 is a dict lookup; revoking a token evicts it. Tokens are never read from the query string.
+
+Several replicas (issue 13): given a :class:`~appdeck.protocol.ports.Broadcast`, a revocation
+made here (an access token's ``jti``, a PAT, a disabled tenant or user) is published on the
+``revoked`` channel and every replica applies it at once. Pub/sub is at most once, so the
+store stays the truth: the revoked ``jti`` are read again every trust window and at the next
+request after the broadcast's connection came back (:meth:`BearerAuthenticator.start`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
+import logging
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -23,7 +32,10 @@ from appdeck.auth import scopes as scope_names
 from appdeck.auth.hashing import token_hash
 from appdeck.auth.tokens import InvalidToken
 from appdeck.common.identity import Principal
+from appdeck.protocol.ports import Broadcast, Subscription
 from appdeck.storage.identity import IdentityStore, PersonalTokenRecord
+
+log = logging.getLogger("appdeck.auth")
 
 PAT_PREFIX: Final = "adk_pat_"
 CACHE_SIZE: Final = 10_000
@@ -34,6 +46,15 @@ TRUST_SECONDS: Final = 10.0
 made through this authenticator (:meth:`BearerAuthenticator.forget_principal`,
 :meth:`~BearerAuthenticator.revoke_jti`, :meth:`~BearerAuthenticator.forget_pat`) is at once."""
 PAT_CACHE_SECONDS: Final = TRUST_SECONDS
+REVOKED_CHANNEL: Final = "revoked"
+"""The broadcast channel of revocations: JSON ``{"jti", "exp"}``, ``{"pat"}`` or
+``{"tenant", "user"}`` (``user`` null: every user of the tenant)."""
+MAX_MESSAGE: Final = 2048
+MAX_ID: Final = 512
+MAX_REVOKED: Final = 200_000
+"""Revoked ``jti`` held in memory; past it the set is read again from the store (which only
+keeps those not expired yet)."""
+MAX_PUBLISHING: Final = 1000
 
 
 class JwtVerifier(Protocol):
@@ -65,6 +86,7 @@ class BearerAuthenticator:
         claims: ClaimNames | None = None,
         clock: Callable[[], float] = time.time,
         trust_seconds: float = TRUST_SECONDS,
+        broadcast: Broadcast | None = None,
     ) -> None:
         self._verifier = verifier
         self._identities = identities
@@ -77,10 +99,29 @@ class BearerAuthenticator:
         self._trust = trust_seconds
         self._access: dict[tuple[str, str], tuple[float, str | None]] = {}
         self._revocations_until = 0.0
+        self._broadcast = broadcast
+        self._subscription: Subscription | None = None
+        self._publishing: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        """Read the revoked ``jti``; with a broadcast, listen to the other replicas'
+        revocations and read the store again after a lost connection (messages were lost)."""
+        await self.load_revocations()
+        if self._broadcast is not None and self._subscription is None:
+            self._subscription = await self._broadcast.subscribe(REVOKED_CHANNEL, self._heard)
+            self._broadcast.on_reconnect(self.reload_soon)
+
+    def reload_soon(self) -> None:
+        """Read the revoked ``jti`` from the store again at the next request."""
+        self._revocations_until = 0.0
 
     async def load_revocations(self) -> None:
         now = self._clock()
-        self._revoked |= await self._identities.revoked_jtis(now)
+        stored = await self._identities.revoked_jtis(now)
+        if len(self._revoked) + len(stored) > MAX_REVOKED:
+            self._revoked = set(stored)  # what expired is dropped; the store has the rest
+        else:
+            self._revoked |= stored
         self._revocations_until = now + self._trust
 
     async def _admitted(self, principal: Principal, now: float) -> Principal:
@@ -192,26 +233,110 @@ class BearerAuthenticator:
     # -- revocation and bookkeeping -------------------------------------------------------
 
     async def revoke_jti(self, jti: str, expires_at: float) -> None:
+        """Refuse the access token ``jti`` from now on, here at once, on the other replicas
+        when they hear it (the store first: a replica that reads it after the message, or
+        instead of it, finds it there)."""
         self._revoked.add(jti)
         await self._identities.revoke_jti(jti, expires_at)
+        await self._publish({"jti": jti, "exp": expires_at})
 
     def forget_pat(self, record: PersonalTokenRecord) -> None:
-        for token, entry in list(self._cache.items()):
-            if entry.principal.kind == "pat" and entry.principal.client_id == record.id:
-                del self._cache[token]
+        self._forget_pat(record.id)
+        self._publish_soon({"pat": record.id})
 
     def forget_principal(self, tenant: str, user: str | None = None) -> None:
         """Ask the store again, at the next request, whether ``user`` of ``tenant`` (every user
         of it when None) may still get in: an operator just disabled or enabled them."""
+        self._forget_principal(tenant, user)
+        self._publish_soon({"tenant": tenant, "user": user})
+
+    def _forget_pat(self, pat_id: str) -> None:
+        for token, entry in list(self._cache.items()):
+            if entry.principal.kind == "pat" and entry.principal.client_id == pat_id:
+                del self._cache[token]
+
+    def _forget_principal(self, tenant: str, user: str | None) -> None:
         for key in [k for k in self._access if k[0] == tenant and user in (None, k[1])]:
             del self._access[key]
 
+    # -- between replicas -----------------------------------------------------------------
+
+    async def _publish(self, message: dict[str, Any]) -> None:
+        if self._broadcast is None:
+            return
+        try:
+            await self._broadcast.publish(REVOKED_CHANNEL, json.dumps(message).encode())
+        except Exception as exc:  # noqa: BLE001 - the store has it; others read it in time
+            log.warning("revocation not broadcast (%s); replicas read it from the store", exc)
+
+    def _publish_soon(self, message: dict[str, Any]) -> None:
+        """From a synchronous caller: publish in a task of its own (bounded)."""
+        if self._broadcast is None:
+            return
+        if len(self._publishing) >= MAX_PUBLISHING:
+            log.warning("revocation broadcasts backed up; replicas read them from the store")
+            return
+        try:
+            task = asyncio.get_running_loop().create_task(self._publish(message))
+        except RuntimeError:  # no loop (a synchronous caller outside the server)
+            return
+        self._publishing.add(task)
+        task.add_done_callback(self._publishing.discard)
+
+    def _heard(self, payload: bytes) -> None:
+        """A revocation another replica made (or this one: applying it twice is harmless).
+        Anything malformed is dropped and logged."""
+        message = _message(payload)
+        if message is None:
+            log.warning("malformed revocation message dropped (%d bytes)", len(payload))
+            return
+        jti, pat, tenant = _an_id(message, "jti"), _an_id(message, "pat"), _an_id(message, "tenant")
+        user = _an_id(message, "user")
+        if jti is not None:
+            if len(self._revoked) >= MAX_REVOKED:
+                self.reload_soon()
+            else:
+                self._revoked.add(jti)
+        elif pat is not None:
+            self._forget_pat(pat)
+        elif tenant is not None and (user is not None or message.get("user") is None):
+            self._forget_principal(tenant, user)
+        else:
+            log.warning("revocation message of no known kind dropped")
+
     async def close(self) -> None:
+        if self._broadcast is not None and self._subscription is not None:
+            subscription, self._subscription = self._subscription, None
+            try:
+                await self._broadcast.unsubscribe(subscription)
+            except Exception as exc:  # noqa: BLE001 - closing: nothing more to do
+                log.warning("revocation unsubscribe failed (%s)", exc)
+        for task in list(self._publishing):
+            try:
+                async with asyncio.timeout(5):
+                    await task
+            except TimeoutError:
+                task.cancel()
         await self._verifier.close()
 
     async def flush_usage(self) -> None:
         used, self._pat_used = self._pat_used, {}
         await self._identities.touch_pats(used)
+
+
+def _message(payload: bytes) -> dict[str, Any] | None:
+    if not isinstance(payload, bytes) or len(payload) > MAX_MESSAGE:
+        return None
+    try:
+        message = json.loads(payload)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return message if isinstance(message, dict) else None
+
+
+def _an_id(message: dict[str, Any], name: str) -> str | None:
+    value = message.get(name)
+    return value if isinstance(value, str) and 0 < len(value) <= MAX_ID else None
 
 
 class LocalJwtVerifier:
