@@ -519,3 +519,33 @@ async def test_past_the_running_cap_a_new_task_is_refused_as_busy(fleet: Fleet) 
     work.release.set()
     await until(lambda: not a.tasks._running)
     await a.start(Work())
+
+
+async def test_a_resumer_that_fails_leaves_the_orphan_failed_not_working(fleet: Fleet) -> None:
+    sweeper = await fleet.replica("b", watch=False)
+    [task_id] = await _orphans(fleet, 1)
+    calls: list[str] = []
+
+    async def broken(task: Task) -> bool:
+        calls.append(task.task_id)
+        raise RuntimeError("resumer defect")
+
+    assert await sweeper.tasks.sweep({"tools/call": broken}) == 1
+    stored = await _stored(fleet, task_id)
+    assert (stored.status, stored.instance_id) == (FAILED, "b")
+    assert await sweeper.tasks.sweep({"tools/call": broken}) == 0
+    assert calls == [task_id]
+
+
+async def test_a_task_whose_ttl_ran_out_mid_run_runs_on_unstored(fleet: Fleet) -> None:
+    a = await fleet.replica("a", recheck=0.1)
+    work = Work()
+    task = await a.start(work, ttl=1_000)
+    assert await fleet.storage.tasks.delete_expired(task.created_at + 5) == 1
+    await a.tasks.note(task, "still going")
+    await asyncio.sleep(0.3)  # rechecks pass over it (nothing to wait on: it must not stop)
+    assert not work.cancelled.is_set()
+    work.release.set()
+    await until(lambda: not a.tasks._running)
+    assert not work.cancelled.is_set()
+    assert a.statuses()[-1] == COMPLETED

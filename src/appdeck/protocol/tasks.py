@@ -347,11 +347,10 @@ class TaskManager:
     async def _write(self, task: Task, status: str, message: str | None) -> bool:
         """Compare-and-set ``task`` to ``status`` in the store; on success update ``task``,
         announce on its session and, when it ended, ring its waiters everywhere. On refusal
-        load the stored state into ``task``."""
+        load the stored state into ``task`` and return False."""
         changed = replace(task, status=status, status_message=message, updated_at=self._clock())
         # a store double older than compare-and-set returns None: taken as written
-        if await self._store.update(changed) is False:
-            await self._reload(task)
+        if await self._store.update(changed) is False and not await self._reload(task):
             return False
         task.status, task.status_message = changed.status, changed.status_message
         task.updated_at = changed.updated_at
@@ -363,17 +362,19 @@ class TaskManager:
             await self._publish(done_channel(task.task_id), task.status.encode())
         return True
 
-    async def _reload(self, task: Task) -> None:
-        """Load the stored state into ``task`` (after a refused write)."""
+    async def _reload(self, task: Task) -> bool:
+        """After a refused write: load the stored state into ``task``. True when there is
+        none (the task's ttl ran out and it was deleted): nothing to protect, the run goes
+        on unstored as it always did."""
         stored = await self._store.get(task.task_id)
-        if stored is None:  # expired and deleted meanwhile
-            task.status, task.status_message = CANCELLED, "The task expired."
-        else:
-            task.status, task.status_message = stored.status, stored.status_message
-            task.updated_at, task.instance_id = stored.updated_at, stored.instance_id
-            task.result, task.error = stored.result, stored.error
+        if stored is None:
+            return True
+        task.status, task.status_message = stored.status, stored.status_message
+        task.updated_at, task.instance_id = stored.updated_at, stored.instance_id
+        task.result, task.error = stored.result, stored.error
         if task.terminal:
             self._ring(task.task_id)
+        return False
 
     def _stop_here(self, task_id: str) -> None:
         """Stop this process's run of a task that ended, or moved, elsewhere."""
@@ -518,8 +519,8 @@ class TaskManager:
         stopped = 0
         for task_id in ids:
             row = stored.get(task_id)
-            if row is not None and row[0] not in TERMINAL and row[1] == self._instance:
-                continue
+            if row is None or (row[0] not in TERMINAL and row[1] == self._instance):
+                continue  # still ours (or expired and deleted: it runs on, as it always did)
             if task_id in self._running and task_id not in self._ending:
                 self._stop_here(task_id)
                 stopped += 1
@@ -547,8 +548,12 @@ class TaskManager:
                     if await resumer(task):
                         count += 1
                         continue
+                except Exception:  # a resumer's defect must not leave the task working
+                    log.exception("resuming task %s failed", task_id)
                 finally:
                     self._adopting.discard(task_id)
+                if task_id in self._live:
+                    continue  # launched here before its resumer failed: its run ends it
             task.error = {"code": -32603, "message": "interrupted: its server stopped"}
             if await self._write(task, FAILED, ORPHAN_MESSAGE):
                 count += 1
