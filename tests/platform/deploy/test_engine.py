@@ -13,13 +13,16 @@ import sqlalchemy as sa
 from appdeck.auth.admin import IdentityAdmin
 from appdeck.common.errors import Conflict, FailedPrecondition, InvalidArgument
 from appdeck.common.identity import Principal
+from appdeck.events.signals import LocalBroadcast
 from appdeck.platform.apps import AppService
 from appdeck.platform.changes import ChangeFeed
 from appdeck.platform.crypto import Sealer
 from appdeck.platform.deploy import states
 from appdeck.platform.deploy.engine import DeployService, Operations
-from appdeck.platform.deploy.ports import Release
+from appdeck.platform.deploy.ingress_router import IngressRouter
+from appdeck.platform.deploy.ports import Backend, Release
 from appdeck.platform.env import EnvService
+from appdeck.platform.ingress import Counters, RouteTable
 from appdeck.platform.routing import AppRoutes
 from appdeck.platform.services import PlatformConfig
 from appdeck.platform.sources import SourceRoots
@@ -473,3 +476,94 @@ async def test_a_rollback_waits_for_the_deploy_under_way_on_another_replica(rig:
         assert (await run).state == "live"
         assert (await rollback).number == 2
     assert await rig.states() == {1: "superseded", 2: "live", 3: "rolled_back"}
+
+
+# -- the routes' backstop: a replica that missed route messages catches up from the database --
+
+
+def _weights(router: IngressRouter, route: str) -> dict[str, int] | None:
+    found = router.table.get(route)
+    return None if found is None else {b.release_id: b.weight for b in found}
+
+
+async def test_a_replica_that_missed_the_messages_catches_up_from_the_database(rig: Rig) -> None:
+    await rig.deploy()
+    await rig.deploy("rolling")
+    behind = IngressRouter(RouteTable(), Counters())  # a replica whose broadcast was down all along
+    behind.route(
+        "gone--acme", [Backend("9-1", 100, ("127.0.0.1:20001",))]
+    )  # an app deleted meanwhile
+    assert await rig.ops.resync_routes(behind) == 2
+    assert _weights(behind, SHOP) == {f"{rig.app_id}-2": 100}
+    assert "gone--acme" not in behind.table
+    assert await rig.ops.resync_routes(behind) == 0  # nothing left to repair
+    assert rig.router.weights(SHOP) == {f"{rig.app_id}-2": 100}  # its own table only
+
+
+async def test_the_backstop_leaves_an_app_with_a_deploy_under_way_to_its_messages(
+    rig: Rig,
+) -> None:
+    await rig.deploy()
+    await rig.deploys.create(rig.alice, rig.app_id, None)
+    behind = IngressRouter(RouteTable(), Counters())
+    canary = [
+        Backend(f"{rig.app_id}-2", 10, ("127.0.0.1:20003",)),
+        Backend(f"{rig.app_id}-1", 90, ("127.0.0.1:20001",)),
+    ]
+    behind.route(SHOP, canary)  # as the deploy's last message said
+    assert await rig.ops.resync_routes(behind) == 0
+    assert _weights(behind, SHOP) == {f"{rig.app_id}-2": 10, f"{rig.app_id}-1": 90}
+
+
+@dataclass
+class WatchedRuntime(FakeRuntime):
+    """Records every instance stopped while another replica's ingress still routed to it."""
+
+    elsewhere: IngressRouter | None = None
+    stale: list[str] = field(default_factory=list)
+
+    async def stop(self, release_id: str, index: int | None = None) -> None:
+        running = self.running_.get(release_id, {})
+        stopping = list(running.values()) if index is None else [running[index]]
+        for backend in (self.elsewhere.table.get(SHOP) or []) if self.elsewhere else []:
+            for instance in stopping:
+                if backend.weight and instance.upstream in backend.upstreams:
+                    self.stale.append(f"{instance.release_id}#{instance.index}")
+        await super().stop(release_id, index)
+
+
+async def test_another_replicas_ingress_follows_every_step_and_never_routes_to_a_stopped_instance(
+    rig: Rig,
+) -> None:
+    broadcast = LocalBroadcast()  # delivery order as Redis keeps it; no network in between
+    here, there = IngressRouter(RouteTable(), Counters()), IngressRouter(RouteTable(), Counters())
+    await here.share(broadcast, "a")
+    await there.share(broadcast, "b")
+    runtime = WatchedRuntime(elsewhere=there)
+    deploys = DeployService(
+        rig.apps,
+        rig.env,
+        rig.deploys.store,
+        runtime,
+        here,
+        rig.feed,
+        rig.sealer,
+        sources=rig.apps.sources,
+        instance_id="a",
+        sleep=_no_wait,
+    )
+    ops = Operations(deploys)
+    try:
+        for strategy in ("rolling", "rolling", "blue_green", "canary", "recreate", "rolling"):
+            app, record = await deploys.create(rig.alice, rig.app_id, strategy)
+            assert (await deploys.run(app, record)).state == "live", strategy
+            assert there.table.get(SHOP) == here.table.get(SHOP), strategy
+        await ops.restart(rig.alice, rig.app_id)
+        await ops.rollback(rig.alice, rig.app_id)
+        await deploys.settle()
+        assert there.table.get(SHOP) == here.table.get(SHOP)
+        assert there.serving(SHOP) == {f"{rig.app_id}-5"}
+        assert runtime.stale == []
+    finally:
+        await here.close()
+        await there.close()

@@ -33,10 +33,12 @@ from appdeck.platform.apps import AppService
 from appdeck.platform.changes import Change, ChangeFeed
 from appdeck.platform.crypto import Sealer
 from appdeck.platform.deploy import rollout, states
+from appdeck.platform.deploy.ingress_router import published
 from appdeck.platform.deploy.locks import AppLocks, Hold
 from appdeck.platform.deploy.ports import (
     Backend,
     BuildFailed,
+    Instance,
     Release,
     RouterPort,
     RuntimePort,
@@ -95,7 +97,9 @@ class DeployService:
         self._sources = sources
         self._env = env
         self.store = store
-        self.runtime = runtime
+        self.runtime: RuntimePort = _RoutesFirst(runtime, lambda: self.router)
+        """The runtime, stopping an instance only once this replica's route changes reached
+        the others (their ingresses must not send traffic to it)."""
         self.router = router
         self._feed = feed
         self._sealer = sealer
@@ -290,6 +294,7 @@ class DeployService:
         async def step(message: str, traffic: int | None = None, state: str | None = None) -> None:
             nonlocal record
             held.check()
+            await published(self.router)  # the other replicas route as this one before it goes on
             record = await self.store.update(
                 app.id,
                 record.number,
@@ -413,21 +418,28 @@ class DeployService:
 
     async def route_live(self, app: AppRecord) -> None:
         """Route the app's key to its live release's running instances (adopting them if
-        this process does not know them), or to nothing."""
+        this process does not know them), or to nothing; every replica follows."""
         route = hostnames.route_label(app.name, app.tenant_id)
+        backends = await self.live_backends(app)
+        if backends:
+            self.router.route(route, backends)
+        else:
+            self.router.unroute(route)
+
+    async def live_backends(self, app: AppRecord) -> list[Backend]:
+        """The app's live release (as the database says) on its running instances, adopted
+        if this process does not know them yet; ``[]`` when none is live or running."""
         live = await self.live(app.id)
         if live is None:
-            self.router.unroute(route)
-            return
+            return []
         release = self.release_of(app, live)
         instances = await self.runtime.running(release.release_id)
         if not instances:
             instances = await self.runtime.adopt(release)
-        if instances:
-            upstreams = tuple(i.upstream for i in sorted(instances, key=lambda i: i.index))
-            self.router.route(route, [Backend(release.release_id, 100, upstreams)])
-        else:
-            self.router.unroute(route)
+        if not instances:
+            return []
+        upstreams = tuple(i.upstream for i in sorted(instances, key=lambda i: i.index))
+        return [Backend(release.release_id, 100, upstreams)]
 
     def plan(self, release: Release, progress: Progress = _quiet) -> rollout.Rollout:
         """A rollout of ``release`` from nothing (starting it cold, or replacing instances)."""
@@ -474,6 +486,38 @@ class DeployService:
 
     def backends_of(self, release_id: str, upstreams: list[str]) -> list[Backend]:
         return [Backend(release_id, 100, tuple(upstreams))]
+
+
+class _RoutesFirst:
+    """A runtime whose ``stop`` waits (bounded) for the route changes made so far to reach
+    the other replicas: every strategy moves traffic off instances before stopping them,
+    and another replica's ingress must have moved too."""
+
+    def __init__(self, runtime: RuntimePort, router: Callable[[], RouterPort]) -> None:
+        self._runtime = runtime
+        self._router = router
+
+    async def prepare(self, release: Release) -> None:
+        await self._runtime.prepare(release)
+
+    async def start(self, release: Release, index: int) -> Instance:
+        return await self._runtime.start(release, index)
+
+    async def wait_healthy(self, release: Release, instance: Instance, within_s: float) -> bool:
+        return await self._runtime.wait_healthy(release, instance, within_s)
+
+    async def stop(self, release_id: str, index: int | None = None) -> None:
+        await published(self._router())
+        await self._runtime.stop(release_id, index)
+
+    async def running(self, release_id: str) -> list[Instance]:
+        return await self._runtime.running(release_id)
+
+    async def adopt(self, release: Release) -> list[Instance]:
+        return await self._runtime.adopt(release)
+
+    async def crash_looping(self, release_id: str) -> bool:
+        return await self._runtime.crash_looping(release_id)
 
 
 def _in_progress(record: DeploymentRecord) -> Conflict:

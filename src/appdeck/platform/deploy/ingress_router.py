@@ -3,13 +3,94 @@
 Everything is keyed by route key (an app's is ``<app>--<tenant>``, from
 :mod:`appdeck.platform.hostnames`), so two tenants' apps of one name never touch each other's
 route, counters or canary marks.
+
+Several replicas (:meth:`IngressRouter.share`): every replica's ingress serves every route.
+A route change made here is published on the ``routes`` channel as the route's whole new
+state (its backends, or ``null`` once forgotten), by one sender task, in order; the other
+replicas apply it to their tables as it comes. Pub/sub loses messages (a dropped connection):
+the backstop is ``Operations.resync_routes`` (the database's live releases), run after a
+reconnect and every few seconds.
 """
 
 from __future__ import annotations
 
-from appdeck.platform.deploy.ports import Backend
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, Final, Protocol
+
+from appdeck.platform.deploy.ports import Backend, RouterPort
 from appdeck.platform.ingress import routes as ingress
 from appdeck.platform.ingress.keys import KeyGate
+
+log = logging.getLogger("appdeck.ingress")
+
+CHANNEL: Final = "routes"
+MAX_MESSAGE: Final = 64 * 1024
+"""A route message larger than this is dropped unread (a route is a few hundred bytes)."""
+MAX_BACKENDS: Final = 16
+MAX_UPSTREAMS: Final = 256
+MAX_PENDING: Final = 4096
+"""Routes changed here and not yet published; beyond, the oldest change is dropped (the
+other replicas' backstop reload repairs it)."""
+PUBLISHED_WITHIN_S: Final = 2.0
+"""How long :meth:`IngressRouter.published` waits for the sender (a stalled Redis must not
+stall a deploy)."""
+
+
+class Broadcast(Protocol):
+    """Messages between replicas: the shape of ``appdeck.protocol.ports.Broadcast`` (which
+    the platform may not import); ``appdeck.events.signals`` implements it."""
+
+    async def publish(self, channel: str, payload: bytes) -> None: ...
+
+    async def subscribe(self, channel: str, handler: Callable[[bytes], None]) -> Any: ...
+
+    async def unsubscribe(self, subscription: Any) -> None: ...
+
+    def on_reconnect(self, callback: Callable[[], None]) -> None: ...
+
+
+def encode(origin: str, route: str, backends: list[ingress.Backend] | None) -> bytes:
+    """A route message: the route's whole state (``null``: forgotten, 404)."""
+    body = (
+        None
+        if backends is None
+        else [[b.release_id, b.weight, list(b.upstreams)] for b in backends]
+    )
+    return json.dumps({"o": origin, "r": route, "b": body}, separators=(",", ":")).encode()
+
+
+def decode(payload: bytes) -> tuple[str, str, list[ingress.Backend] | None]:
+    """(origin, route, backends or None); ``ValueError`` for anything malformed."""
+    if not isinstance(payload, bytes | bytearray) or len(payload) > MAX_MESSAGE:
+        raise ValueError("not a route message (type or size)")
+    data = json.loads(payload)
+    if not isinstance(data, dict):
+        raise ValueError("not an object")
+    origin, route, body = data.get("o"), data.get("r"), data.get("b")
+    if not isinstance(origin, str) or not 0 < len(origin) <= 200:
+        raise ValueError("bad origin")
+    if not isinstance(route, str) or not ingress.ROUTE_KEY.fullmatch(route):
+        raise ValueError("bad route key")
+    if body is None:
+        return origin, route, None
+    if not isinstance(body, list) or len(body) > MAX_BACKENDS:
+        raise ValueError("bad backends")
+    backends = []
+    for item in body:
+        if not (isinstance(item, list) and len(item) == 3):
+            raise ValueError("bad backend")
+        release_id, weight, upstreams = item
+        if not isinstance(upstreams, list) or len(upstreams) > MAX_UPSTREAMS:
+            raise ValueError("bad upstreams")
+        backends.append(ingress.Backend(release_id, weight, tuple(upstreams)))  # validates
+    total = sum(b.weight for b in backends)
+    if total not in (0, 100) or len({b.release_id for b in backends}) != len(backends):
+        raise ValueError("bad weights")
+    return origin, route, backends
 
 
 class IngressRouter:
@@ -24,29 +105,85 @@ class IngressRouter:
         self.keys = keys if keys is not None else KeyGate()
         """The API keys the ingress checks (shared with the proxy)."""
         self._marks: dict[tuple[str, str], ingress.Mark] = {}
+        self._share: _Share | None = None
+
+    # -- writers (published to the other replicas when shared) -------------------------------
 
     def route(self, route: str, backends: list[Backend]) -> None:
-        self.table.set(
+        self.apply(
             route,
             [ingress.Backend(b.release_id, b.weight, tuple(b.upstreams)) for b in backends],
         )
+        self._changed(route)
 
     def unroute(self, route: str) -> None:
         """The app stays known (503 "no live release"), with no backend."""
-        self.table.set(route, [])
+        self.apply(route, [])
+        self._changed(route)
 
     def forget(self, route: str) -> None:
         """The app is gone (404)."""
+        self.apply(route, None)
+        self._changed(route)
+
+    def move(self, old: str, new: str) -> None:
+        """The app's key changed (it was renamed): ``new`` serves what ``old`` did, ``old``
+        is gone. Only these two keys change."""
+        self.apply(new, self.table.get(old) or [])
+        self._changed(new)
+        self.forget(old)
+
+    def apply(self, route: str, backends: list[ingress.Backend] | None) -> None:
+        """Set ``route`` in this replica's table only (``None``: forget it), unpublished:
+        what another replica's message or the backstop reload says."""
+        if backends is not None:
+            self.table.set(route, backends)
+            return
         self.table.remove(route)
         self.counters.forget(route)
         for key in [k for k in self._marks if k[0] == route]:
             del self._marks[key]
 
-    def move(self, old: str, new: str) -> None:
-        """The app's key changed (it was renamed): ``new`` serves what ``old`` did, ``old``
-        is gone. Only these two keys change."""
-        self.table.set(new, self.table.get(old) or [])
-        self.forget(old)
+    # -- readers ---------------------------------------------------------------------------
+
+    def serving(self, route: str) -> frozenset[str] | None:
+        """The releases ``route`` sends traffic to (weight > 0); ``None``: not routed."""
+        found = self.table.get(route)
+        return None if found is None else frozenset(b.release_id for b in found if b.weight)
+
+    def routes(self) -> list[str]:
+        """The route keys in this replica's table."""
+        return self.table.keys()
+
+    # -- several replicas ------------------------------------------------------------------
+
+    async def share(
+        self,
+        broadcast: Broadcast,
+        instance_id: str,
+        *,
+        missed: Callable[[], Awaitable[object]] | None = None,
+    ) -> None:
+        """Publish this replica's route changes and apply the others'. ``missed`` (the
+        backstop reload) runs after the broadcast reconnects (messages may have been lost)."""
+        if self._share is None:
+            self._share = _Share(self, broadcast, instance_id, missed)
+            await self._share.start()
+
+    async def published(self) -> None:
+        """Wait (bounded) until the route changes made so far are published: call it before
+        stopping instances another replica may still route to."""
+        if self._share is not None:
+            await self._share.published()
+
+    async def close(self) -> None:
+        if self._share is not None:
+            share, self._share = self._share, None
+            await share.close()
+
+    def _changed(self, route: str) -> None:
+        if self._share is not None:
+            self._share.changed(route)
 
     def mark(self, route: str, release_id: str) -> None:
         self._marks[(route, release_id)] = self.counters.mark(route, release_id)
@@ -55,3 +192,113 @@ class IngressRouter:
         mark = self._marks.get((route, release_id))
         stats = self.counters.since(mark) if mark else self.counters.get(route, release_id)
         return stats.requests, stats.status_5xx
+
+
+async def published(router: RouterPort) -> None:
+    """Wait (bounded) until ``router``'s route changes so far reached the other replicas
+    (nothing to wait for unless it is a shared :class:`IngressRouter`)."""
+    if isinstance(router, IngressRouter):
+        await router.published()
+
+
+def apply_here(router: RouterPort, route: str, backends: list[Backend]) -> None:
+    """Route ``route`` in this replica's table only, when ``router`` has one of its own (an
+    :class:`IngressRouter`); otherwise, a plain route change."""
+    if isinstance(router, IngressRouter):
+        router.apply(route, list(backends))
+    elif backends:
+        router.route(route, backends)
+    else:
+        router.unroute(route)
+
+
+class _Share:
+    """The sender (one task: changes go out in order, each as the route's state when sent)
+    and the receiver of route messages."""
+
+    def __init__(
+        self,
+        router: IngressRouter,
+        broadcast: Broadcast,
+        instance_id: str,
+        missed: Callable[[], Awaitable[object]] | None,
+    ) -> None:
+        self._router = router
+        self._broadcast = broadcast
+        self._me = instance_id
+        self._missed = missed
+        self._pending: dict[str, None] = {}
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._sender: asyncio.Task[None] | None = None
+        self._subscription: Any = None
+        self._aside: set[asyncio.Task[object]] = set()
+
+    async def start(self) -> None:
+        self._subscription = await self._broadcast.subscribe(CHANNEL, self._receive)
+        self._broadcast.on_reconnect(self._reconnected)
+        self._sender = asyncio.create_task(self._send(), name="appdeck-routes-sender")
+
+    async def close(self) -> None:
+        if self._sender is not None:
+            self._sender.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sender
+        if self._subscription is not None:
+            with contextlib.suppress(Exception):
+                await self._broadcast.unsubscribe(self._subscription)
+        for task in list(self._aside):
+            task.cancel()
+
+    def changed(self, route: str) -> None:
+        self._pending.pop(route, None)  # goes to the back: sent after the earlier changes
+        if len(self._pending) >= MAX_PENDING:
+            dropped = next(iter(self._pending))
+            del self._pending[dropped]
+            log.warning("route changes pile up; %s is left to the backstop reload", dropped)
+        self._pending[route] = None
+        self._idle.clear()
+        self._wake.set()
+
+    async def published(self) -> None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(PUBLISHED_WITHIN_S):
+                await self._idle.wait()
+
+    async def _send(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._pending:
+                route = next(iter(self._pending))
+                del self._pending[route]
+                found = self._router.table.get(route)
+                payload = encode(self._me, route, found)
+                try:
+                    await self._broadcast.publish(CHANNEL, payload)
+                except Exception:  # Redis away: the others' backstop reload catches up
+                    log.exception("could not publish the route of %s", route)
+            self._idle.set()
+
+    def _receive(self, payload: bytes) -> None:
+        try:
+            origin, route, backends = decode(payload)
+        except (ValueError, TypeError, UnicodeDecodeError) as exc:
+            log.warning("dropped a malformed route message: %s", exc)
+            return
+        if origin == self._me:
+            return
+        self._router.apply(route, backends)
+
+    def _reconnected(self) -> None:
+        if self._missed is None:
+            return
+        task: asyncio.Task[object] = asyncio.ensure_future(self._missed())
+        self._aside.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[object]) -> None:
+        self._aside.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("reloading the routes after a reconnect failed: %r", task.exception())

@@ -13,18 +13,28 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from appdeck.common.errors import AppDeckError, Conflict, FailedPrecondition, NotFound
 from appdeck.common.identity import Principal
 from appdeck.platform import hostnames
 from appdeck.platform.deploy import rollout, states
+from appdeck.platform.deploy.ingress_router import apply_here
 from appdeck.platform.deploy.ports import Backend, BuildFailed
 from appdeck.storage.app_locks import Fenced
 from appdeck.storage.deployments import DeploymentRecord
 
 if TYPE_CHECKING:
     from appdeck.platform.deploy.engine import DeployService, Progress
+
+
+class RouteView(Protocol):
+    """This replica's route table (an :class:`~.ingress_router.IngressRouter`)."""
+
+    def serving(self, route: str) -> frozenset[str] | None: ...
+    def routes(self) -> list[str]: ...
+    def apply(self, route: str, backends: list[Backend] | None) -> None: ...
+
 
 log = logging.getLogger("appdeck.deploy")
 
@@ -203,6 +213,7 @@ class Operations:
             instances.update((i.index, i) for i in await s.runtime.adopt(release))
             missing = [k for k in range(release.spec.instances) if k not in instances]
             held = await s.locks.try_take(app.id) if missing else None
+            started = False
             if held is not None:  # else an operation on the app is under way: it decides
                 held.start()
                 try:
@@ -212,6 +223,7 @@ class Operations:
                     for index in missing:
                         held.check()
                         instances[index] = await plan.start_one(index)
+                        started = True
                 except (BuildFailed, rollout.RolloutFailed, AppDeckError, Fenced) as exc:
                     log.error(
                         "could not restart %s after a server restart: %s", release.release_id, exc
@@ -220,6 +232,47 @@ class Operations:
                     await held.release()
             if instances:
                 upstreams = tuple(i.upstream for _, i in sorted(instances.items()))
-                s.router.route(release.route, [Backend(release.release_id, 100, upstreams)])
+                backends = [Backend(release.release_id, 100, upstreams)]
+                if started:  # new instances: every replica routes them
+                    s.router.route(release.route, backends)
+                else:  # the others route it already (or a deploy of it is under way)
+                    apply_here(s.router, release.route, backends)
                 restored += 1
         return interrupted, restored
+
+    async def resync_routes(self, view: RouteView) -> int:
+        """The backstop of the ``routes`` messages (which a replica misses while its broadcast
+        connection is down): every app with no deployment in progress is routed in this
+        replica's table (``view``) as the database says (its live release, or nothing), and
+        routes of apps that are gone are forgotten. Only this replica's table changes. Run
+        after a broadcast reconnect and every few seconds. Returns how many routes changed."""
+        s = self._s
+        busy = {r.app_id for r in await s.store.in_states(states.IN_PROGRESS)}
+        live = {r.app_id: r for r in await s.store.in_states([states.LIVE])}
+        changed = 0
+        known: set[str] = set()
+        for app in await s.apps.store.all_apps():
+            if hostnames.unroutable_reason(app.name, app.tenant_id) is not None:
+                continue
+            route = hostnames.route_label(app.name, app.tenant_id)
+            known.add(route)
+            if app.id in busy:
+                continue  # its deploy's messages lead; the deploy's end is checked next time
+            want = live.get(app.id)
+            have = view.serving(route)
+            if want is None:
+                if have is None or have:
+                    view.apply(route, [])
+                    changed += 1
+            elif have != frozenset({want.release_id}):
+                try:
+                    view.apply(route, await s.live_backends(app))
+                except (AppDeckError, OSError, ValueError) as exc:
+                    log.error("could not route app %s again: %s", app.id, exc)
+                    continue
+                changed += 1
+        for route in view.routes():
+            if route not in known:
+                view.apply(route, None)
+                changed += 1
+        return changed
