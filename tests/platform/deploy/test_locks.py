@@ -20,9 +20,9 @@ def _locks(storage: Storage, instance: str, ttl: float = 15.0) -> AppLocks:
 
 
 async def test_a_hold_keeps_its_lease_past_the_ttl_by_renewing_it(storage: Storage) -> None:
-    a, b = _locks(storage, "a", ttl=0.6), _locks(storage, "b", ttl=0.6)
+    a, b = _locks(storage, "a", ttl=1.2), _locks(storage, "b", ttl=1.2)
     async with a.hold(7) as held:
-        await asyncio.sleep(1.5)  # 2.5 lease lengths
+        await asyncio.sleep(3.0)  # 2.5 lease lengths
         assert not held.lost
         assert await b.try_take(7) is None
         held.check()

@@ -241,10 +241,11 @@ class _Share:
         self._sender = asyncio.create_task(self._send(), name="appdeck-routes-sender")
 
     async def close(self) -> None:
-        if self._sender is not None:
-            self._sender.cancel()
+        sender, self._sender = self._sender, None  # closed: a later reconnect reloads nothing
+        if sender is not None:
+            sender.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._sender
+                await sender
         if self._subscription is not None:
             with contextlib.suppress(Exception):
                 await self._broadcast.unsubscribe(self._subscription)
@@ -284,15 +285,15 @@ class _Share:
     def _receive(self, payload: bytes) -> None:
         try:
             origin, route, backends = decode(payload)
-        except (ValueError, TypeError, UnicodeDecodeError) as exc:
-            log.warning("dropped a malformed route message: %s", exc)
+        except (ValueError, TypeError, RecursionError) as exc:
+            log.warning("dropped a malformed route message: %.200s", exc)
             return
         if origin == self._me:
             return
         self._router.apply(route, backends)
 
     def _reconnected(self) -> None:
-        if self._missed is None:
+        if self._missed is None or self._sender is None:
             return
         task: asyncio.Task[object] = asyncio.ensure_future(self._missed())
         self._aside.add(task)
