@@ -110,3 +110,16 @@ async def test_trim_deletes_the_events_appended_before_the_cutoff(storage: Stora
     assert await log.replay("s1", "get", 0) == [kept]
     assert await log.replay("s2", "get", 0) == []
     assert await log.trim(older_than=200.0) == 0
+
+
+async def test_tail_is_the_streams_newest_seq_and_none_for_a_stream_without_events(
+    storage: Storage,
+) -> None:
+    assert await storage.events.tail("s1", "g") is None
+    await storage.events.open_stream("s1", "g")  # one process: the hub remembers open streams
+    first = await storage.events.append("s1", "g", b"1")
+    await storage.events.append("s1", "other", b"2")
+    await storage.events.append("s2", "g", b"3")
+    assert await storage.events.tail("s1", "g") == first.seq
+    assert not await storage.events.closed("s1")
+    assert storage.events.dense is False

@@ -1,9 +1,12 @@
 """The per-session event log in the database, for SSE replay after ``Last-Event-ID``.
 
-The database assigns ``seq`` (``INSERT … RETURNING``), so it is unique across the log and
-increases with every append. On PostgreSQL two transactions appending at once may commit out of
-seq order; the stream hub (``transport/hub.py``) therefore appends and publishes each session's
-events one at a time, so a session's live readers see them in seq order.
+The embedded default, for one process (several replicas use ``events/redis_log.py``). The
+database assigns ``seq`` (``INSERT … RETURNING``), so it is unique across the log and
+increases with every append, with gaps between a stream's events (the log is not *dense*).
+On PostgreSQL two transactions appending at once may commit out of seq order; the stream hub
+(``transport/hub.py``) therefore appends and publishes each session's events one at a time,
+so a session's live readers see them in seq order; the in-process bus loses nothing, so a
+reader never needs to read a gap back.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ class SqlEventLog(EventLog):
 
     ``clock`` gives the append time that :meth:`trim` compares against (epoch seconds).
     """
+
+    dense = False
 
     def __init__(self, engine: AsyncEngine, *, clock: Callable[[], float] = time.time) -> None:
         self._engine = engine
@@ -70,6 +75,22 @@ class SqlEventLog(EventLog):
                 StoredEvent(session_id=session_id, stream=stream, seq=seq, payload=text.encode())
                 for seq, text in result
             ]
+
+    async def tail(self, session_id: str, stream: str) -> int | None:
+        """The stream's newest seq; None when it has no event (a stream opened but still
+        empty is known to this process only, and one process is all this log serves)."""
+        t = session_events.c
+        query = sa.select(sa.func.max(t.seq)).where(t.session_id == session_id, t.stream == stream)
+        async with self._engine.connect() as conn:
+            newest = (await conn.execute(query)).scalar_one_or_none()
+        return int(newest) if newest is not None else None
+
+    async def open_stream(self, session_id: str, stream: str) -> None:
+        """Nothing to store: in one process the hub remembers its open request streams."""
+
+    async def closed(self, session_id: str) -> bool:
+        """Never asked of this log in practice: the in-process bus delivers CLOSE itself."""
+        return False
 
     async def drop_session(self, session_id: str) -> None:
         async with self._engine.begin() as conn:

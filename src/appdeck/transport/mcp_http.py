@@ -19,12 +19,13 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
 from appdeck.common.identity import Principal
-from appdeck.events.bus import CLOSE, Delivery
+from appdeck.events.bus import CLOSE, RESYNC, Delivery, Listener
+from appdeck.events.ports import Lease
 from appdeck.protocol import errors as rpc
 from appdeck.protocol import inbound, versions
 from appdeck.protocol.call import Call
@@ -228,88 +229,29 @@ class McpHttpApp:
         self._check_version_header(headers)
         session = await self._session(headers, principal)
         raw_last = headers.get(b"last-event-id")
+        after: int | None = None  # a new standalone stream starts at its tail
         if raw_last is not None:
             parsed = parse_event_id(raw_last.decode("latin-1"))
             if parsed is None:
                 raise HttpError(400, rpc.SERVER_ERROR, "Bad Request: invalid Last-Event-ID")
             stream, after = parsed
-            if stream != GET_STREAM and not await self._known_request_stream(session, stream):
+            if stream != GET_STREAM and not await self.hub.known_stream(session.id, stream):
                 raise HttpError(400, rpc.SERVER_ERROR, "Bad Request: unknown Last-Event-ID")
         else:
-            stream, after = GET_STREAM, self.hub.high_water
-        if stream == GET_STREAM:
-            if not self.hub.claim_standalone(session.id):
+            stream = GET_STREAM
+        lease = await self.hub.claim(session.id, stream)
+        if lease is None:
+            if stream == GET_STREAM:
                 raise HttpError(
                     409, rpc.SERVER_ERROR, "Conflict: Only one SSE stream is allowed per session"
                 )
-        elif not self.hub.claim_resumed(session.id, stream):
             raise HttpError(
                 409, rpc.SERVER_ERROR, "Conflict: Stream already has an active connection"
             )
         try:
-            await self._stream(receive, send, session, stream, after, fresh=raw_last is None)
+            await _Reader(self, receive, send, session, stream, lease).run(after)
         finally:
-            if stream == GET_STREAM:
-                self.hub.release_standalone(session.id)
-            else:
-                self.hub.release_resumed(session.id, stream)
-
-    async def _known_request_stream(self, session: Session, stream: str) -> bool:
-        if self.hub.request_stream_open(session.id, stream):
-            return True
-        return bool(await self.hub.log.replay(session.id, stream, 0, limit=1))
-
-    async def _stream(
-        self, receive: Receive, send: Send, session: Session, stream: str, after: int, fresh: bool
-    ) -> None:
-        listener = self.hub.listen(session.id)
-        gone = asyncio.Event()
-
-        async def watch_disconnect() -> None:
-            while (await receive())["type"] != "http.disconnect":
-                pass
-            gone.set()
-            listener.put(CLOSE)
-
-        watcher = asyncio.create_task(watch_disconnect())
-        try:
-            out = [*SSE_HEADERS, (b"mcp-session-id", session.id.encode())]
-            await send({"type": "http.response.start", "status": 200, "headers": out})
-            if fresh and versions.has_priming_event(session.protocol_version):
-                await self._chunk(send, priming(event_id(stream, after), self.settings.retry_ms))
-            last = after
-            for event in await self.hub.log.replay(session.id, stream, after):
-                await self._chunk(send, encode_event(event_id(stream, event.seq), event.payload))
-                last = event.seq
-                if stream != GET_STREAM and _is_response(orjson.loads(event.payload)):
-                    return
-            while not gone.is_set():
-                item = await listener.get(self.settings.keepalive_seconds)
-                if item is None:
-                    await self._chunk(send, KEEPALIVE)
-                    continue
-                if item is CLOSE or listener.overflowed or not isinstance(item, Delivery):
-                    return
-                event = item.event
-                if event.stream != stream or event.seq <= last:
-                    continue
-                await self._chunk(send, encode_event(event_id(stream, event.seq), event.payload))
-                last = event.seq
-                if stream != GET_STREAM and _is_response(item.message):
-                    return
-        except OSError:
-            return
-        finally:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
-            self.hub.unlisten(listener)
-            with contextlib.suppress(OSError):
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-    @staticmethod
-    async def _chunk(send: Send, data: bytes) -> None:
-        await send({"type": "http.response.body", "body": data, "more_body": True})
+            await self.hub.release(session.id, stream, lease)
 
     # -- DELETE ---------------------------------------------------------------------------
 
@@ -319,6 +261,132 @@ class McpHttpApp:
         session = await self._session(headers, principal)
         await self.server.sessions.drop(session)
         await send_empty(send, 200)
+
+
+class _Reader:
+    """One GET stream: history after ``Last-Event-ID`` from the log, then live events.
+
+    Live events come from the bus. With a dense log (Redis, several replicas) a doorbell is a
+    hint: an event is sent only when its seq is ``last + 1``; a gap, a :data:`RESYNC` and
+    every keepalive read the log from ``last`` instead, so a lost doorbell costs latency,
+    never an event. Ends on the session's CLOSE (from any replica, or the log's tombstone
+    seen at a keepalive), a lost lease, a response on a request stream, or a disconnect.
+    """
+
+    PAGE: Final = 500
+
+    def __init__(
+        self,
+        app: McpHttpApp,
+        receive: Receive,
+        send: Send,
+        session: Session,
+        stream: str,
+        lease: Lease,
+    ) -> None:
+        self._app = app
+        self._receive = receive
+        self._send = send
+        self._session = session
+        self._stream = stream
+        self._lease = lease
+        self._last = 0
+
+    async def _chunk(self, data: bytes) -> None:
+        await self._send({"type": "http.response.body", "body": data, "more_body": True})
+
+    async def _event(self, seq: int, payload: bytes, message: Any) -> bool:
+        """Send one event; True when it ended the stream (a request stream's response)."""
+        await self._chunk(encode_event(event_id(self._stream, seq), payload))
+        self._last = seq
+        return self._stream != GET_STREAM and _is_response(message)
+
+    async def _catch_up(self) -> bool:
+        """Send what the log has after ``last``; True when that ended the stream."""
+        log_ = self._app.hub.log
+        while True:
+            events = await log_.replay(self._session.id, self._stream, self._last, self.PAGE)
+            for event in events:
+                if event.seq <= self._last:
+                    continue
+                if await self._event(event.seq, event.payload, _loads(event.payload)):
+                    return True
+            if len(events) < self.PAGE:
+                return False
+
+    async def run(self, after: int | None) -> None:
+        hub = self._app.hub
+        sid = self._session.id
+        listener = await hub.listen(sid)
+        gone = asyncio.Event()
+
+        async def watch_disconnect() -> None:
+            while (await self._receive())["type"] != "http.disconnect":
+                pass
+            gone.set()
+            listener.put(CLOSE)
+
+        watcher = asyncio.create_task(watch_disconnect())
+        keeper = asyncio.create_task(hub.keep(self._lease, lambda: listener.put(CLOSE)))
+        try:
+            fresh = after is None
+            if after is None:  # after listening: whatever comes later reaches the listener
+                after = await hub.tail(sid, self._stream)
+            self._last = after
+            out = [*SSE_HEADERS, (b"mcp-session-id", sid.encode())]
+            await self._send({"type": "http.response.start", "status": 200, "headers": out})
+            if fresh and versions.has_priming_event(self._session.protocol_version):
+                retry = self._app.settings.retry_ms
+                await self._chunk(priming(event_id(self._stream, after), retry))
+            if not fresh and await self._catch_up():
+                return
+            await self._live(listener, gone)
+        except OSError:
+            return
+        finally:
+            for task in (watcher, keeper):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            await hub.unlisten(listener)
+            with contextlib.suppress(OSError):
+                await self._send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _live(self, listener: Listener, gone: asyncio.Event) -> None:
+        log_ = self._app.hub.log
+        dense = log_.dense
+        while not gone.is_set():
+            item = await listener.get(self._app.settings.keepalive_seconds)
+            if item is None:
+                await self._chunk(KEEPALIVE)
+                # the backstop of an at-most-once bus
+                if dense and (await log_.closed(self._session.id) or await self._catch_up()):
+                    return
+                continue
+            if item is CLOSE or listener.overflowed:
+                return
+            if item is RESYNC:
+                if await self._catch_up():
+                    return
+                continue
+            if not isinstance(item, Delivery):
+                continue
+            event = item.event
+            if event.stream != self._stream or event.seq <= self._last:
+                continue
+            if dense and event.seq != self._last + 1:
+                if await self._catch_up():
+                    return
+                continue
+            if await self._event(event.seq, event.payload, item.message):
+                return
+
+
+def _loads(payload: bytes) -> Any:
+    try:
+        return orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return None
 
 
 def _is_response(message: Any) -> bool:

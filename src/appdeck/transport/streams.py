@@ -43,7 +43,7 @@ class PostStream:
         sid = self._session_id()
         self.started = True
         self.stream = secrets.token_hex(6)
-        self._hub.open_request_stream(sid, self.stream)
+        await self._hub.open_request_stream(sid, self.stream, resumable=self._priming)
         headers = [*SSE_HEADERS, (b"mcp-session-id", sid.encode())]
         await self._send({"type": "http.response.start", "status": 200, "headers": headers})
         if self._priming:
