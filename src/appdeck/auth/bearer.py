@@ -19,6 +19,8 @@ request after the broadcast's connection came back (:meth:`BearerAuthenticator.s
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import json
 import logging
 import time
@@ -339,13 +341,41 @@ def _an_id(message: dict[str, Any], name: str) -> str | None:
     return value if isinstance(value, str) and 0 < len(value) <= MAX_ID else None
 
 
-class LocalJwtVerifier:
-    """Adapts the embedded server's synchronous :class:`~appdeck.auth.tokens.TokenVerifier`."""
+def _kid(token: str) -> str | None:
+    """The ``kid`` of a JWT's header, read without trusting it (None when there is none)."""
+    head = token.split(".", 1)[0]
+    if len(head) > MAX_MESSAGE:
+        return None
+    try:
+        header = json.loads(base64.urlsafe_b64decode(head + "=" * (-len(head) % 4)))
+    except (ValueError, binascii.Error):
+        return None
+    kid = header.get("kid") if isinstance(header, dict) else None
+    return kid if isinstance(kid, str) and 0 < len(kid) <= MAX_ID else None
 
-    def __init__(self, verify: Callable[[str], dict[str, Any]]) -> None:
+
+class LocalJwtVerifier:
+    """Adapts the embedded server's synchronous :class:`~appdeck.auth.tokens.TokenVerifier`.
+
+    With ``refresh_for`` (shared keys: :meth:`~appdeck.auth.keys.SigningKeys.refresh_for`), a
+    token refused while naming a key id not known here is verified again once the keys were
+    read again: another replica may sign with a key it made since this one read them."""
+
+    def __init__(
+        self,
+        verify: Callable[[str], dict[str, Any]],
+        refresh_for: Callable[[str], Awaitable[bool]] | None = None,
+    ) -> None:
         self._verify = verify
+        self._refresh_for = refresh_for
 
     async def verify(self, token: str) -> dict[str, Any]:
+        try:
+            return self._verify(token)
+        except InvalidToken:
+            kid = _kid(token) if self._refresh_for is not None else None
+            if kid is None or self._refresh_for is None or not await self._refresh_for(kid):
+                raise
         return self._verify(token)
 
     async def close(self) -> None:
