@@ -242,3 +242,16 @@ async def test_a_primed_post_stream_closed_on_a_is_resumed_on_b(replicas: Cluste
 
 def _parse(text: str) -> list[Event]:
     return parse_sse(text)
+
+
+async def test_a_last_event_id_past_the_streams_tail_loses_none_of_the_next_events(
+    replicas: Cluster,
+) -> None:
+    (a, via_a), (_, via_b) = await replicas(2)
+    sid = await initialize(via_a, TOKEN)
+    await a.hub.to_session(sid, _note(1))
+    async with asyncio.timeout(10), via_b.stream("GET", "/mcp", headers=_get(sid, "g.999")) as r:
+        assert r.status_code == 200
+        await a.hub.to_session(sid, _note(2))
+        events = [e async for e in sse_events(r, 1)]
+    assert [(e.id, e.json()["params"]["data"]) for e in events] == [("g.2", 2)]

@@ -332,6 +332,8 @@ class _Reader:
             fresh = after is None
             if after is None:  # after listening: whatever comes later reaches the listener
                 after = await hub.tail(sid, self._stream)
+            elif hub.log.dense:  # an id past the tail (forged, or older than the counter)
+                after = min(after, await hub.tail(sid, self._stream))
             self._last = after
             out = [*SSE_HEADERS, (b"mcp-session-id", sid.encode())]
             await self._send({"type": "http.response.start", "status": 200, "headers": out})
