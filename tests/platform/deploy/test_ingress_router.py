@@ -178,3 +178,45 @@ async def test_after_a_reconnect_the_replica_reloads_its_routes(redis_prefix: st
         await broadcast.close()
         await client.aclose()
         await admin.aclose()
+
+
+async def test_a_canary_is_analysed_on_what_every_replicas_ingress_answered(
+    redis_broadcasts: list[RedisBroadcast], redis: Redis, redis_prefix: str
+) -> None:
+    a, b = _router(), _router()
+    await a.share(redis_broadcasts[0], "a", redis=redis, prefix=redis_prefix)
+    await b.share(redis_broadcasts[1], "b", redis=redis, prefix=redis_prefix)
+    try:
+        a.route("shop--acme", CANARY)
+        await _until(lambda: "shop--acme" in b.table)
+        a.counters.record("shop--acme", "1-2", 200, 0.01)  # before the mark: not counted
+        a.mark("shop--acme", "1-2")
+        await asyncio.sleep(1.2)  # the baseline is read
+        for _ in range(10):
+            a.counters.record("shop--acme", "1-2", 200, 0.01)
+        for status in [200] * 15 + [503] * 5:
+            b.counters.record("shop--acme", "1-2", status, 0.01)
+        await _until(lambda: a.window("shop--acme", "1-2") == (30, 5))
+        a.mark("shop--acme", "1-2")  # the next step starts from here
+        await _until(lambda: a.window("shop--acme", "1-2") == (0, 0))
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_counters_read_back_from_redis_are_checked(
+    redis_broadcasts: list[RedisBroadcast], redis: Redis, redis_prefix: str
+) -> None:
+    a = _router()
+    await a.share(redis_broadcasts[0], "a", redis=redis, prefix=redis_prefix)
+    try:
+        a.route("shop--acme", CANARY)
+        a.mark("shop--acme", "1-2")
+        await asyncio.sleep(1.2)
+        await redis.hset(f"{redis_prefix}:canary:shop--acme:1-2", mapping={"r": "lots", "e": "-3"})
+        for _ in range(3):
+            a.counters.record("shop--acme", "1-2", 200, 0.01)
+        await asyncio.sleep(1.2)
+        assert a.window("shop--acme", "1-2") == (3, 0)  # garbage counts 0: its own stand
+    finally:
+        await a.close()

@@ -232,3 +232,27 @@ def test_a_route_has_served_once_it_had_a_live_release_and_keeps_it_when_emptied
     assert table.has_served("app")
     table.remove("app")
     assert not table.has_served("app")
+
+
+def test_the_split_routes_are_the_ones_sharing_traffic_between_releases() -> None:
+    table = RouteTable()
+    table.set("one--a", [Backend("1-1", 100, ["127.0.0.1:20001"])])
+    table.set(
+        "canary--a",
+        [Backend("2-2", 10, ["127.0.0.1:20002"]), Backend("2-1", 90, ["127.0.0.1:20003"])],
+    )
+    table.set(
+        "warm--a",
+        [Backend("3-2", 100, ["127.0.0.1:20004"]), Backend("3-1", 0, ["127.0.0.1:20005"])],
+    )
+    table.set("none--a", [])
+    assert table.split() == ["canary--a"]
+
+
+def test_a_routes_counters_are_listed_by_release() -> None:
+    counters = Counters()
+    counters.record("shop--a", "1-1", 200, 0.01)
+    counters.record("shop--a", "1-2", 503, 0.01)
+    counters.record("other--a", "2-1", 200, 0.01)
+    found = {release: cell.stats().status_5xx for release, cell in counters.cells("shop--a")}
+    assert found == {"1-1": 0, "1-2": 1}

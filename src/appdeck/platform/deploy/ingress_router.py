@@ -10,6 +10,12 @@ state (its backends, or ``null`` once forgotten), by one sender task, in order; 
 replicas apply it to their tables as it comes. Pub/sub loses messages (a dropped connection):
 the backstop is ``Operations.resync_routes`` (the database's live releases), run after a
 reconnect and every few seconds.
+
+A canary is analysed by the replica that deploys it, but every replica's ingress answers its
+share of the traffic: with Redis, each replica adds what the releases of a split route
+answered to ``<prefix>:canary:<route>:<release>`` (HINCRBY of the deltas, every
+``COUNTS_EVERY_S``), and :meth:`IngressRouter.window` reads the cluster's totals since the
+mark (falling back to this replica's own counters while Redis is away).
 """
 
 from __future__ import annotations
@@ -19,11 +25,14 @@ import contextlib
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from appdeck.platform.deploy.ports import Backend, RouterPort
 from appdeck.platform.ingress import routes as ingress
 from appdeck.platform.ingress.keys import KeyGate
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
 
 log = logging.getLogger("appdeck.ingress")
 
@@ -35,6 +44,11 @@ MAX_UPSTREAMS: Final = 256
 MAX_PENDING: Final = 4096
 """Routes changed here and not yet published; beyond, the oldest change is dropped (the
 other replicas' backstop reload repairs it)."""
+COUNTS_EVERY_S: Final = 0.5
+"""How often the canary counters go to (and come back from) Redis."""
+COUNTS_TTL_MS: Final = 3_600_000
+MAX_WATCHED: Final = 256
+MAX_PUSHED: Final = 4096
 PUBLISHED_WITHIN_S: Final = 2.0
 """How long :meth:`IngressRouter.published` waits for the sender (a stalled Redis must not
 stall a deploy)."""
@@ -106,6 +120,7 @@ class IngressRouter:
         """The API keys the ingress checks (shared with the proxy)."""
         self._marks: dict[tuple[str, str], ingress.Mark] = {}
         self._share: _Share | None = None
+        self._counts: _SharedCounts | None = None
 
     # -- writers (published to the other replicas when shared) -------------------------------
 
@@ -163,12 +178,19 @@ class IngressRouter:
         instance_id: str,
         *,
         missed: Callable[[], Awaitable[object]] | None = None,
+        redis: Redis | None = None,
+        prefix: str = "appdeck",
     ) -> None:
         """Publish this replica's route changes and apply the others'. ``missed`` (the
-        backstop reload) runs after the broadcast reconnects (messages may have been lost)."""
+        backstop reload) runs after the broadcast reconnects (messages may have been lost).
+        With ``redis``, canary counters are summed over the replicas (keys under
+        ``prefix``)."""
         if self._share is None:
             self._share = _Share(self, broadcast, instance_id, missed)
             await self._share.start()
+        if redis is not None and self._counts is None:
+            self._counts = _SharedCounts(self, redis, prefix)
+            self._counts.start()
 
     async def published(self) -> None:
         """Wait (bounded) until the route changes made so far are published: call it before
@@ -180,6 +202,9 @@ class IngressRouter:
         if self._share is not None:
             share, self._share = self._share, None
             await share.close()
+        if self._counts is not None:
+            counts, self._counts = self._counts, None
+            await counts.close()
 
     def _changed(self, route: str) -> None:
         if self._share is not None:
@@ -187,11 +212,17 @@ class IngressRouter:
 
     def mark(self, route: str, release_id: str) -> None:
         self._marks[(route, release_id)] = self.counters.mark(route, release_id)
+        if self._counts is not None:
+            self._counts.mark(route, release_id)
 
     def window(self, route: str, release_id: str) -> tuple[int, int]:
+        """Requests and 5xx answers of the release since its mark: over every replica's
+        ingress when shared (whichever of that and this replica's own saw more)."""
         mark = self._marks.get((route, release_id))
         stats = self.counters.since(mark) if mark else self.counters.get(route, release_id)
-        return stats.requests, stats.status_5xx
+        here = (stats.requests, stats.status_5xx)
+        cluster = None if self._counts is None else self._counts.window(route, release_id)
+        return cluster if cluster is not None and cluster[0] >= here[0] else here
 
 
 async def published(router: RouterPort) -> None:
@@ -303,3 +334,107 @@ class _Share:
         self._aside.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.error("reloading the routes after a reconnect failed: %r", task.exception())
+
+
+def _count(value: object) -> int:
+    """A counter read back from Redis; anything else counts 0."""
+    if isinstance(value, bytes) and 0 < len(value) <= 19 and value.isdigit():
+        return int(value)
+    return 0
+
+
+class _SharedCounts:
+    """Canary counters summed over the replicas in Redis (see the module docs)."""
+
+    def __init__(self, router: IngressRouter, redis: Redis, prefix: str) -> None:
+        self._router = router
+        self._redis = redis
+        self._prefix = prefix
+        self._pushed: dict[tuple[str, str], tuple[int, int, int]] = {}
+        """(route, release) -> (counter epoch, requests, 5xx) as last added to Redis."""
+        self._marks: dict[tuple[str, str], tuple[int, int] | None] = {}
+        """(route, release) marked here -> the cluster's totals then (None: not read yet)."""
+        self._totals: dict[tuple[str, str], tuple[int, int]] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def key(self, route: str, release_id: str) -> str:
+        return f"{self._prefix}:canary:{route}:{release_id}"
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="appdeck-canary-counts")
+
+    async def close(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def mark(self, route: str, release_id: str) -> None:
+        key = (route, release_id)
+        self._marks.pop(key, None)
+        while len(self._marks) >= MAX_WATCHED:
+            self._marks.pop(next(iter(self._marks)))
+        self._marks[key] = self._totals.get(key)
+
+    def window(self, route: str, release_id: str) -> tuple[int, int] | None:
+        key = (route, release_id)
+        base, now = self._marks.get(key), self._totals.get(key)
+        if base is None or now is None:
+            return None
+        return max(0, now[0] - base[0]), max(0, now[1] - base[1])
+
+    async def _run(self) -> None:
+        failing = False
+        while True:
+            await asyncio.sleep(COUNTS_EVERY_S)
+            try:
+                await self.tick()
+                failing = False
+            except Exception:  # Redis away: the analysis uses this replica's own counters
+                if not failing:
+                    log.exception("canary counters: Redis failed; counting here only")
+                failing = True
+                self._totals.clear()  # stale totals must not stand for the cluster's
+
+    async def tick(self) -> None:
+        """Add what this replica's ingress answered since the last tick, then read the
+        totals of the releases marked here."""
+        router = self._router
+        pipe = self._redis.pipeline(transaction=False)
+        writes = 0
+        for route in router.table.split():
+            for release, cell in router.counters.cells(route):
+                stats = cell.stats()
+                epoch, requests, errors = self._pushed.pop((route, release), (cell.epoch, 0, 0))
+                if epoch != cell.epoch:  # reset here: its counts start over
+                    requests, errors = 0, 0
+                more, worse = stats.requests - requests, stats.status_5xx - errors
+                if more > 0 or worse > 0:
+                    name = self.key(route, release)
+                    pipe.hincrby(name, "r", max(0, more))
+                    pipe.hincrby(name, "e", max(0, worse))
+                    pipe.pexpire(name, COUNTS_TTL_MS)
+                    writes += 1
+                self._pushed[(route, release)] = (cell.epoch, stats.requests, stats.status_5xx)
+        while len(self._pushed) > MAX_PUSHED:
+            self._pushed.pop(next(iter(self._pushed)))
+        if writes:
+            await pipe.execute()
+        watched = list(self._marks)
+        if not watched:
+            self._totals.clear()
+            return
+        pipe = self._redis.pipeline(transaction=False)
+        for route, release in watched:
+            pipe.hmget(self.key(route, release), ["r", "e"])
+        rows = await pipe.execute()
+        totals = {}
+        for key, row in zip(watched, rows, strict=True):
+            pair = (0, 0)
+            if isinstance(row, list) and len(row) == 2:
+                pair = (_count(row[0]), _count(row[1]))
+            totals[key] = pair
+            if key in self._marks and self._marks[key] is None:
+                self._marks[key] = pair  # the baseline: read after the mark
+        self._totals = totals

@@ -171,6 +171,11 @@ class RouteTable:
         found = self._routes.get(route)
         return None if found is None else list(found.backends)
 
+    def split(self) -> list[str]:
+        """The routes whose traffic is split between releases now (a canary or a rolling
+        deploy under way): the ones whose counters other replicas may be analysing."""
+        return [name for name, route in list(self._routes.items()) if len(route.live) > 1]
+
     def has_served(self, route: str) -> bool:
         """Whether ``route`` has had a live release since it was routed (see ``_Route``)."""
         found = self._routes.get(route)
@@ -366,6 +371,12 @@ class Counters:
     def no_release(self, route: str) -> int:
         """How many requests for ``route`` found no live release."""
         return self._no_release.get(route, 0)
+
+    def cells(self, route: str) -> list[tuple[str, ReleaseCounter]]:
+        """(release id, its live counter) for every release of ``route`` counted here."""
+        return [
+            (release, cell) for (key, release), cell in list(self._cells.items()) if key == route
+        ]
 
     def snapshot(self, route: str) -> dict[str, ReleaseStats]:
         """Release id → its totals, for every release of ``route`` that was counted."""
