@@ -50,6 +50,7 @@ from appdeck.storage import Storage
 from appdeck.storage.audit import AuditStore
 from appdeck.storage.identity import IdentityStore
 from appdeck.storage.oauth import OAuthStore
+from appdeck.storage.replicas import ReplicaStore
 from appdeck.tools import register_all as register_tools
 from appdeck.transport.git_hooks import git_hook_route
 from appdeck.transport.guard import Guard
@@ -63,6 +64,9 @@ from appdeck.transport.security import LOOPBACK_HOSTS, HostPolicy
 from appdeck.transport.spellings import SpelledChallenges
 
 log = logging.getLogger("appdeck")
+SESSION_RECHECK_SECONDS = 5.0
+"""Replica mode: a cached session is re-read from the store at most this long after its last
+read (the backstop for a lost invalidation)."""
 
 
 @dataclass
@@ -79,6 +83,7 @@ class Services:
     audit: AuditLog
     audit_store: AuditStore
     cluster: Cluster
+    replicas: ReplicaStore | None = None
     keys: SigningKeys | None = None
     token_issuer: TokenIssuer | None = None
     bearer: BearerAuthenticator | None = None
@@ -151,9 +156,10 @@ class Services:
             hub=hub,
             registry=registry,
             audit=audit,
-            instance_id=instance_id,
+            cluster=cluster,
             base_url=base_url,
         )
+        await server.start()
         services = cls(
             settings=settings,
             storage=storage,
@@ -184,10 +190,18 @@ class Services:
                 interrupted,
                 restored,
             )
+        if cluster.shared:  # replica mode: live from now on (before any task of ours exists)
+            services.replicas = ReplicaStore(storage.engine, instance_id)
+            await services.replicas.heartbeat()
+            beat = services.replicas.beat_forever(services._stopping)
+            services._background.append(asyncio.create_task(beat, name="heartbeat"))
+        await tasks.attach(cluster.broadcast)
         reconciled = await tasks.reconcile({})
         if reconciled:
             log.warning("reconciled %d task(s) left working by a previous process", reconciled)
         services._background.append(asyncio.create_task(services._sweep_forever(), name="sweeper"))
+        watch = tasks.watch(services._stopping)  # rechecks (2 s) and the orphan sweep
+        services._background.append(asyncio.create_task(watch, name="tasks-watch"))
         if settings.with_conformance_fixtures:
             from appdeck.fixtures.conformance import tick_watched_resource
 
@@ -242,6 +256,9 @@ class Services:
             except TimeoutError:
                 task.cancel()
         await self.server.tasks.shutdown()
+        if self.replicas is not None:  # the others sweep our tasks now, not in 10 s
+            with contextlib.suppress(Exception):
+                await self.replicas.remove()
         with contextlib.suppress(Exception):
             await self.sweep()
         if self.platform is not None:
@@ -253,6 +270,7 @@ class Services:
         await self.audit.close()
         if self.bearer is not None:
             await self.bearer.close()
+        await self.server.close()
         await self.cluster.close()
         await self.storage.close()
 
@@ -439,16 +457,24 @@ def _mcp_server(
     hub: StreamHub,
     registry: Registry,
     audit: AuditLog,
-    instance_id: str,
+    cluster: Cluster,
     base_url: str,
 ) -> tuple[McpServer, TaskManager]:
-    """The protocol core: sessions, tasks and dispatch over the registry."""
+    """The protocol core: sessions, tasks and dispatch over the registry. In replica mode the
+    sessions' caches and client-bound requests go through the cluster's broadcast; in one
+    process there is nobody to tell (a local broadcast would only make a cancel for a finished
+    call retry itself)."""
+    broadcast = cluster.broadcast if cluster.shared else None
+    instance_id = cluster.instance_id
     sessions = SessionManager(
         storage.sessions,
         idle_timeout=settings.session_idle_seconds,
         max_sessions=settings.max_sessions,
         max_per_user=settings.max_sessions_per_user,
         max_per_token=settings.max_sessions_per_token,
+        broadcast=broadcast,
+        instance_id=instance_id,
+        recheck_seconds=SESSION_RECHECK_SECONDS if cluster.shared else None,
     )
     tasks = TaskManager(
         storage.tasks,
@@ -469,5 +495,7 @@ def _mcp_server(
         client_request_timeout=settings.client_request_timeout,
         audit=audit,
         resource_metadata_url=f"{base_url}/.well-known/oauth-protected-resource",
+        broadcast=broadcast,
+        instance_id=instance_id,
     )
     return server, tasks

@@ -72,8 +72,14 @@ class MemoryTaskStore:
     async def insert(self, task: Task) -> None:
         self.rows[task.task_id] = copy.deepcopy(task)
 
-    async def update(self, task: Task) -> None:
+    async def update(self, task: Task) -> bool:
+        """Compare-and-set, as the real store: only while the stored task is still running
+        under the same instance."""
+        row = self.rows.get(task.task_id)
+        if row is None or row.terminal or row.instance_id != task.instance_id:
+            return False
         self.rows[task.task_id] = copy.deepcopy(task)
+        return True
 
     async def get(self, task_id: str) -> Task | None:
         row = self.rows.get(task_id)

@@ -53,7 +53,7 @@ class PromptsFeature:
         return await prompt.renderer(dict(raw), self._server.context(call, message))
 
     async def list_changed(self) -> None:
-        ids = [s.id for s in self._server.sessions.live()]
+        ids = await self._server.sessions.session_ids()  # every replica's sessions
         if ids:
             note = jsonrpc.notification("notifications/prompts/list_changed")
             await self._server.outbox.to_sessions(ids, note)

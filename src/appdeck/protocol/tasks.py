@@ -349,8 +349,7 @@ class TaskManager:
         announce on its session and, when it ended, ring its waiters everywhere. On refusal
         load the stored state into ``task`` and return False."""
         changed = replace(task, status=status, status_message=message, updated_at=self._clock())
-        # a store double older than compare-and-set returns None: taken as written
-        if await self._store.update(changed) is False and not await self._reload(task):
+        if not await self._store.update(changed) and not await self._reload(task):
             return False
         task.status, task.status_message = changed.status, changed.status_message
         task.updated_at = changed.updated_at
