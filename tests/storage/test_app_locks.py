@@ -124,3 +124,18 @@ async def test_a_holder_name_is_bounded(locks: AppLockStore) -> None:
         await locks.acquire(7, "x" * 201, 30)
     with pytest.raises(ValueError, match="positive"):
         await locks.acquire(7, "a:1", 0)
+
+
+async def test_a_sole_process_lets_go_of_the_leases_its_earlier_runs_left(
+    locks: AppLockStore,
+) -> None:
+    old = await locks.acquire(7, "dead1:aa", 30)
+    mine = await locks.acquire(8, "me:bb", 30)
+    odd = await locks.acquire(9, "me%:cc", 30)  # no LIKE wildcard in a holder's name
+    assert old is not None
+    assert mine is not None
+    assert odd is not None
+    assert await locks.expire_others("me") == 2
+    assert not await locks.held(old)
+    assert not await locks.held(odd)
+    assert await locks.held(mine)

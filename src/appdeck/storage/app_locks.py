@@ -144,6 +144,22 @@ class AppLockStore:
             done = await conn.execute(statement)
         return bool(done.rowcount)
 
+    async def expire_others(self, instance_id: str) -> int:
+        """Let go of every lease not held by ``instance_id`` (holders ``<instance>:...``):
+        for a process that knows it is the only one (the embedded default), whose earlier
+        runs left leases behind. Never in replica mode. Returns how many it let go."""
+        statement = (
+            sa.update(app_locks)
+            .where(
+                sa.not_(app_locks.c.holder.startswith(f"{instance_id}:", autoescape=True)),
+                app_locks.c.expires_at > db_now(self.dialect),
+            )
+            .values(expires_at=0.0)
+        )
+        async with self._engine.begin() as conn:
+            done = await conn.execute(statement)
+        return int(done.rowcount)
+
     async def get(self, app_id: int) -> Lease | None:
         """The app's lease row, held or not (``expires_at`` tells)."""
         query = sa.select(app_locks).where(app_locks.c.app_id == app_id)

@@ -567,3 +567,15 @@ async def test_another_replicas_ingress_follows_every_step_and_never_routes_to_a
     finally:
         await here.close()
         await there.close()
+
+
+async def test_a_sole_server_restarted_at_once_fails_what_its_previous_run_left_in_progress(
+    rig: Rig,
+) -> None:
+    await rig.deploy()
+    await rig.deploys.create(rig.alice, rig.app_id, None)  # the previous run died here
+    restarted = _replica(rig, "restarted")  # lease still unexpired: a replica would wait
+    assert await restarted.ops.reconcile() == (0, 1)
+    assert (await rig.states())[2] == "queued"
+    assert await restarted.ops.reconcile(sole=True) == (1, 1)  # no replicas: void at once
+    assert await rig.states() == {1: "live", 2: "failed"}

@@ -193,11 +193,15 @@ class Operations:
                 log.exception("could not reclaim deployment %s", record.release_id)
         return ended
 
-    async def reconcile(self) -> tuple[int, int]:
+    async def reconcile(self, *, sole: bool = False) -> tuple[int, int]:
         """After a restart: deployments left in progress with nobody driving them end failed
         (the live release kept serving); live releases are re-adopted (or started again) and
-        routed."""
+        routed. ``sole``: this process is the only one on the database (the embedded
+        default, no replicas), so leases of earlier processes are void at once rather than
+        when they expire."""
         s = self._s
+        if sole:
+            await s.locks.store.expire_others(s.locks.instance_id)
         interrupted = await self.reclaim()
         restored = 0
         for record in await s.store.in_states([states.LIVE]):
