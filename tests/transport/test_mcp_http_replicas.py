@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 import uvicorn
+from redis.asyncio import Redis
 
 from appdeck.app import Services
 from appdeck.events.bus import RedisBus
@@ -255,3 +257,48 @@ async def test_a_last_event_id_past_the_streams_tail_loses_none_of_the_next_even
         await a.hub.to_session(sid, _note(2))
         events = [e async for e in sse_events(r, 1)]
     assert [(e.id, e.json()["params"]["data"]) for e in events] == [("g.2", 2)]
+
+
+class SilentLog(RedisEventLog):
+    """Appends to the shared log but rings its doorbells where nobody listens: a lost
+    pub/sub message, as during a dropped connection."""
+
+    def _doorbells(self, session_id: str) -> str:
+        return f"{self._prefix}:b:nowhere"
+
+
+async def test_a_lost_doorbell_costs_latency_never_an_event(
+    replicas: Cluster, redis_prefix: str
+) -> None:
+    (a, via_a), (_, via_c) = await replicas(2)
+    assert a.cluster.redis is not None
+    silent = SilentLog(a.cluster.redis, redis_prefix, retention_seconds=600)
+    sid = await initialize(via_a, TOKEN)
+    async with asyncio.timeout(10), via_c.stream("GET", "/mcp", headers=_get(sid)) as r:
+        events = sse_events(r, 4)
+        await anext(events)  # the priming event: the stream listens
+        await silent.append(sid, "g", orjson.dumps(_note(1)))
+        await a.hub.to_session(sid, _note(2))  # seq 2 seen live: 1 is read back first
+        got = [await anext(events), await anext(events)]
+        await silent.append(sid, "g", orjson.dumps(_note(3)))  # nothing follows it
+        got.append(await anext(events))  # found at the next keepalive (0.5 s)
+    assert [(e.id, e.json()["params"]["data"]) for e in got] == [
+        ("g.1", 1),
+        ("g.2", 2),
+        ("g.3", 3),
+    ]
+
+
+async def test_a_get_while_redis_is_unreachable_is_503_with_a_retry_after(
+    replicas: Cluster, redis_prefix: str
+) -> None:
+    (_, via_a), (b, via_b) = await replicas(2)
+    sid = await initialize(via_a, TOKEN)
+    unreachable = Redis.from_url("redis://127.0.0.1:1/0", socket_connect_timeout=1)
+    b.hub._leases = RedisLeases(unreachable, redis_prefix)
+    try:
+        r = await via_b.get("/mcp", headers=_get(sid))
+        assert r.status_code == 503
+        assert r.headers["retry-after"] == "1"
+    finally:
+        await unreachable.aclose()

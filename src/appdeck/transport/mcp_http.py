@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import orjson
+from redis.exceptions import RedisError
 
 from appdeck.common.identity import Principal
 from appdeck.events.bus import CLOSE, RESYNC, Delivery, Listener
@@ -50,6 +51,7 @@ from appdeck.transport.streams import PostStream
 log = logging.getLogger("appdeck.transport")
 JsonObject = dict[str, Any]
 ALLOW = [(b"allow", b"GET, POST, DELETE")]
+RETRY_SOON = [(b"retry-after", b"1")]
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,11 +237,17 @@ class McpHttpApp:
             if parsed is None:
                 raise HttpError(400, rpc.SERVER_ERROR, "Bad Request: invalid Last-Event-ID")
             stream, after = parsed
-            if stream != GET_STREAM and not await self.hub.known_stream(session.id, stream):
-                raise HttpError(400, rpc.SERVER_ERROR, "Bad Request: unknown Last-Event-ID")
         else:
             stream = GET_STREAM
-        lease = await self.hub.claim(session.id, stream)
+        try:
+            if stream != GET_STREAM and not await self.hub.known_stream(session.id, stream):
+                raise HttpError(400, rpc.SERVER_ERROR, "Bad Request: unknown Last-Event-ID")
+            lease = await self.hub.claim(session.id, stream)
+        except RedisError:
+            log.warning("stream state unreachable", exc_info=True)
+            raise HttpError(
+                503, rpc.SERVER_ERROR, "Service Unavailable: try again", RETRY_SOON
+            ) from None
         if lease is None:
             if stream == GET_STREAM:
                 raise HttpError(
@@ -344,6 +352,9 @@ class _Reader:
                 return
             await self._live(listener, gone)
         except OSError:
+            return
+        except RedisError:  # the client resumes after Last-Event-ID, maybe elsewhere
+            log.warning("stream state unreachable; stream closed", exc_info=True)
             return
         finally:
             for task in (watcher, keeper):
