@@ -4,6 +4,7 @@ database, one Redis prefix and one secret key: the set-up of issue 13's must-sho
 from __future__ import annotations
 
 import contextlib
+import re
 import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -12,6 +13,8 @@ from pathlib import Path
 from tests.support.appdeck_process import AppDeckProcess, start_appdeck
 from tests.support.proxy import ReplicaProxy, serve_proxy
 from tests.support.redis import REDIS_URL
+
+DEV_PASSWORD = re.compile(r"admin user 'dev', password: (\S+)")
 
 
 @dataclass
@@ -48,13 +51,25 @@ class Replicas:
         self.proxy.upstreams.append(server.origin)
         return server
 
+    def dev_password(self) -> str:
+        """The dev admin's password, printed by the replica that made the dev tenant."""
+        for server in self.servers:
+            found = DEV_PASSWORD.search(Path(server.stdout_path).read_text(errors="replace"))
+            if found:
+                return found.group(1)
+        raise AssertionError("no replica printed the dev password")
+
     def logs(self) -> str:
         return "\n".join(f"--- {Path(s.stderr_path).name}\n{s.log_tail(30)}" for s in self.servers)
 
 
 @contextlib.asynccontextmanager
 async def run_replicas(
-    database_url: str, redis_prefix: str, tmp_path: Path, count: int = 3
+    database_url: str,
+    redis_prefix: str,
+    tmp_path: Path,
+    count: int = 3,
+    extra_env: dict[str, str] | None = None,
 ) -> AsyncIterator[Replicas]:
     """``count`` replicas started one after another (the first makes the dev tenant and
     migrates), the proxy in front; all stopped (SIGTERM, then SIGKILL) at the end."""
@@ -66,6 +81,7 @@ async def run_replicas(
             "APPDECK_REDIS_PREFIX": redis_prefix,
             "APPDECK_SECRET_KEY": secrets.token_urlsafe(32),
             "APPDECK_PUBLIC_URL": origin,
+            **(extra_env or {}),
         }
         replicas = Replicas(proxy, origin, env, tmp_path / "data", tmp_path / "logs")
         try:
