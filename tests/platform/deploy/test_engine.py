@@ -579,3 +579,17 @@ async def test_a_sole_server_restarted_at_once_fails_what_its_previous_run_left_
     assert (await rig.states())[2] == "queued"
     assert await restarted.ops.reconcile(sole=True) == (1, 1)  # no replicas: void at once
     assert await rig.states() == {1: "live", 2: "failed"}
+
+
+async def test_a_replica_deploys_over_a_live_release_another_replica_started(rig: Rig) -> None:
+    await rig.deploy()  # replica "test" started release 1
+    live = f"{rig.app_id}-1"
+    b_runtime = FakeRuntime(adoptable={live: dict(rig.runtime.running_[live])})
+    b = _replica(rig, "b", b_runtime)
+    rig.router.history.clear()
+    app, record = await b.deploys.create(rig.alice, rig.app_id, "rolling")
+    assert (await b.deploys.run(app, record)).state == "live"
+    assert {f"{rig.app_id}-2": 50, live: 50} in rig.router.history  # old kept serving meanwhile
+    assert all(rig.router.history)
+    assert await b_runtime.running(live) == []  # adopted, then retired
+    assert rig.router.weights(SHOP) == {f"{rig.app_id}-2": 100}

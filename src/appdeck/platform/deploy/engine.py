@@ -289,7 +289,7 @@ class DeployService:
             if old_record and old_record.state == states.LIVE
             else None
         )
-        old_instances = await self.runtime.running(old.release_id) if old else []
+        old_instances = await self.instances_of(old) if old else []
 
         async def step(message: str, traffic: int | None = None, state: str | None = None) -> None:
             nonlocal record
@@ -432,14 +432,20 @@ class DeployService:
         live = await self.live(app.id)
         if live is None:
             return []
-        release = self.release_of(app, live)
+        instances = await self.instances_of(self.release_of(app, live))
+        if not instances:
+            return []
+        upstreams = tuple(i.upstream for i in instances)
+        return [Backend(instances[0].release_id, 100, upstreams)]
+
+    async def instances_of(self, release: Release) -> list[Instance]:
+        """The release's running instances, by index: the ones this process runs, else the
+        ones it adopts (another replica on this host started them: the app's processes
+        belong to the host, not to a replica)."""
         instances = await self.runtime.running(release.release_id)
         if not instances:
             instances = await self.runtime.adopt(release)
-        if not instances:
-            return []
-        upstreams = tuple(i.upstream for i in sorted(instances, key=lambda i: i.index))
-        return [Backend(release.release_id, 100, upstreams)]
+        return sorted(instances, key=lambda i: i.index)
 
     def plan(self, release: Release, progress: Progress = _quiet) -> rollout.Rollout:
         """A rollout of ``release`` from nothing (starting it cold, or replacing instances)."""

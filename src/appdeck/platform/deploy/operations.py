@@ -87,7 +87,7 @@ class Operations:
                     hint="list_deployments shows which ones",
                 )
             release = s.release_of(app, target)
-            instances = await s.runtime.running(release.release_id)
+            instances = await s.instances_of(release)
             warm = len(instances) >= release.spec.instances
             if not warm:
                 release = await s.startable(app, target)
@@ -143,8 +143,9 @@ class Operations:
             release = s.release_of(app, live)
             count = release.spec.instances
             plan = s.plan(release, progress)
+            serving = {i.index: i for i in await s.instances_of(release)}
             surge = await plan.start_one(count)
-            serving = {i.index: i for i in await s.runtime.running(release.release_id)}
+            serving[surge.index] = surge
             for index in range(count):
                 held.check()  # lost the app: stop restarting its instances
                 others = [i for k, i in sorted(serving.items()) if k != index]
