@@ -64,6 +64,8 @@ from appdeck.transport.security import LOOPBACK_HOSTS, HostPolicy
 from appdeck.transport.spellings import SpelledChallenges
 
 log = logging.getLogger("appdeck")
+DEPLOY_WATCH_SECONDS = 5.0
+"""How often a replica ends deployments nobody drives and re-syncs its routes."""
 SESSION_RECHECK_SECONDS = 5.0
 """Replica mode: a cached session is re-read from the store at most this long after its last
 read (the backstop for a lost invalidation)."""
@@ -91,6 +93,7 @@ class Services:
     platform: Platform | None = None
     ingress: IngressServer | None = None
     databases: AppDatabases | None = None
+    router: IngressRouter | None = None
     port: int = 0
     _background: list[asyncio.Task[None]] = field(default_factory=list, repr=False)
     _stopping: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
@@ -180,10 +183,20 @@ class Services:
             platform=platform,
             ingress=ingress,
             databases=databases,
+            router=router,
             port=port,
         )
         platform.feed.subscribe(services._announce)
-        interrupted, restored = await platform.start()
+        interrupted, restored = await platform.start(sole=not cluster.shared)
+        if cluster.shared:  # after start: its restore unroutes every app, for this table only
+            await router.share(
+                cluster.broadcast,
+                instance_id,
+                missed=lambda: platform.ops.resync_routes(router),
+                redis=cluster.redis,
+                prefix=cluster.prefix,
+            )
+            await platform.ops.resync_routes(router)
         if interrupted or restored:
             log.warning(
                 "after restart: %d interrupted deployment(s) failed, %d live app(s) restored",
@@ -200,6 +213,8 @@ class Services:
         if reconciled:
             log.warning("reconciled %d task(s) left working by a previous process", reconciled)
         services._background.append(asyncio.create_task(services._sweep_forever(), name="sweeper"))
+        watching = services._watch_deploys(router)
+        services._background.append(asyncio.create_task(watching, name="deploy-watch"))
         watch = tasks.watch(services._stopping)  # rechecks (2 s) and the orphan sweep
         services._background.append(asyncio.create_task(watch, name="tasks-watch"))
         if settings.with_conformance_fixtures:
@@ -231,6 +246,23 @@ class Services:
                 await self.sweep()
             except Exception:
                 log.exception("sweep failed")
+
+    async def _watch_deploys(self, router: IngressRouter) -> None:
+        """Every few seconds: end deployments whose replica died (their app's lease ran out)
+        and, in replica mode, route every settled app as the database says (the backstop of
+        the ``routes`` messages)."""
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(DEPLOY_WATCH_SECONDS):
+                    await self._stopping.wait()
+            if self._stopping.is_set() or self.platform is None:
+                return
+            try:
+                await self.platform.ops.reclaim()
+                if self.cluster.shared:
+                    await self.platform.ops.resync_routes(router)
+            except Exception:
+                log.exception("deploy watch failed")
 
     async def sweep(self) -> None:
         """Expire idle sessions and old tasks, trim the event log, note token use."""
@@ -265,6 +297,8 @@ class Services:
             await self.platform.shutdown(stop_apps=stop_apps)  # else apps keep running
         if self.ingress is not None:
             await self.ingress.stop()
+        if self.router is not None:
+            await self.router.close()
         if self.databases is not None:
             await self.databases.close()
         await self.audit.close()

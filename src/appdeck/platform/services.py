@@ -186,12 +186,14 @@ class Platform:
         AppRoutes(apps, router).attach(feed)  # after: the processes stop, then the route goes
         return platform
 
-    async def start(self) -> tuple[int, int]:
+    async def start(self, *, sole: bool = True) -> tuple[int, int]:
         """After a restart: load the API keys, route every app (404 until its live release is
-        routed again), then end interrupted deployments and bring live releases back."""
+        routed again), then end interrupted deployments and bring live releases back.
+        ``sole``: no other replica shares the database (a deploy left in progress is nobody's:
+        it ends now, not when its lease runs out)."""
         await self.apis.start()  # the ingress's API keys: it answers 503 until they are in
         await AppRoutes(self.apps, self._router).restore()
-        done = await self.ops.reconcile()
+        done = await self.ops.reconcile(sole=sole)
         await self.ci.start()  # runs a dead server process left unfinished end as errors
         self.repos.poller.start()  # repositories with poll_seconds
         return done
