@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from appdeck.auth.bearer import LocalJwtVerifier
+from appdeck.auth.bearer import LocalJwtVerifier, header_kid
 from appdeck.auth.keys import ALGORITHM, KEEP, SigningKeys
 from appdeck.auth.tokens import InvalidToken, TokenIssuer, TokenVerifier
 from appdeck.common.errors import Internal
@@ -167,3 +167,18 @@ async def test_in_the_data_dir_a_rotation_reaches_verifiers_built_before_it(
     assert SigningKeys.load_or_create(tmp_path).kid == kid  # saved
     with pytest.raises(ValueError, match="not shared"):
         await keys.rotate_shared()
+
+
+async def test_a_malformed_token_header_is_refused_without_reading_the_keys(
+    storage: Storage,
+) -> None:
+    store = CountingStore(storage.engine)
+    keys = await SigningKeys.shared(store, _sealer())
+    keys._refreshed = 0.0
+    store.reads = 0
+    verifier = _verifier(keys)
+    for junk in ["", "...", "!!!.x.y", "W10.x.y", "bnVsbA.x.y", "e30.x.y", "a" * 50_000 + ".x.y"]:
+        assert header_kid(junk) is None
+        with pytest.raises(InvalidToken):
+            await verifier.verify(junk)
+    assert store.reads == 0

@@ -341,7 +341,7 @@ def _an_id(message: dict[str, Any], name: str) -> str | None:
     return value if isinstance(value, str) and 0 < len(value) <= MAX_ID else None
 
 
-def _kid(token: str) -> str | None:
+def header_kid(token: str) -> str | None:
     """The ``kid`` of a JWT's header, read without trusting it (None when there is none)."""
     head = token.split(".", 1)[0]
     if len(head) > MAX_MESSAGE:
@@ -373,7 +373,7 @@ class LocalJwtVerifier:
         try:
             return self._verify(token)
         except InvalidToken:
-            kid = _kid(token) if self._refresh_for is not None else None
+            kid = header_kid(token) if self._refresh_for is not None else None
             if kid is None or self._refresh_for is None or not await self._refresh_for(kid):
                 raise
         return self._verify(token)
