@@ -6,7 +6,17 @@ import asyncio
 
 from redis.asyncio import Redis
 
-from appdeck.events.bus import CLOSE, RESYNC, Delivery, InProcessBus, Listener, RedisBus, channel
+from appdeck.events.bus import (
+    CLOSE,
+    RESYNC,
+    Delivery,
+    InProcessBus,
+    Listener,
+    RedisBus,
+    Taken,
+    channel,
+    decode_doorbell,
+)
 from appdeck.events.ports import StoredEvent
 from appdeck.events.redis_log import RedisEventLog
 from appdeck.events.signals import RedisBroadcast
@@ -108,3 +118,10 @@ async def test_after_a_dropped_connection_every_listener_is_told_to_read_the_log
     finally:
         await broadcast.close()
         await own.aclose()
+
+
+def test_a_taken_doorbell_names_the_stream_and_a_bad_one_is_dropped() -> None:
+    assert decode_doorbell("s1", b"tg") == Taken("g")
+    assert decode_doorbell("s1", b"t") is None
+    assert decode_doorbell("s1", b"t" + b"x" * 65) is None
+    assert decode_doorbell("s1", "tgé".encode()) is None

@@ -63,3 +63,23 @@ async def test_local_leases_keep_one_holder_per_key_and_never_expire() -> None:
     assert again is not None
     await leases.release(held)  # a stale release does not free the new holder's lease
     assert await leases.acquire("s1:g") is None
+
+
+async def test_a_resuming_client_takes_a_redis_lease_from_its_old_holder(
+    redis: Redis, redis_prefix: str
+) -> None:
+    old, new = RedisLeases(redis, redis_prefix), RedisLeases(redis, redis_prefix)
+    stale = await old.acquire("s1:g")
+    assert stale is not None
+    taken = await new.take("s1:g")
+    assert taken is not None
+    assert not await old.renew(stale)
+    await old.release(stale)  # the old holder's release leaves the new lease alone
+    assert await new.renew(taken)
+    assert await old.acquire("s1:g") is None
+
+
+async def test_local_leases_refuse_a_take_as_they_refuse_a_second_claim() -> None:
+    leases = LocalLeases()
+    assert await leases.acquire("s1:g") is not None
+    assert await leases.take("s1:g") is None

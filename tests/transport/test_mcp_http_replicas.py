@@ -302,3 +302,36 @@ async def test_a_get_while_redis_is_unreachable_is_503_with_a_retry_after(
         assert r.headers["retry-after"] == "1"
     finally:
         await unreachable.aclose()
+
+
+async def test_a_client_resuming_after_its_replica_died_gets_its_stream_at_once(
+    replicas: Cluster, redis_prefix: str
+) -> None:
+    (a, via_a), (_, via_b) = await replicas(2)  # leases of 10 s
+    sid = await initialize(via_a, TOKEN)
+    await a.hub.to_session(sid, _note(1))
+    await a.hub.to_session(sid, _note(2))
+    dead = RedisLeases(a.cluster.redis, redis_prefix)  # type: ignore[arg-type]
+    assert await dead.acquire(f"{sid}:g") is not None  # C died holding the stream
+    assert (await via_b.get("/mcp", headers=_get(sid))).status_code == 409  # a new GET
+    async with asyncio.timeout(5), via_b.stream("GET", "/mcp", headers=_get(sid, "g.1")) as r:
+        assert r.status_code == 200
+        events = [e async for e in sse_events(r, 1)]
+    assert [(e.id, e.json()["params"]["data"]) for e in events] == [("g.2", 2)]
+
+
+async def test_a_live_holder_closes_when_its_client_resumes_on_another_replica(
+    replicas: Cluster,
+) -> None:
+    (a, via_a), (_, via_b), (_, via_c) = await replicas()
+    sid = await initialize(via_a, TOKEN)
+    async with asyncio.timeout(10), via_c.stream("GET", "/mcp", headers=_get(sid)) as old:
+        body = old.aiter_bytes()
+        await anext(body)  # the priming event: C holds the stream
+        async with via_b.stream("GET", "/mcp", headers=_get(sid, "g.0")) as resumed:
+            assert resumed.status_code == 200
+            rest = [chunk async for chunk in body]  # C's stream ends (the Taken doorbell)
+            await a.hub.to_session(sid, _note(1))
+            events = [e async for e in sse_events(resumed, 1)]
+    assert b"data: {" not in b"".join(rest)
+    assert [(e.id, e.json()["params"]["data"]) for e in events] == [("g.1", 1)]

@@ -10,7 +10,8 @@ reads the log from ``last`` (also on :data:`RESYNC`, sent after a reconnect, and
 keepalive).
 
 Doorbells (bytes): ``e<stream>.<seq>\\n<payload>`` an event, ``n<stream>.<seq>`` an event
-too large to ring with (read it from the log), ``c`` the session has ended.
+too large to ring with (read it from the log), ``c`` the session has ended, ``t<stream>``
+the stream's lease was taken by a resuming client (:class:`Taken`).
 """
 
 from __future__ import annotations
@@ -35,12 +36,20 @@ RESYNC: Final = object()
 DOORBELL_EVENT: Final = b"e"
 DOORBELL_NUDGE: Final = b"n"
 DOORBELL_CLOSE: Final = b"c"
+DOORBELL_TAKEN: Final = b"t"
 MAX_STREAM_NAME: Final = 64
 
 
 def channel(session_id: str) -> str:
     """The broadcast channel of a session's doorbells."""
     return f"ev:{session_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class Taken:
+    """A client resumed ``stream`` elsewhere and took its lease: its holder checks its own."""
+
+    stream: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,13 +113,17 @@ class InProcessBus:
 
 
 def decode_doorbell(session_id: str, data: bytes) -> Delivery | object | None:
-    """A doorbell as a listener item (:class:`Delivery`, :data:`RESYNC`, :data:`CLOSE`);
-    None for a malformed one (dropped)."""
+    """A doorbell as a listener item (:class:`Delivery`, :data:`RESYNC`, :data:`CLOSE`,
+    :class:`Taken`); None for a malformed one (dropped)."""
     kind, body = data[:1], data[1:]
     if kind == DOORBELL_CLOSE:
         return CLOSE
     if kind == DOORBELL_NUDGE:
         return RESYNC
+    if kind == DOORBELL_TAKEN:
+        if not body or len(body) > MAX_STREAM_NAME or not body.isascii():
+            return None
+        return Taken(body.decode("ascii"))
     if kind != DOORBELL_EVENT:
         return None
     head, newline, payload = body.partition(b"\n")
@@ -141,7 +154,7 @@ class RedisBus:
     A session's channel is subscribed while this process has a listener for it. ``publish``
     of a :class:`Delivery` does nothing: the log's append script already rang the doorbell
     (in the same step as the append, so doorbells go out in seq order). ``publish`` of
-    :data:`CLOSE` rings the session's close doorbell on every replica.
+    :data:`CLOSE` or :class:`Taken` rings it on every replica.
     """
 
     def __init__(self, broadcast: Broadcast, *, queue_size: int = 10_000) -> None:
@@ -197,3 +210,7 @@ class RedisBus:
     async def publish(self, session_id: str, item: Delivery | object) -> None:
         if item is CLOSE:
             await self._broadcast.publish(channel(session_id), DOORBELL_CLOSE)
+        elif isinstance(item, Taken):
+            await self._broadcast.publish(
+                channel(session_id), DOORBELL_TAKEN + item.stream.encode("ascii", "replace")
+            )

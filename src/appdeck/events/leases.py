@@ -6,7 +6,11 @@ memory, as before: a second claim is refused at once. :class:`RedisLeases` is ``
 NX PX ttl``: the holder renews it (compare-and-expire) every ``ttl / 3`` while its connection
 is open and releases it with compare-and-delete, so it never removes a lease someone else took
 after its own expired. A holder that dies (kill -9, a lost host) stops renewing: its lease
-expires within ``ttl`` and the next claim succeeds.
+expires within ``ttl`` and the next claim succeeds. A client that *resumes* (``Last-Event-ID``)
+takes the lease at once (:meth:`RedisLeases.take`): its old connection is gone as far as it
+knows, and a client such as the official Python SDK retries only twice, a second apart, so
+waiting out a dead replica's lease would lose its stream. The old holder, if it lives, sees
+its lease gone at its next renewal (or from the ``Taken`` doorbell) and closes.
 """
 
 from __future__ import annotations
@@ -49,6 +53,11 @@ class LocalLeases(StreamLeases):
         self._held[key] = lease.token
         return lease
 
+    async def take(self, key: str) -> Lease | None:
+        """As :meth:`acquire`: a holder here releases as soon as its connection ends, so a held
+        lease is a live connection (today's 409)."""
+        return await self.acquire(key)
+
     async def renew(self, lease: Lease) -> bool:
         return self._held.get(lease.key) == lease.token
 
@@ -72,6 +81,11 @@ class RedisLeases(StreamLeases):
         lease = Lease(key, secrets.token_hex(16))
         taken = await self._redis.set(self._prefix + key, lease.token, nx=True, px=self._ttl_ms)
         return lease if taken else None
+
+    async def take(self, key: str) -> Lease | None:
+        lease = Lease(key, secrets.token_hex(16))
+        await self._redis.set(self._prefix + key, lease.token, px=self._ttl_ms)
+        return lease
 
     async def renew(self, lease: Lease) -> bool:
         return bool(await self._renew([self._prefix + lease.key], [lease.token, self._ttl_ms]))

@@ -76,13 +76,20 @@ class StreamLeases(Protocol):
     """Who serves a stream: at most one holder per key, cluster-wide.
 
     A holder renews every :attr:`renew_every` seconds while its connection is open; a holder
-    that dies stops renewing and its lease expires.
+    that dies stops renewing and its lease expires. A holder whose lease was taken learns it
+    at its next renewal (or at once, from the bus's :class:`~appdeck.events.bus.Taken`).
     """
 
     renew_every: float
 
     async def acquire(self, key: str) -> Lease | None:
         """The lease, or None while someone else holds it."""
+        ...
+
+    async def take(self, key: str) -> Lease | None:
+        """The lease even from a holder that may be dead (a client resuming after
+        ``Last-Event-ID`` lost its connection: it will not come back). Leases whose holders
+        always release when their connection ends (one process) refuse, as :meth:`acquire`."""
         ...
 
     async def renew(self, lease: Lease) -> bool:

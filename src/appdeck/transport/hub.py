@@ -12,7 +12,8 @@ doorbell in one step, so the order holds across processes too, and a reader that
 in the (dense) seqs reads the missing events back from the log.
 
 The hub also hands out stream leases: one standalone GET stream per session and one
-connection per resumed request stream, cluster-wide when the leases live in Redis.
+connection per resumed request stream, cluster-wide when the leases live in Redis. A new GET
+waits for a held lease to be released or to expire (409 meanwhile); a resumption takes it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any, Final
 
 import orjson
 
-from appdeck.events.bus import CLOSE, Bus, Delivery, Listener
+from appdeck.events.bus import CLOSE, Bus, Delivery, Listener, Taken
 from appdeck.events.leases import LocalLeases
 from appdeck.events.ports import EventLog, Lease, StoredEvent, StreamLeases
 from appdeck.transport.sse import GET_STREAM
@@ -104,10 +105,18 @@ class StreamHub:
         """Where a new stream's history starts: the stream's newest seq (0 if none yet)."""
         return await self._log.tail(session_id, stream) or 0
 
-    async def claim(self, session_id: str, stream: str) -> Lease | None:
+    async def claim(self, session_id: str, stream: str, *, take_over: bool = False) -> Lease | None:
         """The lease on one stream of a session (the standalone one: ``GET_STREAM``), or None
-        while another connection, on any replica, serves it."""
-        lease = await self._leases.acquire(f"{session_id}:{stream}")
+        while another connection, on any replica, serves it. ``take_over`` (a client resuming
+        after ``Last-Event-ID``): take it from a holder that may be dead, and tell the holder
+        (:class:`~appdeck.events.bus.Taken`), which closes once its lease is not its own."""
+        key = f"{session_id}:{stream}"
+        if take_over:
+            lease = await self._leases.take(key)
+            if lease is not None:
+                await self._bus.publish(session_id, Taken(stream))
+        else:
+            lease = await self._leases.acquire(key)
         if lease is not None and stream == GET_STREAM:
             self._standalone[session_id] = self._standalone.get(session_id, 0) + 1
         return lease
@@ -123,6 +132,10 @@ class StreamHub:
             await self._leases.release(lease)
         except Exception:  # it expires on its own
             log.warning("stream lease release failed", exc_info=True)
+
+    async def still_held(self, lease: Lease) -> bool:
+        """Whether ``lease`` is still ours (renewing it if so)."""
+        return await self._leases.renew(lease)
 
     async def keep(self, lease: Lease, lost: Callable[[], None]) -> None:
         """Renew ``lease`` until cancelled; call ``lost`` (and return) once it is not ours.

@@ -25,7 +25,7 @@ import orjson
 from redis.exceptions import RedisError
 
 from appdeck.common.identity import Principal
-from appdeck.events.bus import CLOSE, RESYNC, Delivery, Listener
+from appdeck.events.bus import CLOSE, RESYNC, Delivery, Listener, Taken
 from appdeck.events.ports import Lease
 from appdeck.protocol import errors as rpc
 from appdeck.protocol import inbound, versions
@@ -242,7 +242,8 @@ class McpHttpApp:
         try:
             if stream != GET_STREAM and not await self.hub.known_stream(session.id, stream):
                 raise HttpError(400, rpc.SERVER_ERROR, "Bad Request: unknown Last-Event-ID")
-            lease = await self.hub.claim(session.id, stream)
+            # a resumption takes the lease: its previous connection is gone for the client
+            lease = await self.hub.claim(session.id, stream, take_over=raw_last is not None)
         except RedisError:
             log.warning("stream state unreachable", exc_info=True)
             raise HttpError(
@@ -278,7 +279,8 @@ class _Reader:
     hint: an event is sent only when its seq is ``last + 1``; a gap, a :data:`RESYNC` and
     every keepalive read the log from ``last`` instead, so a lost doorbell costs latency,
     never an event. Ends on the session's CLOSE (from any replica, or the log's tombstone
-    seen at a keepalive), a lost lease, a response on a request stream, or a disconnect.
+    seen at a keepalive), a lost lease (taken by a resumption, seen from its ``Taken``
+    doorbell or at a renewal), a response on a request stream, or a disconnect.
     """
 
     PAGE: Final = 500
@@ -366,7 +368,8 @@ class _Reader:
                 await self._send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def _live(self, listener: Listener, gone: asyncio.Event) -> None:
-        log_ = self._app.hub.log
+        hub = self._app.hub
+        log_ = hub.log
         dense = log_.dense
         while not gone.is_set():
             item = await listener.get(self._app.settings.keepalive_seconds)
@@ -381,6 +384,10 @@ class _Reader:
             if item is RESYNC:
                 if await self._catch_up():
                     return
+                continue
+            if isinstance(item, Taken):
+                if item.stream == self._stream and not await hub.still_held(self._lease):
+                    return  # a resumption elsewhere took the stream
                 continue
             if not isinstance(item, Delivery):
                 continue
