@@ -10,7 +10,7 @@ from redis.asyncio import Redis
 
 from appdeck.events.bus import CLOSE, RESYNC, Delivery, channel, decode_doorbell
 from appdeck.events.ports import StoredEvent
-from appdeck.events.redis_log import MAX_INLINE, RedisEventLog
+from appdeck.events.redis_log import MAX_INLINE, RedisEventLog, _frames
 from appdeck.events.signals import RedisBroadcast
 from tests.support.redis import REDIS_URL
 
@@ -141,3 +141,12 @@ async def test_a_malformed_entry_is_skipped_not_fatal(redis: Redis, redis_prefix
     await redis.hset(f"{redis_prefix}:ev:{{s1}}", "g", 3)
     fourth = await log.append("s1", "g", b"[]")
     assert await log.replay("s1", "g", 0) == [first, fourth]
+
+
+def test_a_replay_page_with_a_broken_frame_yields_what_came_before_and_stops() -> None:
+    good = b"1 2\n{}"
+    assert list(_frames(good + b"2 2\n[]")) == [(1, b"{}"), (2, b"[]")]
+    assert list(_frames(good + b"2 99\n[]")) == [(1, b"{}"), (None, None)]  # truncated
+    assert list(_frames(good + b"x 2\n[]")) == [(1, b"{}"), (None, None)]
+    assert list(_frames(good + b"2 2 2\n[]")) == [(1, b"{}"), (None, None)]
+    assert list(_frames(b"")) == []

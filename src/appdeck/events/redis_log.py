@@ -24,7 +24,7 @@ back is decoded defensively: a malformed entry is logged and skipped.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
 from redis.asyncio import Redis
@@ -73,6 +73,25 @@ end
 return seq
 """
 
+_REPLAY: Final = """
+local entries = redis.call('XRANGE', KEYS[1], ARGV[1], '+', 'COUNT', ARGV[2])
+local out = {}
+for _, entry in ipairs(entries) do
+  local fields = entry[2]
+  for j = 1, #fields - 1, 2 do
+    if fields[j] == 'd' then
+      local payload = fields[j + 1]
+      out[#out + 1] = string.match(entry[1], '^(%d+)') .. ' ' .. #payload .. '\\n' .. payload
+      break
+    end
+  end
+end
+return table.concat(out)
+"""
+"""A page of the stream as ONE string, ``<seq> <length>\n<payload>`` per entry: a reply of
+one bulk string parses in a fraction of the time of 500 nested entries (redis-py's parser is
+pure Python: it was 90 % of a replay's time)."""
+
 _OPEN: Final = """
 if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
 redis.call('HSETNX', KEYS[1], ARGV[1], 0)
@@ -114,6 +133,7 @@ class RedisEventLog(EventLog):
         self._counter_ttl_ms = max(self._retention_ms, int(counter_ttl_seconds * 1000))
         self._append = redis.register_script(_APPEND)
         self._open = redis.register_script(_OPEN)
+        self._replay = redis.register_script(_REPLAY)
         self._drop = redis.register_script(_DROP)
 
     def _session_key(self, session_id: str) -> str:
@@ -163,16 +183,15 @@ class RedisEventLog(EventLog):
         """Events of that stream with ``seq > after_seq``, oldest first (at most ``limit``,
         never more than :data:`MAX_READ`). Entries trimmed away are simply not there."""
         count = max(1, min(limit, MAX_READ))
-        entries = await self._redis.xrange(
-            self._stream_key(session_id, stream), f"{after_seq + 1}-0", "+", count=count
+        page = await self._replay(
+            [self._stream_key(session_id, stream)], [f"{after_seq + 1}-0", count]
         )
         events: list[StoredEvent] = []
-        for entry in entries or ():
-            event = _decode(session_id, stream, entry)
-            if event is None:
+        for seq, payload in _frames(page if isinstance(page, bytes) else b""):
+            if seq is None or payload is None:
                 log.warning("malformed event log entry skipped", extra={"session_id": session_id})
-            elif event.seq > after_seq:
-                events.append(event)
+            elif seq > after_seq:
+                events.append(StoredEvent(session_id, stream, seq, payload))
         return events
 
     async def tail(self, session_id: str, stream: str) -> int | None:
@@ -202,17 +221,24 @@ class RedisEventLog(EventLog):
         return 0
 
 
-def _decode(session_id: str, stream: str, entry: object) -> StoredEvent | None:
-    """An XRANGE entry ``(b"<seq>-0", {b"t": …, b"d": …})`` as an event; None if malformed."""
-    if not isinstance(entry, (tuple, list)) or len(entry) != 2:
-        return None
-    entry_id, fields = entry
-    if not isinstance(entry_id, bytes) or not isinstance(fields, dict):
-        return None
-    seq, dash, _ = entry_id.partition(b"-")
-    payload = fields.get(b"d")
-    if not dash or not seq.isdigit() or len(seq) > 18 or not isinstance(payload, bytes):
-        return None
-    if b"\n" in payload or b"\r" in payload:  # would break the SSE framing
-        return None
-    return StoredEvent(session_id, stream, int(seq), payload)
+def _frames(page: bytes) -> Iterator[tuple[int | None, bytes | None]]:
+    """``(seq, payload)`` of each ``<seq> <length>\\n<payload>`` frame of a replay page;
+    ``(None, None)`` for a malformed frame or payload (the rest of a broken page is dropped)."""
+    at, end = 0, len(page)
+    while at < end:
+        newline = page.find(b"\n", at, at + 40)
+        head = page[at:newline].split(b" ") if newline >= 0 else []
+        if len(head) != 2 or not all(p.isdigit() and len(p) <= 18 for p in head):
+            yield None, None
+            return
+        start = newline + 1
+        stop = start + int(head[1])
+        payload = page[start:stop]
+        at = stop
+        if stop > end:
+            yield None, None
+            return
+        if b"\n" in payload or b"\r" in payload:  # would break the SSE framing
+            yield None, None
+            continue
+        yield int(head[0]), payload
