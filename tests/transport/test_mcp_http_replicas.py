@@ -335,3 +335,20 @@ async def test_a_live_holder_closes_when_its_client_resumes_on_another_replica(
             events = [e async for e in sse_events(resumed, 1)]
     assert b"data: {" not in b"".join(rest)
     assert [(e.id, e.json()["params"]["data"]) for e in events] == [("g.1", 1)]
+
+
+async def test_a_get_whose_log_is_unreachable_is_503_and_leaves_the_stream_free(
+    replicas: Cluster, redis_prefix: str
+) -> None:
+    (_, via_a), (b, via_b) = await replicas(2)
+    sid = await initialize(via_a, TOKEN)
+    working = b.hub._log
+    unreachable = Redis.from_url("redis://127.0.0.1:1/0", socket_connect_timeout=1)
+    b.hub._log = RedisEventLog(unreachable, redis_prefix, retention_seconds=60)
+    try:
+        assert (await via_b.get("/mcp", headers=_get(sid))).status_code == 503
+    finally:
+        b.hub._log = working
+        await unreachable.aclose()
+    async with asyncio.timeout(10), via_a.stream("GET", "/mcp", headers=_get(sid)) as r:
+        assert r.status_code == 200  # the refused GET released its lease

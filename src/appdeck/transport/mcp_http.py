@@ -328,6 +328,19 @@ class _Reader:
         hub = self._app.hub
         sid = self._session.id
         listener = await hub.listen(sid)
+        fresh = after is None
+        try:  # after listening: whatever comes later reaches the listener
+            if after is None:
+                after = await hub.tail(sid, self._stream)
+            elif hub.log.dense:  # an id past the tail (forged, or older than the counter)
+                after = min(after, await hub.tail(sid, self._stream))
+        except RedisError:
+            await hub.unlisten(listener)
+            log.warning("stream state unreachable", exc_info=True)
+            raise HttpError(
+                503, rpc.SERVER_ERROR, "Service Unavailable: try again", RETRY_SOON
+            ) from None
+        self._last = after
         gone = asyncio.Event()
 
         async def watch_disconnect() -> None:
@@ -339,12 +352,6 @@ class _Reader:
         watcher = asyncio.create_task(watch_disconnect())
         keeper = asyncio.create_task(hub.keep(self._lease, lambda: listener.put(CLOSE)))
         try:
-            fresh = after is None
-            if after is None:  # after listening: whatever comes later reaches the listener
-                after = await hub.tail(sid, self._stream)
-            elif hub.log.dense:  # an id past the tail (forged, or older than the counter)
-                after = min(after, await hub.tail(sid, self._stream))
-            self._last = after
             out = [*SSE_HEADERS, (b"mcp-session-id", sid.encode())]
             await self._send({"type": "http.response.start", "status": 200, "headers": out})
             if fresh and versions.has_priming_event(self._session.protocol_version):
