@@ -15,18 +15,14 @@ HTTP in :meth:`McpHttpApp.__call__` and nowhere else.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 import orjson
 from redis.exceptions import RedisError
 
 from appdeck.common.identity import Principal
-from appdeck.events.bus import CLOSE, RESYNC, Delivery, Listener, Taken
-from appdeck.events.ports import Lease
 from appdeck.protocol import errors as rpc
 from appdeck.protocol import inbound, versions
 from appdeck.protocol.call import Call
@@ -37,21 +33,12 @@ from appdeck.transport.guard import Guard, HttpError
 from appdeck.transport.hub import StreamHub
 from appdeck.transport.responses import Receive, Scope, Send, read_body, send_empty, send_json
 from appdeck.transport.security import HostPolicy
-from appdeck.transport.sse import (
-    GET_STREAM,
-    KEEPALIVE,
-    SSE_HEADERS,
-    encode_event,
-    event_id,
-    parse_event_id,
-    priming,
-)
-from appdeck.transport.streams import PostStream
+from appdeck.transport.sse import GET_STREAM, parse_event_id
+from appdeck.transport.streams import RETRY_SOON, GetStream, PostStream
 
 log = logging.getLogger("appdeck.transport")
 JsonObject = dict[str, Any]
 ALLOW = [(b"allow", b"GET, POST, DELETE")]
-RETRY_SOON = [(b"retry-after", b"1")]
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,7 +245,8 @@ class McpHttpApp:
                 409, rpc.SERVER_ERROR, "Conflict: Stream already has an active connection"
             )
         try:
-            await _Reader(self, receive, send, session, stream, lease).run(after)
+            reader = GetStream(receive, send, self.hub, session, stream, lease)
+            await reader.run(after, self.settings.keepalive_seconds, self.settings.retry_ms)
         finally:
             await self.hub.release(session.id, stream, lease)
 
@@ -270,155 +258,3 @@ class McpHttpApp:
         session = await self._session(headers, principal)
         await self.server.sessions.drop(session)
         await send_empty(send, 200)
-
-
-class _Reader:
-    """One GET stream: history after ``Last-Event-ID`` from the log, then live events.
-
-    Live events come from the bus. With a dense log (Redis, several replicas) a doorbell is a
-    hint: an event is sent only when its seq is ``last + 1``; a gap, a :data:`RESYNC` and
-    every keepalive read the log from ``last`` instead, so a lost doorbell costs latency,
-    never an event. Ends on the session's CLOSE (from any replica, or the log's tombstone
-    seen at a keepalive), a lost lease (taken by a resumption, seen from its ``Taken``
-    doorbell or at a renewal), a response on a request stream, or a disconnect.
-    """
-
-    PAGE: Final = 500
-
-    def __init__(
-        self,
-        app: McpHttpApp,
-        receive: Receive,
-        send: Send,
-        session: Session,
-        stream: str,
-        lease: Lease,
-    ) -> None:
-        self._app = app
-        self._receive = receive
-        self._send = send
-        self._session = session
-        self._stream = stream
-        self._lease = lease
-        self._last = 0
-
-    async def _chunk(self, data: bytes) -> None:
-        await self._send({"type": "http.response.body", "body": data, "more_body": True})
-
-    async def _event(self, seq: int, payload: bytes, message: Any) -> bool:
-        """Send one event; True when it ended the stream (a request stream's response)."""
-        await self._chunk(encode_event(event_id(self._stream, seq), payload))
-        self._last = seq
-        return self._stream != GET_STREAM and _is_response(message)
-
-    async def _catch_up(self) -> bool:
-        """Send what the log has after ``last``; True when that ended the stream."""
-        log_ = self._app.hub.log
-        while True:
-            events = await log_.replay(self._session.id, self._stream, self._last, self.PAGE)
-            for event in events:
-                if event.seq <= self._last:
-                    continue
-                if await self._event(event.seq, event.payload, _loads(event.payload)):
-                    return True
-            if len(events) < self.PAGE:
-                return False
-
-    async def run(self, after: int | None) -> None:
-        hub = self._app.hub
-        sid = self._session.id
-        listener = await hub.listen(sid)
-        fresh = after is None
-        try:  # after listening: whatever comes later reaches the listener
-            if after is None:
-                after = await hub.tail(sid, self._stream)
-            elif hub.log.dense:  # an id past the tail (forged, or older than the counter)
-                after = min(after, await hub.tail(sid, self._stream))
-        except RedisError:
-            await hub.unlisten(listener)
-            log.warning("stream state unreachable", exc_info=True)
-            raise HttpError(
-                503, rpc.SERVER_ERROR, "Service Unavailable: try again", RETRY_SOON
-            ) from None
-        self._last = after
-        gone = asyncio.Event()
-
-        async def watch_disconnect() -> None:
-            while (await self._receive())["type"] != "http.disconnect":
-                pass
-            gone.set()
-            listener.put(CLOSE)
-
-        watcher = asyncio.create_task(watch_disconnect())
-        keeper = asyncio.create_task(hub.keep(self._lease, lambda: listener.put(CLOSE)))
-        try:
-            out = [*SSE_HEADERS, (b"mcp-session-id", sid.encode())]
-            await self._send({"type": "http.response.start", "status": 200, "headers": out})
-            if fresh and versions.has_priming_event(self._session.protocol_version):
-                retry = self._app.settings.retry_ms
-                await self._chunk(priming(event_id(self._stream, after), retry))
-            if not fresh and await self._catch_up():
-                return
-            await self._live(listener, gone)
-        except OSError:
-            return
-        except RedisError:  # the client resumes after Last-Event-ID, maybe elsewhere
-            log.warning("stream state unreachable; stream closed", exc_info=True)
-            return
-        finally:
-            for task in (watcher, keeper):
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-            await hub.unlisten(listener)
-            with contextlib.suppress(OSError):
-                await self._send({"type": "http.response.body", "body": b"", "more_body": False})
-
-    async def _live(self, listener: Listener, gone: asyncio.Event) -> None:
-        hub = self._app.hub
-        log_ = hub.log
-        dense = log_.dense
-        while not gone.is_set():
-            item = await listener.get(self._app.settings.keepalive_seconds)
-            if item is None:
-                await self._chunk(KEEPALIVE)
-                # the backstop of an at-most-once bus
-                if dense and (await log_.closed(self._session.id) or await self._catch_up()):
-                    return
-                continue
-            if item is CLOSE or listener.overflowed:
-                return
-            if item is RESYNC:
-                if await self._catch_up():
-                    return
-                continue
-            if isinstance(item, Taken):
-                if item.stream == self._stream and not await hub.still_held(self._lease):
-                    return  # a resumption elsewhere took the stream
-                continue
-            if not isinstance(item, Delivery):
-                continue
-            event = item.event
-            if event.stream != self._stream or event.seq <= self._last:
-                continue
-            if dense and event.seq != self._last + 1:
-                if await self._catch_up():
-                    return
-                continue
-            if await self._event(event.seq, event.payload, item.message):
-                return
-
-
-def _loads(payload: bytes) -> Any:
-    try:
-        return orjson.loads(payload)
-    except orjson.JSONDecodeError:
-        return None
-
-
-def _is_response(message: Any) -> bool:
-    return (
-        isinstance(message, dict)
-        and "id" in message
-        and ("result" in message or "error" in message)
-    )
