@@ -95,3 +95,16 @@ async def test_a_discarded_request_is_gone(storage: Storage) -> None:
     await store.discard("p")
     await store.discard("p")  # twice: nothing to do
     assert await store.get("p", NOW) is None
+
+
+async def test_a_store_that_trims_every_few_inserts_stays_within_cap_plus_that(
+    storage: Storage,
+) -> None:
+    store = ConsentStore(storage.engine, trim_every=4)
+    counts = []
+    for i in range(30):
+        await store.insert(f"p{i:02}", BODY, NOW + 600 + i, cap=10)
+        counts.append(await store.count())
+    assert max(counts) <= 10 + 4
+    assert counts[-1] == 12  # trimmed to 10 at the 28th insert, then two more
+    assert await store.get("p29", NOW) is not None

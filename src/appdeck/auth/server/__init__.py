@@ -36,7 +36,7 @@ from appdeck.auth.server.authorize import Authorize
 from appdeck.auth.server.clients import Clients
 from appdeck.auth.server.context import RevokeJti, ServerContext
 from appdeck.auth.server.http import json_response, preflight
-from appdeck.auth.server.pending import PendingRequests
+from appdeck.auth.server.pending import TRIM_EVERY, PendingRequests
 from appdeck.auth.server.revoke import RevokeEndpoint
 from appdeck.auth.server.token import TokenEndpoint
 from appdeck.auth.throttle import AuthThrottles
@@ -103,7 +103,7 @@ class AuthorizationServer:
         )
         self.clients = Clients(self._ctx)
         # the requests waiting for the user's answer, in the database (any replica answers)
-        consents = consents or ConsentStore(oauth._engine)
+        consents = consents or ConsentStore(oauth._engine, trim_every=TRIM_EVERY)
         self.pending = PendingRequests(consents, oauth.get_client, clock)
         self._authorize = Authorize(self._ctx, self.clients, self.pending)
         self._token = TokenEndpoint(self._ctx, self.clients)

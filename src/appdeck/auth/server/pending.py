@@ -28,6 +28,9 @@ log = logging.getLogger("appdeck.auth")
 
 TTL_SECONDS: Final = 600.0
 MAX_PENDING: Final = 10_000
+TRIM_EVERY: Final = 32
+"""The table is trimmed to ``MAX_PENDING`` every so many new requests of a replica (a trim
+walks the index): at most ``MAX_PENDING + TRIM_EVERY`` rows per replica."""
 MAX_ATTEMPTS: Final = 5
 MAX_FIELD: Final = 8192
 """The longest string field read back from a row (the request's own limits are lower)."""
