@@ -267,7 +267,7 @@ class Authorize:
         return await self._grant(request, pending, user, chosen, cookie)
 
     async def _deny(self, request: Request, pending: PendingRequest) -> Response:
-        if await self._pending.take(pending.id) is None:  # answered meanwhile (another replica)
+        if not await self._pending.take(pending.id):  # answered meanwhile (another replica)
             return error_page(GONE)
         self._ctx.audit.record(
             AuditEvent(
@@ -347,7 +347,7 @@ class Authorize:
         """The user signed in and allowed ``chosen``: the code goes back to the client; the
         browser is remembered (step-up page) and so is the tenant (a cookie). The request is
         taken first: of two posts racing (on any replicas), one gets a code."""
-        if await self._pending.take(pending.id) is None:
+        if not await self._pending.take(pending.id):
             return error_page(GONE)
         code = new_secret("adk_ac_", 32)
         await self._ctx.oauth.insert_code(

@@ -147,10 +147,10 @@ class PendingRequests:
         row = await self._store.get(pending_id, self._clock())
         return None if row is None else await self._request(row)
 
-    async def take(self, pending_id: str) -> PendingRequest | None:
-        """The request, removed: of several callers (any replicas) only one gets it."""
-        row = await self._store.take(pending_id, self._clock())
-        return None if row is None else await self._request(row)
+    async def take(self, pending_id: str) -> bool:
+        """Remove the request to answer it: True for the one caller (of any replicas) that
+        got it, False when it was answered already or expired."""
+        return await self._store.take(pending_id, self._clock()) is not None
 
     async def failed_attempt(self, pending: PendingRequest) -> int | None:
         """Count a wrong password: the new count (at ``MAX_ATTEMPTS`` the request is used up
