@@ -30,7 +30,7 @@ from appdeck.storage.audit import AuditStore
 from appdeck.storage.consents import ConsentStore
 from appdeck.storage.identity import IdentityStore
 from appdeck.storage.oauth import OAuthStore
-from appdeck.storage.schema import consent_requests
+from appdeck.storage.schema import consent_requests, oauth_clients
 
 from .conftest import ISSUER, PASSWORD, RESOURCE, Clock
 from .helpers import (
@@ -178,4 +178,16 @@ async def test_expired_requests_are_purged_by_the_cleanup_of_any_replica(pair: P
     pair.clock.offset += 601
     removed = await pair.b.server.cleanup()
     assert removed["consent_requests"] == 3
+    assert await ConsentStore(pair.engine).count() == 0
+
+
+async def test_a_request_whose_client_was_deleted_meanwhile_is_dropped(pair: Pair) -> None:
+    client = await register(pair.a.http)
+    _, page = await _page(pair.a, client["client_id"])
+    async with pair.engine.begin() as conn:
+        await conn.execute(
+            sa.delete(oauth_clients).where(oauth_clients.c.client_id == client["client_id"])
+        )
+    answer = await post_form(pair.b.http, parse_consent(page.text))
+    assert answer.status_code == 400
     assert await ConsentStore(pair.engine).count() == 0
