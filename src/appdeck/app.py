@@ -23,8 +23,10 @@ from appdeck.auth.server.metadata import protected_resource
 from appdeck.auth.throttle import MCP_WINDOW, FailureThrottle
 from appdeck.auth.tokens import TokenIssuer, TokenVerifier
 from appdeck.auth.urls import PublicUrls
-from appdeck.events.bus import InProcessBus
+from appdeck.events.bus import InProcessBus, RedisBus
 from appdeck.events.cluster import Cluster
+from appdeck.events.leases import RedisLeases
+from appdeck.events.redis_log import RedisEventLog
 from appdeck.platform.changes import Change
 from appdeck.platform.deploy.ingress_router import IngressRouter
 from appdeck.platform.ingress.keys import KeyGate
@@ -121,7 +123,7 @@ class Services:
         authz = _authorization_server(
             settings, base_url, storage, identities, keys, token_issuer, bearer, audit
         )
-        hub = StreamHub(storage.events, InProcessBus())
+        hub = _hub(settings, storage, cluster)
         registry = Registry()
         instance_id = cluster.instance_id
         driver, ingress, router = _runtime(settings, runtime)
@@ -470,6 +472,20 @@ def _runtime(
     gate = KeyGate()  # closed (503) until Platform.start loads the apps' API keys
     ingress.proxy.keys = gate
     return driver, ingress, IngressRouter(table, counters, gate)
+
+
+def _hub(settings: Settings, storage: Storage, cluster: Cluster) -> StreamHub:
+    """The event log, live bus and stream leases: the database and this process, or (replica
+    mode) Redis streams, doorbells and leases that every replica shares."""
+    if cluster.redis is None:
+        return StreamHub(storage.events, InProcessBus())
+    return StreamHub(
+        RedisEventLog(
+            cluster.redis, cluster.prefix, retention_seconds=settings.event_retention_seconds
+        ),
+        RedisBus(cluster.broadcast),
+        RedisLeases(cluster.redis, cluster.prefix, ttl_seconds=settings.stream_lease_seconds),
+    )
 
 
 def _register(settings: Settings, registry: Registry, platform: Platform) -> None:

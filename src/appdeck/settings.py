@@ -66,6 +66,9 @@ class Settings(BaseSettings):
     max_sessions_per_token: int = Field(50, ge=1)
     """Sessions one token (an access token's jti, a PAT) may hold; evicted the same way."""
     event_retention_seconds: float = Field(3600.0, gt=0)
+    stream_lease_seconds: float = Field(10.0, ge=1, le=300)
+    """Replica mode: how long a replica that died keeps a session's GET stream (a live one
+    renews it every third of this); a resumption with Last-Event-ID takes it over at once."""
     sweep_seconds: float = Field(30.0, gt=0)
     client_request_timeout: float = Field(300.0, gt=0)
     task_default_ttl_ms: int = Field(3_600_000, ge=1000)
