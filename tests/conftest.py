@@ -62,6 +62,17 @@ async def storage(database_url: str) -> AsyncIterator[Storage]:
 @pytest.fixture(scope="module")
 def postgres_module_database() -> Iterator[str]:
     """A PostgreSQL database of this test module's own, dropped when the module is done."""
+    yield from _postgres_database()
+
+
+@pytest.fixture
+def postgres_test_database() -> Iterator[str]:
+    """A PostgreSQL database of this test's own (servers that keep state in it: a secret key,
+    a dev tenant), dropped when the test is done."""
+    yield from _postgres_database()
+
+
+def _postgres_database() -> Iterator[str]:
     name = f"appdeck_test_{secrets.token_hex(6)}"
     try:
         _on_private_loop(_admin(f'CREATE DATABASE "{name}"'))

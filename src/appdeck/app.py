@@ -17,9 +17,10 @@ from appdeck.auth.audit import AuditLog
 from appdeck.auth.bearer import BearerAuthenticator, ClaimNames, LocalJwtVerifier
 from appdeck.auth.external import JwksVerifier
 from appdeck.auth.keys import ALGORITHM, SigningKeys
-from appdeck.auth.ratelimit import RateLimiter
+from appdeck.auth.ratelimit import RateLimiter, RedisRateLimiter, TokenBuckets
 from appdeck.auth.server import AuthorizationServer
 from appdeck.auth.server.metadata import protected_resource
+from appdeck.auth.server.pending import TRIM_EVERY
 from appdeck.auth.throttle import MCP_WINDOW, FailureThrottle
 from appdeck.auth.tokens import TokenIssuer, TokenVerifier
 from appdeck.auth.urls import PublicUrls
@@ -28,6 +29,7 @@ from appdeck.events.cluster import Cluster
 from appdeck.events.leases import RedisLeases
 from appdeck.events.redis_log import RedisEventLog
 from appdeck.platform.changes import Change
+from appdeck.platform.crypto import Sealer
 from appdeck.platform.deploy.ingress_router import IngressRouter
 from appdeck.platform.ingress.keys import KeyGate
 from appdeck.platform.ingress.routes import Counters, RouteTable
@@ -50,9 +52,11 @@ from appdeck.resources.tables import register as register_table_resources
 from appdeck.settings import Settings
 from appdeck.storage import Storage
 from appdeck.storage.audit import AuditStore
+from appdeck.storage.consents import ConsentStore
 from appdeck.storage.identity import IdentityStore
 from appdeck.storage.oauth import OAuthStore
 from appdeck.storage.replicas import ReplicaStore
+from appdeck.storage.signing_keys import SigningKeyStore
 from appdeck.tools import register_all as register_tools
 from appdeck.transport.git_hooks import git_hook_route
 from appdeck.transport.guard import Guard
@@ -119,7 +123,9 @@ class Services:
             dead_letter=settings.data_dir / "audit-dead-letter.jsonl",
         )
         audit.start()
-        keys, token_issuer, bearer = await _authentication(settings, base_url, identities)
+        keys, token_issuer, bearer = await _authentication(
+            settings, base_url, identities, storage, cluster
+        )
         authz = _authorization_server(
             settings, base_url, storage, identities, keys, token_issuer, bearer, audit
         )
@@ -274,6 +280,8 @@ class Services:
             await self.identities.purge_revocations(time.time())
         if self.authorization_server is not None:
             await self.authorization_server.cleanup()
+        if self.keys is not None:
+            await self.keys.refresh()  # shared keys: a rotation made elsewhere
         await self.server.tasks.expire()
         await self.storage.events.trim(time.time() - self.settings.event_retention_seconds)
 
@@ -324,9 +332,19 @@ class Services:
 
     def asgi(self) -> ASGIApp:
         s = self.settings
+        limiter: TokenBuckets = (
+            RedisRateLimiter(
+                self.cluster.redis,
+                self.cluster.prefix,
+                s.rate_limit_per_second,
+                s.rate_limit_burst,
+            )
+            if self.cluster.redis is not None
+            else RateLimiter(s.rate_limit_per_second, s.rate_limit_burst)
+        )
         guard = Guard(
             self.authenticator,
-            limiter=RateLimiter(s.rate_limit_per_second, s.rate_limit_burst),
+            limiter=limiter,
             audit=self.audit,
             failures=FailureThrottle(free=s.auth_failures_per_ip, window=MCP_WINDOW),
         )
@@ -366,7 +384,11 @@ def public_urls(settings: Settings, base_url: str) -> PublicUrls:
 
 
 async def _authentication(
-    settings: Settings, base_url: str, identities: IdentityStore
+    settings: Settings,
+    base_url: str,
+    identities: IdentityStore,
+    storage: Storage,
+    cluster: Cluster,
 ) -> tuple[SigningKeys | None, TokenIssuer | None, BearerAuthenticator]:
     """The embedded authorization server's keys and issuer (unless an external IdP is set),
     and the resource server's bearer authenticator."""
@@ -385,10 +407,17 @@ async def _authentication(
             refetch_after=settings.jwks_refetch_seconds,
         )
     else:
-        keys = SigningKeys.load_or_create(settings.data_dir)
+        if cluster.shared:  # replicas: the keys in the database, sealed with the secret key
+            keys = await SigningKeys.shared(
+                SigningKeyStore(storage.engine),
+                Sealer.from_settings(settings.secret_key, settings.data_dir),
+            )
+        else:
+            keys = SigningKeys.load_or_create(settings.data_dir)
         issuer = TokenIssuer(keys, base_url, resource, settings.access_token_ttl_seconds)
         verifier = LocalJwtVerifier(
-            TokenVerifier(keys.public_set, base_url, audience, [ALGORITHM]).verify
+            TokenVerifier(keys.public_set, base_url, audience, [ALGORITHM]).verify,
+            keys.refresh_for,
         )
     bearer = BearerAuthenticator(
         verifier=verifier,
@@ -396,8 +425,9 @@ async def _authentication(
         resource_metadata_url=f"{base_url}/.well-known/oauth-protected-resource",
         claims=ClaimNames(tenant=settings.tenant_claim, user=settings.user_claim),
         trust_seconds=settings.auth_trust_seconds,
+        broadcast=cluster.broadcast if cluster.shared else None,
     )
-    await bearer.load_revocations()
+    await bearer.start()  # revoked jti read; other replicas' revocations heard
     return keys, issuer, bearer
 
 
@@ -446,6 +476,7 @@ def _authorization_server(
         settings,
         forget_pat=bearer.forget_pat,
         urls=public_urls(settings, base_url),
+        consents=ConsentStore(storage.engine, trim_every=TRIM_EVERY),
     )
 
 

@@ -12,7 +12,11 @@ from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 import httpx
+import httpx2
+import mcp.types as types
 import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
 from tests.auth.server.helpers import parse_consent, pkce_pair, query_of
 from tests.e2e.helpers import Inbox, official_client, open_get, rpc, sse_headers
@@ -24,9 +28,9 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture
 async def replicas(
-    postgres_module_database: str, redis_prefix: str, tmp_path: Path
+    postgres_test_database: str, redis_prefix: str, tmp_path: Path
 ) -> AsyncIterator[Replicas]:
-    async with run_replicas(postgres_module_database, redis_prefix, tmp_path) as started:
+    async with run_replicas(postgres_test_database, redis_prefix, tmp_path) as started:
         yield started
 
 
@@ -432,3 +436,85 @@ async def test_a_delete_on_a_closes_the_sessions_stream_on_c(replicas: Replicas)
             finally:
                 draining.cancel()
             assert loop.time() - asked <= 1.0
+
+
+# -- 5. requests to the client, answered and cancelled anywhere ----------------------------
+
+
+async def test_an_elicitation_from_one_replica_is_answered_through_another(
+    replicas: Replicas,
+) -> None:
+    asked: list[str] = []
+
+    async def accept(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"username": "ada"})
+
+    http = httpx2.AsyncClient(headers=replicas.auth_headers, timeout=httpx2.Timeout(10, read=60))
+    async with (
+        asyncio.timeout(60),
+        http,
+        Client(
+            streamable_http_client(replicas.url, http_client=http),
+            mode="legacy",
+            elicitation_callback=accept,
+        ) as client,
+    ):
+        for _ in range(3):
+            result = await client.call_tool("test_elicitation", {"message": "Who are you?"})
+            assert not result.is_error, result
+            assert "action=accept" in str(result.content[0]), result
+    assert asked == ["Who are you?"] * 3
+    posts = [r for r in replicas.proxy.routed if r.method == "POST"]
+    calls = [i for i, r in enumerate(posts) if r.what == "request:tools/call"]
+    answered_elsewhere = [
+        i
+        for i in calls
+        if posts[i + 1].what == "response" and posts[i + 1].upstream != posts[i].upstream
+    ]
+    assert answered_elsewhere, posts  # round-robin: each answer went to another replica
+
+
+async def test_a_cancel_sent_to_b_stops_a_call_running_on_a(replicas: Replicas) -> None:
+    a, b, _c = replicas.servers
+    token = replicas.token
+    async with _http(a.origin, token) as on_a, _http(b.origin, token) as on_b:
+        sid = await initialize(on_a)
+        reader = Numbered(on_a, sid)
+        params = {"name": "appdeck_test_count", "arguments": {"count": 10_000, "per_second": 100}}
+        ended = asyncio.Event()
+
+        async def call() -> None:
+            async with on_a.stream(
+                "POST", "/mcp", json=request("tools/call", params, 11), headers=headers(sid)
+            ) as response:
+                buffer = ""
+                async for chunk in response.aiter_text():
+                    buffer += chunk.replace("\r\n", "\n")
+                    while "\n\n" in buffer:
+                        block, buffer = buffer.split("\n\n", 1)
+                        reader._take(parse_sse(block + "\n\n"))
+                        reader._grew.set()
+            ended.set()
+
+        calling = asyncio.create_task(call())
+        try:
+            await reader.wait_for(30, within=10)
+            cancel = {
+                "jsonrpc": "2.0",
+                "method": "notifications/cancelled",
+                "params": {"requestId": 11, "reason": "changed my mind"},
+            }
+            sent = await on_b.post("/mcp", json=cancel, headers=headers(sid))
+            assert sent.status_code == 202, sent.text
+            loop = asyncio.get_running_loop()
+            asked = loop.time()
+            async with asyncio.timeout(5):
+                await ended.wait()
+            assert loop.time() - asked <= 1.0
+        finally:
+            calling.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await calling
+        assert len(reader.numbers) < 10_000
+        assert reader.responses == []  # a cancelled request gets no response

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -37,6 +38,21 @@ class Routed:
     method: str
     upstream: str
     status: int
+    what: str = ""
+    """For a JSON-RPC POST: ``request:<method>``, ``notification:<method>`` or ``response``."""
+
+
+def _what(body: bytes) -> str:
+    try:
+        message = json.loads(body)
+    except ValueError:
+        return ""
+    if not isinstance(message, dict):
+        return ""
+    if "method" in message:
+        kind = "request" if "id" in message else "notification"
+        return f"{kind}:{message['method']}"
+    return "response" if "result" in message or "error" in message else ""
 
 
 @dataclass
@@ -80,7 +96,8 @@ class ReplicaProxy:
                 response = await self._client.send(request, stream=True)
             except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError):
                 continue  # a dead replica: the next one answers
-            self.routed.append(Routed(scope["method"], upstream, response.status_code))
+            what = _what(body) if scope["method"] == "POST" else ""
+            self.routed.append(Routed(scope["method"], upstream, response.status_code, what))
             await self._relay(response, receive, send)
             return
         await send({"type": "http.response.start", "status": 502, "headers": []})

@@ -470,8 +470,9 @@ class McpServer:
         entry = self._inflight.get((session_id, request_id))
         if entry is None:
             return False
-        entry.cancelled = True
-        entry.task.cancel()
+        if not entry.cancelled:  # a forwarded cancel may come again before it is acked:
+            entry.cancelled = True  # a second cancel() would outlive the call's own unwinding
+            entry.task.cancel()
         return True
 
     async def handle_response(self, message: JsonObject, call: Call) -> None:

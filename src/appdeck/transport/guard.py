@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from appdeck.auth import Authenticator, AuthError
-from appdeck.auth.ratelimit import RateLimiter
+from appdeck.auth.ratelimit import TokenBuckets
 from appdeck.auth.throttle import FailureThrottle
 from appdeck.common.identity import Principal
 from appdeck.protocol import errors as rpc
@@ -62,7 +62,7 @@ class Guard:
         self,
         authenticator: Authenticator,
         *,
-        limiter: RateLimiter | None = None,
+        limiter: TokenBuckets | None = None,
         audit: AuditTrail | None = None,
         failures: FailureThrottle | None = None,
     ) -> None:
@@ -104,7 +104,7 @@ class Guard:
                 401, rpc.SERVER_ERROR, exc.message, [(b"www-authenticate", challenge)]
             ) from None
         if self.limiter is not None and value is not None:
-            wait_ms = self.limiter.check(rate_key(principal))
+            wait_ms = await self.limiter.take(rate_key(principal))
             if wait_ms is not None:
                 self.refused(principal, 429, "rate limited", method, client)
                 raise _too_many("Too many requests for this token; slow down", wait_ms)

@@ -160,3 +160,21 @@ async def test_a_token_signed_with_a_key_rotated_in_on_c_verifies_on_a(
     )
     assert (await a.bearer.authenticate(f"Bearer {token}")).user == "ada"
     assert a.keys.kid == c.keys.kid
+async def test_a_token_signed_with_a_key_new_on_c_is_revoked_through_a(
+    replicas: list[Replica],
+) -> None:
+    a, b, c = replicas
+    client = await register(a.http)
+    await c.keys.rotate_shared()
+    a.keys._refreshed = 0.0
+    verifier, challenge = pkce_pair()
+    page = await c.http.get(authorize_url(client["client_id"], challenge))
+    answer = await post_form(c.http, parse_consent(page.text))
+    code = query_of(answer.headers["location"])["code"]
+    token = (await redeem(c.http, client["client_id"], code, verifier)).json()["access_token"]
+    b.keys._refreshed = 0.0
+    assert (await b.bearer.authenticate(f"Bearer {token}")).tenant == "acme"
+    assert not a.keys.knows(c.keys.kid)
+    revoked = await a.http.post("/revoke", data={"token": token, "client_id": client["client_id"]})
+    assert revoked.status_code == 200
+    await _refused_within(1.0, b, token)

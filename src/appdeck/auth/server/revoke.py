@@ -24,7 +24,7 @@ from starlette.responses import Response
 
 from appdeck import activity
 from appdeck.auth.audit import AuditEvent
-from appdeck.auth.bearer import PAT_PREFIX
+from appdeck.auth.bearer import PAT_PREFIX, header_kid
 from appdeck.auth.hashing import token_hash
 from appdeck.auth.keys import ALGORITHM
 from appdeck.auth.server.clients import Clients
@@ -116,6 +116,9 @@ class RevokeEndpoint:
     async def _access(self, token: str, client: ClientRow) -> dict[str, Any] | None:
         if token.count(".") != 2:
             return None
+        kid = header_kid(token)
+        if kid is not None:  # signed with a key another replica made since these were read
+            await self._ctx.keys.refresh_for(kid)
         try:
             claims = jwt.decode(token, self._ctx.keys.public_set, algorithms=[ALGORITHM]).claims
         except (JoseError, ValueError, TypeError, KeyError):
