@@ -160,6 +160,8 @@ async def test_a_token_signed_with_a_key_rotated_in_on_c_verifies_on_a(
     )
     assert (await a.bearer.authenticate(f"Bearer {token}")).user == "ada"
     assert a.keys.kid == c.keys.kid
+
+
 async def test_a_token_signed_with_a_key_new_on_c_is_revoked_through_a(
     replicas: list[Replica],
 ) -> None:
