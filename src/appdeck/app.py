@@ -44,7 +44,8 @@ from appdeck.prompts.deploy import register as register_deploy_prompts
 from appdeck.protocol.registry import Registry
 from appdeck.protocol.server import McpServer, ServerInfo
 from appdeck.protocol.sessions import SessionManager
-from appdeck.protocol.tasks import TaskLimits, TaskManager
+from appdeck.protocol.task_model import TaskLimits
+from appdeck.protocol.tasks import TaskManager
 from appdeck.resources.apps import changed as changed_resources
 from appdeck.resources.apps import register as register_app_resources
 from appdeck.resources.apps import revoked as revoked_resources

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from appdeck.protocol.sessions import Session, SessionChange
-from appdeck.protocol.tasks import TERMINAL, Task
+from appdeck.protocol.task_model import TERMINAL, Task
 
 
 class MemorySessionStore:

@@ -3,19 +3,17 @@ import asyncio
 import pytest
 
 from appdeck.protocol.errors import INVALID_PARAMS
-from appdeck.protocol.tasks import (
+from appdeck.protocol.task_model import (
     CANCELLED,
     COMPLETED,
     FAILED,
     INPUT_REQUIRED,
     RELATED_TASK_META,
     TERMINAL,
-    TRANSITIONS,
     WORKING,
-    IllegalTransition,
     Task,
-    TaskManager,
 )
+from appdeck.protocol.tasks import TRANSITIONS, IllegalTransition, TaskManager
 from appdeck.storage import Storage
 from tests.support.wait import until
 

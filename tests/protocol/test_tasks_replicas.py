@@ -19,18 +19,17 @@ from redis.asyncio import Redis
 
 from appdeck.events.signals import LocalBroadcast, RedisBroadcast
 from appdeck.protocol.errors import InvalidParams, ServerBusy
-from appdeck.protocol.tasks import (
+from appdeck.protocol.task_model import (
     CANCELLED,
     COMPLETED,
     FAILED,
     INPUT_REQUIRED,
-    ORPHAN_MESSAGE,
     WORKING,
     Task,
     TaskLimits,
-    TaskManager,
     cancel_channel,
 )
+from appdeck.protocol.tasks import ORPHAN_MESSAGE, TaskManager
 from appdeck.storage import SqlTaskStore, Storage
 from appdeck.storage.replicas import ReplicaStore
 from appdeck.storage.schema import replicas

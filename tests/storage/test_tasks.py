@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from appdeck.protocol.tasks import Task
+from appdeck.protocol.task_model import Task
 from appdeck.storage import Storage
 from appdeck.storage.replicas import ReplicaStore
 from appdeck.storage.schema import replicas

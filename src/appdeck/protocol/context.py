@@ -17,7 +17,8 @@ from appdeck.protocol import jsonrpc
 from appdeck.protocol.errors import McpError
 from appdeck.protocol.ports import Outbox, RequestChannel
 from appdeck.protocol.sessions import Session
-from appdeck.protocol.tasks import INPUT_REQUIRED, RELATED_TASK_META, WORKING, Task, TaskManager
+from appdeck.protocol.task_model import INPUT_REQUIRED, RELATED_TASK_META, WORKING, Task
+from appdeck.protocol.tasks import TaskManager
 
 JsonObject = dict[str, Any]
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from appdeck.common.identity import Principal
     from appdeck.protocol.sessions import Session, SessionChange
-    from appdeck.protocol.tasks import Task
+    from appdeck.protocol.task_model import Task
 
 JsonObject = dict[str, Any]
 

@@ -21,9 +21,8 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Final
 
 from appdeck.common.identity import Principal
@@ -31,12 +30,22 @@ from appdeck.protocol import jsonrpc
 from appdeck.protocol.errors import InvalidParams, McpError, ServerBusy, error_response
 from appdeck.protocol.pagination import decode, encode
 from appdeck.protocol.ports import Broadcast, Outbox, Subscription, TaskStore
-
-WORKING: Final = "working"
-INPUT_REQUIRED: Final = "input_required"
-COMPLETED: Final = "completed"
-FAILED: Final = "failed"
-CANCELLED: Final = "cancelled"
+from appdeck.protocol.task_model import (
+    CANCELLED,
+    COMPLETED,
+    FAILED,
+    INPUT_REQUIRED,
+    MAX_TASK_ID,
+    TERMINAL,
+    WORKING,
+    Resumer,
+    Runner,
+    Task,
+    TaskLimits,
+    cancel_channel,
+    done_channel,
+    task_id_of,
+)
 
 TRANSITIONS: Final[Mapping[str, frozenset[str]]] = {
     WORKING: frozenset({INPUT_REQUIRED, COMPLETED, FAILED, CANCELLED}),
@@ -45,11 +54,6 @@ TRANSITIONS: Final[Mapping[str, frozenset[str]]] = {
     FAILED: frozenset(),
     CANCELLED: frozenset(),
 }
-TERMINAL: Final = frozenset({COMPLETED, FAILED, CANCELLED})
-
-RELATED_TASK_META: Final = "io.modelcontextprotocol/related-task"
-
-MAX_TASK_ID: Final = 128
 MAX_CHORES: Final = 1_000
 """Rechecks a flood of ``task-cancel`` messages may schedule at once (beyond: one recheck)."""
 ORPHAN_MESSAGE: Final = (
@@ -61,77 +65,6 @@ log = logging.getLogger("appdeck.tasks")
 
 class IllegalTransition(RuntimeError):
     """A programming error: a move the state table does not allow."""
-
-
-def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-@dataclass(slots=True)
-class Task:
-    """A task and the request it runs. ``result`` or ``error`` is set once it is terminal."""
-
-    task_id: str
-    tenant: str
-    user: str
-    session_id: str
-    status: str
-    created_at: float
-    updated_at: float
-    ttl_ms: int | None
-    poll_interval_ms: int
-    method: str
-    params: dict[str, Any]
-    instance_id: str
-    status_message: str | None = None
-    result: dict[str, Any] | None = None
-    error: dict[str, Any] | None = None
-    progress_token: str | int | None = field(default=None)
-
-    @property
-    def terminal(self) -> bool:
-        return self.status in TERMINAL
-
-    def wire(self) -> dict[str, Any]:
-        """The Task object of the spec."""
-        body: dict[str, Any] = {
-            "taskId": self.task_id,
-            "status": self.status,
-            "createdAt": _iso(self.created_at),
-            "lastUpdatedAt": _iso(self.updated_at),
-            "ttl": self.ttl_ms,
-            "pollInterval": self.poll_interval_ms,
-        }
-        if self.status_message is not None:
-            body["statusMessage"] = self.status_message
-        return body
-
-
-Runner = Callable[[Task], Awaitable[dict[str, Any]]]
-"""Runs a task's request; returns its result, or raises :class:`McpError` for an error."""
-
-Resumer = Callable[[Task], Awaitable[bool]]
-"""Given a task a dead process left working, take it over (True) or decline (False)."""
-
-
-@dataclass(frozen=True, slots=True)
-class TaskLimits:
-    default_ttl_ms: int = 3_600_000
-    max_ttl_ms: int = 86_400_000
-    default_poll_ms: int = 1_000
-    min_poll_ms: int = 250
-    max_poll_ms: int = 60_000
-    page_size: int = 50
-    max_running: int = 10_000
-    """Tasks one process runs at once (beyond: ServerBusy)."""
-    max_watched: int = 10_000
-    """Tasks one process's tasks/result waiters watch through the broadcast (beyond: poll)."""
-    recheck_seconds: float = 2.0
-    """How often the owner re-reads its running tasks (a lost task-cancel message)."""
-    sweep_seconds: float = 2.0
-    """How often a replica sweeps the tasks of dead replicas (dead at 10 s, swept within
-    12 s of their last heartbeat: a killed replica's tasks end in under 15 s)."""
-    sweep_batch: int = 200
 
 
 class _Doorbell:
@@ -148,27 +81,6 @@ class _Doorbell:
         """A doorbell only: whatever the payload, the waiters re-read the store."""
         for event in self.events:
             event.set()
-
-
-def cancel_channel(instance_id: str) -> str:
-    """Where a replica hears the cancels of the tasks it runs (payload: the task id)."""
-    return f"task-cancel:{instance_id}"
-
-
-def done_channel(task_id: str) -> str:
-    """Rung when a task ends, by whichever process ended it (payload: its status)."""
-    return f"task-done:{task_id}"
-
-
-def _task_id_of(payload: bytes) -> str | None:
-    """The task id a ``task-cancel`` message carries, or None when it is malformed."""
-    if not isinstance(payload, bytes) or not 0 < len(payload) <= MAX_TASK_ID:
-        return None
-    try:
-        text = payload.decode("ascii")
-    except UnicodeDecodeError:
-        return None
-    return text if text.isprintable() else None
 
 
 class TaskManager:
@@ -486,7 +398,7 @@ class TaskManager:
 
     def _on_cancel(self, payload: bytes) -> None:
         """A ``task-cancel`` addressed to this instance: re-read the task, stop its run."""
-        task_id = _task_id_of(payload)
+        task_id = task_id_of(payload)
         if task_id is None:
             size = len(payload) if isinstance(payload, bytes) else -1
             log.warning("dropped a malformed task-cancel message (%d bytes)", size)

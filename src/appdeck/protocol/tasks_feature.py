@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from appdeck.protocol import jsonrpc
 from appdeck.protocol.call import Call
 from appdeck.protocol.errors import wire_error
-from appdeck.protocol.tasks import RELATED_TASK_META
+from appdeck.protocol.task_model import RELATED_TASK_META
 
 if TYPE_CHECKING:
     from appdeck.common.identity import Principal

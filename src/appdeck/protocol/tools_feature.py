@@ -19,7 +19,7 @@ from appdeck.protocol.errors import (
     tool_error_result,
 )
 from appdeck.protocol.registry import ToolDef
-from appdeck.protocol.tasks import Task
+from appdeck.protocol.task_model import Task
 
 if TYPE_CHECKING:
     from appdeck.protocol.server import McpServer

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from appdeck.protocol.ports import TaskStore
-from appdeck.protocol.tasks import INPUT_REQUIRED, WORKING, Task
+from appdeck.protocol.task_model import INPUT_REQUIRED, WORKING, Task
 from appdeck.storage.replicas import DEAD_AFTER_SECONDS, live_condition
 from appdeck.storage.schema import tasks
 
