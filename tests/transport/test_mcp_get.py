@@ -88,6 +88,11 @@ async def test_a_bad_last_event_id_is_400(live: httpx.AsyncClient) -> None:
     for bad in ("garbage", "g.x", "zz9.5", "../etc.1"):
         r = await live.get("/mcp", headers=get_headers(sid, last_event_id=bad))
         assert r.status_code == 400, bad
+    # latin-1 bytes that are digits or letters to str methods but not to int() or the log
+    for raw in (b"g.\xb2", b"g.\xb9\xb2", b"\xe9t\xe9.1"):
+        request_headers = {**get_headers(sid), "last-event-id": raw}
+        r = await live.get("/mcp", headers=request_headers)  # type: ignore[dict-item]
+        assert r.status_code == 400, raw
 
 
 async def test_missed_events_are_replayed_after_last_event_id(

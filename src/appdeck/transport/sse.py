@@ -22,9 +22,9 @@ def event_id(stream: str, seq: int) -> str:
 
 def parse_event_id(value: str) -> tuple[str, int] | None:
     stream, dot, seq = value.strip().rpartition(".")
-    if not dot or not stream or len(value) > 64 or not seq.isdigit():
-        return None
-    if not all(c.isalnum() or c in "-_" for c in stream):
+    if not dot or not stream or len(value) > 64 or not (seq.isascii() and seq.isdigit()):
+        return None  # "²".isdigit() holds, and int("²") raises: ASCII digits only
+    if not stream.isascii() or not all(c.isalnum() or c in "-_" for c in stream):
         return None
     number = int(seq)
     if number > MAX_SEQ:  # the event log's seq is a signed 64-bit column
