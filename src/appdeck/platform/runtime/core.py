@@ -107,6 +107,9 @@ class DriverCore:
         self.runtime_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._digest_key = _digest_key(self.runtime_dir / ".env-digest.key")
         self._releases: dict[str, ReleaseState] = {}
+        self._recorded_netns: dict[str, tuple[int, int, int]] = {}
+        """Network namespaces of instances another replica on this host started, by
+        ``"<release_id>.<index>"``: (pid, start ticks, fd). See ``netns_fd``."""
         self._boot_id = boot_id()
 
     # ---------------------------------------------------------------- bookkeeping

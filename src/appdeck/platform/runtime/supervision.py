@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any, Final
 
-from appdeck.common.errors import FailedPrecondition
+from appdeck.common.errors import FailedPrecondition, InvalidArgument
 from appdeck.platform import netns
 from appdeck.platform.runtime import shim as shim_module
 from appdeck.platform.runtime.cgroups import Limits
@@ -29,10 +29,13 @@ from appdeck.platform.runtime.model import InstanceState, ReleaseState, instance
 from appdeck.platform.runtime.procs import forget_process, kill_leftovers, pidfd
 from appdeck.platform.runtime.sandbox import STAGE
 from appdeck.platform.runtime.shim import is_running, proc_stat
+from appdeck.platform.runtime.state import read_json, records
 
 log = logging.getLogger("appdeck.runtime")
 
 SHIM_PATH: Final = Path(shim_module.__file__).resolve()
+MAX_RECORDED_NETNS: Final = 1024
+"""Namespace fds kept for instances other replicas started (all closed past it)."""
 
 
 class SupervisionMixin(DriverCore):
@@ -234,7 +237,7 @@ class SupervisionMixin(DriverCore):
         state = self._releases.get(release_id)
         instance = state.instances.get(int(index)) if state and index.isdigit() else None
         if instance is None or instance.pid is None:
-            return None
+            return self._recorded_netns_fd(key, release_id, index)
         if instance.netns_fd is not None and instance.netns_pid == instance.pid:
             return instance.netns_fd
         fd = netns.open_of(instance.pid)
@@ -246,6 +249,44 @@ class SupervisionMixin(DriverCore):
         if instance.netns_fd is not None:
             os.close(instance.netns_fd)
         instance.netns_fd, instance.netns_pid = fd, instance.pid
+        return fd
+
+    def _recorded_netns_fd(self, key: str, release_id: str, index: str) -> int | None:
+        """The namespace of an instance this process does not supervise: another replica on
+        this host started it (replicas share the data dir, so its ``instances.json`` is
+        here). Routes are shared, so this replica's ingress serves it too: the pid recorded
+        there, while that very process runs (an fd kept per pid, like ``netns_fd``'s)."""
+        if not index.isdigit():
+            return None
+        try:
+            state = self._existing(release_id)
+        except InvalidArgument:
+            return None
+        if state is None:
+            return None
+        recorded = read_json(state.directory / "instances.json")
+        if recorded.get("boot_id") != self._boot_id:
+            return None
+        found = [r for r in records(recorded) if int(r["index"]) == int(index)]
+        if not found:
+            return None
+        pid, ticks = int(found[0]["pid"]), int(found[0]["start_ticks"])
+        cached = self._recorded_netns.get(key)
+        if cached is not None and cached[:2] == (pid, ticks):
+            return cached[2]
+        fd = netns.open_of(pid)
+        if fd is None:
+            return None
+        if not is_running(pid, ticks):  # a recycled pid: not that instance
+            os.close(fd)
+            return None
+        if cached is not None:
+            os.close(cached[2])
+        elif len(self._recorded_netns) >= MAX_RECORDED_NETNS:  # instances long gone, mostly
+            for _, _, old in self._recorded_netns.values():
+                os.close(old)
+            self._recorded_netns.clear()
+        self._recorded_netns[key] = (pid, ticks, fd)
         return fd
 
     async def _wait_exit(self, instance: InstanceState) -> None:
