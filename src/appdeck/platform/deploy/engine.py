@@ -57,6 +57,10 @@ Progress = Callable[[str, int | None], Awaitable[None]]
 
 MAX_HANDED = 1024
 """Leases taken by :meth:`DeployService.create` waiting for their :meth:`~DeployService.run`."""
+BUSY_LOOKS = 10
+BUSY_LOOK_S = 0.1
+"""A deploy refused because the app's lease is held looks for the deployment in progress this
+many times, this far apart (see ``DeployService._busy``)."""
 ORPHANED = (
     "The server driving this deployment stopped (it restarted, or lost its lock on the app); "
     "the live release kept serving. Deploy again."
@@ -203,13 +207,7 @@ class DeployService:
         env = await self._env.resolved(app_id, dict(app.spec.get("env") or {}))
         held = await self.locks.try_take(app_id)
         if held is None:  # a deploy, rollback or restart runs (here or on another replica)
-            running = await self.store.for_app(app_id, states=sorted(states.IN_PROGRESS), limit=1)
-            if running:
-                raise _in_progress(running[0])
-            raise Conflict(
-                "a rollback or restart of this app is under way",
-                hint="wait for it (list_deployments) before deploying again",
-            )
+            raise await self._busy(app_id)
         try:
             live = await self.live(app_id)
             record = await self.store.create(
@@ -229,6 +227,21 @@ class DeployService:
         self._hand(record, held)
         await self.announce(app, record)
         return app, record
+
+    async def _busy(self, app_id: int) -> Conflict:
+        """Why the app's lease is held: the deployment in progress, named; else a rollback or
+        restart. A deploy takes the lease a moment before it records its deployment, so an
+        app found without one is looked at again for up to a second before saying so."""
+        for look in range(BUSY_LOOKS):
+            running = await self.store.for_app(app_id, states=sorted(states.IN_PROGRESS), limit=1)
+            if running:
+                return _in_progress(running[0])
+            if look + 1 < BUSY_LOOKS:
+                await asyncio.sleep(BUSY_LOOK_S)
+        return Conflict(
+            "a rollback or restart of this app is under way",
+            hint="wait for it (list_deployments) before deploying again",
+        )
 
     def _hand(self, record: DeploymentRecord, held: Hold) -> None:
         """Keep the lease ``create`` took for the deployment's ``run`` (which renews it)."""
