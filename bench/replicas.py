@@ -122,15 +122,21 @@ def process_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def postgres_cpu() -> float:
+def postgres_cpu() -> dict[int, float]:
     """utime + stime of every process named ``postgres`` (the server and its backends)."""
-    total = 0.0
+    out: dict[int, float] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         with contextlib.suppress(OSError, IndexError, ValueError):
             text = stat.read_text()
             if text[text.index("(") + 1 : text.rindex(")")] == "postgres":
-                total += process_cpu(int(stat.parent.name))
-    return total
+                out[int(stat.parent.name)] = process_cpu(int(stat.parent.name))
+    return out
+
+
+def postgres_cpu_since(before: dict[int, float]) -> float:
+    """PostgreSQL's CPU time since ``before``: backends that exited meanwhile are left out, new
+    ones count from zero."""
+    return sum(cpu - before.get(pid, 0.0) for pid, cpu in postgres_cpu().items())
 
 
 def machine_busy() -> float:
@@ -318,10 +324,10 @@ def load(
         subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in cmds
     ]
     outs = []
-    for p in procs:
+    for p, cmd in zip(procs, cmds, strict=True):
         out, err = p.communicate()
-        outs.append(subprocess.CompletedProcess(p.args, p.returncode, out, err))
-        Path(p.args[-2]).unlink(missing_ok=True)  # the Lua script
+        outs.append(subprocess.CompletedProcess(cmd, p.returncode, out, err))
+        Path(cmd[-2]).unlink(missing_ok=True)  # the Lua script
     wall, busy = time.monotonic() - t0, machine_busy() - busy0
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
     calls1 = redis_commands(redis)
@@ -333,7 +339,7 @@ def load(
             k: v - calls0.get(k, 0) for k, v in calls1.items() if v - calls0.get(k, 0) > 0
         },
         redis_cpu_s=redis_cpu(redis) - rcpu0,
-        postgres_cpu_s=postgres_cpu() - pg0,
+        postgres_cpu_s=postgres_cpu_since(pg0),
         wrk_cpu_s=kids.ru_utime + kids.ru_stime - kids0.ru_utime - kids0.ru_stime,
         machine_busy_s=busy,
         wall_s=wall,
