@@ -258,6 +258,9 @@ class SupervisionMixin(DriverCore):
         there, while that very process runs (an fd kept per pid, like ``netns_fd``'s)."""
         if not index.isdigit():
             return None
+        cached = self._recorded_netns.get(key)
+        if cached is not None and is_running(cached[0], cached[1]):
+            return cached[2]  # the hot path: no file read while that process runs
         try:
             state = self._existing(release_id)
         except InvalidArgument:
@@ -271,9 +274,6 @@ class SupervisionMixin(DriverCore):
         if not found:
             return None
         pid, ticks = int(found[0]["pid"]), int(found[0]["start_ticks"])
-        cached = self._recorded_netns.get(key)
-        if cached is not None and cached[:2] == (pid, ticks):
-            return cached[2]
         fd = netns.open_of(pid)
         if fd is None:
             return None
