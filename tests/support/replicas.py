@@ -3,9 +3,12 @@ database, one Redis prefix and one secret key: the set-up of issue 13's must-sho
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import fcntl
 import re
 import secrets
+import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +17,7 @@ from tests.support.appdeck_process import AppDeckProcess, start_appdeck
 from tests.support.proxy import ReplicaProxy, serve_proxy
 from tests.support.redis import REDIS_URL
 
+LOCK_FILE = Path(tempfile.gettempdir()) / "appdeck-test-replica-sets.lock"
 DEV_PASSWORD = re.compile(r"admin user 'dev', password: (\S+)")
 
 
@@ -72,7 +76,42 @@ async def run_replicas(
     extra_env: dict[str, str] | None = None,
 ) -> AsyncIterator[Replicas]:
     """``count`` replicas started one after another (the first makes the dev tenant and
-    migrates), the proxy in front; all stopped (SIGTERM, then SIGKILL) at the end."""
+    migrates), the proxy in front; all stopped (SIGTERM, then SIGKILL) at the end.
+
+    One replica set at a time on this machine (a lock file shared by the pytest-xdist
+    workers): each replica keeps a pool of PostgreSQL connections, and two or three sets at
+    once exhaust the server's 100 ("too many clients already")."""
+    async with (
+        _one_set_at_a_time(),
+        _run(database_url, redis_prefix, tmp_path, count, extra_env) as replicas,
+    ):
+        yield replicas
+
+
+@contextlib.asynccontextmanager
+async def _one_set_at_a_time(within: float = 900.0) -> AsyncIterator[None]:
+    with LOCK_FILE.open("a") as handle:
+        async with asyncio.timeout(within):
+            while True:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    await asyncio.sleep(0.5)  # another process holds the lock
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@contextlib.asynccontextmanager
+async def _run(
+    database_url: str,
+    redis_prefix: str,
+    tmp_path: Path,
+    count: int,
+    extra_env: dict[str, str] | None,
+) -> AsyncIterator[Replicas]:
     proxy = ReplicaProxy()
     async with serve_proxy(proxy) as origin:
         env = {
