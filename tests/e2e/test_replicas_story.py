@@ -306,13 +306,24 @@ async def test_the_rate_limit_is_one_bucket_for_all_three_replicas(replicas: Rep
         began = loop.time()
         sid = await initialize(clients[0])
         statuses: list[int] = []
+        resent = 0
         gate = asyncio.Semaphore(24)
 
         async def ping(i: int) -> None:
+            nonlocal resent
             async with gate:
-                r = await clients[i % 3].post(
-                    "/mcp", json=request("ping", None, i), headers=headers(sid)
-                )
+                for attempt in range(3):
+                    try:
+                        r = await clients[i % 3].post(
+                            "/mcp", json=request("ping", None, i), headers=headers(sid)
+                        )
+                        break
+                    except (httpx.ReadError, httpx.RemoteProtocolError):
+                        # a kept-alive connection the server closed as it went idle (5 s)
+                        # just as it was reused: sent again, as clients do
+                        resent += 1
+                        if attempt == 2:
+                            raise
                 statuses.append(r.status_code)
 
         started = loop.time()
@@ -323,6 +334,7 @@ async def test_the_rate_limit_is_one_bucket_for_all_three_replicas(replicas: Rep
         for client in clients:
             await client.aclose()
     assert set(statuses) <= {200, 429}, set(statuses)
+    assert resent <= 20, resent
     passed = statuses.count(200)
     most = 200 + 50 * (ended - began) + 5
     least = min(1000, 200 - 2 + 50 * (ended - started)) * 0.85

@@ -140,7 +140,9 @@ async def serve_proxy(proxy: ReplicaProxy) -> AsyncIterator[str]:
     sock.bind(("127.0.0.1", 0))
     sock.listen(128)  # connections queue from now on: no need to wait for uvicorn to start
     port = sock.getsockname()[1]
-    config = uvicorn.Config(proxy, log_level="warning", lifespan="off", timeout_graceful_shutdown=1)
+    config = uvicorn.Config(  # log_config=None: leave the test process's logging alone
+        proxy, log_config=None, lifespan="off", timeout_graceful_shutdown=1
+    )
     server = uvicorn.Server(config)
     timeout = httpx.Timeout(connect=2.0, read=None, write=10.0, pool=10.0)
     async with httpx.AsyncClient(timeout=timeout, trust_env=False) as client:
