@@ -195,15 +195,21 @@ class Services:
             router=router,
             port=port,
         )
-        platform.feed.subscribe(services._announce)
-        interrupted, restored = await platform.start(sole=not cluster.shared)
-        if cluster.shared:  # after start: its restore unroutes every app, for this table only
+        await services._begin(platform, router, tasks)
+        return services
+
+    async def _begin(self, platform: Platform, router: IngressRouter, tasks: TaskManager) -> None:
+        """Once every part is built: restore the apps, join the other replicas (routes,
+        heartbeat, tasks) and start the background loops."""
+        platform.feed.subscribe(self._announce)
+        interrupted, restored = await platform.start(sole=not self.cluster.shared)
+        if self.cluster.shared:  # after start: its restore unroutes every app, for this table only
             await router.share(
-                cluster.broadcast,
-                instance_id,
+                self.cluster.broadcast,
+                self.instance_id,
                 missed=lambda: platform.ops.resync_routes(router),
-                redis=cluster.redis,
-                prefix=cluster.prefix,
+                redis=self.cluster.redis,
+                prefix=self.cluster.prefix,
             )
             await platform.ops.resync_routes(router)
         if interrupted or restored:
@@ -212,26 +218,25 @@ class Services:
                 interrupted,
                 restored,
             )
-        if cluster.shared:  # replica mode: live from now on (before any task of ours exists)
-            services.replicas = ReplicaStore(storage.engine, instance_id)
-            await services.replicas.heartbeat()
-            beat = services.replicas.beat_forever(services._stopping)
-            services._background.append(asyncio.create_task(beat, name="heartbeat"))
-        await tasks.attach(cluster.broadcast)
+        if self.cluster.shared:  # replica mode: live from now on (before any task of ours exists)
+            self.replicas = ReplicaStore(self.storage.engine, self.instance_id)
+            await self.replicas.heartbeat()
+            beat = self.replicas.beat_forever(self._stopping)
+            self._background.append(asyncio.create_task(beat, name="heartbeat"))
+        await tasks.attach(self.cluster.broadcast)
         reconciled = await tasks.reconcile({})
         if reconciled:
             log.warning("reconciled %d task(s) left working by a previous process", reconciled)
-        services._background.append(asyncio.create_task(services._sweep_forever(), name="sweeper"))
-        watching = services._watch_deploys(router)
-        services._background.append(asyncio.create_task(watching, name="deploy-watch"))
-        watch = tasks.watch(services._stopping)  # rechecks (2 s) and the orphan sweep
-        services._background.append(asyncio.create_task(watch, name="tasks-watch"))
-        if settings.with_conformance_fixtures:
+        self._background.append(asyncio.create_task(self._sweep_forever(), name="sweeper"))
+        watching = self._watch_deploys(router)
+        self._background.append(asyncio.create_task(watching, name="deploy-watch"))
+        watch = tasks.watch(self._stopping)  # rechecks (2 s) and the orphan sweep
+        self._background.append(asyncio.create_task(watch, name="tasks-watch"))
+        if self.settings.with_conformance_fixtures:
             from appdeck.fixtures.conformance import tick_watched_resource
 
-            ticker = tick_watched_resource(server.resources.updated, services._stopping)
-            services._background.append(asyncio.create_task(ticker, name="watched-resource"))
-        return services
+            ticker = tick_watched_resource(self.server.resources.updated, self._stopping)
+            self._background.append(asyncio.create_task(ticker, name="watched-resource"))
 
     async def _announce(self, change: Change) -> None:
         """Platform changes become resource notifications, for the change's tenant only."""
