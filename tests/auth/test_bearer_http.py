@@ -246,13 +246,16 @@ async def test_spellings_of_one_token_share_one_rate_limit_bucket(world: AuthWor
     sid = await initialize(world.client, token)
     spellings = [f"Bearer {token}", f"bEaReR {token}", f"bearer    {token}  ", f"BEARER {token}"]
     statuses = []
+    began = time.monotonic()
     for i in range(60):  # 15 a spelling: under the burst of 40 if each had a bucket of its own
         h = headers(sid) | {"authorization": spellings[i % 4]}
         statuses.append(
             (await world.client.post("/mcp", json=request("ping"), headers=h)).status_code
         )
+        if statuses[-1] == 429 and statuses.count(429) == 1:
+            refilled = 5 * (time.monotonic() - began)  # 5 a second come back meanwhile
     assert set(statuses) == {200, 429}
-    assert statuses.index(429) <= 41
+    assert statuses.index(429) <= 40 + refilled + 1, (statuses.index(429), refilled)
 
 
 async def test_a_pat_is_limited_by_its_id_whatever_the_spelling(world: AuthWorld) -> None:
