@@ -29,11 +29,12 @@ async def test_a_secret_is_masked_unless_revealed_by_an_admin(on: OnFakes) -> No
     assert [v["name"] for v in await env.list_vars(on.bob, app_id)] == ["TOKEN"]
 
 
-async def test_a_change_marks_the_app_for_a_restart(on: OnFakes) -> None:
+async def test_a_change_before_any_deploy_marks_no_restart(on: OnFakes) -> None:
+    """Nothing runs yet (a deployed app's change is marked: tests/platform/advice)."""
     apps, env = on.platform.apps, on.platform.env
     app_id = (await apps.register(on.alice, "shop")).app.id
     await env.set_vars(on.alice, app_id, {"A": "1"}, secret=False)
-    assert (await apps.get(on.alice, app_id)).app.needs_restart
+    assert not (await apps.get(on.alice, app_id)).app.needs_restart
 
 
 async def test_names_the_platform_sets_are_refused(on: OnFakes) -> None:

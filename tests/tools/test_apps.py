@@ -2,6 +2,8 @@
 
 import json
 
+from appdeck.tools.timestamps import iso
+
 from .conftest import World
 
 
@@ -18,7 +20,12 @@ async def test_an_agent_registers_lists_and_reads_an_app(world: World) -> None:
     assert url["url"] == made["url"]
     got = await bob.ok("manage_app", app_id=made["app_id"], action="get")
     assert got["members"] == [
-        {"user": "bob", "role": "owner", "granted_at": got["members"][0]["granted_at"]}
+        {
+            "user": "bob",
+            "role": "owner",
+            "granted_at": got["members"][0]["granted_at"],
+            "granted_at_iso": iso(got["members"][0]["granted_at"]),
+        }
     ]
 
 

@@ -27,7 +27,8 @@ async def test_values_are_set_masked_revealed_and_encrypted(world: World) -> Non
     async with world.services.storage.engine.connect() as conn:
         stored = [r.value for r in (await conn.execute(sa.select(app_env))).all()]
     assert all("s3cr3t" not in v and "hello" not in v for v in stored)
-    assert (await bob.ok("manage_app", app_id=app_id, action="get"))["needs_restart"] is True
+    # nothing runs yet: an env change before the first deploy needs no restart
+    assert (await bob.ok("manage_app", app_id=app_id, action="get"))["needs_restart"] is False
 
 
 async def test_only_admins_read_values(world: World) -> None:

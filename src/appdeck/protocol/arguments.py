@@ -116,6 +116,11 @@ def _first(errors: Iterable[ValidationError]) -> Problem | None:
         extra = sorted(str(k) for k in instance if k not in known)
         if extra:
             name = "/".join([*path, extra[0]])
-            return Problem(name, f"{name} is not an argument of this tool (or this action)")
+            accepted = ", ".join(sorted(str(k) for k in known))
+            owner = "this object" if path else "this tool (or this action)"
+            return Problem(
+                name[:100],
+                f"{name[:100]} is not an argument of {owner}; it takes {accepted or 'none'}",
+            )
     where = "/".join(path) or None
     return Problem(where, f"{where or 'arguments'}: {error.message}")

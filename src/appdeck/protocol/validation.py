@@ -217,7 +217,12 @@ def _pattern_keyword(
     validator: Any, pattern: str, instance: Any, schema: Any
 ) -> Iterator[ValidationError]:
     if validator.is_type(instance, "string") and not _searcher(pattern)(instance):
-        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+        shown = repr(instance) if len(instance) <= 60 else f"{instance[:57]!r}…"
+        said = schema.get("description") if isinstance(schema, dict) else None
+        if isinstance(said, str) and said:  # what the field takes, in words, not a regex
+            yield ValidationError(f"{shown} is not allowed here: {said.rstrip('.')}")
+        else:
+            yield ValidationError(f"{shown} does not match {pattern!r}")
 
 
 Validator: Any = validators.extend(  # type: ignore[no-untyped-call]

@@ -311,6 +311,15 @@ async def _keep_an_owner(conn: AsyncConnection, app_id: int, leaving: str) -> No
 
 
 async def _mark_restart(conn: AsyncConnection, app_id: int, now: float) -> None:
+    """The env changed: a running release has the old one. Before the first deploy nothing
+    runs, so nothing needs a restart (preflight said "env changed since the last deploy" for
+    an app never deployed)."""
+    running = sa.exists().where(
+        deployments.c.app_id == app_id,
+        deployments.c.state.in_(("queued", "building", "starting", "canary", "live")),
+    )
     await conn.execute(
-        sa.update(apps).where(apps.c.id == app_id).values(needs_restart=True, updated_at=now)
+        sa.update(apps)
+        .where(apps.c.id == app_id)
+        .values(needs_restart=sa.case((running, True), else_=False), updated_at=now)
     )

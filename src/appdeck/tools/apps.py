@@ -30,7 +30,10 @@ register_app = Tool(
 class RegisterApp(Arguments):
     name: str = Field(
         pattern=f"^{APP_NAME.pattern}$",  # JSON Schema searches: anchor it
-        description="Lower-case letters, digits, dashes.",
+        description=(
+            "Lower-case letters, digits and dashes, 1 to 40 characters, starting and ending with "
+            "a letter or digit."
+        ),
     )
     spec: FullSpec | None = None
     description: str | None = Field(default=None, max_length=2000)

@@ -40,7 +40,7 @@ from appdeck.common.identity import Principal
 from appdeck.platform.services import Platform
 from appdeck.protocol.context import ToolContext
 from appdeck.protocol.registry import TaskSupport, ToolDef
-from appdeck.tools import schemas
+from appdeck.tools import schemas, timestamps
 
 JsonObject = dict[str, Any]
 T = TypeVar("T")
@@ -80,7 +80,7 @@ class Reply:
     error: AppDeckError | None = None
 
     def wire(self) -> JsonObject:
-        body = self.data.model_dump(exclude_unset=True)
+        body = timestamps.add_iso(self.data.model_dump(exclude_unset=True))
         if self.error is not None:
             body["error"] = self.error.to_dict()
         text = f"{self.summary}\n{json.dumps(body, default=str)}"

@@ -19,12 +19,14 @@
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from pydantic import BaseModel
 
 from appdeck.common.errors import ERROR_SCHEMA
+from appdeck.tools import timestamps
 
 JsonObject = dict[str, Any]
 
@@ -66,12 +68,14 @@ def published(branches: Mapping[str, JsonObject], key: str = "action") -> JsonOb
     lines = []
     for action, branch in branches.items():
         needs = [n for n in branch.get("required", ()) if n not in required_everywhere]
-        summary = str(branch.get("description", "")).strip().split("\n")[0]
-        lines.append(f"{action}: {summary}" + (f" Needs {', '.join(needs)}." if needs else ""))
+        lines.append(
+            f"{action}: {_summary(branch)}" + (f" Needs {', '.join(needs)}." if needs else "")
+        )
     for name, sub in props.items():
         if len(users[name]) < len(names):
-            said = sub.get("description")
-            sub["description"] = f"({', '.join(users[name])}) {said or ''}".strip()
+            said = str(sub.get("description") or "")
+            if not said.startswith("("):  # the field already says which actions use it
+                sub["description"] = f"({', '.join(users[name])}) {said}".strip()
     schema: JsonObject = {
         "type": "object",
         "properties": {
@@ -84,12 +88,23 @@ def published(branches: Mapping[str, JsonObject], key: str = "action") -> JsonOb
     return schema
 
 
+def _summary(branch: JsonObject) -> str:
+    """An action's summary: the first paragraph of its description on one line, without a
+    "Needs …" sentence of its own (the generated one names what the action requires)."""
+    first = str(branch.get("description", "")).strip().split("\n\n")[0]
+    return _NEEDS.sub("", " ".join(first.split())).strip()
+
+
+_NEEDS: Final = re.compile(r"\s*Needs [^.]*\.")
+
+
 def output(models: list[type[BaseModel]]) -> JsonObject:
     """The outputSchema of a tool whose actions return ``models``."""
     props: dict[str, JsonObject] = {}
     required_sets: list[list[str]] = []
     for model in models:
         schema = _clean(_inline(model.model_json_schema(mode="serialization")), output=True)
+        schema = timestamps.declare(schema)
         for name, sub in schema.get("properties", {}).items():
             if name in props and _bare(props[name]) != _bare(sub):
                 raise ValueError(f"result field {name!r} is declared differently by two actions")

@@ -29,7 +29,10 @@ TableName = Annotated[
         min_length=1,
         max_length=48,
         pattern=_NAME,
-        description="The table's name (manage_table list shows them).",
+        description=(
+            "The table's name: a-z, 0-9 and _, starting with a letter or _ "
+            "(manage_table list shows them)."
+        ),
     ),
 ]
 Name = Annotated[

@@ -21,12 +21,19 @@ def _status(found: object) -> dict[str, str]:
     return {c.name: c.status for c in found.checks}  # type: ignore[attr-defined]
 
 
-async def test_a_ready_app_passes_with_a_warning_for_no_build_command(on: OnFakes) -> None:
+async def test_a_correct_first_deploy_passes_without_a_build_command(on: OnFakes) -> None:
     app_id = (await on.platform.apps.register(on.alice, "shop", shop_spec(on.source))).app.id
     found = await on.platform.preflight.check(on.alice, app_id)
-    assert found.verdict == "warn"
-    assert _status(found)["build_command"] == "warn"
-    assert {s for n, s in _status(found).items() if n != "build_command"} == {"pass"}
+    assert found.verdict == "pass", found
+    assert set(_status(found).values()) == {"pass"}
+
+
+async def test_an_env_change_before_the_first_deploy_needs_no_restart(on: OnFakes) -> None:
+    app_id = (await on.platform.apps.register(on.alice, "shop", shop_spec(on.source))).app.id
+    await on.platform.env.set_vars(on.alice, app_id, {"GREETING": "hi"}, secret=False)
+    found = await on.platform.preflight.check(on.alice, app_id)
+    assert "restart" not in _status(found), found
+    assert found.verdict == "pass", found
 
 
 async def test_an_empty_spec_fails_on_source_and_run_command(on: OnFakes) -> None:

@@ -148,4 +148,6 @@ def _build_command(spec: dict[str, Any]) -> Check:
     command = spec.get("build_command")
     if command:
         return Check("build_command", "pass", command)
-    return Check("build_command", "warn", "none (the source is used as is)")
+    return Check(
+        "build_command", "pass", "none: dependencies are installed, the source is used as is"
+    )
