@@ -53,7 +53,8 @@ async def test_an_unknown_argument_is_answered_with_what_the_tool_takes(world: W
     error = result["structuredContent"]["error"]
     assert error["code"] == "invalid_argument"
     assert "operation_id is not an argument" in error["message"]
-    assert "it takes" in error["message"] and "app_id" in error["message"]
+    assert "it takes" in error["message"]
+    assert "app_id" in error["message"]
 
 
 async def test_every_timestamp_has_an_iso_twin_in_the_result_and_its_schema(world: World) -> None:
@@ -65,7 +66,8 @@ async def test_every_timestamp_has_an_iso_twin_in_the_result_and_its_schema(worl
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", member["granted_at_iso"])
     listed = (await bob.rpc("tools/list"))["result"]["tools"]
     schema = next(t for t in listed if t["name"] == "manage_ci")["outputSchema"]
-    assert "updated_at_iso" in str(schema) and "finished_at_iso" in str(schema)
+    assert "updated_at_iso" in str(schema)
+    assert "finished_at_iso" in str(schema)
 
 
 def test_iso_twins_follow_nulls_and_skip_what_is_no_timestamp() -> None:
@@ -82,4 +84,5 @@ def test_iso_twins_follow_nulls_and_skip_what_is_no_timestamp() -> None:
             }
         ]
     }
-    assert iso(-1.0) is None and iso(2.0**63) is None
+    assert iso(-1.0) is None
+    assert iso(2.0**63) is None
