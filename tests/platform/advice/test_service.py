@@ -182,3 +182,14 @@ async def test_the_account_advice_covers_a_page_of_apps(on: OnFakes) -> None:
         ("preflight_check", ready),
     ]
     assert (await p.advice.for_apps(on.eve, [], first_page=False)).advice.steps == ()
+
+
+async def test_a_manual_rollback_is_not_called_a_failed_deploy(on: OnFakes) -> None:
+    p, alice = on.platform, on.alice
+    app_id = (await p.apps.register(alice, "shop", shop_spec(on.source))).app.id
+    await p.deployments.deploy(alice, app_id, wait_s=None)
+    await p.deployments.deploy(alice, app_id, wait_s=None)
+    await p.deployments.rollback(alice, app_id)
+    found = await p.advice.for_app(alice, app_id)
+    assert found.advice.status == "ok", found.advice
+    assert "tail_deploy_logs" not in _tools(found)

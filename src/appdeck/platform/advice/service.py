@@ -135,4 +135,10 @@ def _deploy(view: DeploymentView) -> Deploy:
     reached = {step.get("state") for step in record.steps if isinstance(step, dict)}
     commit = record.source.get("commit")
     started = bool(reached & STARTED)
-    return Deploy(record.number, record.state, commit if isinstance(commit, str) else None, started)
+    return Deploy(
+        record.number,
+        record.state,
+        commit if isinstance(commit, str) else None,
+        started,
+        went_live=states.LIVE in reached,
+    )

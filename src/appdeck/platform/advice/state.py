@@ -89,6 +89,9 @@ class Deploy:
     """The git commit it was built from (``None``: a folder on the server)."""
     started: bool
     """Whether it got past its build (reached starting): where to look when it failed."""
+    went_live: bool = False
+    """Whether it was ever live: ``rolled_back`` after that was someone's rollback (past it),
+    not a failed deploy."""
 
 
 @dataclass(frozen=True, slots=True)

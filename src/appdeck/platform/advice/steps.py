@@ -230,6 +230,8 @@ def _failed(plan: _Plan) -> bool:
     s, newest = plan.state, plan.state.newest
     if newest is None or newest.state not in DID_NOT_STICK:
         return False
+    if newest.state == states.ROLLED_BACK and newest.went_live:
+        return False  # a rollback past a release that ran: someone's choice, not a failure
     kind = "runtime" if newest.started else "build"
     serving = f"release #{s.live.number} keeps serving" if s.live else "nothing is live"
     plan.add(
