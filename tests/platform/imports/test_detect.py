@@ -99,3 +99,28 @@ def test_links_are_not_followed(tmp_path: Path) -> None:
 )
 def test_app_names_come_from_the_repository_name(url: str, name: str) -> None:
     assert app_name_from(url) == name
+
+
+@pytest.mark.parametrize(
+    ("files", "path"),
+    [
+        ({"app.py": '@app.get("/healthz")\n@app.get("/health")\n'}, "/healthz"),
+        ({"app.py": "import x\n", "routes.py": "route('/health', ok)\n"}, "/health"),
+        ({"package.json": '{"main": "s.js"}', "s.js": "app.get(`/healthz`, ok)"}, "/healthz"),
+        ({"app.py": "# no route of that name: /healthz in a comment\n"}, None),
+        ({"index.html": '<a href="/healthz">'}, None),
+    ],
+)
+def test_the_health_path_is_the_route_the_sources_name(
+    tmp_path: Path, files: dict[str, str], path: str | None
+) -> None:
+    found = detect(_tree(tmp_path / "t", files))
+    assert found.health_path == path
+    assert found.spec().get("health_check") == ({"path": path} if path else None)
+
+
+def test_a_linked_source_is_not_read_for_the_health_path(tmp_path: Path) -> None:
+    outside = _tree(tmp_path / "outside", {"secret.py": 'x = "/healthz"'})
+    root = _tree(tmp_path / "t", {"app.py": ""})
+    os.symlink(outside / "secret.py", root / "linked.py")
+    assert detect(root).health_path is None

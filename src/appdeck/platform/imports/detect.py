@@ -10,6 +10,9 @@ In order (the first that answers names the run command):
    ``python3 app.py`` or ``python3 main.py``, whichever exists.
 4. ``index.html`` → static (served as files, no command).
 
+The health check path is the one the app serves: ``/healthz``, else ``/health``, when one of
+its top-level source files names it as a quoted literal (a route), else ``/`` (the default).
+
 Nothing found: :class:`FailedPrecondition` naming what was looked for. Every read is bounded
 (a file over its cap is refused, not truncated into a wrong answer), and a file that is a
 link, a directory or not UTF-8 counts as absent or refused, with a reason.
@@ -21,7 +24,7 @@ import json
 import os
 import re
 import stat
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -34,21 +37,57 @@ _SAFE_MAIN: Final = re.compile(r"(?!.*\.\.)[A-Za-z0-9_][A-Za-z0-9_./-]{0,199}")
 _WEB: Final = re.compile(r"web:[ \t]*(\S.*)")
 
 
+MAX_SOURCE: Final = 256 * 1024
+MAX_SOURCES: Final = 20
+SOURCE_SUFFIXES: Final = (".py", ".js", ".mjs", ".cjs", ".ts", ".rb", ".go", ".php")
+HEALTH_PATHS: Final = ("/healthz", "/health")
+
+
 @dataclass(frozen=True, slots=True)
 class Detected:
     runtime: str
     run_command: str | None
     reasons: tuple[str, ...] = field(default=())
+    health_path: str | None = None
+    """The health route the app's sources name (``None``: the default, ``/``)."""
 
     def spec(self) -> dict[str, Any]:
         found: dict[str, Any] = {"runtime": self.runtime}
         if self.run_command is not None:
             found["run_command"] = self.run_command
+        if self.health_path is not None:
+            found["health_check"] = {"path": self.health_path}
         return found
 
 
 def detect(root: Path) -> Detected:
-    """The runtime and run command of the tree at ``root`` (see the module's rules)."""
+    """The runtime, run command and health path of the tree at ``root`` (the module's rules)."""
+    found = _run(root)
+    if found.runtime == "static":
+        return found
+    health = health_path(root)
+    if health is None:
+        return found
+    why = f"{health} named in the sources: the health check"
+    return replace(found, health_path=health, reasons=(*found.reasons, why))
+
+
+def health_path(root: Path) -> str | None:
+    """``/healthz`` or ``/health`` when a top-level source file names it (quoted), else None."""
+    names = sorted(n for n in _entries(root) if n.endswith(SOURCE_SUFFIXES))[:MAX_SOURCES]
+    texts = []
+    for name in names:
+        try:
+            texts.append(_read(root, name, MAX_SOURCE))
+        except InvalidArgument:
+            continue  # too large, not text, a link: not a source to read
+    for path in HEALTH_PATHS:
+        if any(f'"{path}"' in t or f"'{path}'" in t or f"`{path}`" in t for t in texts):
+            return path
+    return None
+
+
+def _run(root: Path) -> Detected:
     names = _entries(root)
     python = bool({"requirements.txt", "pyproject.toml"} & names)
     node = "package.json" in names
