@@ -34,6 +34,9 @@ class FakeRuntime:
     async def wait_healthy(self, release: Release, instance: Instance, within_s: float) -> bool:
         return release.env.get("UNHEALTHY") != "1"
 
+    async def why_unhealthy(self, release: Release, instance: Instance) -> str:
+        return f"GET {release.spec.health_check.path} answered 503"
+
     async def stop(self, release_id: str, index: int | None = None) -> None:
         if index is None:
             self.running_.pop(release_id, None)

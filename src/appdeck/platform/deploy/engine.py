@@ -525,6 +525,9 @@ class _RoutesFirst:
     async def wait_healthy(self, release: Release, instance: Instance, within_s: float) -> bool:
         return await self._runtime.wait_healthy(release, instance, within_s)
 
+    async def why_unhealthy(self, release: Release, instance: Instance) -> str:
+        return await self._runtime.why_unhealthy(release, instance)
+
     async def stop(self, release_id: str, index: int | None = None) -> None:
         await published(self._router())
         await self._runtime.stop(release_id, index)

@@ -8,6 +8,7 @@ import time
 
 from appdeck.platform.deploy.ports import BuildFailed, Instance, Release
 from appdeck.platform.runtime import driver as rt
+from appdeck.platform.runtime import listening
 from appdeck.platform.runtime.procs import free_port
 
 HEALTH_POLL_S = (0.02, 0.2)
@@ -29,6 +30,8 @@ class LocalRuntime:
         self.driver = driver
         self.sandboxed = sandboxed
         self._refs: dict[tuple[str, int], rt.InstanceRef] = {}
+        self._last: dict[tuple[str, int], rt.Health] = {}
+        """The last failed health check of an instance that was starting."""
 
     async def prepare(self, release: Release) -> None:
         try:
@@ -57,14 +60,34 @@ class LocalRuntime:
         if ref is None:
             return False
         deadline, poll = time.monotonic() + within_s, HEALTH_POLL_S[0]
+        key = (instance.release_id, instance.index)
         while time.monotonic() < deadline:
-            if (await self.driver.health(ref)).ok:
+            health = await self.driver.health(ref)
+            if health.ok:
+                self._last.pop(key, None)
                 return True
+            self._last[key] = health
             if await self.driver.unhealthy(instance.release_id):
                 return False
             await asyncio.sleep(poll)
             poll = min(poll * 1.5, HEALTH_POLL_S[1])
         return False
+
+    async def why_unhealthy(self, release: Release, instance: Instance) -> str:
+        key = (instance.release_id, instance.index)
+        last, ref = self._last.pop(key, None), self._refs.get(key)
+        if await self.driver.unhealthy(instance.release_id):
+            return "the app kept crashing (its exit status is in the runtime log)"
+        if ref is None or ref.pid <= 0:
+            return last.detail if last is not None else "no check answered"
+        if last is not None and last.status is not None:
+            return f"{last.detail}: serve {release.spec.health_check.path} or change health_check"
+        ports = await asyncio.to_thread(
+            listening.listening_ports, ref.pid, own_netns=ref.netns is not None
+        )
+        return listening.explain(ref.port, ports) or (
+            last.detail if last is not None else "no check answered"
+        )
 
     async def stop(self, release_id: str, index: int | None = None) -> None:
         await self.driver.stop(release_id, index)
@@ -72,6 +95,7 @@ class LocalRuntime:
             k for k in self._refs if k[0] == release_id and (index is None or k[1] == index)
         ]:
             del self._refs[key]
+            self._last.pop(key, None)
 
     async def running(self, release_id: str) -> list[Instance]:
         refs = await self.driver.instances(release_id)

@@ -72,9 +72,10 @@ class Rollout:
         self.started.append(instance)
         timeout = self.new.spec.health_check.timeout_s
         if not await self.runtime.wait_healthy(self.new, instance, max(START_WITHIN_S, timeout)):
+            why = await self.runtime.why_unhealthy(self.new, instance)
             raise RolloutFailed(
                 f"instance {index} of the new release did not pass its health check "
-                f"({self.new.spec.health_check.path})"
+                f"({self.new.spec.health_check.path}): {why}"
             )
         return instance
 
