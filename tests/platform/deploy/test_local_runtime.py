@@ -4,11 +4,10 @@ it saw (issue 20, item 9), from the kernel's account of the instance's sockets."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import subprocess
 import sys
-
-import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
