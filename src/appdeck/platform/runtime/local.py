@@ -59,7 +59,7 @@ from appdeck.platform.runtime.model import (
     validate,
 )
 from appdeck.platform.runtime.procs import free_port
-from appdeck.platform.runtime.state import read_json, write_json
+from appdeck.platform.runtime.state import locked, read_json, write_json
 from appdeck.platform.runtime.stopping import StopMixin
 from appdeck.platform.runtime.supervision import SHIM_PATH
 from appdeck.platform.runtime.workspace import CopyLimits
@@ -101,11 +101,6 @@ class LocalDriver(BuildMixin, AdoptionMixin, StopMixin):
                 raise Conflict(
                     f"instance {index} of release {release.release_id} is already running"
                 )
-            if any(r["index"] == index for r in self._recorded_alive(state)):
-                raise Conflict(
-                    f"instance {index} of release {release.release_id} runs unsupervised",
-                    hint="adopt the release after a server restart, or stop it",
-                )
             state.release = release
             if read_json(state.directory / "release.json") != self._record(release):
                 # What restarts (and a later adoption) will run: the spec of the last start.
@@ -117,13 +112,20 @@ class LocalDriver(BuildMixin, AdoptionMixin, StopMixin):
                 sandboxed=self.sandbox is not None,
             )
             instance.database = await self._database_grant(release)
-            state.instances[index] = instance
-            try:
-                self._spawn(state, instance)
-            except BaseException:
-                del state.instances[index]
-                raise
-            self._save_state(state)
+            async with locked(state.directory):  # one record per index, whoever starts it
+                if any(r["index"] == index for r in self._recorded_alive(state)):
+                    raise Conflict(
+                        f"instance {index} of release {release.release_id} runs unsupervised "
+                        "here (another server on this host started it)",
+                        hint="adopt the release, or stop it",
+                    )
+                state.instances[index] = instance
+                try:
+                    self._spawn(state, instance)
+                except BaseException:
+                    del state.instances[index]
+                    raise
+                self._record_running(state, instance)
             instance.supervisor = asyncio.create_task(self._supervise(state, instance))
             return instance.ref(state.release_id)
 
