@@ -72,6 +72,20 @@ async def two_instance_app(replicas: Replicas, on: Replica, **more: Any) -> Asyn
                 await on.tool("manage_app", args)
 
 
+async def no_keepalive(*replicas: Replica) -> None:
+    """Every request on a new connection: reusing a kept-alive one just as the server closes
+    it (idle while another replica deploys) fails the request with a ReadError."""
+    for one in replicas:
+        old = one.http
+        one.http = httpx.AsyncClient(
+            base_url=old.base_url,
+            headers=old.headers,
+            timeout=old.timeout,
+            limits=httpx.Limits(max_keepalive_connections=0),
+        )
+        await old.aclose()
+
+
 async def deploy(on: Replica, app_id: int) -> dict[str, Any]:
     deployed = await on.tool(
         "deploy_app", {"app_id": app_id, "strategy": "rolling", "wait_seconds": 60}
@@ -113,6 +127,7 @@ async def test_deploys_through_three_replicas_and_a_kill_9_leave_exactly_the_liv
         three(replicas) as (a, b, c),
         two_instance_app(replicas, on=a) as app_id,
     ):
+        await no_keepalive(a, b, c)
         for number, on in enumerate((a, b, c), start=1):  # each deploy on another replica
             deployed = await deploy(on, app_id)
             assert deployed["number"] == number
@@ -188,6 +203,7 @@ async def test_a_killed_replicas_canary_is_cleaned_up_without_one_failed_request
             replicas, on=a, canary={"percent": 50, "steps": [50, 100], "analysis_window_s": 600}
         ) as app_id,
     ):
+        await no_keepalive(a, b, c)
         await deploy(b, app_id)  # rolling
         await b.tool(
             "env_vars",

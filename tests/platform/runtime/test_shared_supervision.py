@@ -41,9 +41,9 @@ def shims(runtime_dir: Path) -> list[int]:
                 state = handle.read().rsplit(b")", 1)[1].split()[0]
         except (OSError, IndexError):
             continue
-        if state not in (b"Z", b"X") and any(a.endswith(b"/shim.py") for a in argv):
-            if any(a.decode(errors="replace").startswith(root) for a in argv):
-                found.append(int(name))
+        shim = any(a.endswith(b"/shim.py") for a in argv)
+        if shim and state not in (b"Z", b"X") and any(a.startswith(root.encode()) for a in argv):
+            found.append(int(name))
     return found
 
 
