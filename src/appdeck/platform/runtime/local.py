@@ -8,6 +8,7 @@ Layout under ``runtime_dir``::
         release.json      the spec of the last start (0600: it holds the app's env), for adoption
         built.json        the spec of the last successful build (prepare is idempotent)
         instances.json    the instances that should be running: pid, pgid, port, start ticks
+        .state.lock       flock held while instances.json is read and changed (every replica)
         build.log         JSON lines (+ .1 when rotated, + .seq: the lock and next seq)
         runtime.log       JSON lines written by the instances' shims and by this driver
         shim.stderr       the shims' own failures (normally empty)
@@ -19,9 +20,11 @@ nothing from the server to keep running and logging.
 
 Supervision: the driver waits for the shim to exit (``pidfd``, or polling ``/proc`` where
 pidfds are unavailable) — the same way for instances it spawned and for adopted ones. An exit
-not asked for by :meth:`stop` is a crash: the instance is restarted on the same port after a
-backoff (0.5 s doubling to 10 s, reset after a long enough run); more than 5 crashes within
-60 s mark the release unhealthy and the instance is given up.
+not asked for by :meth:`stop` (on any replica of this host: a stop removes the instance's
+record from ``instances.json`` before it signals, see :mod:`.state`) is a crash: the instance
+is restarted on the same port after a backoff (0.5 s doubling to 10 s, reset after a long
+enough run), once, by whichever supervisor takes the release's lock first; more than 5 crashes
+within 60 s mark the release unhealthy and the instance is given up.
 
 Adoption: ``instances.json`` names each instance by pid *and* the start time from
 ``/proc/<pid>/stat`` (and the boot id), so a recycled pid is never mistaken for the instance.

@@ -2,10 +2,14 @@
 leads the instance's process group) and restarting it when it exits without being asked to.
 
 Supervision waits for the shim to exit (``pidfd``, or polling ``/proc`` where pidfds are
-unavailable) — the same way for instances it spawned and for adopted ones. An exit not asked
-for by ``stop`` is a crash: the instance is restarted on the same port after a backoff (see
-:class:`~.model.RestartPolicy`); a crash loop marks the release unhealthy and the instance is
-given up.
+unavailable) — the same way for instances it spawned and for adopted ones. Replicas on one
+host may all supervise an instance; what its exit means is read from its record in
+``instances.json`` under the release's lock (see :mod:`.state`): no record is a stop (made
+here or by another replica: nothing is restarted), another live process is a restart someone
+else made (supervised from then on), the dead process is a crash: the instance is restarted
+on the same port after a backoff (see :class:`~.model.RestartPolicy`), by the first
+supervisor to take the lock after it; a crash loop marks the release unhealthy and the
+instance is given up.
 """
 
 from __future__ import annotations
