@@ -55,6 +55,24 @@ class Replicas:
         self.proxy.upstreams.append(server.origin)
         return server
 
+    async def restart(self, index: int) -> AppDeckProcess:
+        """Start a new replica in the place of ``servers[index]`` (killed or stopped before):
+        same data dir and settings, its own log files, the proxy's upstream replaced."""
+        old = self.servers[index]
+        assert not old.running, "stop or kill the replica first"
+        name = "ABCDEFGH"[index]
+        runs = sum(1 for p in self.log_dir.glob(f"replica-{name}*.stdout*"))
+        server = await start_appdeck(
+            self.data_dir,
+            log_dir=self.log_dir,
+            name=f"replica-{name}{runs + 1}",
+            env=self.env,
+            within=40,
+        )
+        self.servers[index] = server
+        self.proxy.upstreams[self.proxy.upstreams.index(old.origin)] = server.origin
+        return server
+
     def dev_password(self) -> str:
         """The dev admin's password, printed by the replica that made the dev tenant."""
         for server in self.servers:
@@ -131,3 +149,29 @@ async def _run(
             for server in reversed(replicas.servers):
                 with contextlib.suppress(Exception):
                     await server.stop()
+
+
+def app_processes(data_dir: Path, app_id: int) -> dict[str, int]:
+    """The host's process table, read: how many instance shims of app ``app_id`` (under
+    ``data_dir``'s runtime) run, by release id. Each instance is one shim leading its
+    process group (the app's processes are its descendants)."""
+    apps = str((data_dir / "runtime" / "apps" / str(app_id)).resolve()) + "/"
+    found: dict[str, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            state = (entry / "stat").read_bytes().rpartition(b")")[2].split()[0]
+        except OSError:
+            continue
+        if state == b"Z" or not any(a.endswith(b"/shim.py") for a in argv):
+            continue
+        words = [a.decode(errors="replace") for a in argv]
+        if "--cwd" not in words[:-1]:
+            continue
+        workspace = words[words.index("--cwd") + 1]
+        if workspace.startswith(apps):  # <apps>/releases/<release_id>/src
+            release_id = Path(workspace).parent.name
+            found[release_id] = found.get(release_id, 0) + 1
+    return found

@@ -15,13 +15,16 @@ from contextlib import asynccontextmanager, suppress
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from appdeck.common.errors import AppDeckError
+
+if TYPE_CHECKING:
+    from appdeck.auth.keys import SigningKeys
 
 T = TypeVar("T")
 DataDir = Annotated[
@@ -45,10 +48,23 @@ def _settings(data_dir: Path | None) -> Any:
     return settings_or_exit(**({"data_dir": data_dir} if data_dir is not None else {}))
 
 
+async def _signing_keys(settings: Any, storage: Any) -> SigningKeys:
+    """The keys the server signs with, so that what the CLI signs verifies there: in replica
+    mode (``APPDECK_REDIS_URL`` set) the database's, sealed with ``APPDECK_SECRET_KEY``
+    (``SigningKeys.shared``); else the data directory's."""
+    from appdeck.auth.keys import SigningKeys
+    from appdeck.platform.crypto import Sealer
+    from appdeck.storage.signing_keys import SigningKeyStore
+
+    if settings.redis_url:
+        sealer = Sealer.from_settings(settings.secret_key, settings.data_dir)
+        return await SigningKeys.shared(SigningKeyStore(storage.engine), sealer)
+    return SigningKeys.load_or_create(settings.data_dir)
+
+
 @asynccontextmanager
 async def _admin(data_dir: Path | None, *, may_create: bool = False) -> AsyncIterator[Any]:
     from appdeck.auth.admin import IdentityAdmin, QueuedAudit
-    from appdeck.auth.keys import SigningKeys
     from appdeck.auth.tokens import TokenIssuer
     from appdeck.storage import Storage
     from appdeck.storage.identity import IdentityStore
@@ -63,7 +79,7 @@ async def _admin(data_dir: Path | None, *, may_create: bool = False) -> AsyncIte
         oauth = None
         if not settings.external_idp:
             base = _server_base_url(settings)
-            signing = SigningKeys.load_or_create(settings.data_dir)
+            signing = await _signing_keys(settings, storage)
             issuer = TokenIssuer(signing, base, f"{base}/mcp", settings.access_token_ttl_seconds)
             oauth = OAuthStore(storage.engine)
         yield IdentityAdmin(
@@ -284,12 +300,21 @@ def _print_rows(rows: list[dict[str, Any]], as_json: bool) -> None:
 
 @keys.command("rotate")
 def keys_rotate(data_dir: DataDir = None, as_json: AsJson = False) -> None:
-    """Make a new signing key (the previous ones keep verifying). Restart the server after."""
-    from appdeck.auth.keys import SigningKeys
+    """Make a new signing key (the previous ones keep verifying). A single server: restart it
+    after; replicas (``APPDECK_REDIS_URL``): the key goes to the database, where every replica
+    reads it (within its next key sweep)."""
+    from appdeck.storage import Storage
 
-    settings = _settings(data_dir)
-    _database(settings)
-    kid = SigningKeys.load_or_create(settings.data_dir).rotate()
+    async def go() -> str:
+        settings = _settings(data_dir)
+        storage = await Storage.open(_database(settings))
+        try:
+            signing = await _signing_keys(settings, storage)
+            return str(await signing.rotate_shared() if signing.is_shared else signing.rotate())
+        finally:
+            await storage.close()
+
+    kid = _run(go)
     _emit(as_json, {"kid": kid, "at": time.time()}, f"new signing key {kid}")
 
 
@@ -307,7 +332,6 @@ def client_create(
     as_json: AsJson = False,
 ) -> None:
     """Create a machine client (client_credentials grant); prints its id and secret once."""
-    from appdeck.auth.keys import SigningKeys
     from appdeck.auth.server import AuthorizationServer
     from appdeck.auth.tokens import TokenIssuer
     from appdeck.storage import Storage
@@ -324,7 +348,7 @@ def client_create(
         audit_log = _audit_log(settings)
         try:
             base = _server_base_url(settings)
-            signing = SigningKeys.load_or_create(settings.data_dir)
+            signing = await _signing_keys(settings, storage)
             issuer = TokenIssuer(signing, base, f"{base}/mcp", settings.access_token_ttl_seconds)
             identities = IdentityStore(storage.engine)
 

@@ -332,11 +332,11 @@ class DeployService:
         except Fenced:
             raise  # quietly: whoever holds the app now cleans up
         except (BuildFailed, rollout.RolloutFailed) as exc:
-            await plan_abort(self.runtime, self.router, new, old, old_instances)
+            await _abort(held, self.runtime, self.router, new, old, old_instances)
             await step(f"Failed: {exc}", 0, state=states.FAILED)
             return record
         except rollout.CanaryRejected as exc:
-            await plan_abort(self.runtime, self.router, new, old, old_instances)
+            await _abort(held, self.runtime, self.router, new, old, old_instances)
             await step(f"Rolled back automatically: {exc}", 0, state=states.ROLLED_BACK)
             return record
         except asyncio.CancelledError:
@@ -347,7 +347,7 @@ class DeployService:
             raise
         except Exception as exc:
             log.exception("deployment %s failed", record.release_id)
-            await plan_abort(self.runtime, self.router, new, old, old_instances)
+            await _abort(held, self.runtime, self.router, new, old, old_instances)
             await step(f"Failed: internal error ({type(exc).__name__})", 0, state=states.FAILED)
             return record
         await step(f"Live: {app.name} serves release {record.number}", 100, state=states.LIVE)
@@ -411,6 +411,9 @@ class DeployService:
             current = await self.store.get(app.id, record.number)
             if current is None or current.state not in states.IN_PROGRESS:
                 return True  # it ended meanwhile
+            # Traffic goes back to the live release on every replica first; the runtime's
+            # stop waits for that broadcast (see _RoutesFirst) before any signal is sent.
+            await self.route_live(app)
             await self.runtime.stop(current.release_id)
             failed = await self.store.update(
                 app.id,
@@ -420,7 +423,6 @@ class DeployService:
                 traffic=0,
                 lease=held.lease,
             )
-            await self.route_live(app)
             await self.announce(app, failed)
             log.warning("deployment %s was orphaned: failed it", current.release_id)
             return True
@@ -547,6 +549,22 @@ def _in_progress(record: DeploymentRecord) -> Conflict:
         f"deployment {record.number} of this app is still {record.state}",
         hint="wait for it (list_deployments) before deploying again",
     )
+
+
+async def _abort(
+    held: Hold,
+    runtime: RuntimePort,
+    router: RouterPort,
+    new: Release,
+    old: Release | None,
+    old_instances: list[Any],
+) -> None:
+    """:func:`plan_abort` under the app's lease, confirmed first: a route broadcast carries
+    no fence, so a holder that lost the lease (paused past it, say) must not route the app
+    back over what its new holder did; it stops quietly (``Fenced``)."""
+    if held.lost or not await held.confirm():
+        raise Fenced(f"app {new.app_id}: the lease fenced {held.lease.fence} was lost")
+    await plan_abort(runtime, router, new, old, old_instances)
 
 
 async def plan_abort(

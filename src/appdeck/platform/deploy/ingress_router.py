@@ -67,14 +67,26 @@ class Broadcast(Protocol):
     def on_reconnect(self, callback: Callable[[], None]) -> None: ...
 
 
-def encode(origin: str, route: str, backends: list[ingress.Backend] | None) -> bytes:
-    """A route message: the route's whole state (``null``: forgotten, 404)."""
+def encode(
+    origin: str, route: str, backends: list[ingress.Backend] | None, seq: int | None = None
+) -> bytes:
+    """A route message: the route's whole state (``null``: forgotten, 404); ``seq`` numbers
+    the sender's messages (it waits for its own to come back, see ``published``)."""
     body = (
         None
         if backends is None
         else [[b.release_id, b.weight, list(b.upstreams)] for b in backends]
     )
-    return json.dumps({"o": origin, "r": route, "b": body}, separators=(",", ":")).encode()
+    message: dict[str, Any] = {"o": origin, "r": route, "b": body}
+    if seq is not None:
+        message["s"] = seq
+    return json.dumps(message, separators=(",", ":")).encode()
+
+
+def _seq(payload: bytes) -> int:
+    """The ``seq`` of one of this replica's own route messages (0 when it has none)."""
+    seq = json.loads(payload).get("s")
+    return seq if isinstance(seq, int) else 0
 
 
 def decode(payload: bytes) -> tuple[str, str, list[ingress.Backend] | None]:
@@ -259,6 +271,11 @@ class _Share:
         self._me = instance_id
         self._missed = missed
         self._pending: dict[str, None] = {}
+        self._sent = 0
+        """Route messages published so far (each carries its number)."""
+        self._echoed = 0
+        self._echo = asyncio.Event()
+        """Set when one of our own messages came back (the others have it too)."""
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -294,9 +311,16 @@ class _Share:
         self._wake.set()
 
     async def published(self) -> None:
+        """Until the changes made so far were published *and* came back to this replica
+        through the broadcast: the broadcast hands a message to every subscriber at once, so
+        the other replicas have it too (bounded: a stalled Redis must not stall a deploy)."""
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(PUBLISHED_WITHIN_S):
                 await self._idle.wait()
+                sent = self._sent
+                while self._echoed < sent:
+                    self._echo.clear()
+                    await self._echo.wait()
 
     async def _send(self) -> None:
         while True:
@@ -306,11 +330,13 @@ class _Share:
                 route = next(iter(self._pending))
                 del self._pending[route]
                 found = self._router.table.get(route)
-                payload = encode(self._me, route, found)
+                payload = encode(self._me, route, found, self._sent + 1)
                 try:
                     await self._broadcast.publish(CHANNEL, payload)
                 except Exception:  # Redis away: the others' backstop reload catches up
                     log.exception("could not publish the route of %s", route)
+                else:
+                    self._sent += 1
             self._idle.set()
 
     def _receive(self, payload: bytes) -> None:
@@ -320,6 +346,8 @@ class _Share:
             log.warning("dropped a malformed route message: %.200s", exc)
             return
         if origin == self._me:
+            self._echoed = max(self._echoed, _seq(payload))
+            self._echo.set()
             return
         self._router.apply(route, backends)
 

@@ -39,6 +39,7 @@ class AdoptionMixin(SupervisionMixin):
             adopted: list[InstanceRef] = []
             dead: list[InstanceRef] = []
             recorded = read_json(state.directory / "instances.json")
+            state.unhealthy = state.unhealthy or bool(recorded.get("unhealthy", False))
             for record in records(recorded):
                 index = int(record["index"])
                 if index in state.instances:
@@ -79,7 +80,8 @@ class AdoptionMixin(SupervisionMixin):
                     instance=index,
                 )
                 dead.append(instance.ref(release_id))
-            self._save_state(state)
+            # Nothing written: a dead instance's record stays until it is started again (a
+            # supervisor elsewhere may be about to restart it, which needs the record).
             return Adoption(adopted=adopted, dead=dead)
 
     def _serve_egress(self, state: ReleaseState, instance: InstanceState) -> None:

@@ -36,11 +36,12 @@ from appdeck.platform.runtime.pgfront import PostgresFront
 from appdeck.platform.runtime.sandbox import APP_DIR, SANDBOX_PATH, Sandbox
 from appdeck.platform.runtime.shim import boot_id, is_running
 from appdeck.platform.runtime.state import (
+    load_instances,
     read_json,
     read_spec,
     records,
+    save_instances,
     spec_to_json,
-    write_json,
 )
 from appdeck.platform.runtime.workspace import CopyLimits
 
@@ -166,31 +167,48 @@ class DriverCore:
             if is_running(int(record["pid"]), int(record["start_ticks"]))
         ]
 
-    def _save_state(self, state: ReleaseState) -> None:
-        running = [inst.record() for inst in state.instances.values() if inst.pid is not None]
-        write_json(
-            state.directory / "instances.json",
-            {
-                "release_id": state.release_id,
-                "boot_id": self._boot_id,
-                "unhealthy": state.unhealthy,
-                "instances": sorted(running, key=lambda record: int(record["index"])),
-            },
+    def _record_running(self, state: ReleaseState, instance: InstanceState) -> None:
+        """The instance's record names its process now (under :func:`.state.locked`)."""
+        found, unhealthy = load_instances(state.directory, self._boot_id)
+        found[instance.index] = instance.record()
+        save_instances(state.directory, state.release_id, self._boot_id, found, unhealthy=unhealthy)
+
+    def _unrecord(
+        self, state: ReleaseState, index: int | None, *, unhealthy: bool = False
+    ) -> list[dict[str, Any]]:
+        """Remove the records of instance ``index`` (None: all): the intent to stop them,
+        written before any signal (under :func:`.state.locked`). Returns them."""
+        found, marked = load_instances(state.directory, self._boot_id)
+        taken = [found.pop(i) for i in sorted(found) if index is None or i == index]
+        save_instances(
+            state.directory, state.release_id, self._boot_id, found, unhealthy=marked or unhealthy
         )
+        return taken
 
     # ---------------------------------------------------------------- environment
 
     async def _release_group(self, state: ReleaseState, instance: InstanceState) -> None:
         """After an instance's process ended: stop its outbound proxy, kill what is left in
         its cgroup and remove the group."""
+        await self._release_listeners(state, instance)
+        await self._remove_group(state, instance)
+
+    async def _release_listeners(self, state: ReleaseState, instance: InstanceState) -> None:
+        """Stop what this process served in the instance's namespace (its outbound proxy,
+        its PostgreSQL front)."""
         key = instance_key(state, instance)
         if self.egress is not None:
             await self.egress.stop(key)
         if self.pgfront is not None:
             await self.pgfront.stop(key)
+
+    async def _remove_group(self, state: ReleaseState, instance: InstanceState) -> None:
+        """Kill what is left in the instance's cgroup and remove it: only whoever decided
+        the instance is over (its stop, or the restart of its crash, under the release's
+        lock): the group's key is the instance's, whatever process runs in it now."""
         cgroups = self.sandbox.cgroups if self.sandbox is not None else None
         if cgroups is not None:
-            await asyncio.to_thread(cgroups.remove, key)
+            await asyncio.to_thread(cgroups.remove, instance_key(state, instance))
 
     async def _database_grant(self, release: Release) -> DatabaseGrant | None:
         """How an instance of ``release`` reaches its app's own database."""

@@ -8,6 +8,7 @@ Layout under ``runtime_dir``::
         release.json      the spec of the last start (0600: it holds the app's env), for adoption
         built.json        the spec of the last successful build (prepare is idempotent)
         instances.json    the instances that should be running: pid, pgid, port, start ticks
+        .state.lock       flock held while instances.json is read and changed (every replica)
         build.log         JSON lines (+ .1 when rotated, + .seq: the lock and next seq)
         runtime.log       JSON lines written by the instances' shims and by this driver
         shim.stderr       the shims' own failures (normally empty)
@@ -19,9 +20,11 @@ nothing from the server to keep running and logging.
 
 Supervision: the driver waits for the shim to exit (``pidfd``, or polling ``/proc`` where
 pidfds are unavailable) — the same way for instances it spawned and for adopted ones. An exit
-not asked for by :meth:`stop` is a crash: the instance is restarted on the same port after a
-backoff (0.5 s doubling to 10 s, reset after a long enough run); more than 5 crashes within
-60 s mark the release unhealthy and the instance is given up.
+not asked for by :meth:`stop` (on any replica of this host: a stop removes the instance's
+record from ``instances.json`` before it signals, see :mod:`.state`) is a crash: the instance
+is restarted on the same port after a backoff (0.5 s doubling to 10 s, reset after a long
+enough run), once, by whichever supervisor takes the release's lock first; more than 5 crashes
+within 60 s mark the release unhealthy and the instance is given up.
 
 Adoption: ``instances.json`` names each instance by pid *and* the start time from
 ``/proc/<pid>/stat`` (and the boot id), so a recycled pid is never mistaken for the instance.
@@ -59,7 +62,7 @@ from appdeck.platform.runtime.model import (
     validate,
 )
 from appdeck.platform.runtime.procs import free_port
-from appdeck.platform.runtime.state import read_json, write_json
+from appdeck.platform.runtime.state import locked, read_json, write_json
 from appdeck.platform.runtime.stopping import StopMixin
 from appdeck.platform.runtime.supervision import SHIM_PATH
 from appdeck.platform.runtime.workspace import CopyLimits
@@ -101,11 +104,6 @@ class LocalDriver(BuildMixin, AdoptionMixin, StopMixin):
                 raise Conflict(
                     f"instance {index} of release {release.release_id} is already running"
                 )
-            if any(r["index"] == index for r in self._recorded_alive(state)):
-                raise Conflict(
-                    f"instance {index} of release {release.release_id} runs unsupervised",
-                    hint="adopt the release after a server restart, or stop it",
-                )
             state.release = release
             if read_json(state.directory / "release.json") != self._record(release):
                 # What restarts (and a later adoption) will run: the spec of the last start.
@@ -117,13 +115,20 @@ class LocalDriver(BuildMixin, AdoptionMixin, StopMixin):
                 sandboxed=self.sandbox is not None,
             )
             instance.database = await self._database_grant(release)
-            state.instances[index] = instance
-            try:
-                self._spawn(state, instance)
-            except BaseException:
-                del state.instances[index]
-                raise
-            self._save_state(state)
+            async with locked(state.directory):  # one record per index, whoever starts it
+                if any(r["index"] == index for r in self._recorded_alive(state)):
+                    raise Conflict(
+                        f"instance {index} of release {release.release_id} runs unsupervised "
+                        "here (another server on this host started it)",
+                        hint="adopt the release, or stop it",
+                    )
+                state.instances[index] = instance
+                try:
+                    self._spawn(state, instance)
+                except BaseException:
+                    del state.instances[index]
+                    raise
+                self._record_running(state, instance)
             instance.supervisor = asyncio.create_task(self._supervise(state, instance))
             return instance.ref(state.release_id)
 

@@ -3,17 +3,38 @@
 
 ``instances.json`` names each instance by pid *and* the start time from ``/proc/<pid>/stat``
 (and the boot id), so that adoption never mistakes a recycled pid for the instance.
+
+It is also how the replicas on one host agree on an instance (they share the data dir, and
+each may supervise any instance: the one that started it, and every one that adopted it).
+Its records are the instances that *should* run, and every change is a read-modify-write
+under the release's lock (:func:`locked`, an ``flock`` on ``.state.lock``): a stop removes
+the instance's record *before* signalling it (the stop intent), a restart after a crash
+replaces the record's pid only while it still names the dead process. So a supervisor that
+sees its instance exit reads the record first: gone means stopped (never restarted), another
+live pid means someone restarted it already (follow that one), the dead pid means a crash
+(restart it, once, whoever gets the lock first).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import fcntl
 import json
 import os
+import time
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
+from appdeck.common.errors import Unavailable
 from appdeck.platform.release import AppSpec, Release
+
+STATE_LOCK: Final = ".state.lock"
+LOCK_POLL_S: Final = 0.01
+LOCK_WITHIN_S: Final = 60.0
+"""How long a change of ``instances.json`` waits for the release's lock (its holders keep it
+for a spawn or a file write: milliseconds; a stopped process holding it is what this bounds)."""
 
 
 def spec_to_json(release: Release, env_digest: str) -> dict[str, Any]:
@@ -82,3 +103,55 @@ def records(state: dict[str, Any]) -> list[dict[str, Any]]:
             int(record["start_ticks"]), float(record["started_at"])
             valid.append(record)
     return valid
+
+
+@contextlib.asynccontextmanager
+async def locked(directory: Path) -> AsyncIterator[None]:
+    """Hold the release's state lock (every replica on this host, every coroutine: each
+    holder opens the lock file anew) while reading and changing ``instances.json``."""
+    fd = os.open(directory / STATE_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        deadline = time.monotonic() + LOCK_WITHIN_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise Unavailable(
+                        "the release's state is locked by a server that does not let go",
+                        hint="try again; restart the servers on this host if it persists",
+                    ) from None
+                await asyncio.sleep(LOCK_POLL_S)
+        yield
+    finally:
+        os.close(fd)  # lets the lock go
+
+
+def load_instances(directory: Path, boot_id: str) -> tuple[dict[int, dict[str, Any]], bool]:
+    """``instances.json``'s records by index, and its ``unhealthy`` mark (none of them when
+    it was written before the last boot: those processes are gone)."""
+    recorded = read_json(directory / "instances.json")
+    if recorded.get("boot_id") != boot_id:
+        return {}, bool(recorded.get("unhealthy", False))
+    return {int(r["index"]): r for r in records(recorded)}, bool(recorded.get("unhealthy", False))
+
+
+def save_instances(
+    directory: Path,
+    release_id: str,
+    boot_id: str,
+    found: dict[int, dict[str, Any]],
+    *,
+    unhealthy: bool,
+) -> None:
+    """Write ``instances.json`` (under :func:`locked`, after :func:`load_instances`)."""
+    write_json(
+        directory / "instances.json",
+        {
+            "release_id": release_id,
+            "boot_id": boot_id,
+            "unhealthy": unhealthy,
+            "instances": [found[index] for index in sorted(found)],
+        },
+    )

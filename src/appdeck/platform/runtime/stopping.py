@@ -15,6 +15,7 @@ from appdeck.platform.runtime.logfile import LogWriter
 from appdeck.platform.runtime.model import InstanceState, ReleaseState
 from appdeck.platform.runtime.procs import forget_process, kill_leftovers, process_tree, until_gone
 from appdeck.platform.runtime.shim import is_running, signal_quietly
+from appdeck.platform.runtime.state import locked
 from appdeck.platform.runtime.workspace import remove_tree
 
 
@@ -31,29 +32,35 @@ class StopMixin(DriverCore):
             await self._stop(state, index, grace_s)
 
     async def _stop(self, state: ReleaseState, index: int | None, grace_s: float) -> None:
-        targets = [
-            inst for inst in state.instances.values() if index is None or inst.index == index
-        ]
-        # Recorded instances nobody supervises (a restarted server that did not adopt them).
-        for record in self._recorded_alive(state):
-            if (index is None or record["index"] == index) and record[
-                "index"
-            ] not in state.instances:
-                targets.append(
-                    InstanceState(
-                        index=record["index"],
-                        port=record["port"],
-                        pid=record["pid"],
-                        start_ticks=record["start_ticks"],
-                        started_at=record["started_at"],
-                    )
+        """Stop instance ``index`` (None: all) of the release, whichever replica on this host
+        supervises it: the records go first (the stop intent every supervisor reads before
+        restarting, see :mod:`.state`), then the signals, to the processes they named."""
+        mine = [inst for inst in state.instances.values() if index is None or inst.index == index]
+        for inst in mine:
+            inst.stopping = True  # this process's supervisor restarts nothing from now on
+        async with locked(state.directory):
+            recorded = self._unrecord(state, index)
+        targets = list(mine)
+        for record in recorded:  # started or restarted by another replica (or an earlier run)
+            pid, ticks = int(record["pid"]), int(record["start_ticks"])
+            if any(inst.pid == pid for inst in mine) or not is_running(pid, ticks):
+                continue
+            targets.append(
+                InstanceState(
+                    index=int(record["index"]),
+                    port=int(record["port"]),
+                    pid=pid,
+                    start_ticks=ticks,
+                    started_at=float(record["started_at"]),
+                    stopping=True,
                 )
+            )
         writer = self._writer(state)
         await asyncio.gather(*(self._terminate(inst, grace_s, writer) for inst in targets))
         for inst in targets:
-            state.instances.pop(inst.index, None)
+            if state.instances.get(inst.index) is inst:
+                del state.instances[inst.index]
             await self._release_group(state, inst)
-        self._save_state(state)
 
     async def _terminate(self, instance: InstanceState, grace_s: float, writer: LogWriter) -> None:
         instance.stopping = True

@@ -2,10 +2,14 @@
 leads the instance's process group) and restarting it when it exits without being asked to.
 
 Supervision waits for the shim to exit (``pidfd``, or polling ``/proc`` where pidfds are
-unavailable) — the same way for instances it spawned and for adopted ones. An exit not asked
-for by ``stop`` is a crash: the instance is restarted on the same port after a backoff (see
-:class:`~.model.RestartPolicy`); a crash loop marks the release unhealthy and the instance is
-given up.
+unavailable) — the same way for instances it spawned and for adopted ones. Replicas on one
+host may all supervise an instance; what its exit means is read from its record in
+``instances.json`` under the release's lock (see :mod:`.state`): no record is a stop (made
+here or by another replica: nothing is restarted), another live process is a restart someone
+else made (supervised from then on), the dead process is a crash: the instance is restarted
+on the same port after a backoff (see :class:`~.model.RestartPolicy`), by the first
+supervisor to take the lock after it; a crash loop marks the release unhealthy and the
+instance is given up.
 """
 
 from __future__ import annotations
@@ -25,15 +29,20 @@ from appdeck.platform.runtime import shim as shim_module
 from appdeck.platform.runtime.cgroups import Limits
 from appdeck.platform.runtime.core import DriverCore
 from appdeck.platform.runtime.driver import Release
+from appdeck.platform.runtime.logfile import LogWriter
 from appdeck.platform.runtime.model import InstanceState, ReleaseState, instance_key
 from appdeck.platform.runtime.procs import forget_process, kill_leftovers, pidfd
 from appdeck.platform.runtime.sandbox import STAGE
 from appdeck.platform.runtime.shim import is_running, proc_stat
-from appdeck.platform.runtime.state import read_json, records
+from appdeck.platform.runtime.state import load_instances, locked, read_json, records
 
 log = logging.getLogger("appdeck.runtime")
 
 SHIM_PATH: Final = Path(shim_module.__file__).resolve()
+STOPPED: Final = "stopped"
+FOLLOWED: Final = "followed"
+CRASHED: Final = "crashed"
+"""What a supervisor finds when its instance's process is gone (see ``_look``)."""
 MAX_RECORDED_NETNS: Final = 1024
 """Namespace fds kept for instances other replicas started (all closed past it)."""
 
@@ -177,7 +186,8 @@ class SupervisionMixin(DriverCore):
             )
 
     async def _supervision(self, state: ReleaseState, instance: InstanceState) -> None:
-        """Restart ``instance`` whenever its process exits without being asked to."""
+        """Restart ``instance`` whenever its process exits without being asked to: its
+        record in ``instances.json`` still names that process (see :mod:`.state`)."""
         writer = self._writer(state)
         policy = self.restart
         while True:
@@ -187,48 +197,97 @@ class SupervisionMixin(DriverCore):
                 # The shim stops the app's leftovers before it exits; if the shim itself was
                 # killed, they are still there (holding the port): stop them.
                 kill_leftovers(pid, ticks, signal.SIGKILL)
-            await self._release_group(state, instance)
+            await self._release_listeners(state, instance)
             if instance.stopping:
                 return
-            now = self.clock()
-            ran_for = now - instance.started_at
-            if ran_for >= policy.reset_after_s:
-                instance.backoff_s = policy.initial_backoff_s
-            instance.crashes.append(now)
-            while instance.crashes and instance.crashes[0] < now - policy.window_s:
-                instance.crashes.popleft()
-            crashes = len(instance.crashes)
-            if crashes > policy.crash_limit:
-                state.unhealthy = True
-                state.instances.pop(instance.index, None)
-                self._save_state(state)
-                writer.system(
-                    f"instance {instance.index} crashed {crashes} times within "
-                    f"{policy.window_s:g}s: crash loop, not restarting; release marked unhealthy",
-                    instance=instance.index,
-                )
+            async with locked(state.directory):
+                verdict = self._look(state, instance)
+                if verdict == CRASHED and self._crash_loop(state, instance, writer):
+                    self._unrecord(state, instance.index, unhealthy=True)
+                    await self._remove_group(state, instance)
+                    return
+            if verdict == STOPPED:
                 return
+            if verdict == FOLLOWED:
+                continue
             delay = instance.backoff_s
             instance.backoff_s = min(delay * 2, policy.max_backoff_s)
             writer.system(
-                f"instance {instance.index} exited unexpectedly after {ran_for:.1f}s; "
-                f"restarting in {delay:g}s (crash {crashes} within {policy.window_s:g}s)",
+                f"instance {instance.index} exited unexpectedly after "
+                f"{self.clock() - instance.started_at:.1f}s; restarting in {delay:g}s "
+                f"(crash {len(instance.crashes)} within {policy.window_s:g}s)",
                 instance=instance.index,
             )
             await asyncio.sleep(delay)
             if _stop_requested(instance):  # stop() may have run during the backoff
                 return
-            try:
-                self._spawn(state, instance)
-            except OSError as exc:
-                writer.system(
-                    f"instance {instance.index} could not be restarted: {exc}",
-                    instance=instance.index,
-                )
-                instance.pid = None
-                instance.started_at = self.clock()
-                continue
-            self._save_state(state)
+            async with locked(state.directory):
+                verdict = self._look(state, instance)
+                if verdict == CRASHED:  # still the dead process: restarted here, once
+                    await self._remove_group(state, instance)
+                    self._restart(state, instance, writer)
+            if verdict == STOPPED:
+                return
+
+    def _look(self, state: ReleaseState, instance: InstanceState) -> str:
+        """What the instance's record says now its process is gone (under the release's
+        lock): ``STOPPED`` (no record: a stop, here or on another replica, or a crash loop
+        given up), ``FOLLOWED`` (another process runs: supervised from now on) or
+        ``CRASHED`` (the record names a dead process)."""
+        found, unhealthy = load_instances(state.directory, self._boot_id)
+        record = found.get(instance.index)
+        if record is None or instance.stopping:
+            state.unhealthy = state.unhealthy or unhealthy
+            if state.instances.get(instance.index) is instance:
+                del state.instances[instance.index]
+            return STOPPED
+        pid, ticks = int(record["pid"]), int(record["start_ticks"])
+        if not is_running(pid, ticks):  # the process that exited (or one that did since)
+            return CRASHED
+        forget_process(instance)  # the one that exited
+        handle = pidfd(pid)
+        if handle is not None and not is_running(pid, ticks):
+            os.close(handle)  # exited meanwhile: a crash of its own
+            return CRASHED
+        instance.pid, instance.start_ticks, instance.pidfd = pid, ticks, handle
+        instance.port, instance.started_at = int(record["port"]), float(record["started_at"])
+        return FOLLOWED
+
+    def _crash_loop(self, state: ReleaseState, instance: InstanceState, writer: LogWriter) -> bool:
+        """Count the crash; True (the release marked unhealthy, the instance given up) when
+        it makes a crash loop."""
+        policy = self.restart
+        now = self.clock()
+        if now - instance.started_at >= policy.reset_after_s:
+            instance.backoff_s = policy.initial_backoff_s
+        instance.crashes.append(now)
+        while instance.crashes and instance.crashes[0] < now - policy.window_s:
+            instance.crashes.popleft()
+        crashes = len(instance.crashes)
+        if crashes <= policy.crash_limit:
+            return False
+        state.unhealthy = True
+        state.instances.pop(instance.index, None)
+        writer.system(
+            f"instance {instance.index} crashed {crashes} times within "
+            f"{policy.window_s:g}s: crash loop, not restarting; release marked unhealthy",
+            instance=instance.index,
+        )
+        return True
+
+    def _restart(self, state: ReleaseState, instance: InstanceState, writer: LogWriter) -> None:
+        """Spawn the crashed instance again and record its new process (under the lock)."""
+        try:
+            self._spawn(state, instance)
+        except OSError as exc:
+            writer.system(
+                f"instance {instance.index} could not be restarted: {exc}",
+                instance=instance.index,
+            )
+            instance.pid = None  # its record still names the dead process: tried again
+            instance.started_at = self.clock()
+            return
+        self._record_running(state, instance)
 
     def netns_fd(self, key: str) -> int | None:
         """An fd of the network namespace of the instance ``"<release_id>.<index>"`` (owned
