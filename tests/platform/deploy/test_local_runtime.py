@@ -3,7 +3,7 @@ it saw (issue 20, item 9), from the kernel's account of the instance's sockets."
 
 from __future__ import annotations
 
-import asyncio
+import select
 import contextlib
 import socket
 import subprocess
@@ -68,7 +68,7 @@ async def test_an_app_answering_404_is_told_what_it_answered(driver: LocalDriver
     assert "change health_check" in why
 
 
-async def test_only_the_instances_own_sockets_count_on_the_hosts_network() -> None:
+def test_only_the_instances_own_sockets_count_on_the_hosts_network() -> None:
     other = socket.create_server(("127.0.0.1", 0))  # this test's, not the child's
     child = subprocess.Popen(
         [
@@ -82,7 +82,9 @@ async def test_only_the_instances_own_sockets_count_on_the_hosts_network() -> No
     )
     try:
         assert child.stdout is not None
-        port = int(await asyncio.wait_for(asyncio.to_thread(child.stdout.readline), 10))
+        ready, _, _ = select.select([child.stdout], [], [], 10.0)
+        assert ready, "the child never said its port"
+        port = int(child.stdout.readline())
         found = listening_ports(child.pid, own_netns=False)
         assert found == {port}
         assert other.getsockname()[1] not in (found or set())
