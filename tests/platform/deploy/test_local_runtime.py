@@ -3,8 +3,8 @@ it saw (issue 20, item 9), from the kernel's account of the instance's sockets."
 
 from __future__ import annotations
 
-import select
 import contextlib
+import select
 import socket
 import subprocess
 import sys
