@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import signal
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +45,9 @@ class InstanceState:
     start_ticks: int = 0
     started_at: float = 0.0
     own_child: bool = False
+    exit_code: int | None = None
+    """How its last process ended, when it was our child: the app's exit status, or 128 + the
+    signal that killed it (the shim passes the app's on); -N: the shim itself got signal N."""
     pidfd: int | None = None
     stopping: bool = False
     supervisor: asyncio.Task[None] | None = None
@@ -55,6 +59,21 @@ class InstanceState:
     netns_pid: int | None = None
     database: DatabaseGrant | None = None
     """How the instance reaches its app's database (asked for when it is started)."""
+
+    def how_it_ended(self) -> str:
+        """In words, for the runtime log's crash lines: `` (status 3)``, `` (killed by
+        SIGKILL)``, or nothing when unknown (not our child)."""
+        code = self.exit_code
+        if code is None:
+            return ""
+        if code < 0 or code > 128:
+            number = -code if code < 0 else code - 128
+            try:
+                name = signal.Signals(number).name
+            except ValueError:
+                name = f"signal {number}"
+            return f" (killed by {name})"
+        return f" (status {code})"
 
     def ref(self, release_id: str) -> InstanceRef:
         return InstanceRef(

@@ -98,7 +98,9 @@ def forget_process(instance: InstanceState) -> None:
     """Drop the instance's (exited) process: reap it when it is our child, close its pidfd."""
     if instance.own_child and instance.pid is not None:
         with contextlib.suppress(ChildProcessError):
-            os.waitpid(instance.pid, os.WNOHANG)
+            reaped, status = os.waitpid(instance.pid, os.WNOHANG)
+            if reaped:
+                instance.exit_code = os.waitstatus_to_exitcode(status)
     if instance.pidfd is not None:
         os.close(instance.pidfd)
     instance.pidfd = None

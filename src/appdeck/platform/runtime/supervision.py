@@ -135,6 +135,7 @@ class SupervisionMixin(DriverCore):
         if instance.netns_fd is not None:
             instance.netns_pid = pid  # the shim joins the namespace first thing
         instance.own_child = True
+        instance.exit_code = None
         instance.start_ticks = stat.start_ticks if stat else 0
         instance.started_at = self.clock()
         instance.pidfd = pidfd(pid)
@@ -213,7 +214,7 @@ class SupervisionMixin(DriverCore):
             delay = instance.backoff_s
             instance.backoff_s = min(delay * 2, policy.max_backoff_s)
             writer.system(
-                f"instance {instance.index} exited unexpectedly after "
+                f"instance {instance.index} exited unexpectedly{instance.how_it_ended()} after "
                 f"{self.clock() - instance.started_at:.1f}s; restarting in {delay:g}s "
                 f"(crash {len(instance.crashes)} within {policy.window_s:g}s)",
                 instance=instance.index,
@@ -270,7 +271,8 @@ class SupervisionMixin(DriverCore):
         state.instances.pop(instance.index, None)
         writer.system(
             f"instance {instance.index} crashed {crashes} times within "
-            f"{policy.window_s:g}s: crash loop, not restarting; release marked unhealthy",
+            f"{policy.window_s:g}s{instance.how_it_ended()}: crash loop, not restarting; "
+            "release marked unhealthy",
             instance=instance.index,
         )
         return True
