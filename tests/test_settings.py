@@ -136,3 +136,16 @@ def test_two_servers_on_one_host_can_name_their_own_cgroups(
 ) -> None:
     monkeypatch.setenv("APPDECK_SANDBOX_CGROUP", "appdeck-staging_2")
     assert load().sandbox_cgroup == "appdeck-staging_2"
+
+
+def test_a_relative_data_dir_is_resolved_once_at_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 20 item 5: ``.appdeck`` (the default) made every derived path relative, and the
+    per-commit checkout handed to a build was refused as "not absolute"."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("APPDECK_DATA_DIR", raising=False)
+    assert load().data_dir == tmp_path.resolve() / ".appdeck"
+    assert load(data_dir=Path("rel/dir")).data_dir == tmp_path.resolve() / "rel" / "dir"
+    monkeypatch.chdir("/")
+    assert load(data_dir=tmp_path / "abs").data_dir == tmp_path / "abs"

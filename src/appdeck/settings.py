@@ -212,6 +212,15 @@ class Settings(BaseSettings):
             host = f"[{host}]"
         return f"http://{host}:{port if port is not None else self.port}"
 
+    # -- issue 20 item 5 (git): the data dir is resolved once, at start ---------------------
+    @field_validator("data_dir")
+    @classmethod
+    def _absolute_data_dir(cls, value: Path) -> Path:
+        """The data dir as an absolute path, resolved once against the working directory the
+        server starts in (the default ``.appdeck`` is relative): every path derived from it
+        (keys, database, repo cache, a commit's checkout handed to a build) is absolute."""
+        return value.expanduser().resolve()
+
 
 class InvalidSetting(Exception):
     """A setting has a value that cannot be used; ``str()`` is one line for a person."""

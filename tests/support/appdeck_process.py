@@ -121,6 +121,7 @@ async def start_appdeck(
     name: str = "appdeck",
     within: float = 20.0,
     env: dict[str, str] | None = None,
+    cwd: Path | None = None,
 ) -> AppDeckProcess:
     """Run ``appdeck serve --port 0 --data-dir DATA_DIR --with-conformance-fixtures [--dev]``
     and wait (at most ``within`` seconds) for the line that gives its URL (and, with
@@ -133,6 +134,7 @@ async def start_appdeck(
             stdout=out,
             stderr=err,
             env=clean_env() | (env or {}),
+            cwd=cwd,  # a relative data dir is relative to it
             start_new_session=True,  # a Ctrl-C on pytest is not also delivered to the server
         )
     server = AppDeckProcess(process, "", data_dir, stdout_path, stderr_path)

@@ -141,7 +141,11 @@ class Platform:
             RepoStore(engine),
             sealer,
             sources,
-            Git(config.data_dir / "repos", policy=EgressPolicy(networks=config.egress_allow)),
+            Git(
+                config.data_dir / "repos",
+                policy=EgressPolicy(networks=config.egress_allow),
+                sandbox=getattr(driver, "sandbox", None),  # git on local repos runs in it
+            ),
             feed,
         )
         platform = cls(

@@ -593,3 +593,28 @@ async def test_a_replica_deploys_over_a_live_release_another_replica_started(rig
     assert all(rig.router.history)
     assert await b_runtime.running(live) == []  # adopted, then retired
     assert rig.router.weights(SHOP) == {f"{rig.app_id}-2": 100}
+
+
+@pytest.mark.parametrize(
+    ("raised", "said"),
+    [
+        (InvalidArgument("source path '.appdeck/x' is not absolute"), "is not absolute"),
+        (RuntimeError("boom in /srv/appdeck/data"), "internal error"),
+    ],
+    ids=["refused", "bug"],
+)
+async def test_a_deploy_that_raises_says_why_in_words_never_an_exception_class(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch, raised: Exception, said: str
+) -> None:
+    """Issue 20 item 5: the agent saw ``Failed: internal error (InvalidArgument)``."""
+
+    async def prepare(release: Release) -> None:
+        raise raised
+
+    monkeypatch.setattr(rig.runtime, "prepare", prepare)
+    assert await rig.deploy() == "failed"
+    record = (await rig.deploys.store.for_app(rig.app_id))[0]
+    message = record.status_message or ""
+    assert said in message
+    assert type(raised).__name__ not in message
+    assert "/srv/appdeck" not in message

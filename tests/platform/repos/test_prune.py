@@ -10,7 +10,7 @@ import pytest
 
 from appdeck.common.errors import FailedPrecondition, InvalidArgument
 from appdeck.platform.repos import git as git_module
-from appdeck.platform.repos.git import Limits
+from appdeck.platform.repos.git import SHA, Limits, Remote
 from appdeck.platform.repos.prune import KEEP_RECENT
 from tests.platform.on_fakes import OnFakes
 from tests.platform.repos.gitrepo import BareRepo, bare_repo
@@ -58,31 +58,32 @@ async def test_only_the_checkouts_of_deployments_worth_keeping_stay(
 async def test_a_fetch_over_the_cache_limit_is_cut_refused_and_dropped(
     on: OnFakes, repo: BareRepo, tmp_path: Path, prlimit: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The cache holds what the platform fetches over https (a local repository is read in
+    the app's sandbox, never fetched): its fetch, driven here from a path, is capped."""
     if not prlimit:  # where util-linux's prlimit is missing: the limit is set after fork
         monkeypatch.setattr(git_module, "_PRLIMIT", None)
     app_id = (await on.platform.apps.register(on.alice, "shop", SPEC)).app.id
-    await on.platform.repos.connect(on.alice, app_id, str(repo.bare))
     repo.commit({"big.bin": os.urandom(200_000).hex()}, "a big file")  # a 200 kB pack
-    on.platform.repos._git.limits = Limits(max_cache_bytes=100_000)  # the pack file, capped
+    git = on.platform.repos._git
+    git.limits = Limits(max_cache_bytes=100_000)  # the pack file, capped
     with pytest.raises(InvalidArgument, match=r"larger than 0 MiB once fetched$"):
-        await on.platform.deployments.deploy(on.alice, app_id, wait_s=None)
+        await git.fetch(app_id, Remote(str(repo.bare)), "main")
     assert not (tmp_path / "repos" / f"{app_id}.git").exists()
-    assert await on.platform.deploys.store.for_app(app_id, offset=0, limit=10) == []
-    on.platform.repos._git.limits = Limits()
-    assert (await on.platform.deployments.deploy(on.alice, app_id, wait_s=None)).live
+    git.limits = Limits()
+    assert SHA.fullmatch(await git.fetch(app_id, Remote(str(repo.bare)), "main"))
 
 
 async def test_a_cache_that_grows_over_the_limit_fetch_by_fetch_is_dropped(
     on: OnFakes, repo: BareRepo, tmp_path: Path
 ) -> None:
     app_id = (await on.platform.apps.register(on.alice, "shop", SPEC)).app.id
-    await on.platform.repos.connect(on.alice, app_id, str(repo.bare))
-    on.platform.repos._git.limits = Limits(max_cache_bytes=80_000)
+    git = on.platform.repos._git
+    git.limits = Limits(max_cache_bytes=80_000)
     repo.commit({"one.bin": os.urandom(50_000).hex()}, "a 50 kB pack")
-    assert (await on.platform.deployments.deploy(on.alice, app_id, wait_s=None)).live
+    assert SHA.fullmatch(await git.fetch(app_id, Remote(str(repo.bare)), "main"))
     repo.commit({"two.bin": os.urandom(50_000).hex()}, "another")  # each pack fits
     with pytest.raises(InvalidArgument, match=r"once fetched \(0 MiB\)"):
-        await on.platform.deployments.deploy(on.alice, app_id, wait_s=None)
+        await git.fetch(app_id, Remote(str(repo.bare)), "main")
     assert not (tmp_path / "repos" / f"{app_id}.git").exists()
 
 

@@ -26,7 +26,13 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from appdeck.common.errors import Conflict, FailedPrecondition, InvalidArgument, NotFound
+from appdeck.common.errors import (
+    AppDeckError,
+    Conflict,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+)
 from appdeck.common.identity import Principal
 from appdeck.platform import hostnames
 from appdeck.platform.apps import AppService
@@ -345,10 +351,16 @@ class DeployService:
                 with contextlib.suppress(Fenced):
                     await step("Cancelled; the live release kept serving", 0, states.CANCELLED)
             raise
-        except Exception as exc:
+        except AppDeckError as exc:  # refused by a rule (a checkout, a path): said as it is
+            log.warning("deployment %s failed: %s", record.release_id, exc.message)
+            await _abort(held, self.runtime, self.router, new, old, old_instances)
+            await step(f"Failed: {exc.message}", 0, state=states.FAILED)
+            return record
+        except Exception:  # a bug: the log has the traceback; the caller never a class name
             log.exception("deployment %s failed", record.release_id)
             await _abort(held, self.runtime, self.router, new, old, old_instances)
-            await step(f"Failed: internal error ({type(exc).__name__})", 0, state=states.FAILED)
+            await step("Failed: internal error (the server's log has the details)", 0,
+                       state=states.FAILED)  # fmt: skip
             return record
         await step(f"Live: {app.name} serves release {record.number}", 100, state=states.LIVE)
         if old_record is not None and old_record.state == states.LIVE:

@@ -27,7 +27,7 @@ import shutil
 import signal
 import tarfile
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -36,7 +36,15 @@ from urllib.parse import urlsplit
 
 from appdeck.common.errors import FailedPrecondition, InvalidArgument, Unavailable
 from appdeck.platform.repos import reach
+from appdeck.platform.repos.local import (
+    MISSING_BRANCH,
+    NOT_ON_BRANCH,
+    LocalRepos,
+    refuse_foreign_commit,
+    refuse_missing_branch,
+)
 from appdeck.platform.runtime.egress import EgressPolicy
+from appdeck.platform.runtime.sandbox import Sandbox
 
 SHA: Final = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 BRANCH: Final = re.compile(r"(?!/|.*(?:\.\.|//|@\{|\.lock$|/$|\.$))[A-Za-z0-9._/-]{1,200}")
@@ -88,11 +96,13 @@ class Commit:
 
 
 class GitError(Exception):
-    """git failed; ``reason`` is its first line of stderr, token scrubbed, bounded."""
+    """git failed. ``reason`` is the platform's own words (what a caller may be told);
+    ``output`` is what git printed, masked and bounded: attacker input, for the log only."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, *, output: str = "") -> None:
         super().__init__(reason)
         self.reason = reason
+        self.output = output
 
 
 class Git:
@@ -104,11 +114,14 @@ class Git:
         policy: EgressPolicy | None = None,
         resolve: reach.Resolve = reach.system_resolve,
         ca_file: Path | None = None,
+        sandbox: Sandbox | None = None,
     ) -> None:
         """``policy`` decides where git may connect (tests allow one loopback port with its
         ``extra_allowed``); ``ca_file``, when given, is the only CA git trusts for https (tests:
-        the loopback server's own CA; never a setting users reach)."""
+        the loopback server's own CA; never a setting users reach). ``sandbox``: the apps'
+        sandbox, which git on a local repository runs in (:mod:`.local`)."""
         self._cache = cache_dir
+        self.local = LocalRepos(cache_dir / ".sandbox", sandbox)
         self.limits = limits or Limits()
         self.policy = policy or EgressPolicy()
         self._resolve = resolve
@@ -117,7 +130,7 @@ class Git:
     async def _reach(self, remote: Remote) -> list[str]:
         """The options that pin git to a checked address of the remote's host (none for a
         local path); refused before git runs when the host is not allowed."""
-        if remote.target.startswith("/"):
+        if _is_local(remote):
             return []
         if urlsplit(remote.target).scheme.lower() != "https":
             raise InvalidArgument("git fetches over https or from a local path only")
@@ -160,52 +173,30 @@ class Git:
         """Run ``git <safe options> args``; its stdout (bounded) or :class:`GitError`. With
         ``sink``, stdout is written there instead (still bounded) and ``""`` returned. With
         ``max_file``, no file git writes may grow past it (``RLIMIT_FSIZE``)."""
-        limit = max_output or self.limits.max_output
         capped: tuple[str, ...] = ()
         if max_file is not None and _PRLIMIT is not None:  # util-linux: no code after fork
             capped = (_PRLIMIT, f"--fsize={max_file}:{max_file}", "--")
-        proc = await asyncio.create_subprocess_exec(
-            *capped,
-            "git",
-            *_SAFE,
-            *self._tls,
-            *args,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
+        code, out, err = await execute(
+            [*capped, "git", *_SAFE, *self._tls, *args],
             env=self._env(token),
+            timeout_s=self.limits.timeout_s,
+            limit=max_output or self.limits.max_output,
             cwd=cwd,
-            start_new_session=True,
-            preexec_fn=None if max_file is None or capped else partial(_cap_files, max_file),
+            sink=sink,
+            preexec=None if max_file is None or capped else partial(_cap_files, max_file),
         )
-        try:
-            out, err = await asyncio.wait_for(
-                asyncio.gather(_read(proc.stdout, limit, sink), _read(proc.stderr, 4096)),
-                self.limits.timeout_s,
-            )
-            await asyncio.wait_for(proc.wait(), self.limits.timeout_s)
-        except TimeoutError:
-            _kill(proc)
-            raise GitError(f"git took longer than {self.limits.timeout_s:g} s") from None
-        except _TooLong:
-            _kill(proc)
-            raise GitError(f"git printed more than {limit} bytes") from None
-        finally:
-            if proc.returncode is None:
-                _kill(proc)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(proc.wait(), 5)
-        if proc.returncode != 0:
-            if max_file is not None and (
-                proc.returncode == -signal.SIGXFSZ or b"File too large" in err
-            ):
+        if code != 0:
+            if max_file is not None and (code == -signal.SIGXFSZ or b"File too large" in err):
                 raise GitError(f"git wrote a file over {max_file} bytes")
-            raise GitError(_reason(err, token))
+            raise GitError(_reason(err), output=masked(err, token))
         return out.decode("utf-8", "replace")
 
     # -- what a remote has --------------------------------------------------------------
 
-    async def heads(self, remote: Remote) -> Heads:
+    async def heads(self, remote: Remote, app_id: int = 0) -> Heads:
+        """The remote's branches; a local repository's are read in app ``app_id``'s sandbox."""
+        if _is_local(remote):
+            return _heads(await self._local(app_id, remote, "heads"))
         out = await self.run(
             [
                 *await self._reach(remote),
@@ -218,15 +209,53 @@ class Git:
             ],
             token=remote.token,
         )
-        default = None
-        branches: dict[str, str] = {}
-        for line in out.splitlines():
-            left, _, name = line.partition("\t")
-            if left.startswith("ref: refs/heads/") and name == "HEAD":
-                default = left.removeprefix("ref: refs/heads/")
-            elif SHA.fullmatch(left) and name.startswith("refs/heads/"):
-                branches[name.removeprefix("refs/heads/")] = left
-        return Heads(default if default in branches else None, branches)
+        return _heads(out)
+
+    async def _local(
+        self,
+        app_id: int,
+        remote: Remote,
+        op: str,
+        *args: str,
+        sink: BinaryIO | None = None,
+        max_output: int | None = None,
+    ) -> str:
+        """:data:`.local.SCRIPT`'s ``op`` on a local repository, in the app's sandbox."""
+
+        async def execute_bound(
+            argv: list[str], env: dict[str, str], fds: tuple[int, ...], to: BinaryIO | None
+        ) -> tuple[int, bytes, bytes]:
+            return await execute(
+                argv,
+                env=env,
+                timeout_s=self.limits.timeout_s,
+                limit=max_output or self.limits.max_output,
+                sink=to,
+                pass_fds=fds,
+            )
+
+        done = await self.local.run(
+            app_id, Path(remote.target), op, args, env=self._env(None), execute=execute_bound,
+            sink=sink,
+        )  # fmt: skip
+        if done.code == MISSING_BRANCH:
+            raise refuse_missing_branch(args[0])
+        if done.code == NOT_ON_BRANCH:
+            raise refuse_foreign_commit(args[1])
+        if done.code != 0:
+            raise GitError("git could not read the repository", output=masked(done.err))
+        return done.out.decode("utf-8", "replace")
+
+    async def resolve(self, app_id: int, remote: Remote, branch: str, sha: str | None) -> Commit:
+        """The commit ``sha`` (default: the branch's head) with its message: fetched into the
+        app's cache from a URL; read in the app's sandbox from a local repository, where a
+        commit not on ``branch`` is refused."""
+        if _is_local(remote):
+            out = await self._local(app_id, remote, "resolve", branch, sha or "")
+            full, _, message = out.partition("\x00")
+            return Commit(full.strip(), message.strip()[:2000])
+        head = await self.fetch(app_id, remote, branch)
+        return await self.commit(app_id, sha or head)
 
     # -- checkouts ----------------------------------------------------------------------
 
@@ -299,8 +328,9 @@ class Git:
         full, _, message = out.partition("\x00")
         return Commit(full.strip(), message.strip()[:2000])
 
-    async def checkout(self, app_id: int, sha: str) -> Path:
-        """The tree of ``sha`` extracted under the cache (made once per commit)."""
+    async def checkout(self, app_id: int, sha: str, remote: Remote | None = None) -> Path:
+        """The tree of ``sha`` extracted under the cache (made once per commit): archived from
+        the app's bare cache, or, for a local repository (``remote``), in the app's sandbox."""
         target = self._cache / str(app_id) / sha
         if target.is_dir() and not target.is_symlink():
             return target
@@ -310,13 +340,19 @@ class Git:
             archive = work / "archive.tar"
             fd = os.open(archive, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
             with os.fdopen(fd, "wb") as sink:
+                room = self.limits.max_bytes + self.limits.max_files * 1024 + 10240
                 try:  # tar headers and padding: a little over the files' bytes
-                    await self.run(
-                        ["archive", "--format=tar", sha],
-                        cwd=self._bare(app_id),
-                        sink=sink,
-                        max_output=self.limits.max_bytes + self.limits.max_files * 1024 + 10240,
-                    )
+                    if remote is not None and _is_local(remote):
+                        await self._local(
+                            app_id, remote, "archive", sha, sink=sink, max_output=room
+                        )
+                    else:
+                        await self.run(
+                            ["archive", "--format=tar", sha],
+                            cwd=self._bare(app_id),
+                            sink=sink,
+                            max_output=room,
+                        )
                 except GitError as exc:
                     if not exc.reason.startswith("git printed more than"):
                         raise
@@ -348,15 +384,32 @@ class Git:
                 members.append(member)
             try:
                 tar.extractall(tree, members=members, filter="data")
-            except tarfile.FilterError as exc:
+            except tarfile.FilterError:
                 raise InvalidArgument(
-                    f"commit {sha[:12]} holds an entry that leads out of its tree: "
-                    f"{type(exc).__name__}"
+                    f"commit {sha[:12]} holds an entry that leads out of its tree (an absolute "
+                    "path, a link leading out, a device or a special file)"
                 ) from None
 
 
 class _TooLong(Exception):
     pass
+
+
+def _is_local(remote: Remote) -> bool:
+    return remote.target.startswith("/")
+
+
+def _heads(out: str) -> Heads:
+    """``ls-remote --symref`` lines (``ref: refs/heads/<b>\tHEAD``, ``<sha>\trefs/heads/<b>``)."""
+    default = None
+    branches: dict[str, str] = {}
+    for line in out.splitlines():
+        left, _, name = line.partition("\t")
+        if left.startswith("ref: refs/heads/") and name == "HEAD":
+            default = left.removeprefix("ref: refs/heads/")
+        elif SHA.fullmatch(left) and name.startswith("refs/heads/"):
+            branches[name.removeprefix("refs/heads/")] = left
+    return Heads(default if default in branches else None, branches)
 
 
 def _cap_files(size: int) -> None:
@@ -384,10 +437,15 @@ def _size(root: Path, *, largest: bool = False) -> int:
 
 
 async def _read(
-    stream: asyncio.StreamReader | None, limit: int, sink: BinaryIO | None = None
+    stream: asyncio.StreamReader | None,
+    limit: int,
+    sink: BinaryIO | None = None,
+    *,
+    cut: bool = False,
 ) -> bytes:
-    """At most ``limit`` bytes of ``stream`` (:class:`_TooLong` beyond), kept or written to
-    ``sink`` as they come (a file never grows past the limit)."""
+    """At most ``limit`` bytes of ``stream`` (:class:`_TooLong` beyond; with ``cut``, the
+    rest is read and dropped), kept or written to ``sink`` as they come (a file never grows
+    past the limit)."""
     if stream is None:
         return b""
     chunks: list[bytes] = []
@@ -395,6 +453,8 @@ async def _read(
     while chunk := await stream.read(65536):
         size += len(chunk)
         if size > limit:
+            if cut:
+                continue
             raise _TooLong
         if sink is not None:
             sink.write(chunk)
@@ -408,22 +468,90 @@ def _kill(proc: asyncio.subprocess.Process) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
-def _reason(err: bytes, token: str | None) -> str:
-    text = err.decode("utf-8", "replace")
+_SAID: Final = (
+    (("could not read username", "authentication failed", "error: 401", "error: 403"),
+     "the repository refused the credentials (HTTP 401/403)"),
+    (("not found", "does not appear to be a git repository", "error: 404"),
+     "the repository was not found"),
+    (("could not resolve host", "failed to connect", "connection refused", "timed out",
+      "ssl", "certificate"),
+     "the repository's host could not be reached"),
+    (("couldn't find remote ref", "invalid refspec"), "the branch is not in the repository"),
+)  # fmt: skip
+"""What git's output shows, in the platform's words (git's own words are never shown)."""
+_CONTROL: Final = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def _reason(err: bytes) -> str:
+    """What went wrong, said by the platform: a known mark of git's stderr, else a plain
+    "git failed" (git's output quotes the files it read: attacker input, maybe a secret)."""
+    text = err.decode("utf-8", "replace").lower()
+    for marks, said in _SAID:
+        if any(mark in text for mark in marks):
+            return said
+    return "git could not read the repository"
+
+
+def masked(err: bytes | str, token: str | None = None, limit: int = 4000) -> str:
+    """git's output as it may be logged: the token (plain and as the Basic credential) and
+    control characters dropped, at most ``limit`` characters."""
+    text = err.decode("utf-8", "replace") if isinstance(err, bytes) else err
     if token:
-        text = text.replace(token, "***")
-    lines = [x.strip() for x in text.splitlines() if x.strip()]
-    first = next((x for x in lines if x.startswith("fatal:")), lines[0] if lines else "")
-    return (first.removeprefix("fatal: ") or "git failed")[:300]
-
-
-_REFUSED: Final = ("could not read username", "authentication failed", "error: 401", "error: 403")
+        basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
+        text = text.replace(token, "***").replace(basic, "***")
+    return _CONTROL.sub("", text.replace("\n", " | ").strip())[:limit]
 
 
 def unavailable(exc: GitError, what: str) -> Unavailable:
-    if any(mark in exc.reason.lower() for mark in _REFUSED):
+    """``what`` failed, said in the platform's words (``exc.reason``); git's output is not."""
+    if "credentials" in exc.reason:
         return Unavailable(
             f"{what}: the repository refused the credentials (HTTP 401/403)",
             hint="give a token that can read the repository (token), or check the url",
         )
     return Unavailable(f"{what}: {exc.reason}", hint="check the url, the token and the branch")
+
+
+async def execute(
+    argv: Sequence[str],
+    *,
+    env: dict[str, str],
+    timeout_s: float,
+    limit: int,
+    cwd: Path | None = None,
+    sink: BinaryIO | None = None,
+    preexec: Callable[[], None] | None = None,
+    pass_fds: Sequence[int] = (),
+) -> tuple[int, bytes, bytes]:
+    """Run ``argv`` in a session of its own: (exit status, stdout, stderr), stdout at most
+    ``limit`` bytes (or written to ``sink``), stderr its first 64 KiB; :class:`GitError` past
+    ``timeout_s`` or ``limit`` (the whole process group is killed)."""
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+        cwd=cwd,
+        start_new_session=True,
+        preexec_fn=preexec,
+        pass_fds=tuple(pass_fds),
+    )
+    try:
+        out, err = await asyncio.wait_for(
+            asyncio.gather(_read(proc.stdout, limit, sink), _read(proc.stderr, 1 << 16, cut=True)),
+            timeout_s,
+        )
+        await asyncio.wait_for(proc.wait(), timeout_s)
+    except TimeoutError:
+        _kill(proc)
+        raise GitError(f"git took longer than {timeout_s:g} s") from None
+    except _TooLong:
+        _kill(proc)
+        raise GitError(f"git printed more than {limit} bytes") from None
+    finally:
+        if proc.returncode is None:
+            _kill(proc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(proc.wait(), 5)
+    return proc.returncode if proc.returncode is not None else -1, out, err

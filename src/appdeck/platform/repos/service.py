@@ -183,9 +183,9 @@ class RepoService:
             raise InvalidArgument(f"branch {branch[:100]!r} is not a valid branch name")
         remote = self._remote(view.app, parsed, token)
         try:
-            heads = await self._git.heads(remote)
+            heads = await self._git.heads(remote, app_id)
         except GitError as exc:
-            raise unavailable(exc, "the repository could not be read (git ls-remote)") from None
+            raise _failed(app_id, exc, "the repository could not be read") from None
         if not heads.branches:
             raise FailedPrecondition("the repository has no branch", hint="push a commit first")
         chosen = branch or heads.default or next(iter(sorted(heads.branches)))
@@ -239,9 +239,9 @@ class RepoService:
         view = await self._apps.load(principal, app_id, "repo.connect")
         record = await self._connection(app_id)
         try:
-            heads = await self._git.heads(self._stored_remote(view.app, record))
+            heads = await self._git.heads(self._stored_remote(view.app, record), app_id)
         except GitError as exc:
-            raise unavailable(exc, "the repository could not be read (git ls-remote)") from None
+            raise _failed(app_id, exc, "the repository could not be read") from None
         found = [Branch(n, s, n == heads.default) for n, s in sorted(heads.branches.items())]
         return found[offset : offset + limit]
 
@@ -296,11 +296,10 @@ class RepoService:
             raise InvalidArgument("commit must be a full 40-character hex sha")
         remote = self._stored_remote(app, record)
         try:
-            head = await self._git.fetch(app.id, remote, record.branch)
-            found = await self._git.commit(app.id, commit or head)
-            path = await self._git.checkout(app.id, found.sha)
+            found = await self._git.resolve(app.id, remote, record.branch, commit)
+            path = await self._git.checkout(app.id, found.sha, remote)
         except GitError as exc:
-            raise unavailable(exc, "the commit could not be checked out") from None
+            raise _failed(app.id, exc, "the commit could not be checked out") from None
         await self._prune(app.id, found.sha)
         return {
             "kind": "git",
@@ -376,7 +375,7 @@ class RepoService:
         if app is None:
             return "gone"
         remote = self._stored_remote(app, record)
-        head = (await self._git.heads(remote)).branches.get(record.branch)
+        head = (await self._git.heads(remote, app.id)).branches.get(record.branch)
         if head is None:
             raise GitError(f"the branch {record.branch!r} is gone from the repository")
         if record.last_commit is None:
@@ -384,8 +383,11 @@ class RepoService:
             return "baseline"
         if head == record.last_commit:
             return "unchanged"
-        fetched = await self._git.fetch(app.id, remote, record.branch)
-        found = await self._git.commit(app.id, fetched)
+        try:
+            found = await self._git.resolve(app.id, remote, record.branch, None)
+        except GitError as exc:
+            _log_output(app.id, exc)
+            raise
         current = await self._store.get(record.app_id)
         if current is None or current.url != record.url or current.branch != record.branch:
             return "gone"  # disconnected or reconnected meanwhile
@@ -452,6 +454,17 @@ class RepoService:
         """Wait for push deploys under way (tests, shutdown)."""
         if self._aside:
             await asyncio.wait(set(self._aside), timeout=600)
+
+
+def _log_output(app_id: int, exc: GitError) -> None:
+    if exc.output:  # masked and bounded by :mod:`.git`; the tenant's words, for the log only
+        log.info("git on the repository of app %s failed: %s", app_id, exc.output)
+
+
+def _failed(app_id: int, exc: GitError, what: str) -> AppDeckError:
+    """``what`` failed, in the platform's words; git's own output goes to the log."""
+    _log_output(app_id, exc)
+    return unavailable(exc, what)
 
 
 def _view(record: RepoRecord) -> RepoView:
