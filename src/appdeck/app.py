@@ -37,6 +37,7 @@ from appdeck.platform.ingress.server import IngressServer
 from appdeck.platform.runtime import sandbox
 from appdeck.platform.runtime.egress import EgressPolicy, EgressProxy
 from appdeck.platform.runtime.local import LocalDriver
+from appdeck.platform.runtime.install import InstallConflict, InstallLock, claim
 from appdeck.platform.runtime.sandbox import Sandbox
 from appdeck.platform.services import Platform, PlatformConfig
 from appdeck.platform.tables.databases import AppDatabases, open_databases
@@ -102,6 +103,8 @@ class Services:
     databases: AppDatabases | None = None
     router: IngressRouter | None = None
     port: int = 0
+    install: InstallLock | None = None
+    """This server's hold on its install's uid range (sandboxed servers), released at stop."""
     _background: list[asyncio.Task[None]] = field(default_factory=list, repr=False)
     _stopping: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
 
@@ -109,7 +112,7 @@ class Services:
     async def start(
         cls, settings: Settings, *, authenticator: Authenticator | None = None, port: int = 0
     ) -> Services:
-        runtime = _sandbox(settings)  # first: a host that cannot sandbox opens nothing
+        runtime, install = _sandbox(settings)  # first: a host that cannot sandbox opens nothing
         storage = await Storage.open(settings.database())
         cluster = (
             await Cluster.connect(settings.redis_url, settings.redis_prefix)
@@ -194,6 +197,7 @@ class Services:
             databases=databases,
             router=router,
             port=port,
+            install=install,
         )
         await services._begin(platform, router, tasks)
         return services
@@ -323,6 +327,8 @@ class Services:
         await self.server.close()
         await self.cluster.close()
         await self.storage.close()
+        if self.install is not None:
+            self.install.release()
 
     @property
     def urls(self) -> PublicUrls:
@@ -437,14 +443,43 @@ async def _authentication(
     return keys, issuer, bearer
 
 
-def _sandbox(settings: Settings) -> Sandbox | None:
-    """The sandbox apps run in, or None (``APPDECK_SANDBOX=off``, or ``auto`` on a host that
-    cannot sandbox): unconfined apps are warned about at every start. ``on`` where the host
-    cannot sandbox raises :class:`~appdeck.platform.runtime.sandbox.SandboxUnavailable`."""
+def _sandbox(settings: Settings) -> tuple[Sandbox | None, InstallLock | None]:
+    """The sandbox apps run in, and this server's hold on its install's namespace (uid range,
+    cgroup, runtime dir: :mod:`~appdeck.platform.runtime.install`); or None (``APPDECK_SANDBOX
+    =off``, or ``auto`` on a host that cannot sandbox): unconfined apps are warned about at
+    every start. ``on`` where the host cannot sandbox raises
+    :class:`~appdeck.platform.runtime.sandbox.SandboxUnavailable`; another install on this
+    install's uids raises :class:`~appdeck.platform.runtime.install.InstallConflict`, always."""
     reason = "APPDECK_SANDBOX=off"
     if settings.sandbox != "off":
         try:
-            return sandbox.detect(settings.sandbox_uid_base, settings.sandbox_cgroup)
+            sandbox.require_root()
+            held = claim(
+                settings.data_dir,
+                uid_base=settings.sandbox_uid_base,
+                cgroup=settings.sandbox_cgroup,
+                registry=settings.install_registry,
+                runtime_root=settings.runtime_root,
+            )
+            own = held.install
+            try:
+                found = sandbox.detect(
+                    own.uid_base or 0, own.cgroup, uid_count=own.uid_count, stage=held.stage
+                )
+            except sandbox.SandboxUnavailable:
+                held.release()
+                raise
+            log.info(
+                "install %s: uids %d-%d, cgroup %s, runtime dir %s",
+                own.id,
+                own.uids.start,
+                own.uids.stop - 1,
+                own.cgroup,
+                held.stage,
+            )
+            return found, held
+        except InstallConflict:
+            raise  # never a reason to run apps unconfined
         except sandbox.SandboxUnavailable as exc:
             if settings.sandbox == "on":
                 raise
@@ -454,7 +489,7 @@ def _sandbox(settings: Settings) -> Sandbox | None:
         "keys and database; never let more than one trusted tenant deploy here",
         reason,
     )
-    return None
+    return None, None
 
 
 def _authorization_server(
