@@ -36,8 +36,8 @@ from appdeck.platform.ingress.routes import Counters, RouteTable
 from appdeck.platform.ingress.server import IngressServer
 from appdeck.platform.runtime import sandbox
 from appdeck.platform.runtime.egress import EgressPolicy, EgressProxy
-from appdeck.platform.runtime.local import LocalDriver
 from appdeck.platform.runtime.install import InstallConflict, InstallLock, claim
+from appdeck.platform.runtime.local import LocalDriver
 from appdeck.platform.runtime.sandbox import Sandbox
 from appdeck.platform.services import Platform, PlatformConfig
 from appdeck.platform.tables.databases import AppDatabases, open_databases

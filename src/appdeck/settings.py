@@ -223,11 +223,6 @@ class Settings(BaseSettings):
     runtime_root: Path = Path("/run/appdeck")
     """Where each install's runtime dir (``<root>/<install id>``: its sandboxes' stage) is."""
 
-    @field_validator("sandbox_cgroup", mode="before")
-    @classmethod
-    def _blank_is_default(cls, value: Any) -> Any:
-        return None if isinstance(value, str) and not value.strip() else value
-
 
 class InvalidSetting(Exception):
     """A setting has a value that cannot be used; ``str()`` is one line for a person."""

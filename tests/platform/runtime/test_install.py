@@ -22,9 +22,9 @@ from appdeck.platform.runtime.install import (
 
 
 @pytest.fixture
-def host(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+def host(tmp_path: Path) -> tuple[Path, Path]:
     """(registry, runtime root) of a pretend host."""
-    yield tmp_path / "registry", tmp_path / "run"
+    return tmp_path / "registry", tmp_path / "run"
 
 
 @pytest.fixture
@@ -50,7 +50,8 @@ def test_a_new_data_dir_gets_an_id_and_a_range_of_its_own_recorded_in_it(
 ) -> None:
     lock = _claim(tmp_path / "a", host, holds)
     install = lock.install
-    assert install.uid_base is not None and install.uid_base >= FIRST_BASE
+    assert install.uid_base is not None
+    assert install.uid_base >= FIRST_BASE
     assert install.uid_base % UID_COUNT == 0
     assert install.cgroup == f"appdeck/{install.id}"
     assert lock.stage == host[1] / install.id

@@ -12,6 +12,7 @@ after stopping anything they left behind.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import signal
 
@@ -140,4 +141,4 @@ def _shim_of(pid: int, state: ReleaseState) -> bool:
     if not argv or argv == [b""]:
         return True  # a zombie, or gone meanwhile
     wanted = os.fsencode(str(state.log("runtime")))
-    return any(a == b"--log" and b == wanted for a, b in zip(argv, argv[1:], strict=False))
+    return any(a == b"--log" and b == wanted for a, b in itertools.pairwise(argv))

@@ -220,9 +220,12 @@ def _hold(registry: Path, slot: int, install: Install) -> int:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # held: by whom?
             running = True
         entry = _read(registry / f"{slot}.json")
-        if entry is not None and not _same(entry, install):
-            if running or _still_holds(entry, slot):
-                raise InstallConflict(_conflict(install, entry, running))
+        if (
+            entry is not None
+            and not _same(entry, install)
+            and (running or _still_holds(entry, slot))
+        ):
+            raise InstallConflict(_conflict(install, entry, running))
         if not running:
             _write(
                 registry / f"{slot}.json",
