@@ -40,7 +40,14 @@ def _claim(
     data_dir: Path, host: tuple[Path, Path], holds: list[InstallLock], **settings: object
 ) -> InstallLock:
     registry, runtime_root = host
-    lock = claim(data_dir, registry=registry, runtime_root=runtime_root, **settings)  # type: ignore[arg-type]
+    cgroup_root = registry.parent / "cgroup"
+    lock = claim(
+        data_dir,
+        registry=registry,
+        runtime_root=runtime_root,
+        cgroup_root=cgroup_root,
+        **settings,  # type: ignore[arg-type]
+    )
     holds.append(lock)
     return lock
 
@@ -158,16 +165,22 @@ def test_two_old_data_dirs_on_the_old_default_range_cannot_both_run(
         _claim(tmp_path / "old2", host, holds)
 
 
-def test_the_range_of_a_deleted_data_dir_is_taken_over_and_its_runtime_dir_removed(
+def test_the_range_of_a_deleted_data_dir_is_taken_over_and_its_host_leftovers_removed(
     tmp_path: Path, host: tuple[Path, Path], holds: list[InstallLock]
 ) -> None:
     gone = _claim(tmp_path / "gone", host, holds)
     (gone.stage / "app").mkdir(parents=True)
+    empty = tmp_path / "cgroup" / "memory" / gone.install.cgroup
+    empty.mkdir(parents=True)
+    busy = tmp_path / "cgroup" / "pids" / gone.install.cgroup
+    (busy / "1-1.0").mkdir(parents=True)  # an instance of it still runs
     gone.release()
     shutil.rmtree(tmp_path / "gone")
     new = _claim(tmp_path / "new", host, holds)
     assert new.install.uid_base == gone.install.uid_base
     assert not gone.stage.exists()
+    assert not empty.exists()
+    assert busy.exists()
 
 
 def test_two_replicas_starting_at_once_agree_on_one_id(tmp_path: Path) -> None:

@@ -156,6 +156,14 @@ class Cgroups:
                     time.sleep(0.02)
 
 
+def remove_empty(name: str, root: Path = ROOT) -> None:
+    """Remove the (empty) group ``name`` and nothing else: of an install that is gone. A
+    group that still holds anything (an instance of it still runs) stays."""
+    for directory in (root / name, *(root / c / name for c in _V1_CONTROLLERS)):
+        with contextlib.suppress(OSError):
+            directory.rmdir()
+
+
 def oom_kills(events: Path | None) -> int:
     """How many processes of the group the OOM killer killed so far (0 when unknown)."""
     if events is None:

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
+from appdeck.platform.runtime import cgroups
 from appdeck.platform.runtime.sandbox import SandboxUnavailable
 
 log = logging.getLogger("appdeck.runtime")
@@ -139,12 +140,13 @@ def claim(
     cgroup: str | None = None,
     registry: Path = REGISTRY,
     runtime_root: Path = RUNTIME_ROOT,
+    cgroup_root: Path = cgroups.ROOT,
 ) -> InstallLock:
     """Identify the install in ``data_dir``, give it a uid range if it has none, and hold
     its range for this process. ``uid_base`` / ``cgroup``: the operator's explicit settings,
     which win. Raises :class:`InstallConflict` when another install holds those uids."""
     try:
-        return _claim(data_dir, uid_base, cgroup, registry, runtime_root)
+        return _claim(data_dir, uid_base, cgroup, _Host(registry, runtime_root, cgroup_root))
     except OSError as exc:
         raise SandboxUnavailable(
             f"cannot hold this install's uid range in {registry} "
@@ -152,19 +154,21 @@ def claim(
         ) from None
 
 
-def _claim(
-    data_dir: Path,
-    uid_base: int | None,
-    cgroup: str | None,
-    registry: Path,
-    runtime_root: Path,
-) -> InstallLock:
+@dataclass(frozen=True, slots=True)
+class _Host:
+    registry: Path
+    runtime_root: Path
+    cgroup_root: Path
+
+
+def _claim(data_dir: Path, uid_base: int | None, cgroup: str | None, host: _Host) -> InstallLock:
+    registry, runtime_root = host.registry, host.runtime_root
     registry.mkdir(parents=True, exist_ok=True, mode=0o700)
     with _registry_locked(registry):
         install = identify(data_dir)
         base = uid_base if uid_base is not None else install.uid_base
         if base is None:
-            base = _free_base(registry, runtime_root)
+            base = _free_base(host)
         if base != install.uid_base:
             if install.uid_base is not None:
                 log.warning(
@@ -268,9 +272,11 @@ def _still_holds(entry: dict[str, Any], slot: int) -> bool:
     return slot in _slots(other)
 
 
-def _free_base(registry: Path, runtime_root: Path) -> int:
+def _free_base(host: _Host) -> int:
     """The first range from :data:`FIRST_BASE` that no install (running or not) and no host
-    user holds; a stale entry's slot is taken over (and its runtime dir removed)."""
+    user holds; a stale entry's slot is taken over (and its runtime dir and empty cgroup
+    removed)."""
+    registry = host.registry
     taken = _host_ids()
     for base in range(FIRST_BASE, LAST_BASE + 1, UID_COUNT):
         slot = base // UID_COUNT
@@ -279,7 +285,7 @@ def _free_base(registry: Path, runtime_root: Path) -> int:
         entry = _read(registry / f"{slot}.json")
         if entry is None:
             return base
-        if _still_holds(entry, slot) or not _reclaim(registry, slot, entry, runtime_root):
+        if _still_holds(entry, slot) or not _reclaim(host, slot, entry):
             continue
         return base
     raise SandboxUnavailable(
@@ -289,7 +295,8 @@ def _free_base(registry: Path, runtime_root: Path) -> int:
     )
 
 
-def _reclaim(registry: Path, slot: int, entry: dict[str, Any], runtime_root: Path) -> bool:
+def _reclaim(host: _Host, slot: int, entry: dict[str, Any]) -> bool:
+    registry = host.registry
     fd = os.open(registry / f"{slot}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -300,7 +307,8 @@ def _reclaim(registry: Path, slot: int, entry: dict[str, Any], runtime_root: Pat
     (registry / f"{slot}.json").unlink(missing_ok=True)
     gone = entry.get("install")
     if isinstance(gone, str) and _ID.match(gone):
-        shutil.rmtree(runtime_root / gone, ignore_errors=True)
+        shutil.rmtree(host.runtime_root / gone, ignore_errors=True)
+        cgroups.remove_empty(f"appdeck/{gone}", host.cgroup_root)
     log.info("uid slot %d: install %s (data dir %s) is gone", slot, gone, entry.get("data_dir"))
     return True
 
