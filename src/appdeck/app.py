@@ -36,7 +36,7 @@ from appdeck.platform.ingress.routes import Counters, RouteTable
 from appdeck.platform.ingress.server import IngressServer
 from appdeck.platform.runtime import sandbox
 from appdeck.platform.runtime.egress import EgressPolicy, EgressProxy
-from appdeck.platform.runtime.install import InstallConflict, InstallLock, claim
+from appdeck.platform.runtime.install import InstallConflict, InstallLock, sandboxed
 from appdeck.platform.runtime.local import LocalDriver
 from appdeck.platform.runtime.sandbox import Sandbox
 from appdeck.platform.services import Platform, PlatformConfig
@@ -103,8 +103,7 @@ class Services:
     databases: AppDatabases | None = None
     router: IngressRouter | None = None
     port: int = 0
-    install: InstallLock | None = None
-    """This server's hold on its install's uid range (sandboxed servers), released at stop."""
+    install: InstallLock | None = None  # the hold on its install's uids, released at stop
     _background: list[asyncio.Task[None]] = field(default_factory=list, repr=False)
     _stopping: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
 
@@ -444,45 +443,21 @@ async def _authentication(
 
 
 def _sandbox(settings: Settings) -> tuple[Sandbox | None, InstallLock | None]:
-    """The sandbox apps run in, and this server's hold on its install's namespace (uid range,
-    cgroup, runtime dir: :mod:`~appdeck.platform.runtime.install`); or None (``APPDECK_SANDBOX
-    =off``, or ``auto`` on a host that cannot sandbox): unconfined apps are warned about at
-    every start. ``on`` where the host cannot sandbox raises
-    :class:`~appdeck.platform.runtime.sandbox.SandboxUnavailable`; another install on this
-    install's uids raises :class:`~appdeck.platform.runtime.install.InstallConflict`, always."""
+    """The sandbox and the hold on its install's uids (``install.sandboxed``), or None (``off``;
+    ``auto`` where it cannot sandbox: warned); another install's uids always stop the start."""
     reason = "APPDECK_SANDBOX=off"
     if settings.sandbox != "off":
         try:
-            sandbox.require_root()
-            held = claim(
+            return sandboxed(
                 settings.data_dir,
                 uid_base=settings.sandbox_uid_base,
                 cgroup=settings.sandbox_cgroup,
                 registry=settings.install_registry,
                 runtime_root=settings.runtime_root,
             )
-            own = held.install
-            try:
-                found = sandbox.detect(
-                    own.uid_base or 0, own.cgroup, uid_count=own.uid_count, stage=held.stage
-                )
-            except sandbox.SandboxUnavailable:
-                held.release()
-                raise
-            log.info(
-                "install %s: uids %d-%d, cgroup %s, runtime dir %s",
-                own.id,
-                own.uids.start,
-                own.uids.stop - 1,
-                own.cgroup,
-                held.stage,
-            )
-            return found, held
-        except InstallConflict:
-            raise  # never a reason to run apps unconfined
         except sandbox.SandboxUnavailable as exc:
-            if settings.sandbox == "on":
-                raise
+            if settings.sandbox == "on" or isinstance(exc, InstallConflict):
+                raise  # another install's uids: never a reason to run apps unconfined
             reason = str(exc)
     log.warning(
         "apps run UNSANDBOXED (%s): they run as the server's user and can read its data dir, "

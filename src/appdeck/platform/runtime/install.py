@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from appdeck.platform.runtime import cgroups
-from appdeck.platform.runtime.sandbox import SandboxUnavailable
+from appdeck.platform.runtime.sandbox import Sandbox, SandboxUnavailable, detect, require_root
 
 log = logging.getLogger("appdeck.runtime")
 
@@ -131,6 +131,38 @@ def identify(data_dir: Path) -> Install:
     if legacy:
         log.info("install %s: an existing data dir keeps uid base 200000", new_id)
     return fresh
+
+
+def sandboxed(
+    data_dir: Path,
+    *,
+    uid_base: int | None,
+    cgroup: str | None,
+    registry: Path = REGISTRY,
+    runtime_root: Path = RUNTIME_ROOT,
+) -> tuple[Sandbox, InstallLock]:
+    """A server's sandbox on its install's uids, cgroup and stage, and its hold on them
+    (release it at stop). Raises :class:`SandboxUnavailable` (this host cannot sandbox) or
+    :class:`InstallConflict` (another install holds those uids)."""
+    require_root()
+    held = claim(
+        data_dir, uid_base=uid_base, cgroup=cgroup, registry=registry, runtime_root=runtime_root
+    )
+    own = held.install
+    try:
+        found = detect(own.uids.start, own.cgroup, uid_count=own.uid_count, stage=held.stage)
+    except SandboxUnavailable:
+        held.release()
+        raise
+    log.info(
+        "install %s: uids %d-%d, cgroup %s, runtime dir %s",
+        own.id,
+        own.uids.start,
+        own.uids.stop - 1,
+        own.cgroup,
+        held.stage,
+    )
+    return found, held
 
 
 def claim(
