@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from appdeck.platform.runtime import install as install_module
 from appdeck.platform.runtime.install import (
     FIRST_BASE,
     UID_COUNT,
@@ -19,6 +20,7 @@ from appdeck.platform.runtime.install import (
     claim,
     identify,
 )
+from appdeck.platform.runtime.sandbox import SandboxUnavailable
 
 
 @pytest.fixture
@@ -183,13 +185,22 @@ def test_the_range_of_a_deleted_data_dir_is_taken_over_and_its_host_leftovers_re
     assert busy.exists()
 
 
-def test_two_replicas_starting_at_once_agree_on_one_id(tmp_path: Path) -> None:
+def test_a_replica_that_lost_the_race_to_make_the_id_takes_the_winners(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "a").mkdir()
-    (tmp_path / "a" / "install.json").write_text(
-        json.dumps({"id": "aaaaaaaaaaaa", "uid_base": None})
-    )
-    assert identify(tmp_path / "a").id == "aaaaaaaaaaaa"
-    assert identify(tmp_path / "b").id == identify(tmp_path / "b").id
+    winner = {"id": "0123456789ab", "uid_base": None}
+    reads = iter([None])  # this replica looked before the other one wrote install.json
+
+    def racing_read(path: Path) -> dict[str, object] | None:
+        if path.name == "install.json" and next(reads, "done") is None:
+            path.write_text(json.dumps(winner))  # the other replica, meanwhile
+            return None
+        return json.loads(path.read_text()) if path.exists() else None
+
+    monkeypatch.setattr(install_module, "_read_record", racing_read)
+    assert identify(tmp_path / "a").id == "0123456789ab"
+    assert json.loads((tmp_path / "a" / "install.json").read_text()) == winner
 
 
 def test_an_install_json_without_an_id_asks_for_a_new_identity(
@@ -201,3 +212,11 @@ def test_an_install_json_without_an_id_asks_for_a_new_identity(
     copy = _claim(tmp_path / "copy", host, holds)
     assert copy.install.id != first.install.id
     assert set(copy.install.uids).isdisjoint(first.install.uids)
+
+
+def test_an_unreadable_install_json_stops_the_start_and_is_left_as_it_is(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "install.json").write_text("{not json")
+    with pytest.raises(SandboxUnavailable, match="is not a JSON object"):
+        identify(tmp_path / "a")
+    assert (tmp_path / "a" / "install.json").read_text() == "{not json"

@@ -109,9 +109,7 @@ def identify(data_dir: Path) -> Install:
     """The install ``data_dir`` holds, made (and recorded) at its first start."""
     data_dir = data_dir.resolve()
     path = data_dir / INSTALL_FILE
-    record = _read(path)
-    if record is None and path.exists():
-        raise SandboxUnavailable(f"cannot read {path}: not a JSON object (see docs/sandbox.md)")
+    record = _read_record(path)
     if record is not None and isinstance(record.get("id"), str) and _ID.match(record["id"]):
         return _from_record(data_dir, record)
     legacy = record is None and any((data_dir / name).exists() for name in _APP_FILES)
@@ -397,6 +395,23 @@ def _read(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return value if isinstance(value, dict) else None
+
+
+def _read_record(path: Path) -> dict[str, Any] | None:
+    """``install.json``: None when there is none (yet); unreadable, it stops the start."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise SandboxUnavailable(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise SandboxUnavailable(f"{path} is not a JSON object: fix or remove it")
+    return value
 
 
 def _write(path: Path, record: dict[str, Any]) -> None:
