@@ -31,10 +31,9 @@ T = TypeVar("T")
 
 # every Services a test starts picks a free ingress port (a dev server may hold 8088)
 os.environ.setdefault("APPDECK_INGRESS_PORT", "0")
-# pytest-xdist workers run side by side on one host: each puts its sandboxes in a cgroup of
-# its own (release ids such as "1-1" repeat across the workers' data dirs)
-if os.environ.get("PYTEST_XDIST_WORKER"):
-    os.environ["APPDECK_SANDBOX_CGROUP"] = f"appdeck-{os.environ['PYTEST_XDIST_WORKER']}"
+# Servers (in-process or not) need no cgroup name or uid base of their own: each data dir is
+# an install with its own (issue 19), whatever other test sessions run on the host. A
+# per-worker name did not keep two sessions' workers apart (two "appdeck-gw1"s, one "1-1").
 
 pytest_plugins = ["tests.support.redis"]  # the redis and redis_prefix fixtures
 

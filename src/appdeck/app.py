@@ -36,6 +36,7 @@ from appdeck.platform.ingress.routes import Counters, RouteTable
 from appdeck.platform.ingress.server import IngressServer
 from appdeck.platform.runtime import sandbox
 from appdeck.platform.runtime.egress import EgressPolicy, EgressProxy
+from appdeck.platform.runtime.install import InstallConflict, InstallLock, sandboxed
 from appdeck.platform.runtime.local import LocalDriver
 from appdeck.platform.runtime.sandbox import Sandbox
 from appdeck.platform.services import Platform, PlatformConfig
@@ -102,6 +103,7 @@ class Services:
     databases: AppDatabases | None = None
     router: IngressRouter | None = None
     port: int = 0
+    install: InstallLock | None = None  # the hold on its install's uids, released at stop
     _background: list[asyncio.Task[None]] = field(default_factory=list, repr=False)
     _stopping: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
 
@@ -109,7 +111,7 @@ class Services:
     async def start(
         cls, settings: Settings, *, authenticator: Authenticator | None = None, port: int = 0
     ) -> Services:
-        runtime = _sandbox(settings)  # first: a host that cannot sandbox opens nothing
+        runtime, install = _sandbox(settings)  # first: a host that cannot sandbox opens nothing
         storage = await Storage.open(settings.database())
         cluster = (
             await Cluster.connect(settings.redis_url, settings.redis_prefix)
@@ -194,6 +196,7 @@ class Services:
             databases=databases,
             router=router,
             port=port,
+            install=install,
         )
         await services._begin(platform, router, tasks)
         return services
@@ -323,6 +326,8 @@ class Services:
         await self.server.close()
         await self.cluster.close()
         await self.storage.close()
+        if self.install is not None:
+            self.install.release()
 
     @property
     def urls(self) -> PublicUrls:
@@ -437,24 +442,29 @@ async def _authentication(
     return keys, issuer, bearer
 
 
-def _sandbox(settings: Settings) -> Sandbox | None:
-    """The sandbox apps run in, or None (``APPDECK_SANDBOX=off``, or ``auto`` on a host that
-    cannot sandbox): unconfined apps are warned about at every start. ``on`` where the host
-    cannot sandbox raises :class:`~appdeck.platform.runtime.sandbox.SandboxUnavailable`."""
+def _sandbox(settings: Settings) -> tuple[Sandbox | None, InstallLock | None]:
+    """The sandbox and the hold on its install's uids (``install.sandboxed``), or None (``off``;
+    ``auto`` where it cannot sandbox: warned); another install's uids always stop the start."""
     reason = "APPDECK_SANDBOX=off"
     if settings.sandbox != "off":
         try:
-            return sandbox.detect(settings.sandbox_uid_base, settings.sandbox_cgroup)
+            return sandboxed(
+                settings.data_dir,
+                uid_base=settings.sandbox_uid_base,
+                cgroup=settings.sandbox_cgroup,
+                registry=settings.install_registry,
+                runtime_root=settings.runtime_root,
+            )
         except sandbox.SandboxUnavailable as exc:
-            if settings.sandbox == "on":
-                raise
+            if settings.sandbox == "on" or isinstance(exc, InstallConflict):
+                raise  # another install's uids: never a reason to run apps unconfined
             reason = str(exc)
     log.warning(
         "apps run UNSANDBOXED (%s): they run as the server's user and can read its data dir, "
         "keys and database; never let more than one trusted tenant deploy here",
         reason,
     )
-    return None
+    return None, None
 
 
 def _authorization_server(

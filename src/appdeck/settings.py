@@ -121,12 +121,15 @@ class Settings(BaseSettings):
     egress_allow: Annotated[list[IPv4Network | IPv6Network], NoDecode] = []
     """Networks (CIDR, comma-separated) sandboxes may reach through the outbound proxy besides
     public addresses: an internal package mirror, say. Never this host's own addresses."""
-    sandbox_uid_base: int = Field(200_000, ge=1000, le=2**31 - 2)
-    """App ``n`` runs as uid/gid ``sandbox_uid_base + n``: pick a range no host user has."""
-    sandbox_cgroup: str = Field("appdeck", pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$")
-    """The cgroup, under the host's hierarchy, that this server's builds and instances live in.
-    Two servers on one host need two names (and two uid ranges): release ids repeat across
-    data dirs, and a server removes whatever group of its name a release id names."""
+    sandbox_uid_base: int | None = Field(None, ge=1000, le=2**31 - 2)
+    """App ``n`` runs as uid/gid ``sandbox_uid_base + n`` (65,536 uids). Default: the range
+    recorded in the data dir's ``install.json``; a new install takes a free one from the
+    host's registry (``APPDECK_INSTALL_REGISTRY``), an existing data dir keeps 200,000.
+    Set it only to choose a range yourself: no host user and no other install may have it."""
+    sandbox_cgroup: str | None = Field(None, pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$")
+    """The cgroup, under the host's hierarchy, that this server's builds and instances live
+    in. Default: ``appdeck/<install id>`` (``appdeck`` for a data dir older than install ids).
+    Two servers on one host must never share one: release ids repeat across data dirs."""
     secret_key: str | None = None
     """Encrypts env var values at rest; default: a key generated into the data dir."""
     source_roots: PathList = []
@@ -211,6 +214,14 @@ class Settings(BaseSettings):
         if ":" in host and not host.startswith("["):  # an IPv6 address: [::1]:8080
             host = f"[{host}]"
         return f"http://{host}:{port if port is not None else self.port}"
+
+    # -- install (issue 19, finding 9: one install, one namespace) --------------------------
+    install_registry: Path = Path("/var/lib/appdeck/installs")
+    """The host-wide registry of installs' uid ranges (one entry and lock file per range,
+    see :mod:`appdeck.platform.runtime.install`); every install on a host must use the same.
+    On disk, not in ``/run``: ranges are kept across reboots, like the files their uids own."""
+    runtime_root: Path = Path("/run/appdeck")
+    """Where each install's runtime dir (``<root>/<install id>``: its sandboxes' stage) is."""
 
     # -- issue 20 item 5 (git): the data dir is resolved once, at start ---------------------
     @field_validator("data_dir")

@@ -4,6 +4,7 @@ secret of its env is left in plaintext anywhere in the data dir."""
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
 import shutil
 from pathlib import Path
@@ -98,7 +99,8 @@ async def test_a_deployed_app_runs_as_its_own_uid_and_its_secrets_never_touch_th
 
         uids = _uids_of_apps_started_by(server.process.pid, "python3 app.py")
         assert uids, "the app's processes were not found"
-        assert uids == {200_000 + app_id}  # not the server's uid (root)
+        install = json.loads((server.data_dir / "install.json").read_text())
+        assert uids == {install["uid_base"] + app_id}  # its install's range, not root
 
         leaks = [
             str(path)

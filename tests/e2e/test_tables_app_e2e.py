@@ -25,7 +25,6 @@ from tests.support.appdeck_process import AppDeckProcess, appdeck_executable, cl
 from tests.support.mcp import initialize
 
 NOTES = Path(__file__).resolve().parents[1] / "fixtures" / "apps" / "notes"
-UID_BASE = 200_000
 
 
 class Client:
@@ -155,7 +154,8 @@ async def test_a_sandboxed_app_and_the_table_tools_share_rows_and_nobody_else_re
         assert (await client.app(owner, "GET", "/notes"))["rows"] == [[1, "platform"], [2, "app"]]
 
         seen = await client.app(owner, "GET", "/env")
-        assert seen["uid"] == UID_BASE + owner
+        install = json.loads((server.data_dir / "install.json").read_text())
+        assert seen["uid"] == install["uid_base"] + owner  # its install's range
         for hostile, its_client in ((thief, client), (stranger, stranger_client)):
             if dialect == "sqlite":
                 assert seen["database_url"] == "sqlite:////data/app.db"

@@ -52,8 +52,6 @@ def clean_env() -> dict[str, str]:
     }
     env["PYTHONUNBUFFERED"] = "1"
     env["APPDECK_SANDBOX"] = "on"  # --dev alone would fall back to unsandboxed apps
-    if "APPDECK_SANDBOX_CGROUP" in os.environ:  # this pytest-xdist worker's (tests/conftest.py)
-        env["APPDECK_SANDBOX_CGROUP"] = os.environ["APPDECK_SANDBOX_CGROUP"]
     return env
 
 

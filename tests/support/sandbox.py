@@ -9,8 +9,10 @@ import pytest
 
 from appdeck.platform.runtime.sandbox import Sandbox, SandboxUnavailable, detect
 
-CGROUP = os.environ.get("APPDECK_SANDBOX_CGROUP", "appdeck")
-"""This test process's cgroup name (each pytest-xdist worker has its own: tests/conftest.py)."""
+CGROUP = os.environ.get("APPDECK_SANDBOX_CGROUP") or f"appdeck/test-{os.getpid()}"
+"""The cgroup of the sandboxes this test process makes without a server (so without an
+install of their own): its own, since release ids such as "1-1" repeat across test processes
+and sessions on one host."""
 
 
 def sandbox_or_skip(uid_base: int) -> Sandbox:

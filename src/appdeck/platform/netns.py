@@ -10,6 +10,10 @@ long enough to create a socket, then returns to the host's. Connecting, reading 
 then happen on the event loop as for any socket. ``setns`` of a network namespace is
 per-thread and allowed in a threaded process; it needs ``CAP_SYS_ADMIN`` (root).
 
+Namespaces made here have no names (nothing under ``/run/netns``): each lives while a process
+or a descriptor holds it, so two installs on one host have nothing here to share or clash on
+(see :mod:`appdeck.platform.runtime.install`).
+
 This module is stdlib-only: the instance shim, which runs by path under ``python -I -S``,
 loads it to create its namespace (:func:`unshare_loopback_only`).
 """

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import signal
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ from appdeck.common.errors import Conflict
 from appdeck.platform.runtime import InstanceRef, LocalDriver, free_port
 
 from .conftest import (
+    FAST_RESTARTS,
     HELLO,
     eventually,
     http_get,
@@ -143,3 +145,24 @@ async def test_an_unadopted_instance_blocks_a_second_start_and_can_still_be_stop
     assert processes_under(runtime_dir) == []
     nothing = await driver.adopt("99-9")
     assert (nothing.adopted, nothing.dead) == ([], [])
+
+
+async def test_a_copy_of_the_data_dir_neither_adopts_nor_kills_the_originals_instances(
+    driver: LocalDriver, runtime_dir: Path, tmp_path: Path
+) -> None:
+    port = free_port()
+    before = await _server_that_dies(runtime_dir, port, then="wait")
+    copy = tmp_path / "copy" / "runtime"
+    shutil.copytree(runtime_dir, copy, symlinks=True)  # instances.json names the original's
+    other = LocalDriver(copy, restart=FAST_RESTARTS, leftover_grace_s=1.0)
+    try:
+        adoption = await other.adopt("12-1")
+    finally:
+        await other.detach()
+    assert adoption.adopted == []
+    assert [ref.pid for ref in adoption.dead] == [before.pid]
+    assert is_alive(before.pid)  # the original's instance runs on, unsignalled
+    status, _ = await http_get(port, "/")
+    assert status == 200
+    assert (await driver.adopt("12-1")).adopted  # its own server still adopts it
+    await driver.stop("12-1", grace_s=2.0)

@@ -9,6 +9,7 @@ import pytest
 
 from appdeck.common.errors import Conflict
 from appdeck.platform.runtime import BuildFailed, LocalDriver, free_port
+from appdeck.platform.runtime.sandbox import Sandbox
 
 from .conftest import HELLO, make_spec, processes_under, wait_healthy
 
@@ -137,3 +138,16 @@ async def test_python_requirements_are_installed_with_pip_in_the_release_venv(
     ]
     pip_step = next(text for text in system if text.startswith("pip install: "))
     assert str(workspace / ".venv" / "bin" / "python") in pip_step
+
+
+async def test_an_app_id_past_its_installs_uid_range_fails_its_build_plainly(
+    runtime_dir: Path,
+) -> None:
+    driver = LocalDriver(runtime_dir, sandbox=Sandbox(uid_base=1_879_048_192, uid_count=12))
+    try:
+        with pytest.raises(BuildFailed, match="app 12 has no sandbox uid") as failed:
+            await driver.prepare(make_spec())  # app 12: the range holds apps 0-11
+        assert failed.value.release_id == "12-1"
+        assert not (runtime_dir / "apps" / "12" / "releases" / "12-1" / "src").exists()
+    finally:
+        await driver.detach()

@@ -59,3 +59,28 @@ def test_oom_kills_are_read_from_either_versions_events_file(tmp_path: Path) -> 
     assert oom_kills(events) == 3
     assert oom_kills(tmp_path / "missing") == 0
     assert oom_kills(None) == 0
+
+
+def test_an_installs_groups_nest_under_its_own_name_on_v2(tmp_path: Path) -> None:
+    (tmp_path / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    for level in ("", "appdeck", "appdeck/0123abcd4567"):
+        (tmp_path / level).mkdir(exist_ok=True)
+        (tmp_path / level / "cgroup.subtree_control").write_text("")
+    cgroups = Cgroups.detect(tmp_path, name="appdeck/0123abcd4567")
+    assert cgroups is not None
+    for level in ("", "appdeck", "appdeck/0123abcd4567"):  # each level delegates down
+        assert (tmp_path / level / "cgroup.subtree_control").read_text() == "+cpu +memory +pids"
+    group = cgroups.create("1-1.0", Limits())
+    assert group.procs == (tmp_path / "appdeck" / "0123abcd4567" / "1-1.0" / "cgroup.procs",)
+
+
+def test_an_installs_groups_nest_under_its_own_name_on_v1(tmp_path: Path) -> None:
+    for controller in ("memory", "pids", "cpu"):
+        (tmp_path / controller).mkdir()
+    cgroups = Cgroups.detect(tmp_path, name="appdeck/0123abcd4567")
+    assert cgroups is not None
+    group = cgroups.create("1-1.0", Limits())
+    assert group.procs == tuple(
+        tmp_path / c / "appdeck" / "0123abcd4567" / "1-1.0" / "cgroup.procs"
+        for c in ("memory", "pids", "cpu")
+    )

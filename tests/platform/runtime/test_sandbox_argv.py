@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from appdeck.platform.runtime.cgroups import Cgroups, Limits
-from appdeck.platform.runtime.sandbox import Sandbox
+from appdeck.platform.runtime.sandbox import NoSandboxUid, Sandbox
 
 
 def test_each_app_runs_as_a_uid_of_its_own_dropped_before_bubblewrap() -> None:
@@ -64,3 +64,22 @@ def test_the_host_etc_is_not_mounted_whole() -> None:
 def test_an_app_id_past_the_uid_range_is_refused() -> None:
     with pytest.raises(ValueError, match="no sandbox uid"):
         Sandbox(uid_base=200_000).uid_for(2**31)
+
+
+def test_an_app_id_past_its_installs_range_is_refused_clearly() -> None:
+    sandbox = Sandbox(uid_base=1_879_048_192, uid_count=65_536)
+    assert sandbox.uid_for(65_535) == 1_879_048_192 + 65_535
+    with pytest.raises(NoSandboxUid, match="apps 0-65535 a uid each") as refused:
+        sandbox.uid_for(65_536)
+    assert refused.value.code == "failed_precondition"
+
+
+def test_the_workspace_is_staged_in_the_installs_own_runtime_dir() -> None:
+    stage = Path("/run/appdeck/0123abcd4567")
+    argv = Sandbox(cgroups=Cgroups(1), stage=stage).wrap(
+        ["true"], app_id=1, own_network=True, workspace=Path("/w"), source_fd=9
+    )
+    assert argv[argv.index("appdeck-stage") + 4] == str(stage)  # the script's $4
+    assert argv[argv.index("/app") - 1] == str(stage / "app")
+    assert argv[argv.index("/source") - 1] == str(stage / "source")
+    assert not any("/run/appdeck-sandbox" in arg for arg in argv)

@@ -1,7 +1,10 @@
 """Adoption: after a server restart, supervise again the instances that are still running.
 
 ``instances.json`` (see :mod:`.state`) names each instance by pid *and* the start time from
-``/proc/<pid>/stat`` (and the boot id), so a recycled pid is never mistaken for the instance.
+``/proc/<pid>/stat`` (and the boot id), so a recycled pid is never mistaken for the instance;
+and the process must be a shim of *this* data dir (its command line names the release's log
+here): a copy of a data dir, or another install's records, never adopt nor kill another
+install's instances.
 :meth:`AdoptionMixin.adopt` supervises the instances still running and reports the others,
 after stopping anything they left behind.
 """
@@ -9,6 +12,7 @@ after stopping anything they left behind.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import signal
 
@@ -55,9 +59,15 @@ class AdoptionMixin(SupervisionMixin):
                     sandboxed=self.sandbox is not None,
                 )
                 pid = int(record["pid"])
-                if recorded.get("boot_id") == self._boot_id and is_running(
-                    pid, instance.start_ticks
-                ):
+                this_boot = recorded.get("boot_id") == self._boot_id
+                if this_boot and not _shim_of(pid, state):
+                    writer.system(
+                        f"instance {index} (pid {pid}) is not this server's: left alone",
+                        instance=index,
+                    )
+                    dead.append(instance.ref(release_id))
+                    continue
+                if this_boot and is_running(pid, instance.start_ticks):
                     instance.pidfd = pidfd(pid)
                     if instance.pidfd is not None and not is_running(pid, instance.start_ticks):
                         os.close(instance.pidfd)  # exited (and maybe reused) while we looked
@@ -73,7 +83,7 @@ class AdoptionMixin(SupervisionMixin):
                         await self._serve_database(state, instance)
                         adopted.append(instance.ref(release_id))
                         continue
-                if recorded.get("boot_id") == self._boot_id:
+                if this_boot:
                     kill_leftovers(pid, instance.start_ticks, signal.SIGKILL)
                 writer.system(
                     f"instance {index} (pid {pid}) was not running after a restart",
@@ -119,3 +129,18 @@ class AdoptionMixin(SupervisionMixin):
                 f"instance {instance.index}: no database after the restart ({exc})",
                 instance=instance.index,
             )
+
+
+def _shim_of(pid: int, state: ReleaseState) -> bool:
+    """Whether ``pid`` is (or, gone, may have been) an instance shim of ``state``'s release in
+    this data dir: its command line names the release's runtime log (``--log <path>``). A
+    live process whose command line says otherwise is someone else's."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            argv = handle.read().split(b"\0")
+    except OSError:
+        return True  # gone: nothing of anyone's to adopt, its group may still need stopping
+    if not argv or argv == [b""]:
+        return True  # a zombie, or gone meanwhile
+    wanted = os.fsencode(str(state.log("runtime")))
+    return any(a == b"--log" and b == wanted for a, b in itertools.pairwise(argv))

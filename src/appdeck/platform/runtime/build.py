@@ -28,7 +28,7 @@ from appdeck.platform.runtime.logfile import LineSplitter, LogWriter
 from appdeck.platform.runtime.logs import tail_text
 from appdeck.platform.runtime.model import ReleaseState, validate
 from appdeck.platform.runtime.procs import kill_tree
-from appdeck.platform.runtime.sandbox import APP_DIR
+from appdeck.platform.runtime.sandbox import APP_DIR, NoSandboxUid
 from appdeck.platform.runtime.state import read_json, write_json
 from appdeck.platform.runtime.workspace import (
     CopyStats,
@@ -53,6 +53,11 @@ class BuildMixin(DriverCore):
 
     async def prepare(self, release: Release, *, rebuild: bool = False) -> None:
         validate(release)
+        if self.sandbox is not None:  # an app id past its install's uids: said plainly
+            try:
+                self.sandbox.uid_for(release.app_id)
+            except NoSandboxUid as exc:
+                raise BuildFailed(exc.message, release_id=release.release_id) from None
         state = self._release(release.release_id, create_for=release)
         async with state.lock:
             built = state.directory / "built.json"

@@ -1,7 +1,8 @@
 """Resource limits of sandboxed instances through cgroups: v2 (unified) or v1 (a hierarchy
 per controller), whichever the host has writable.
 
-Each instance gets a group ``appdeck/<key>`` (under every controller's mount on v1) with a
+Each instance gets a group ``<name>/<key>`` (under every controller's mount on v1; ``name``
+is the install's, ``appdeck/<install id>``: see :mod:`.install`) with a
 memory limit (swap included where the host accounts it), a process-count limit and a CPU
 quota. The instance's shim joins the group before it starts the app, so the app and all it
 forks are counted; nothing it does can leave the group (moving a process needs root outside
@@ -50,7 +51,8 @@ class Group:
 
 
 class Cgroups:
-    """Creates, limits and removes instance groups under ``<mount>/appdeck``."""
+    """Creates, limits and removes instance groups under ``<mount>/<name>`` (``name`` may
+    have several levels: ``appdeck/<install id>``)."""
 
     def __init__(self, version: int, root: Path = ROOT, name: str = "appdeck") -> None:
         self.version = version
@@ -67,17 +69,19 @@ class Cgroups:
                 available = set((root / "cgroup.controllers").read_text().split())
                 if not wanted <= available:
                     return None
-                base = root / name
-                base.mkdir(exist_ok=True)
                 _enable(root, wanted)
-                _enable(base, wanted)
+                base = root
+                for part in Path(name).parts:  # each level delegates the controllers down
+                    base = base / part
+                    base.mkdir(exist_ok=True)
+                    _enable(base, wanted)
             except OSError:
                 return None
             return found
         if all((root / controller).is_dir() for controller in _V1_CONTROLLERS):
             try:
                 for controller in _V1_CONTROLLERS:
-                    (root / controller / name).mkdir(exist_ok=True)
+                    (root / controller / name).mkdir(parents=True, exist_ok=True)
             except OSError:
                 return None
             return cls(1, root, name)
@@ -150,6 +154,14 @@ class Cgroups:
                     break
                 except OSError:
                     time.sleep(0.02)
+
+
+def remove_empty(name: str, root: Path = ROOT) -> None:
+    """Remove the (empty) group ``name`` and nothing else: of an install that is gone. A
+    group that still holds anything (an instance of it still runs) stays."""
+    for directory in (root / name, *(root / c / name for c in _V1_CONTROLLERS)):
+        with contextlib.suppress(OSError):
+            directory.rmdir()
 
 
 def oom_kills(events: Path | None) -> int:

@@ -8,7 +8,8 @@ App code is hostile until proven otherwise. Each command of an app runs as
             --ro-bind /usr /usr ... --ro-bind-try /etc/<a few files> ... \\
             --proc /proc --dev /dev --tmpfs /tmp --bind <workspace> /app --chdir /app -- <command>
 
-- **Its own uid** (:meth:`Sandbox.uid_for`: ``uid_base + app_id``), which owns nothing on
+- **Its own uid** (:meth:`Sandbox.uid_for`: ``uid_base + app_id``, in its install's range:
+  :mod:`.install`), which owns nothing on
   the host but the app's workspace: the server's files (data dir, keys, database) and other
   apps' files are out of reach even if they were mounted; it cannot signal the server or any
   other app. It is dropped *before* bubblewrap runs, so nothing runs as root in the sandbox.
@@ -38,24 +39,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from appdeck.common.errors import FailedPrecondition
 from appdeck.platform.runtime.appdb import DATA_DIR
 from appdeck.platform.runtime.cgroups import Cgroups, Limits
 
 APP_DIR: Final = "/app"
 """Where the workspace is, inside the sandbox."""
 STAGE: Final = Path("/run/appdeck-sandbox")
-"""Mount points (``app``, ``source``, ``data``) that each sandbox, in a mount namespace of its own,
-binds its workspace and source onto before bubblewrap takes them (see :meth:`Sandbox.wrap`)."""
+"""The default stage: mount points (``app``, ``source``, ``data``) that each sandbox, in a mount
+namespace of its own, binds its workspace and source onto before bubblewrap takes them (see
+:meth:`Sandbox.wrap`). A server's sandbox has its install's own (``/run/appdeck/<id>``)."""
 _STAGE_SCRIPT: Final = (
     'for procs in $3; do echo $$ > "$procs" || exit 126; done\n'
-    'mount --bind "$1" /run/appdeck-sandbox/app || exit 126\n'
-    'if [ -n "$2" ]; then mount --bind "$2" /run/appdeck-sandbox/source || exit 126; fi\n'
-    "shift 3\n"
+    'mount --bind "$1" "$4/app" || exit 126\n'
+    'if [ -n "$2" ]; then mount --bind "$2" "$4/source" || exit 126; fi\n'
+    "shift 4\n"
     'exec "$@"\n'
 )
 """Run as root before the sandbox: join the cgroups named in $3 (space-separated ``cgroup.procs``
 files: a build's; an instance's shim joins its own), then bind the workspace ($1) and source
-($2) onto the stage's mount points."""
+($2) onto the mount points of the stage ($4)."""
 SANDBOX_PATH: Final = (
     f"{APP_DIR}/.venv/bin:{APP_DIR}/node_modules/.bin:/usr/local/bin:/usr/bin:/bin"
 )
@@ -88,11 +91,18 @@ class SandboxUnavailable(RuntimeError):
     """The host cannot sandbox apps; the message says what to install or set."""
 
 
+class NoSandboxUid(FailedPrecondition, ValueError):
+    """The app's id is past its install's uid range."""
+
+
 @dataclass(frozen=True, slots=True)
 class Sandbox:
     """How to confine an app's commands on this host (see the module docstring)."""
 
     uid_base: int = 200_000
+    uid_count: int = MAX_UID
+    """App ids below it have a uid (an install's range: :data:`.install.UID_COUNT`)."""
+    stage: Path = STAGE
     bwrap: str = "bwrap"
     setpriv: str = "setpriv"
     cgroups: Cgroups | None = None
@@ -101,8 +111,13 @@ class Sandbox:
 
     def uid_for(self, app_id: int) -> int:
         uid = self.uid_base + app_id
-        if not 0 < uid <= MAX_UID:
-            raise ValueError(f"app {app_id} has no sandbox uid below {MAX_UID}")
+        if not 0 <= app_id < self.uid_count or not 0 < uid <= MAX_UID:
+            last = min(self.uid_count - 1, MAX_UID - self.uid_base)
+            raise NoSandboxUid(
+                f"app {app_id} has no sandbox uid: this install's range gives apps 0-{last} "
+                f"a uid each (uids from {self.uid_base})",
+                hint="register apps on another install, or see docs/sandbox.md on uid ranges",
+            )
         return uid
 
     def wrap(
@@ -125,7 +140,7 @@ class Sandbox:
 
         bubblewrap runs as the app's uid, which may not traverse the server's private
         directories to the workspace; so the argv starts, as root, in a mount namespace of
-        its own where the workspace (and source) are bound onto :data:`STAGE`'s mount points,
+        its own where the workspace (and source) are bound onto its stage's mount points,
         which it can reach. The source is bound from its descriptor (``/proc/self/fd/N``),
         so exactly the directory the platform checked and opened is what the copy sees.
         ``staged``: the caller (an instance's shim) did that binding itself already.
@@ -147,6 +162,7 @@ class Sandbox:
                 str(workspace),
                 source,
                 " ".join(str(path) for path in cgroup_procs),
+                str(self.stage),
             ]
         if self.cgroups is None:
             limits = limits or self.defaults
@@ -190,21 +206,17 @@ class Sandbox:
         for path in ETC_FILES:
             argv += ["--ro-bind-try", path, path]
         argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]  # noqa: S108
-        argv += ["--bind", str(STAGE / "app"), APP_DIR]
+        argv += ["--bind", str(self.stage / "app"), APP_DIR]
         if source_fd is not None:
-            argv += ["--ro-bind", str(STAGE / "source"), "/source"]
+            argv += ["--ro-bind", str(self.stage / "source"), "/source"]
         if data:
-            argv += ["--bind", str(STAGE / "data"), DATA_DIR]
+            argv += ["--bind", str(self.stage / "data"), DATA_DIR]
         argv += ["--remount-ro", "/", "--chdir", APP_DIR, "--", *command]
         return argv
 
     def check(self) -> None:
         """Run a confined ``true``: raise :class:`SandboxUnavailable` saying what is missing."""
-        if os.geteuid() != 0:
-            raise SandboxUnavailable(
-                "sandboxing apps needs root (to run each app as a uid of its own); "
-                "run the server as root, or set APPDECK_SANDBOX=off on a one-tenant dev machine"
-            )
+        require_root()
         for tool, package in ((self.bwrap, "bubblewrap"), (self.setpriv, "util-linux")):
             if shutil.which(tool) is None:
                 raise SandboxUnavailable(
@@ -214,7 +226,8 @@ class Sandbox:
                 )
         try:
             for point in ("app", "source", "data"):
-                (STAGE / point).mkdir(parents=True, exist_ok=True, mode=0o755)
+                (self.stage / point).mkdir(parents=True, exist_ok=True, mode=0o755)
+            self.stage.chmod(0o755)  # the app's uid walks through it (whatever the umask)
             with tempfile.TemporaryDirectory() as probe:
                 os.chown(probe, self.uid_for(0), self.uid_for(0))
                 argv = self.wrap(
@@ -233,9 +246,27 @@ class Sandbox:
             )
 
 
-def detect(uid_base: int = 200_000, cgroup: str = "appdeck") -> Sandbox:
+def require_root() -> None:
+    """Raise :class:`SandboxUnavailable` unless this process may sandbox apps (root)."""
+    if os.geteuid() != 0:
+        raise SandboxUnavailable(
+            "sandboxing apps needs root (to run each app as a uid of its own); "
+            "run the server as root, or set APPDECK_SANDBOX=off on a one-tenant dev machine"
+        )
+
+
+def detect(
+    uid_base: int = 200_000,
+    cgroup: str = "appdeck",
+    *,
+    uid_count: int = MAX_UID,
+    stage: Path = STAGE,
+) -> Sandbox:
     """The sandbox of this host (cgroups found under ``cgroup``, or None for the rlimit
-    fallback); raises :class:`SandboxUnavailable` when apps cannot be sandboxed here."""
-    sandbox = Sandbox(uid_base=uid_base, cgroups=Cgroups.detect(name=cgroup))
+    fallback); raises :class:`SandboxUnavailable` when apps cannot be sandboxed here. A
+    server passes its install's range, cgroup and stage (:mod:`.install`)."""
+    sandbox = Sandbox(
+        uid_base=uid_base, uid_count=uid_count, stage=stage, cgroups=Cgroups.detect(name=cgroup)
+    )
     sandbox.check()
     return sandbox

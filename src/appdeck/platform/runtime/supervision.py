@@ -32,7 +32,6 @@ from appdeck.platform.runtime.driver import Release
 from appdeck.platform.runtime.logfile import LogWriter
 from appdeck.platform.runtime.model import InstanceState, ReleaseState, instance_key
 from appdeck.platform.runtime.procs import forget_process, kill_leftovers, pidfd
-from appdeck.platform.runtime.sandbox import STAGE
 from appdeck.platform.runtime.shim import is_running, proc_stat
 from appdeck.platform.runtime.state import load_instances, locked, read_json, records
 
@@ -94,10 +93,10 @@ class SupervisionMixin(DriverCore):
                     argv += ["--cgroup-procs", str(procs)]
                 if group.oom_events is not None:
                     argv += ["--oom-events", str(group.oom_events)]
-            argv += ["--stage", str(workspace), str(STAGE / "app")]
+            argv += ["--stage", str(workspace), str(self.sandbox.stage / "app")]
             data = self._grant_database(key, space, instance)
             if data is not None:
-                argv += ["--stage", str(data), str(STAGE / "data")]
+                argv += ["--stage", str(data), str(self.sandbox.stage / "data")]
             command = self.sandbox.wrap(
                 command,
                 app_id=release.app_id,
