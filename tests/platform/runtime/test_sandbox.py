@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -252,3 +253,47 @@ async def test_a_builds_fork_bomb_stays_within_the_builds_process_limit(
     if sandbox.cgroups is not None:  # the build's group is gone with the build
         assert not sandbox.cgroups.pids("43-1.build")
         assert not any(path.exists() for path in sandbox.cgroups._dirs("43-1.build"))
+
+
+def processes_with_env(marker: bytes) -> dict[int, int]:
+    """pid -> uid of every host process whose environment holds ``marker``."""
+    found = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        with contextlib.suppress(OSError, StopIteration):
+            if marker in Path(f"/proc/{name}/environ").read_bytes().split(b"\0"):
+                status = Path(f"/proc/{name}/status").read_text()
+                uids = next(line for line in status.splitlines() if line.startswith("Uid:"))
+                found[int(name)] = int(uids.split()[1])
+    return found
+
+
+async def test_no_root_process_ever_holds_the_apps_env(
+    driver: LocalDriver, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """An app's env in a root process is root code execution (LD_PRELOAD naming a library in
+    its source, PATH leading to a `mount` of its own): only the sandboxed app has it."""
+    marker = f"APPDECK_ENV_PROBE={os.getpid()}-{tmp_path.name}"
+    name, value = marker.split("=", 1)
+    evil = tmp_path / "evil"
+    evil.mkdir()
+    (evil / "mount").write_text("#!/bin/sh\ntouch /tmp/appdeck-pwned-by-path\nexit 1\n")
+    (evil / "mount").chmod(0o755)
+    env = {name: value, "PATH": f"{evil}:/usr/bin:/bin", "LD_PRELOAD": str(evil / "nope.so")}
+    source = tmp_path / "slowbuild"
+    shutil.copytree(HOSTILE, source)
+    release = spec(44, source, build_command="sleep 3", env=env)
+    build = asyncio.create_task(driver.prepare(release))
+    seen: dict[int, int] = {}
+    while not build.done():  # bounded by the build's own time (and its 30 s deadline)
+        seen |= processes_with_env(marker.encode())
+        await asyncio.sleep(0.05)
+    await build
+    ref = await driver.start(release, 0, 8000)
+    await wait_healthy(driver, ref)
+    seen |= processes_with_env(marker.encode())
+    uid = sandbox.uid_for(44)
+    assert seen, "the app's env reached no process: the probe is broken"
+    assert set(seen.values()) == {uid}, seen
+    assert not os.path.exists("/tmp/appdeck-pwned-by-path")  # noqa: ASYNC240

@@ -28,7 +28,7 @@ from appdeck.platform.runtime.logfile import LineSplitter, LogWriter
 from appdeck.platform.runtime.logs import tail_text
 from appdeck.platform.runtime.model import ReleaseState, validate
 from appdeck.platform.runtime.procs import kill_tree
-from appdeck.platform.runtime.sandbox import APP_DIR, NoSandboxUid
+from appdeck.platform.runtime.sandbox import APP_DIR, NoSandboxUid, env_fd, root_env
 from appdeck.platform.runtime.state import read_json, write_json
 from appdeck.platform.runtime.workspace import (
     CopyStats,
@@ -146,7 +146,7 @@ class BuildMixin(DriverCore):
         try:
             process = await asyncio.create_subprocess_exec(
                 *argv,
-                env=self._env(release, fresh, port=None),
+                env=root_env(),  # the copy needs none of the app's env; root must never have it
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
@@ -227,7 +227,15 @@ class BuildMixin(DriverCore):
         if remaining <= 0:
             self._build_failed(state, release, step, None, writer)
         writer.system(f"{step}: {' '.join(argv)}")
+        env = self._env(
+            release, state.workspace, port=None, egress=space is not None and bool(self.egress)
+        )
+        fds: tuple[int, ...] = ()
         if self.sandbox is not None and space is not None:
+            # the app's env goes to bubblewrap in a descriptor: what runs as root before it
+            # (nsenter, unshare, the stage, setpriv) gets the platform's (sandbox.root_env)
+            envs = env_fd(env)
+            fds, env = (space, envs), root_env()
             argv = [
                 "nsenter",
                 f"--net=/proc/self/fd/{space}",
@@ -239,20 +247,23 @@ class BuildMixin(DriverCore):
                     workspace=state.workspace,
                     limits=build_limits(release),
                     cgroup_procs=procs,
+                    env_fd=envs,
                 ),
             ]
-        process = await asyncio.create_subprocess_exec(
-            *argv,
-            cwd=state.workspace,
-            env=self._env(
-                release, state.workspace, port=None, egress=space is not None and bool(self.egress)
-            ),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,
-            pass_fds=() if space is None else (space,),
-        )
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *argv,
+                cwd=state.workspace,
+                env=env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,
+                pass_fds=fds,
+            )
+        finally:
+            if len(fds) > 1:
+                os.close(fds[1])
         assert process.stdout is not None
         assert process.stderr is not None
         readers = [

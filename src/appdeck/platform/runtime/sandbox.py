@@ -34,7 +34,7 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -52,13 +52,15 @@ namespace of its own, binds its workspace and source onto before bubblewrap take
 _STAGE_SCRIPT: Final = (
     'for procs in $3; do echo $$ > "$procs" || exit 126; done\n'
     'mount --bind "$1" "$4/app" || exit 126\n'
-    'if [ -n "$2" ]; then mount --bind "$2" "$4/source" || exit 126; fi\n'
+    'if [ -n "$2" ]; then mount --bind "$2" "$4/source" || exit 126; eval "exec ${2##*/}<&-"; fi\n'
     "shift 4\n"
     'exec "$@"\n'
 )
 """Run as root before the sandbox: join the cgroups named in $3 (space-separated ``cgroup.procs``
 files: a build's; an instance's shim joins its own), then bind the workspace ($1) and source
-($2) onto the mount points of the stage ($4)."""
+($2, ``/proc/self/fd/N``) onto the mount points of the stage ($4), and close the source's
+descriptor: an open directory handed into the sandbox is a way out of it (``..`` from it).
+bash, not sh: dash closes no descriptor numbered 10 or more."""
 SANDBOX_PATH: Final = (
     f"{APP_DIR}/.venv/bin:{APP_DIR}/node_modules/.bin:/usr/local/bin:/usr/bin:/bin"
 )
@@ -85,6 +87,40 @@ ETC_FILES: Final = (
 )
 """The only files of the host's ``/etc`` a sandbox sees: name service, TLS roots, locale."""
 MAX_UID: Final = 2**31 - 2
+
+
+ROOT_PATH: Final = "/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def root_env() -> dict[str, str]:
+    """The environment of what runs as root before the sandbox takes over (``nsenter``,
+    ``unshare``, the stage script, ``prlimit``, ``setpriv``; an instance's shim): the
+    platform's, never the app's. An app's env reaching a root process is root code execution:
+    ``LD_PRELOAD`` naming a library in the app's source, or ``PATH`` leading to a ``mount``
+    of its own. The app's env goes to bubblewrap in a descriptor instead (:func:`env_fd`)."""
+    env = {name: os.environ[name] for name in ("LANG", "LC_ALL") if name in os.environ}
+    env["PATH"] = ROOT_PATH
+    return env
+
+
+def env_fd(env: Mapping[str, str]) -> int:
+    """A descriptor (a memfd, close-on-exec: pass it explicitly) holding bubblewrap's
+    ``--clearenv`` and a ``--setenv NAME VALUE`` per variable, NUL-separated, for
+    :meth:`Sandbox.wrap`'s ``env_fd`` (``bwrap --args``): the values never appear on a
+    command line, and no process before the sandbox sees them in its environment."""
+    parts = [b"--clearenv"]
+    for name, value in env.items():
+        parts += [b"--setenv", os.fsencode(name), os.fsencode(value)]
+    data = memoryview(b"\0".join(parts) + b"\0")
+    fd = os.memfd_create("appdeck-env", os.MFD_CLOEXEC)
+    try:
+        while data:
+            data = data[os.write(fd, data) :]
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 class SandboxUnavailable(RuntimeError):
@@ -132,6 +168,7 @@ class Sandbox:
         cgroup_procs: Sequence[Path] = (),
         staged: bool = False,
         data: bool = False,
+        env_fd: int | None = None,
     ) -> list[str]:
         """``command`` confined, with ``workspace`` at ``/app`` (and the directory open on
         ``source_fd`` in the process that runs the argv, read-only at ``/source``).
@@ -145,7 +182,9 @@ class Sandbox:
         so exactly the directory the platform checked and opened is what the copy sees.
         ``staged``: the caller (an instance's shim) did that binding itself already.
         ``data``: the app's database directory, which the shim bound onto the stage's
-        ``data`` point, is bound read-write at :data:`~.appdb.DATA_DIR` (instances only)."""
+        ``data`` point, is bound read-write at :data:`~.appdb.DATA_DIR` (instances only).
+        ``env_fd``: the command's environment (see :func:`env_fd`), read by bubblewrap: the
+        argv runs as root until ``setpriv`` and must be spawned with :func:`root_env`."""
         uid = str(self.uid_for(app_id))
         source = f"/proc/self/fd/{source_fd}" if source_fd is not None else ""
         argv: list[str] = []
@@ -155,7 +194,7 @@ class Sandbox:
                 "--mount",
                 "--propagation",
                 "private",
-                "/bin/sh",
+                "/bin/bash",
                 "-c",
                 _STAGE_SCRIPT,
                 "appdeck-stage",
@@ -194,6 +233,8 @@ class Sandbox:
             "--hostname",
             "app",
         ]
+        if env_fd is not None:
+            argv += ["--args", str(env_fd)]
         if own_network:
             argv.append("--unshare-net")
         argv += ["--ro-bind", "/usr", "/usr"]

@@ -232,8 +232,12 @@ class Shim:
         grace_s: float,
         cwd: Path | None = None,
         confine: Confinement | None = None,
+        env_fd: int | None = None,
     ) -> None:
         self.command = list(command)
+        self.env_fd = env_fd
+        """The app's env for bubblewrap (``--args``): kept (not inheritable) until the app is
+        spawned, handed to it alone, then closed."""
         self.cwd = cwd
         self.writer = writer
         self.grace_s = grace_s
@@ -288,6 +292,8 @@ class Shim:
             (os.POSIX_SPAWN_DUP2, out_w, 1),
             (os.POSIX_SPAWN_DUP2, err_w, 2),
         ]
+        if self.env_fd is not None:
+            os.set_inheritable(self.env_fd, True)
         try:
             self.pid = os.posix_spawnp(
                 self.command[0],
@@ -300,6 +306,9 @@ class Shim:
         finally:
             os.close(out_w)
             os.close(err_w)
+            if self.env_fd is not None:
+                os.close(self.env_fd)
+                self.env_fd = None
         for fd, stream in ((out_r, "stdout"), (err_r, "stderr")):
             os.set_blocking(fd, False)
             self.splitters[fd] = (stream, logfile.LineSplitter())
@@ -450,11 +459,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cgroup-procs", type=Path, action="append", default=[])
     parser.add_argument("--oom-events", type=Path, default=None)
     parser.add_argument("--memory-mb", type=int, default=0)
+    parser.add_argument("--env-fd", type=int, default=None, help="the app's env, for bwrap")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("no command given (after --)")
+    if args.env_fd is not None:  # kept past close_inherited_fds, for the app alone
+        os.set_inheritable(args.env_fd, False)
     if args.netns_fd is not None:  # the driver made the instance's network: join it first
         _sibling("netns").setns(args.netns_fd)
         os.close(args.netns_fd)
@@ -469,7 +481,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             stage=[(source, target) for source, target in args.stage],
         )
     try:
-        return Shim(command, writer, grace_s=args.grace, cwd=args.cwd, confine=confine).run()
+        shim = Shim(
+            command, writer, grace_s=args.grace, cwd=args.cwd, confine=confine, env_fd=args.env_fd
+        )
+        return shim.run()
     except BaseException:  # noqa: BLE001 - the last resort of the instance's root process
         # A defect in the shim: say so, then take the app down with us rather than leave it
         # running with nobody reading its output.

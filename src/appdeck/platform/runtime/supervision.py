@@ -32,6 +32,7 @@ from appdeck.platform.runtime.driver import Release
 from appdeck.platform.runtime.logfile import LogWriter
 from appdeck.platform.runtime.model import InstanceState, ReleaseState, instance_key
 from appdeck.platform.runtime.procs import forget_process, kill_leftovers, pidfd
+from appdeck.platform.runtime.sandbox import env_fd, root_env
 from appdeck.platform.runtime.shim import is_running, proc_stat
 from appdeck.platform.runtime.state import load_instances, locked, read_json, records
 
@@ -43,6 +44,8 @@ FOLLOWED: Final = "followed"
 CRASHED: Final = "crashed"
 """What a supervisor finds when its instance's process is gone (see ``_look``)."""
 MAX_RECORDED_NETNS: Final = 1024
+ENV_FD: Final = 4
+"""The shim's descriptor holding its app's env for bubblewrap (3 is its network's)."""
 """Namespace fds kept for instances other replicas started (all closed past it)."""
 
 
@@ -105,14 +108,37 @@ class SupervisionMixin(DriverCore):
                 limits=limits,
                 staged=True,
                 data=data is not None,
+                env_fd=ENV_FD,
             )
         argv += ["--", *command]
-        pid = os.posix_spawn(
+        env = self._env(
+            release, workspace, port=instance.port, egress=egress, database=instance.database
+        )
+        if self.sandbox is not None:
+            # the shim and what it runs before the sandbox are root: the app's env reaches
+            # bubblewrap only, in a descriptor (sandbox.env_fd), never a root process
+            envs = env_fd(env)
+            actions.append((os.POSIX_SPAWN_DUP2, envs, ENV_FD))
+            argv[argv.index("--") : argv.index("--")] = ["--env-fd", str(ENV_FD)]
+            env = root_env()
+        try:
+            pid = self._spawn_shim(argv, env, actions, state)
+        finally:
+            if self.sandbox is not None:
+                os.close(envs)
+        self._started(instance, pid)
+
+    def _spawn_shim(
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        actions: list[tuple[int, ...] | tuple[int, int, str, int, int]],
+        state: ReleaseState,
+    ) -> int:
+        return os.posix_spawn(
             sys.executable,
             argv,
-            self._env(
-                release, workspace, port=instance.port, egress=egress, database=instance.database
-            ),
+            env,
             file_actions=[
                 *actions,
                 (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
@@ -129,6 +155,8 @@ class SupervisionMixin(DriverCore):
             setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),
             setsigmask=(),
         )
+
+    def _started(self, instance: InstanceState, pid: int) -> None:
         stat = proc_stat(pid)
         instance.pid = pid
         if instance.netns_fd is not None:
