@@ -53,6 +53,7 @@ class BuildMixin(DriverCore):
 
     async def prepare(self, release: Release, *, rebuild: bool = False) -> None:
         validate(release)
+        note = await self._ensure_disk(release)
         state = self._release(release.release_id, create_for=release)
         async with state.lock:
             built = state.directory / "built.json"
@@ -71,15 +72,25 @@ class BuildMixin(DriverCore):
             built.unlink(missing_ok=True)
             state.release = release
             writer = LogWriter(state.log("build"), max_bytes=self.log_max_bytes, clock=self.clock)
+            if note is not None:
+                writer.system(note)
             try:
                 await self._prepare(state, release, writer)
             finally:
                 writer.close()
             write_json(built, self._record(release))
 
+    async def _ensure_disk(self, release: Release) -> str | None:
+        """The app's disk, mounted and sized for this release (:mod:`.disks`); a line for the
+        build log when its size could not follow the spec."""
+        if self.disks is None:
+            return None
+        return await asyncio.to_thread(self.disks.ensure, release.app_id, self._disk_mb(release))
+
     async def _prepare(self, state: ReleaseState, release: Release, writer: LogWriter) -> None:
         writer.system(f"preparing release {release.release_id} from {release.source_path}")
-        fresh = state.directory / "src.new"
+        fresh = state.workspace.with_name("src.new")
+        fresh.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         await asyncio.to_thread(remove_tree, fresh)
         try:
             if self.sandbox is None:
@@ -137,6 +148,7 @@ class BuildMixin(DriverCore):
             own_network=True,
             workspace=fresh,
             source_fd=source_fd,
+            tmp_mb=self._tmp_mb(release),
         )
         try:
             process = await asyncio.create_subprocess_exec(
@@ -234,6 +246,7 @@ class BuildMixin(DriverCore):
                     workspace=state.workspace,
                     limits=build_limits(release),
                     cgroup_procs=procs,
+                    tmp_mb=self._tmp_mb(release),
                 ),
             ]
         process = await asyncio.create_subprocess_exec(

@@ -117,6 +117,7 @@ class Sandbox:
         cgroup_procs: Sequence[Path] = (),
         staged: bool = False,
         data: bool = False,
+        tmp_mb: int | None = None,
     ) -> list[str]:
         """``command`` confined, with ``workspace`` at ``/app`` (and the directory open on
         ``source_fd`` in the process that runs the argv, read-only at ``/source``).
@@ -130,7 +131,8 @@ class Sandbox:
         so exactly the directory the platform checked and opened is what the copy sees.
         ``staged``: the caller (an instance's shim) did that binding itself already.
         ``data``: the app's database directory, which the shim bound onto the stage's
-        ``data`` point, is bound read-write at :data:`~.appdb.DATA_DIR` (instances only)."""
+        ``data`` point, is bound read-write at :data:`~.appdb.DATA_DIR` (instances only).
+        ``tmp_mb``: the size of ``/tmp`` (the app's disk quota's share, :mod:`.disks`)."""
         uid = str(self.uid_for(app_id))
         source = f"/proc/self/fd/{source_fd}" if source_fd is not None else ""
         argv: list[str] = []
@@ -189,7 +191,10 @@ class Sandbox:
                 argv += ["--ro-bind", f"/{name}", f"/{name}"]
         for path in ETC_FILES:
             argv += ["--ro-bind-try", path, path]
-        argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]  # noqa: S108
+        argv += ["--proc", "/proc", "--dev", "/dev"]
+        if tmp_mb is not None:  # a full /tmp fails the app's writes with ENOSPC
+            argv += ["--size", str(tmp_mb * 1024 * 1024)]
+        argv += ["--tmpfs", "/tmp"]  # noqa: S108
         argv += ["--bind", str(STAGE / "app"), APP_DIR]
         if source_fd is not None:
             argv += ["--ro-bind", str(STAGE / "source"), "/source"]

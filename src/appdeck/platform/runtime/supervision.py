@@ -86,6 +86,8 @@ class SupervisionMixin(DriverCore):
                 if group.oom_events is not None:
                     argv += ["--oom-events", str(group.oom_events)]
             argv += ["--stage", str(workspace), str(STAGE / "app")]
+            if state.disk_root is not None:  # on the app's disk: say when it is full
+                argv.append("--disk")
             data = self._grant_database(key, space, instance)
             if data is not None:
                 argv += ["--stage", str(data), str(STAGE / "data")]
@@ -97,6 +99,7 @@ class SupervisionMixin(DriverCore):
                 limits=limits,
                 staged=True,
                 data=data is not None,
+                tmp_mb=self._tmp_mb(release),
             )
         argv += ["--", *command]
         pid = os.posix_spawn(
