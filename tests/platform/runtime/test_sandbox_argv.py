@@ -64,3 +64,15 @@ def test_the_host_etc_is_not_mounted_whole() -> None:
 def test_an_app_id_past_the_uid_range_is_refused() -> None:
     with pytest.raises(ValueError, match="no sandbox uid"):
         Sandbox(uid_base=200_000).uid_for(2**31)
+
+
+def test_tmp_is_a_tmpfs_of_the_apps_disk_share_when_a_size_is_given() -> None:
+    sized = Sandbox(cgroups=Cgroups(1)).wrap(
+        ["true"], app_id=1, own_network=True, workspace=Path("/w"), tmp_mb=256
+    )
+    tmpfs = sized.index("--tmpfs")
+    assert sized[tmpfs - 2 : tmpfs + 2] == ["--size", str(256 * 1024 * 1024), "--tmpfs", "/tmp"]
+    unsized = Sandbox(cgroups=Cgroups(1)).wrap(
+        ["true"], app_id=1, own_network=True, workspace=Path("/w")
+    )
+    assert "--size" not in unsized
