@@ -145,6 +145,7 @@ class Services:
             secret_key=settings.secret_key,
         )
         driver.databases = databases  # instances get DATABASE_URL for their app's own
+        databases.place = driver.place_data  # on the app's disk (issue 19)
         platform = Platform.build(
             storage.engine,
             identities,

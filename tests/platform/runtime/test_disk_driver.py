@@ -128,3 +128,21 @@ def _size(path: Path) -> int:
         return path.stat().st_size
     except OSError:
         return 0
+
+
+async def test_an_apps_tables_made_before_its_first_deploy_are_on_its_disk(
+    runtime_dir: Path, disks: AppDisks
+) -> None:
+    driver = _driver(runtime_dir, None, disks)
+    try:
+        await driver.place_data(23)  # what a table tool does first (AppDatabases.place)
+        assert disks.appdb is not None
+        assert str(disks.appdb / "23") in mounts()
+        (disks.appdb / "23" / "app.db").write_bytes(b"tables")
+        await driver.prepare(build_release(app_id=23, release_id="23-1", runtime="static"))
+        assert (disks.mount_point(23) / "data" / "app.db").read_bytes() == b"tables"
+        await driver.remove("23-1")
+        await driver.remove_app(23)
+        assert str(disks.appdb / "23") not in mounts()
+    finally:
+        await _cleanup(driver)

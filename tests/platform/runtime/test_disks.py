@@ -139,19 +139,30 @@ def test_deleting_an_app_unmounts_its_disk_detaches_the_loop_device_and_removes_
     disks.remove(6)  # deleting twice is not an error
 
 
-def test_a_database_directory_made_before_the_disk_is_moved_onto_it(disks: AppDisks) -> None:
+def test_a_database_directory_made_before_the_disk_is_moved_onto_it_when_unused(
+    disks: AppDisks,
+) -> None:
     assert disks.appdb is not None
     old = disks.appdb / "8"
-    old.mkdir(parents=True, mode=0o700)
+    (old / "sub").mkdir(parents=True, mode=0o700)
     (old / "app.db").write_bytes(b"tables")
+    (old / "sub" / "notes").write_bytes(b"notes")
     os.symlink("/etc/shadow", old / "planted")  # moved as a link, never followed
+    os.mkfifo(old / "fifo")  # left out, never opened
     os.chown(old, 200_008, 200_008)
-    disks.ensure(8, 96)
+    disks.ensure(8, 96)  # an instance may use it: it stays where it is
+    assert str(old) not in mounts()
+    assert (old / "app.db").read_bytes() == b"tables"
+    disks.ensure(8, 96, migrate=True)
     assert str(old) in mounts()
     assert (old / "app.db").read_bytes() == b"tables"
+    assert (old / "sub" / "notes").read_bytes() == b"notes"
     assert os.readlink(old / "planted") == "/etc/shadow"
+    assert not (old / "fifo").exists()
     assert (old / "app.db").stat().st_uid == 200_008
+    assert os.lstat(old / "planted").st_uid == 200_008
     assert os.stat(old).st_uid == 200_008
+    assert 8 in disks.bound
 
 
 def test_the_accounting_walk_counts_allocated_bytes_without_following_links(
@@ -175,3 +186,27 @@ def test_the_split_gives_tmp_a_quarter_within_bounds_and_the_image_the_rest() ->
         parts = split(disk_mb)
         assert parts.image_mb + parts.tmp_mb == disk_mb
         assert 16 <= parts.tmp_mb <= 1024
+
+
+def test_a_disk_an_instance_holds_grows_online_or_later_and_is_never_mounted_twice(
+    disks: AppDisks,
+) -> None:
+    disks.ensure(9, 96)
+    (disks.mount_point(9) / "data" / "kept").write_text("yes")
+    holder = subprocess.Popen(  # a running instance: its own mount namespace holds the disk
+        ["unshare", "--mount", "--propagation", "private", "sleep", "60"]
+    )
+    try:
+        device = mounts()[str(disks.mount_point(9))]
+        note = disks.ensure(9, 192)
+        grown = disks.image(9).stat().st_size == split(192).image_mb * MIB
+        if note is None:  # the host lets a mounted ext4 grow (CAP_SYS_RESOURCE)
+            assert grown
+        else:  # grown at a deploy while no instance runs; nothing changed meanwhile
+            assert "grows to" in note
+            assert not grown
+        assert mounts()[str(disks.mount_point(9))] == device  # the same loop device
+        assert (disks.mount_point(9) / "data" / "kept").read_text() == "yes"
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)

@@ -85,7 +85,10 @@ class BuildMixin(DriverCore):
         build log when its size could not follow the spec."""
         if self.disks is None:
             return None
-        return await asyncio.to_thread(self.disks.ensure, release.app_id, self._disk_mb(release))
+        idle = self._app_idle(release.app_id)
+        return await asyncio.to_thread(
+            self.disks.ensure, release.app_id, self._disk_mb(release), migrate=idle
+        )
 
     async def _prepare(self, state: ReleaseState, release: Release, writer: LogWriter) -> None:
         writer.system(f"preparing release {release.release_id} from {release.source_path}")

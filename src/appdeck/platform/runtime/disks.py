@@ -13,9 +13,12 @@ and its ``/tmp`` is a tmpfs of the sandbox with a ``size=`` (:func:`split`): the
 ``disk_mb`` minus that. A write past the end fails with ENOSPC inside the app; the host's
 filesystem holds at most the image's size. Mounts live in the host's mount namespace, so
 instances adopted after a server restart keep theirs; :meth:`AppDisks.restore` mounts every
-image again at start (after a reboot), idempotently. A larger ``disk_mb`` grows the image
-online (``resize2fs``); a smaller one is not applied while the app exists (an ext4 file system
-only shrinks unmounted): the build log says so.
+image again at start (after a reboot), idempotently. The platform places an app's SQLite
+directory on its disk before it opens it (:meth:`AppDisks.ensure`, through
+``LocalDriver.place_data``). A larger ``disk_mb`` grows the image online (``resize2fs``), or
+offline while nothing holds it where the host forbids that (no ``CAP_SYS_RESOURCE``); a
+smaller one is not applied while the app exists (an ext4 file system only shrinks unmounted):
+the build log says so.
 
 **account** (no loop devices, not root, or ``APPDECK_SANDBOX=off``): the same directories stay
 on the host's file system; :meth:`AppDisks.usage` walks them (bounded) and the driver stops an
@@ -25,12 +28,16 @@ app found over its limit, with a line in its log. **off**: nothing is counted.
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import logging
 import os
 import shutil
 import stat
 import subprocess
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
@@ -127,6 +134,28 @@ class AppDisks:
         self.mode: DiskMode = mode
         self.default_mb = default_mb
         self.appdb = Path(appdb) if appdb is not None else None
+        self.bound: set[int] = set()
+        """Apps whose database directory this process saw on their disk."""
+        self._deferred: set[int] = set()
+        self._locks: dict[int, threading.Lock] = {}
+        self._locks_lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def _lock(self, app_id: int) -> Iterator[None]:
+        """One app's disk is set up or removed by one thread, and one process (replicas on
+        one host share the data dir), at a time: no mount stacked on another."""
+        with self._locks_lock:
+            lock = self._locks.setdefault(int(app_id), threading.Lock())
+        with lock:
+            self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(
+                self.root / f"{int(app_id)}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600
+            )
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                yield
+            finally:
+                os.close(fd)
 
     @property
     def kernel(self) -> bool:
@@ -147,19 +176,34 @@ class AppDisks:
 
     # ------------------------------------------------------------------ loop
 
-    def ensure(self, app_id: int, disk_mb: int | None = None, *, resize: bool = True) -> str | None:
+    def ensure(
+        self,
+        app_id: int,
+        disk_mb: int | None = None,
+        *,
+        resize: bool = True,
+        migrate: bool = False,
+    ) -> str | None:
         """The app's disk, created, mounted and as large as ``disk_mb`` asks (idempotent;
-        loop mode only; ``resize=False``: an existing image keeps its size). Returns a line
-        for the build log when the size was not applied."""
+        loop mode only; ``resize=False``: an existing image keeps its size). ``migrate``:
+        nothing uses the app's database directory (no instance runs), so what it holds from
+        before the disk may move onto it (:meth:`_bind_data`). Returns a line for the build
+        log when the size was not applied."""
         if not self.kernel:
             return None
+        with self._lock(app_id):
+            return self._ensure(app_id, disk_mb, resize=resize, migrate=migrate)
+
+    def _ensure(
+        self, app_id: int, disk_mb: int | None, *, resize: bool, migrate: bool
+    ) -> str | None:
         image_mb = split(self.limit_mb(disk_mb)).image_mb
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         image, point = self.image(app_id), self.mount_point(app_id)
         if not image.exists():
             self._create(image, image_mb)
         point.mkdir(exist_ok=True, mode=0o700)
-        self._mount(app_id)
+        self._mount(app_id, migrate=migrate)
         if not resize:
             return None
         return self._resize(app_id, mounts().get(str(point), ""), image_mb)
@@ -212,6 +256,7 @@ class AppDisks:
             f"mounted file system grow; it grows to {image_mb} MiB at a deploy while none of "
             "the app's instances runs"
         )
+        self.bound.discard(app_id)  # the table tools wait on the app's lock meanwhile
         try:
             self._unmount(app_id, lazy=False)
         except Unavailable:
@@ -232,7 +277,7 @@ class AppDisks:
         self._mount(app_id)
         return None if done.returncode <= 1 else later
 
-    def _mount(self, app_id: int) -> None:
+    def _mount(self, app_id: int, *, migrate: bool = False) -> None:
         point = self.mount_point(app_id)
         mounted = mounts()
         if str(point) not in mounted:
@@ -242,7 +287,7 @@ class AppDisks:
         for name in ("releases", "data"):
             with contextlib.suppress(FileExistsError):
                 (point / name).mkdir(mode=0o700)
-        self._bind_data(app_id, mounted)
+        self._bind_data(app_id, mounted, migrate=migrate)
 
     def _unmount(self, app_id: int, *, lazy: bool) -> None:
         mounted = mounts()
@@ -258,15 +303,16 @@ class AppDisks:
                         raise
                     _run("umount", "--lazy", str(point))
 
-    def _bind_data(self, app_id: int, mounted: dict[str, str]) -> None:
+    def _bind_data(self, app_id: int, mounted: dict[str, str], *, migrate: bool) -> None:
         """The image's ``data`` onto the app's SQLite directory: what the server and the app
-        write there is on the app's disk. A directory that already holds files (tables made
-        before this disk existed) is moved onto it first, unless this server has a file in
-        it open (then at the next start, before any is opened)."""
+        write there is on the app's disk. A directory that already holds files (made before
+        this disk existed) is moved onto it first when ``migrate`` and this server has no
+        file in it open; else it stays where it is for now (said in the server's log)."""
         if self.appdb is None:
             return
         target = self.appdb / str(int(app_id))
         if str(target) in mounted:
+            self.bound.add(app_id)
             return
         self.appdb.mkdir(parents=True, exist_ok=True, mode=0o700)
         with contextlib.suppress(FileExistsError):
@@ -278,20 +324,38 @@ class AppDisks:
         with os.scandir(target) as listing:
             filled = any(True for _ in listing)
         if filled:
-            if _held_open(target):
-                log.warning("app %s: its database moves onto its disk at the next start", app_id)
+            if not migrate or _held_open(target):
+                if app_id not in self._deferred:  # said once
+                    self._deferred.add(app_id)
+                    log.warning(
+                        "app %s: its database directory stays off its disk until it is not "
+                        "in use (a deploy while none of its instances runs, or a restart)",
+                        app_id,
+                    )
                 return
-            _move_contents(target, data, info.st_uid)
+            try:
+                _move_contents(target, data, info.st_uid)
+            except OSError as exc:  # ENOSPC: the database is larger than the disk
+                log.warning("app %s: its database could not move onto its disk: %s", app_id, exc)
+                for entry in os.scandir(data):
+                    _remove_entry(Path(entry.path))
+                return
         os.chown(data, info.st_uid, info.st_gid)
         _run("mount", "--bind", str(data), str(target))
+        self.bound.add(app_id)
 
     def remove(self, app_id: int) -> None:
         """The app is deleted: unmount its data and disk (lazily when busy: the loop device
         goes when the last user lets go), delete the image and the mount point."""
-        self._unmount(app_id, lazy=True)
-        with contextlib.suppress(OSError):
-            self.mount_point(app_id).rmdir()
-        self.image(app_id).unlink(missing_ok=True)
+        if not self.kernel:
+            return
+        with self._lock(app_id):
+            self._unmount(app_id, lazy=True)
+            self.bound.discard(app_id)
+            with contextlib.suppress(OSError):
+                self.mount_point(app_id).rmdir()
+            self.image(app_id).unlink(missing_ok=True)
+            (self.root / f"{int(app_id)}.lock").unlink(missing_ok=True)
 
     def restore(self) -> int:
         """At start: mount every app's image again (a no-op for those still mounted)."""
@@ -365,23 +429,83 @@ def _held_open(directory: Path) -> bool:
     return False
 
 
+_DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
 def _move_contents(source: Path, dest: Path, uid: int) -> None:
-    """Copy the entries of ``source`` into ``dest`` (links as links, never followed; special
-    files refused by the copy) owned by ``uid``, then empty ``source``."""
+    """Copy what ``source`` holds into ``dest``, owned by ``uid``, then empty ``source``.
+    The directory is the app's: every entry is opened relative to its directory's descriptor
+    without following a link (a link is copied as a link; a FIFO, socket or device is left
+    out), so nothing the app swaps in meanwhile makes root read outside it."""
+    src = os.open(source, _DIR_FLAGS)
+    try:
+        dst = os.open(dest, _DIR_FLAGS)
+        try:
+            _copy_at(src, dst, uid, depth=0)
+        finally:
+            os.close(dst)
+    finally:
+        os.close(src)
     for entry in os.scandir(source):
-        target = dest / entry.name
-        if entry.is_dir(follow_symlinks=False):
-            shutil.copytree(entry.path, target, symlinks=True)
-        else:
-            shutil.copy2(entry.path, target, follow_symlinks=False)
-    for here, dirs, files in os.walk(dest):
-        for name in (here, *(os.path.join(here, n) for n in (*dirs, *files))):
-            os.chown(name, uid, uid, follow_symlinks=False)
-    for entry in os.scandir(source):
-        if entry.is_dir(follow_symlinks=False):
-            shutil.rmtree(entry.path)
-        else:
-            os.unlink(entry.path)
+        _remove_entry(Path(entry.path))
+
+
+def _copy_at(src: int, dst: int, uid: int, *, depth: int) -> None:
+    if depth > 64:
+        raise OSError(errno.ELOOP, "the database directory is nested too deep")
+    for name in os.listdir(src):
+        info = os.stat(name, dir_fd=src, follow_symlinks=False)
+        mode = stat.S_IMODE(info.st_mode) & 0o777
+        if stat.S_ISLNK(info.st_mode):
+            os.symlink(os.readlink(name, dir_fd=src), name, dir_fd=dst)
+            os.chown(name, uid, uid, dir_fd=dst, follow_symlinks=False)
+        elif stat.S_ISDIR(info.st_mode):
+            os.mkdir(name, 0o700, dir_fd=dst)
+            inner_src = os.open(name, _DIR_FLAGS, dir_fd=src)
+            inner_dst = os.open(name, _DIR_FLAGS, dir_fd=dst)
+            try:
+                os.fchown(inner_dst, uid, uid)
+                os.fchmod(inner_dst, mode)
+                _copy_at(inner_src, inner_dst, uid, depth=depth + 1)
+            finally:
+                os.close(inner_src)
+                os.close(inner_dst)
+        elif stat.S_ISREG(info.st_mode):
+            _copy_file_at(name, src, dst, uid, mode)
+
+
+def _copy_file_at(name: str, src: int, dst: int, uid: int, mode: int) -> None:
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    reading = os.open(name, flags, dir_fd=src)
+    try:
+        if not stat.S_ISREG(os.fstat(reading).st_mode):
+            return  # swapped for something else since it was looked at
+        out = os.open(
+            name,
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o600,
+            dir_fd=dst,
+        )
+        try:
+            while chunk := os.read(reading, 1024 * 1024):
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(out, view) :]  # OSError(ENOSPC) past the disk
+            os.fchown(out, uid, uid)
+            os.fchmod(out, mode)
+        finally:
+            os.close(out)
+    finally:
+        os.close(reading)
+
+
+def _remove_entry(path: Path) -> None:
+    """Delete one entry of a directory (a tree without following links: ``rmtree`` works
+    through descriptors)."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def open_disks(

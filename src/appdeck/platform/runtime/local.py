@@ -96,7 +96,8 @@ class LocalDriver(BuildMixin, AdoptionMixin, StopMixin):
         if not 1 <= port <= 65535:
             raise InvalidArgument(f"port must be 1..65535, not {port}")
         if self.disks is not None:  # mounted (a no-op unless the host rebooted)
-            await asyncio.to_thread(self.disks.ensure, release.app_id, resize=False)
+            idle = self._app_idle(release.app_id)
+            await asyncio.to_thread(self.disks.ensure, release.app_id, resize=False, migrate=idle)
         state = self._existing(release.release_id)
         if state is None or not state.workspace.is_dir():
             raise FailedPrecondition(
