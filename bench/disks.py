@@ -11,6 +11,8 @@
 3. **Server start**: ``AppDisks.restore()`` for ``--apps`` apps after their mounts were lost
    (a reboot: every image mounted again), and again while all are mounted (a plain restart).
 4. **App deletion**: ``remove`` (two unmounts, the image deleted).
+0. **The start-up probe**: ``open_disks(..., "auto", sandboxed=True)``: a small image made,
+   mounted, unmounted and deleted, once per server start.
 5. **Growth**: ``ensure(app, 2 * disk_mb)`` (online ``resize2fs`` where the host allows it,
    else offline: unmount, ``e2fsck -f``, ``resize2fs``, mount).
 
@@ -30,7 +32,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from appdeck.platform.runtime.disks import AppDisks, loop_available, mounts
+from appdeck.platform.runtime.disks import AppDisks, loop_available, mounts, open_disks
 
 
 def _timed(action: Callable[[], object]) -> float:
@@ -51,11 +53,16 @@ def one_round(apps: int, disk_mb: int) -> dict[str, list[float]]:
         "ensure_mounted": [],
         "remove": [],
         "grow": [],
+        "probe": [],
     }
     with tempfile.TemporaryDirectory(prefix="appdeck-disks-") as scratch:
         root = Path(scratch)
         disks = AppDisks(root / "disks", mode="loop", default_mb=disk_mb, appdb=root / "appdb")
         try:
+            probe = root / "probe"
+            figures["probe"].append(
+                _timed(lambda: open_disks(probe, "auto", default_mb=disk_mb, sandboxed=True))
+            )
             for app in range(1, apps + 1):
                 figures["create"].append(_timed(lambda a=app: disks.ensure(a, disk_mb)))
             for app in range(1, apps + 1):
