@@ -25,14 +25,13 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from appdeck.platform.runtime.disks import AppDisks, loop_available, mounts, open_disks
+from appdeck.platform.runtime.disks import AppDisks, loop_available, open_disks, unmount_under
 
 
 def _timed(action: Callable[[], object]) -> float:
@@ -42,9 +41,7 @@ def _timed(action: Callable[[], object]) -> float:
 
 
 def _unmount_all(root: Path) -> None:
-    for point in sorted(mounts(), key=len, reverse=True):
-        if point.startswith(str(root) + "/"):
-            subprocess.run(["umount", point], check=True, timeout=60)
+    unmount_under(f"{root}/")
 
 
 def one_round(apps: int, disk_mb: int) -> dict[str, list[float]]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +18,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from appdeck.platform.runtime.disks import loop_available, mounts
+from appdeck.platform.runtime.disks import loop_available, mounts, unmount_under
 from tests.e2e.conftest import Launcher
 from tests.e2e.helpers import raw_http, rpc
 from tests.support.mcp import initialize
@@ -91,9 +90,7 @@ def _allocated(root: Path) -> int:
 def unmounted(tmp_path: Path) -> Iterator[None]:
     """Whatever the test leaves mounted under its directory is unmounted after it."""
     yield
-    for point in sorted(mounts(), key=len, reverse=True):
-        if point.startswith(str(tmp_path) + "/"):
-            subprocess.run(["umount", "--lazy", point], check=False, timeout=30)
+    unmount_under(f"{tmp_path}/")
 
 
 @pytest.mark.e2e

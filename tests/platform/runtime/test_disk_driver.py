@@ -6,14 +6,13 @@ stops an app over its limit and says so."""
 from __future__ import annotations
 
 import contextlib
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from appdeck.platform.runtime import LocalDriver
-from appdeck.platform.runtime.disks import AppDisks, loop_available, mounts
+from appdeck.platform.runtime.disks import AppDisks, loop_available, mounts, unmount_under
 from appdeck.platform.runtime.sandbox import Sandbox
 from tests.support.sandbox import sandbox_or_skip
 
@@ -22,18 +21,12 @@ from .conftest import FAST_RESTARTS, HELLO, build_release, eventually, wait_heal
 UID_BASE = 310_000
 
 
-def _unmount_under(root: Path) -> None:
-    for point in sorted(mounts(), key=len, reverse=True):
-        if point.startswith(str(root) + "/"):
-            subprocess.run(["umount", "--lazy", point], check=False, timeout=30)
-
-
 @pytest.fixture
 def disks(tmp_path: Path) -> Iterator[AppDisks]:
     if loop_available() is not None:
         pytest.skip(f"loop-mounted images: {loop_available()}")
     yield AppDisks(tmp_path / "disks", mode="loop", default_mb=96, appdb=tmp_path / "appdb")
-    _unmount_under(tmp_path)
+    unmount_under(f"{tmp_path}/")
 
 
 @pytest.fixture(scope="module")

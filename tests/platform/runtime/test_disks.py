@@ -11,17 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from appdeck.platform.runtime.disks import MIB, AppDisks, loop_available, mounts, split
+from appdeck.platform.runtime.disks import (
+    MIB,
+    AppDisks,
+    loop_available,
+    mounts,
+    split,
+    unmount_under,
+)
 
 pytestmark = pytest.mark.skipif(
     loop_available() is not None, reason=f"loop-mounted images: {loop_available()}"
 )
-
-
-def _unmount_under(root: Path) -> None:
-    for point in sorted(mounts(), key=len, reverse=True):
-        if point.startswith(str(root) + "/"):
-            subprocess.run(["umount", "--lazy", point], check=False, timeout=30)
 
 
 def _mounts_under(root: Path) -> dict[str, str]:
@@ -33,7 +34,7 @@ def _mounts_under(root: Path) -> dict[str, str]:
 def disks(tmp_path: Path) -> Iterator[AppDisks]:
     made = AppDisks(tmp_path / "disks", mode="loop", default_mb=128, appdb=tmp_path / "appdb")
     yield made
-    _unmount_under(tmp_path)
+    unmount_under(f"{tmp_path}/")
 
 
 def _fill(path: Path, limit_bytes: int) -> tuple[int, int]:

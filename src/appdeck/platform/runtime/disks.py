@@ -99,6 +99,15 @@ def mounts() -> dict[str, str]:
     return found
 
 
+def unmount_under(prefix: str) -> int:
+    """Unmount (lazily) every mount point that starts with ``prefix``, deepest first: for
+    tests and scratch directories. How many were."""
+    found = sorted((p for p in mounts() if p.startswith(prefix)), key=len, reverse=True)
+    for point in found:
+        subprocess.run(["umount", "--lazy", point], capture_output=True, check=False, timeout=60)
+    return len(found)
+
+
 def _unescape(text: str) -> str:
     return (
         text.replace("\\040", " ")
