@@ -48,7 +48,14 @@ from appdeck.platform.runtime.adoption import AdoptionMixin
 from appdeck.platform.runtime.build import LOG_TAIL_LINES, BuildMixin
 from appdeck.platform.runtime.core import BUILD_ENV_PREFIXES, PASSED_ENV
 from appdeck.platform.runtime.disks import MIB, split
-from appdeck.platform.runtime.driver import Health, InstanceRef, LogKind, LogPage, Release
+from appdeck.platform.runtime.driver import (
+    Adoption,
+    Health,
+    InstanceRef,
+    LogKind,
+    LogPage,
+    Release,
+)
 from appdeck.platform.runtime.logs import last_seq, read_page
 from appdeck.platform.runtime.model import (
     ENV_NAME,
@@ -133,11 +140,20 @@ class LocalDriver(BuildMixin, AdoptionMixin, StopMixin):
                 raise
             self._save_state(state)
             instance.supervisor = asyncio.create_task(self._supervise(state, instance))
-        if self.disks is not None and self.disks.mode == "account" and self._disk_watch is None:
-            self._disk_watch = asyncio.create_task(self._watch_disks(), name="disk-accounting")
+        self._start_disk_watch()
         return instance.ref(state.release_id)
 
+    async def adopt(self, release_id: str, release: Release | None = None) -> Adoption:
+        adoption = await super().adopt(release_id, release)
+        if adoption.adopted:
+            self._start_disk_watch()
+        return adoption
+
     # ---------------------------------------------------------------- disk accounting
+
+    def _start_disk_watch(self) -> None:
+        if self.disks is not None and self.disks.mode == "account" and self._disk_watch is None:
+            self._disk_watch = asyncio.create_task(self._watch_disks(), name="disk-accounting")
 
     async def _watch_disks(self) -> None:
         """``account`` mode (:mod:`.disks`): measure the running apps every
