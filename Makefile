@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-DEBS   := bubblewrap python3-venv
+DEBS   := bubblewrap python3-venv e2fsprogs
 TEST_DEBS := chromium
 
 .PHONY: run test lint types unit e2e conformance bench clean system-deps test-deps

@@ -132,3 +132,17 @@ async def _empty_public_schema(url: str) -> None:
         await conn.execute("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
     finally:
         await conn.close()
+
+
+@pytest.fixture(autouse=True)
+def _app_disks_unmounted(request: pytest.FixtureRequest) -> Iterator[None]:
+    """App disks (loop-mounted images, issue 19) outlive a server by design: whatever a test
+    left mounted under its ``tmp_path`` is unmounted after it (the loop device goes with it)."""
+    if "tmp_path" not in request.fixturenames:
+        yield
+        return
+    root = f"{request.getfixturevalue('tmp_path')}/"  # now: torn down after this fixture
+    yield
+    from appdeck.platform.runtime.disks import unmount_under
+
+    unmount_under(root)

@@ -35,6 +35,7 @@ from appdeck.platform.ingress.keys import KeyGate
 from appdeck.platform.ingress.routes import Counters, RouteTable
 from appdeck.platform.ingress.server import IngressServer
 from appdeck.platform.runtime import sandbox
+from appdeck.platform.runtime.disks import open_disks
 from appdeck.platform.runtime.egress import EgressPolicy, EgressProxy
 from appdeck.platform.runtime.install import InstallConflict, InstallLock, sandboxed
 from appdeck.platform.runtime.local import LocalDriver
@@ -146,6 +147,7 @@ class Services:
             secret_key=settings.secret_key,
         )
         driver.databases = databases  # instances get DATABASE_URL for their app's own
+        databases.place = driver.place_data  # on the app's disk (issue 19)
         platform = Platform.build(
             storage.engine,
             identities,
@@ -501,10 +503,21 @@ def _runtime(
 ) -> tuple[LocalDriver, IngressServer, IngressRouter]:
     """The runtime driver and the ingress in front of its instances (not started yet)."""
     egress = EgressProxy(EgressPolicy(networks=tuple(settings.egress_allow)))
+    disks = open_disks(  # issue 19: each app's disk, limited
+        settings.data_dir / "disks",
+        settings.disk_quota,
+        default_mb=settings.app_disk_mb,
+        sandboxed=runtime is not None,
+        appdb=settings.data_dir / "appdb" if settings.database().startswith("sqlite") else None,
+    )
+    if disks.restore():
+        log.info("app disks mounted: %s", disks.root)
     driver = LocalDriver(
         settings.data_dir / "runtime",
         sandbox=runtime,
         egress=egress if runtime is not None else None,
+        disks=disks,
+        disk_check_s=settings.disk_check_seconds,
     )
     table, counters = RouteTable(), Counters()
     ingress = IngressServer(

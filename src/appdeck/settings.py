@@ -160,6 +160,19 @@ class Settings(BaseSettings):
     """What ``/healthz`` and ``serverInfo.version`` report: the package's version unless a
     deployment names its own label (``APP_VERSION``, set and not blank)."""
 
+    # -- disk quotas per app (issue 19, finding 4: task "disk") ---------------------------
+    disk_quota: Literal["auto", "loop", "account", "off"] = "auto"
+    """How each app's disk (workspaces, database directory, ``/tmp``) is limited
+    (docs/sandbox.md, "Disk"): ``loop``: a loop-mounted ext4 image per app, enforced by the
+    kernel (root, loop devices, ``mkfs.ext4``; the server refuses to start where it cannot);
+    ``account``: a periodic walk stops an app over its limit; ``off``: not limited; ``auto``:
+    ``loop`` where the app sandbox is on and loop images work, else ``account`` (warned)."""
+    app_disk_mb: int = Field(1024, ge=64, le=1_048_576)
+    """An app's disk in MiB when its spec names no ``resources.disk_mb``: a quarter (16 MiB to
+    1 GiB) is its ``/tmp``, the rest its workspaces and database directory."""
+    disk_check_seconds: float = Field(30.0, ge=1.0, le=3600.0)
+    """``account`` mode: how often each running app's directories are measured."""
+
     @field_validator("app_version")
     @classmethod
     def _version_or_ours(cls, value: str) -> str:

@@ -85,6 +85,9 @@ class FakeDriver:
     async def remove(self, release_id: str) -> None:
         await self.runtime.stop(release_id)
 
+    async def remove_app(self, app_id: int) -> None:
+        pass
+
     async def stop(self, release_id: str) -> None:
         await self.runtime.stop(release_id)
 

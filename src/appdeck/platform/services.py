@@ -220,6 +220,7 @@ class Platform:
         for release_id in await self._driver.releases():
             if release_id.startswith(prefix):
                 await self._driver.remove(release_id)
+        await self._driver.remove_app(app.id)  # its disk (runtime/disks.py)
 
 
 def connect_repos(platform: Platform) -> None:

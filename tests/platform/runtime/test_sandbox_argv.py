@@ -83,3 +83,15 @@ def test_the_workspace_is_staged_in_the_installs_own_runtime_dir() -> None:
     assert argv[argv.index("/app") - 1] == str(stage / "app")
     assert argv[argv.index("/source") - 1] == str(stage / "source")
     assert not any("/run/appdeck-sandbox" in arg for arg in argv)
+
+
+def test_tmp_is_a_tmpfs_of_the_apps_disk_share_when_a_size_is_given() -> None:
+    sized = Sandbox(cgroups=Cgroups(1)).wrap(
+        ["true"], app_id=1, own_network=True, workspace=Path("/w"), tmp_mb=256
+    )
+    tmpfs = sized.index("--tmpfs")
+    assert sized[tmpfs - 2 : tmpfs + 2] == ["--size", str(256 * 1024 * 1024), "--tmpfs", "/tmp"]
+    unsized = Sandbox(cgroups=Cgroups(1)).wrap(
+        ["true"], app_id=1, own_network=True, workspace=Path("/w")
+    )
+    assert "--size" not in unsized

@@ -58,6 +58,7 @@ class BuildMixin(DriverCore):
                 self.sandbox.uid_for(release.app_id)
             except NoSandboxUid as exc:
                 raise BuildFailed(exc.message, release_id=release.release_id) from None
+        note = await self._ensure_disk(release)
         state = self._release(release.release_id, create_for=release)
         async with state.lock:
             built = state.directory / "built.json"
@@ -76,15 +77,28 @@ class BuildMixin(DriverCore):
             built.unlink(missing_ok=True)
             state.release = release
             writer = LogWriter(state.log("build"), max_bytes=self.log_max_bytes, clock=self.clock)
+            if note is not None:
+                writer.system(note)
             try:
                 await self._prepare(state, release, writer)
             finally:
                 writer.close()
             write_json(built, self._record(release))
 
+    async def _ensure_disk(self, release: Release) -> str | None:
+        """The app's disk, mounted and sized for this release (:mod:`.disks`); a line for the
+        build log when its size could not follow the spec."""
+        if self.disks is None:
+            return None
+        idle = self._app_idle(release.app_id)
+        return await asyncio.to_thread(
+            self.disks.ensure, release.app_id, self._disk_mb(release), migrate=idle
+        )
+
     async def _prepare(self, state: ReleaseState, release: Release, writer: LogWriter) -> None:
         writer.system(f"preparing release {release.release_id} from {release.source_path}")
-        fresh = state.directory / "src.new"
+        fresh = state.workspace.with_name("src.new")
+        fresh.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         await asyncio.to_thread(remove_tree, fresh)
         try:
             if self.sandbox is None:
@@ -142,6 +156,7 @@ class BuildMixin(DriverCore):
             own_network=True,
             workspace=fresh,
             source_fd=source_fd,
+            tmp_mb=self._tmp_mb(release),
         )
         try:
             process = await asyncio.create_subprocess_exec(
@@ -248,6 +263,7 @@ class BuildMixin(DriverCore):
                     limits=build_limits(release),
                     cgroup_procs=procs,
                     env_fd=envs,
+                    tmp_mb=self._tmp_mb(release),
                 ),
             ]
         try:

@@ -22,6 +22,7 @@ from typing import Any, Final
 
 from appdeck.common.errors import InvalidArgument, NotFound
 from appdeck.platform.runtime.appdb import DatabaseAccess, DatabaseGrant
+from appdeck.platform.runtime.disks import AppDisks, split
 from appdeck.platform.runtime.driver import LogKind, Release
 from appdeck.platform.runtime.egress import EgressProxy, proxy_env
 from appdeck.platform.runtime.logfile import LOG_MAX_BYTES, LogWriter
@@ -90,6 +91,8 @@ class DriverCore:
         egress: EgressProxy | None = None,
         databases: DatabaseAccess | None = None,
         pgfront: PostgresFront | None = None,
+        disks: AppDisks | None = None,
+        disk_check_s: float = 30.0,
     ) -> None:
         self.runtime_dir = Path(runtime_dir).resolve()
         self.clock = clock
@@ -105,6 +108,11 @@ class DriverCore:
         """Where instances get ``DATABASE_URL`` from (None: they get none)."""
         self.pgfront = pgfront if pgfront is not None or sandbox is None else PostgresFront()
         """A sandboxed instance's road to its PostgreSQL database (:mod:`.pgfront`)."""
+        self.disks = disks
+        """Each app's disk quota (:mod:`.disks`); None: not counted."""
+        self.disk_check_s = disk_check_s
+        self._disk_watch: asyncio.Task[None] | None = None
+        """``account`` mode: the loop measuring running apps (started with the first one)."""
         self.runtime_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._digest_key = _digest_key(self.runtime_dir / ".env-digest.key")
         self._releases: dict[str, ReleaseState] = {}
@@ -121,8 +129,50 @@ class DriverCore:
             directory = self.runtime_dir / "apps" / str(create_for.app_id) / "releases" / release_id
             directory.mkdir(parents=True, exist_ok=True, mode=0o700)
             state = ReleaseState(release_id, directory)
+            state.disk_root = self._disk_root(create_for.app_id, release_id, directory)
             self._releases[release_id] = state
         return state
+
+    def _disk_root(self, app_id: int, release_id: str, directory: Path) -> Path | None:
+        """The release's place on its app's disk; None without one, or for a release built
+        before the app had a disk (its workspace stays where it was)."""
+        if self.disks is None or not self.disks.kernel or (directory / "src").is_dir():
+            return None
+        return self.disks.release_root(app_id, release_id)
+
+    def _app_idle(self, app_id: int) -> bool:
+        """No instance of the app runs (supervised here, or recorded and alive)."""
+        for directory in self.runtime_dir.glob(f"apps/{int(app_id)}/releases/*"):
+            with contextlib.suppress(InvalidArgument):
+                state = self._existing(directory.name)
+                if state is not None and (state.instances or self._recorded_alive(state)):
+                    return False
+        return True
+
+    async def place_data(self, app_id: int) -> None:
+        """Before the platform opens the app's SQLite directory (a table tool, a grant): it is
+        on the app's disk (made now, at the default size, for an app never deployed)."""
+        disks = self.disks
+        if disks is None or not disks.kernel or app_id in disks.bound:
+            return
+        idle = self._app_idle(app_id)
+        await asyncio.to_thread(disks.ensure, app_id, resize=False, migrate=idle)
+
+    def _disk_mb(self, release: Release) -> int:
+        """The app's disk quota: ``spec.resources.disk_mb``, else the operator's default."""
+        resources: Any = release.spec.resources
+        if isinstance(resources, Mapping):
+            asked = resources.get("disk_mb")
+        else:
+            asked = getattr(resources, "disk_mb", None)
+        default = self.disks.default_mb if self.disks is not None else 1024
+        return int(asked) if isinstance(asked, int) and asked > 0 else default
+
+    def _tmp_mb(self, release: Release) -> int | None:
+        """The size of the sandbox's ``/tmp`` (None: not limited)."""
+        if self.disks is None or self.disks.mode == "off":
+            return None
+        return split(self._disk_mb(release)).tmp_mb
 
     def _existing(self, release_id: str) -> ReleaseState | None:
         """The release, from memory or (after a restart) from its directory."""
@@ -133,6 +183,9 @@ class DriverCore:
         for directory in self.runtime_dir.glob(f"apps/*/releases/{release_id}"):
             if directory.is_dir():
                 state = ReleaseState(release_id, directory)
+                with contextlib.suppress(ValueError):
+                    app_id = int(directory.parent.parent.name)
+                    state.disk_root = self._disk_root(app_id, release_id, directory)
                 recorded = read_json(directory / "instances.json")
                 state.unhealthy = bool(recorded.get("unhealthy", False))
                 with contextlib.suppress(OSError, ValueError, KeyError, TypeError):

@@ -209,6 +209,11 @@ class RuntimeDriver(Protocol):
         """Stop every instance and delete the workspace and logs of the release."""
         ...
 
+    async def remove_app(self, app_id: int) -> None:
+        """The app is deleted, its releases removed: delete what the driver kept for the app
+        as a whole (its disk)."""
+        ...
+
     @property
     def sandboxed(self) -> bool:
         """Whether instances run sandboxed, each on a network namespace of its own."""

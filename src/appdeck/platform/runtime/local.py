@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 import time
 
@@ -49,13 +50,22 @@ from appdeck.platform import netns
 from appdeck.platform.runtime.adoption import AdoptionMixin
 from appdeck.platform.runtime.build import LOG_TAIL_LINES, BuildMixin
 from appdeck.platform.runtime.core import BUILD_ENV_PREFIXES, PASSED_ENV
-from appdeck.platform.runtime.driver import Health, InstanceRef, LogKind, LogPage, Release
+from appdeck.platform.runtime.disks import MIB, split
+from appdeck.platform.runtime.driver import (
+    Adoption,
+    Health,
+    InstanceRef,
+    LogKind,
+    LogPage,
+    Release,
+)
 from appdeck.platform.runtime.logs import last_seq, read_page
 from appdeck.platform.runtime.model import (
     ENV_NAME,
     MAX_INDEX,
     RELEASE_ID,
     InstanceState,
+    ReleaseState,
     RestartPolicy,
     check_health_path,
     check_log_args,
@@ -66,6 +76,8 @@ from appdeck.platform.runtime.state import locked, read_json, write_json
 from appdeck.platform.runtime.stopping import StopMixin
 from appdeck.platform.runtime.supervision import SHIM_PATH
 from appdeck.platform.runtime.workspace import CopyLimits
+
+log = logging.getLogger("appdeck.runtime")
 
 __all__ = [
     "BUILD_ENV_PREFIXES",
@@ -93,6 +105,9 @@ class LocalDriver(BuildMixin, AdoptionMixin, StopMixin):
             raise InvalidArgument(f"instance index must be 0..{MAX_INDEX}, not {index}")
         if not 1 <= port <= 65535:
             raise InvalidArgument(f"port must be 1..65535, not {port}")
+        if self.disks is not None:  # mounted (a no-op unless the host rebooted)
+            idle = self._app_idle(release.app_id)
+            await asyncio.to_thread(self.disks.ensure, release.app_id, resize=False, migrate=idle)
         state = self._existing(release.release_id)
         if state is None or not state.workspace.is_dir():
             raise FailedPrecondition(
@@ -130,7 +145,61 @@ class LocalDriver(BuildMixin, AdoptionMixin, StopMixin):
                     raise
                 self._record_running(state, instance)
             instance.supervisor = asyncio.create_task(self._supervise(state, instance))
-            return instance.ref(state.release_id)
+        self._start_disk_watch()
+        return instance.ref(state.release_id)
+
+    async def adopt(self, release_id: str, release: Release | None = None) -> Adoption:
+        adoption = await super().adopt(release_id, release)
+        if adoption.adopted:
+            self._start_disk_watch()
+        return adoption
+
+    # ---------------------------------------------------------------- disk accounting
+
+    def _start_disk_watch(self) -> None:
+        if self.disks is not None and self.disks.mode == "account" and self._disk_watch is None:
+            self._disk_watch = asyncio.create_task(self._watch_disks(), name="disk-accounting")
+
+    async def _watch_disks(self) -> None:
+        """``account`` mode (:mod:`.disks`): measure the running apps every
+        ``disk_check_s``; stop those over their limit."""
+        while True:
+            await asyncio.sleep(self.disk_check_s)
+            try:
+                await self.check_disks()
+            except Exception:
+                log.exception("measuring the apps' disks failed")
+
+    async def check_disks(self) -> list[int]:
+        """Stop every running app whose workspaces and database directory hold more than its
+        disk's share (``account`` mode), saying so in its log; the apps stopped."""
+        disks = self.disks
+        if disks is None or disks.mode != "account":
+            return []
+        running: dict[int, list[ReleaseState]] = {}
+        for state in list(self._releases.values()):
+            if state.release is not None and state.instances:
+                running.setdefault(state.release.app_id, []).append(state)
+        stopped = []
+        for app_id, states in running.items():
+            release = states[0].release
+            assert release is not None
+            limit_mb = split(self._disk_mb(release)).image_mb
+            paths = list(self.runtime_dir.glob(f"apps/{app_id}/releases/*/src"))
+            if disks.appdb is not None:
+                paths.append(disks.appdb / str(app_id))
+            used = await asyncio.to_thread(disks.usage, paths)
+            if used <= limit_mb * MIB:
+                continue
+            for state in states:
+                self._writer(state).system(
+                    f"the app's disk is full: its workspaces and database use "
+                    f"{used // MIB} MiB, over its {limit_mb} MiB (spec.resources.disk_mb, "
+                    "APPDECK_APP_DISK_MB): stopping its instances"
+                )
+                await self.stop(state.release_id)
+            stopped.append(app_id)
+        return stopped
 
     # ---------------------------------------------------------------- observe
 

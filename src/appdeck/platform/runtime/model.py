@@ -107,10 +107,12 @@ class ReleaseState:
     unhealthy: bool = False
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     writer: LogWriter | None = None
+    disk_root: Path | None = None
+    """Where the workspace is on the app's disk (:mod:`.disks`); None: in ``directory``."""
 
     @property
     def workspace(self) -> Path:
-        return self.directory / "src"
+        return (self.disk_root or self.directory) / "src"
 
     def log(self, kind: LogKind) -> Path:
         return self.directory / f"{kind}.log"

@@ -169,6 +169,7 @@ class Sandbox:
         staged: bool = False,
         data: bool = False,
         env_fd: int | None = None,
+        tmp_mb: int | None = None,
     ) -> list[str]:
         """``command`` confined, with ``workspace`` at ``/app`` (and the directory open on
         ``source_fd`` in the process that runs the argv, read-only at ``/source``).
@@ -184,7 +185,8 @@ class Sandbox:
         ``data``: the app's database directory, which the shim bound onto the stage's
         ``data`` point, is bound read-write at :data:`~.appdb.DATA_DIR` (instances only).
         ``env_fd``: the command's environment (see :func:`env_fd`), read by bubblewrap: the
-        argv runs as root until ``setpriv`` and must be spawned with :func:`root_env`."""
+        argv runs as root until ``setpriv`` and must be spawned with :func:`root_env`.
+        ``tmp_mb``: the size of ``/tmp`` (the app's disk quota's share, :mod:`.disks`)."""
         uid = str(self.uid_for(app_id))
         source = f"/proc/self/fd/{source_fd}" if source_fd is not None else ""
         argv: list[str] = []
@@ -246,7 +248,10 @@ class Sandbox:
                 argv += ["--ro-bind", f"/{name}", f"/{name}"]
         for path in ETC_FILES:
             argv += ["--ro-bind-try", path, path]
-        argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]  # noqa: S108
+        argv += ["--proc", "/proc", "--dev", "/dev"]
+        if tmp_mb is not None:  # a full /tmp fails the app's writes with ENOSPC
+            argv += ["--size", str(tmp_mb * 1024 * 1024)]
+        argv += ["--tmpfs", "/tmp"]  # noqa: S108
         argv += ["--bind", str(self.stage / "app"), APP_DIR]
         if source_fd is not None:
             argv += ["--ro-bind", str(self.stage / "source"), "/source"]

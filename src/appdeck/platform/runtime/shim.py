@@ -73,6 +73,10 @@ except ImportError:  # run by path under -I -S: the package is not importable he
     logfile = _sibling("logfile")
 
 _PR_SET_CHILD_SUBREAPER = 36
+DISK_CHECK_S = 2.0
+DISK_FULL_BYTES = 4 * 1024 * 1024
+"""Less room than this (or 1 %) is a full disk: a write of a few MiB fails with ENOSPC before
+the last free blocks are used (ext4 keeps some for its metadata)."""
 _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 
 
@@ -233,11 +237,16 @@ class Shim:
         cwd: Path | None = None,
         confine: Confinement | None = None,
         env_fd: int | None = None,
+        disk: bool = False,
     ) -> None:
         self.command = list(command)
         self.env_fd = env_fd
         """The app's env for bubblewrap (``--args``): kept (not inheritable) until the app is
         spawned, handed to it alone, then closed."""
+        self.disk = disk
+        """Say in the log when the app's disk (the file system of ``cwd``) fills up."""
+        self._disk_full = False
+        self._disk_checked = 0.0
         self.cwd = cwd
         self.writer = writer
         self.grace_s = grace_s
@@ -276,6 +285,7 @@ class Shim:
         while self.status is None:
             self._pump(0.5)
             self._reap()
+            self._check_disk()
         # The app is gone. Give its output a moment to arrive (a leftover may still hold the
         # pipes), then stop whatever it left behind.
         self._pump_until(lambda: not self.splitters, within=0.3)
@@ -317,6 +327,29 @@ class Shim:
         if self.confine is not None and "--" in shown:  # the app's command, not the sandbox's
             shown = shown[len(shown) - shown[::-1].index("--") :]
         self.writer.system(f"started pid {self.pid}: {' '.join(shown)}")
+
+    def _check_disk(self) -> None:
+        """Every few seconds: a line in the log when the app's disk (the file system of the
+        workspace, with its data) becomes full, once until it has room again."""
+        now = time.monotonic()
+        if not self.disk or now - self._disk_checked < DISK_CHECK_S:
+            return
+        self._disk_checked = now
+        try:
+            info = os.statvfs(".")
+        except OSError:
+            return
+        free, size = info.f_bavail * info.f_frsize, info.f_blocks * info.f_frsize
+        full = free < max(DISK_FULL_BYTES, size // 100)
+        if full and not self._disk_full:
+            self._disk_full = True
+            self.writer.system(
+                f"the app's disk is full ({(size - free) >> 20} of {size >> 20} MiB used by its "
+                "workspaces and data): its writes fail with ENOSPC (raise "
+                "spec.resources.disk_mb, or delete files)"
+            )
+        elif not full and free > size // 20:  # room again: say it the next time too
+            self._disk_full = False
 
     def _forward(self, signum: int, _frame: FrameType | None) -> None:
         """Pass a stop signal on to the whole group once, without receiving it back."""
@@ -460,6 +493,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--oom-events", type=Path, default=None)
     parser.add_argument("--memory-mb", type=int, default=0)
     parser.add_argument("--env-fd", type=int, default=None, help="the app's env, for bwrap")
+    parser.add_argument("--disk", action="store_true", help="log when the workspace fills up")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -482,7 +516,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     try:
         shim = Shim(
-            command, writer, grace_s=args.grace, cwd=args.cwd, confine=confine, env_fd=args.env_fd
+            command,
+            writer,
+            grace_s=args.grace,
+            cwd=args.cwd,
+            confine=confine,
+            env_fd=args.env_fd,
+            disk=args.disk,
         )
         return shim.run()
     except BaseException:  # noqa: BLE001 - the last resort of the instance's root process

@@ -98,12 +98,24 @@ class StopMixin(DriverCore):
             if state.writer is not None:
                 state.writer.close()
             await asyncio.to_thread(remove_tree, state.directory)
+            if state.disk_root is not None:  # the workspace on the app's disk
+                await asyncio.to_thread(remove_tree, state.disk_root)
             self._releases.pop(release_id, None)
             with contextlib.suppress(OSError):
                 state.directory.parent.rmdir()  # releases/ of the app, when now empty
                 state.directory.parent.parent.rmdir()
 
+    async def remove_app(self, app_id: int) -> None:
+        """The app is deleted (after :meth:`remove` of each of its releases): its disk goes
+        (:meth:`~.disks.AppDisks.remove`)."""
+        if self.disks is not None:
+            await asyncio.to_thread(self.disks.remove, app_id)
+
     async def detach(self) -> None:
+        if self._disk_watch is not None:
+            self._disk_watch.cancel()
+            await asyncio.gather(self._disk_watch, return_exceptions=True)
+            self._disk_watch = None
         for state in list(self._releases.values()):
             for instance in state.instances.values():
                 if instance.supervisor is not None:

@@ -97,6 +97,8 @@ class SupervisionMixin(DriverCore):
                 if group.oom_events is not None:
                     argv += ["--oom-events", str(group.oom_events)]
             argv += ["--stage", str(workspace), str(self.sandbox.stage / "app")]
+            if state.disk_root is not None:  # on the app's disk: say when it is full
+                argv.append("--disk")
             data = self._grant_database(key, space, instance)
             if data is not None:
                 argv += ["--stage", str(data), str(self.sandbox.stage / "data")]
@@ -109,6 +111,7 @@ class SupervisionMixin(DriverCore):
                 staged=True,
                 data=data is not None,
                 env_fd=ENV_FD,
+                tmp_mb=self._tmp_mb(release),
             )
         argv += ["--", *command]
         env = self._env(

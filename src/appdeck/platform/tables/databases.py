@@ -13,7 +13,7 @@ transaction on one app's database, under a time limit (:class:`QueryTimeout` pas
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Literal, Protocol
@@ -67,6 +67,9 @@ class AppDatabases:
     def __init__(self, backend: _Backend) -> None:
         self._backend = backend
         self.dialect: Dialect = backend.dialect
+        self.place: Callable[[int], Awaitable[None]] | None = None
+        """Called before an app's SQLite directory is used: the runtime puts it on the app's
+        disk (issue 19; ``LocalDriver.place_data``)."""
 
     @asynccontextmanager
     async def transaction(
@@ -78,6 +81,8 @@ class AppDatabases:
         _check_app_id(app_id)
         if not 0 < timeout_s <= MAX_TIMEOUT_S:
             raise InvalidArgument(f"timeout_s must be in (0, {MAX_TIMEOUT_S:g}]")
+        if self.place is not None and self.dialect == "sqlite":
+            await self.place(app_id)
         try:
             async with self._backend.transaction(
                 app_id, timeout_s=timeout_s, readonly=readonly
@@ -97,6 +102,8 @@ class AppDatabases:
         """What an instance of the app needs to reach its database (``DATABASE_URL``, and
         for a sandbox the directory to bind or the PostgreSQL front to serve)."""
         _check_app_id(app_id)
+        if self.place is not None and self.dialect == "sqlite":
+            await self.place(app_id)
         return await self._backend.grant(app_id, sandboxed=sandboxed)
 
     async def drop(self, app_id: int) -> None:
