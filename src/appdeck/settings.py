@@ -212,6 +212,17 @@ class Settings(BaseSettings):
             host = f"[{host}]"
         return f"http://{host}:{port if port is not None else self.port}"
 
+    # -- outbound calls (issue 19, finding 5: test_api / discover_apis) ---------------------
+    outbound_connections: int = Field(50, ge=2, le=1000)
+    """test_api and discover_apis: calls to apps in flight at once, all tenants together
+    (the outbound pool's connections)."""
+    outbound_per_tenant: int = Field(10, ge=1, le=1000)
+    """One tenant's share of ``APPDECK_OUTBOUND_CONNECTIONS`` (at most that many): its calls
+    beyond it wait for its own to end, never take another tenant's."""
+    outbound_wait_s: float = Field(5.0, ge=0, le=60)
+    """How long a call waits for a free slot of its tenant's share (or the pool's) before it
+    is ``unavailable``; never past the call's own deadline."""
+
 
 class InvalidSetting(Exception):
     """A setting has a value that cannot be used; ``str()`` is one line for a person."""

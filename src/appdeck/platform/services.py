@@ -13,6 +13,7 @@ from appdeck.common.identity import Principal
 from appdeck.platform import hostnames
 from appdeck.platform.advice.service import AdviceService
 from appdeck.platform.apis.client import AppHttp
+from appdeck.platform.apis.shares import OutboundLimits
 from appdeck.platform.apis.services import ApiServices
 from appdeck.platform.apps import AppService
 from appdeck.platform.changes import ChangeFeed
@@ -58,6 +59,8 @@ class PlatformConfig:
     ingress_port: int
     egress_allow: tuple[IPv4Network | IPv6Network, ...] = ()
     """Internal networks git may fetch from besides public addresses (``APPDECK_EGRESS_ALLOW``)."""
+    outbound: OutboundLimits = OutboundLimits()
+    """test_api and discover_apis: the pool and each tenant's share (``APPDECK_OUTBOUND_*``)."""
 
     def url_of(self, app_name: str, tenant: str) -> str:
         """Where the app is served (the hostname rule is :mod:`appdeck.platform.hostnames`)."""
@@ -173,7 +176,7 @@ class Platform:
                 repos,
                 feed,
                 gate=router.keys,
-                http=AppHttp(config.ingress_host, config.ingress_port),
+                http=AppHttp(config.ingress_host, config.ingress_port, config.outbound),
             ),
             _driver=driver,
             _router=router,
