@@ -156,6 +156,7 @@ class Services:
                 ingress_host=settings.host,
                 ingress_port=ingress_port,
                 egress_allow=tuple(settings.egress_allow),
+                webhook_replay_window_s=settings.webhook_replay_window_s,
                 outbound=OutboundLimits(
                     settings.outbound_connections,
                     settings.outbound_per_tenant,
