@@ -100,6 +100,9 @@ class OutboundShares:
 
 async def _acquired(slots: asyncio.Semaphore, until: float) -> bool:
     """Whether a slot was taken before ``until`` (loop time)."""
+    if not slots.locked():  # free and nobody queued: taken at once, no timer to arm
+        await slots.acquire()
+        return True
     try:
         async with asyncio.timeout_at(until):
             await slots.acquire()
