@@ -430,7 +430,7 @@ class RepoService:
         if record is None or not good:
             raise WebhookRefused
         digest = hashlib.sha256(body).hexdigest()
-        if delivery is not None and (not delivery.isprintable() or len(delivery) > MAX_DELIVERY_ID):
+        if not delivery or not delivery.isprintable() or len(delivery) > MAX_DELIVERY_ID:
             delivery = None  # not GitHub's GUID: the body alone names the delivery
         if not await self._deliveries.first(
             app_id, digest, delivery, window_s=self._replay_window_s
@@ -438,6 +438,16 @@ class RepoService:
             return PushOutcome(
                 "duplicate", reason="this delivery was received before: nothing done"
             )
+        try:
+            return await self._take(app_id, record, body, event, digest)
+        except Exception:  # it did not go through: a redelivery of it may be taken
+            await self._deliveries.forget(app_id, digest)
+            raise
+
+    async def _take(
+        self, app_id: int, record: RepoRecord, body: bytes, event: str | None, digest: str
+    ) -> PushOutcome:
+        """A delivery taken for the first time: what it asks for, if anything."""
         if event == "ping":
             return PushOutcome("pong")
         if event not in (None, "push"):
