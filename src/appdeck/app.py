@@ -28,6 +28,7 @@ from appdeck.events.bus import InProcessBus, RedisBus
 from appdeck.events.cluster import Cluster
 from appdeck.events.leases import RedisLeases
 from appdeck.events.redis_log import RedisEventLog
+from appdeck.platform.apis.shares import OutboundLimits
 from appdeck.platform.changes import Change
 from appdeck.platform.crypto import Sealer
 from appdeck.platform.deploy.ingress_router import IngressRouter
@@ -159,6 +160,12 @@ class Services:
                 ingress_host=settings.host,
                 ingress_port=ingress_port,
                 egress_allow=tuple(settings.egress_allow),
+                webhook_replay_window_s=settings.webhook_replay_window_s,
+                outbound=OutboundLimits(
+                    settings.outbound_connections,
+                    settings.outbound_per_tenant,
+                    settings.outbound_wait_s,
+                ),
             ),
             driver=driver,
             router=router,

@@ -245,6 +245,21 @@ class Settings(BaseSettings):
         (keys, database, repo cache, a commit's checkout handed to a build) is absolute."""
         return value.expanduser().resolve()
 
+    # -- outbound calls and webhook replays (issue 19: findings 5 and 8, the outbound task) --
+    outbound_connections: int = Field(50, ge=2, le=1000)
+    """test_api and discover_apis: calls to apps in flight at once, all tenants together
+    (the outbound pool's connections)."""
+    outbound_per_tenant: int = Field(10, ge=1, le=1000)
+    """One tenant's share of ``APPDECK_OUTBOUND_CONNECTIONS`` (at most that many): its calls
+    beyond it wait for its own to end, never take another tenant's."""
+    outbound_wait_s: float = Field(5.0, ge=0, le=60)
+    """How long a call waits for a free slot of its tenant's share (or the pool's) before it
+    is ``unavailable``; never past the call's own deadline."""
+    webhook_replay_window_s: int = Field(3 * 86_400, ge=3600, le=30 * 86_400)
+    """How long a webhook delivery (its ``X-GitHub-Delivery`` and its body's hash) is
+    remembered: the same delivery again within it is answered 200 and does nothing. Past it,
+    a replayed push still never moves a branch's deployed commit back (docs/repos.md)."""
+
 
 class InvalidSetting(Exception):
     """A setting has a value that cannot be used; ``str()`` is one line for a person."""

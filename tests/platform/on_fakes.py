@@ -39,6 +39,7 @@ from appdeck.storage.deployments import DeploymentStore
 from appdeck.storage.identity import IdentityStore
 from appdeck.storage.oauth import OAuthStore
 from appdeck.storage.repos import RepoStore
+from appdeck.storage.webhook_deliveries import WebhookDeliveries
 from tests.platform.ci.shell_runner import ShellRunner
 from tests.platform.deploy.fakes import FakeRouter, FakeRuntime
 
@@ -164,7 +165,13 @@ async def platform_on_fakes(storage: Storage, tmp_path: Path) -> OnFakes:
     databases = await open_databases(default_sqlite_url(tmp_path), tmp_path / "data")
     _opened.append(databases)
     repos = RepoService(
-        apps, RepoStore(storage.engine), sealer, apps.sources, Git(tmp_path / "repos"), feed
+        apps,
+        RepoStore(storage.engine),
+        sealer,
+        apps.sources,
+        Git(tmp_path / "repos"),
+        feed,
+        deliveries=WebhookDeliveries(storage.engine),
     )
     logs = LogService(apps, env, store, driver, sealer)  # type: ignore[arg-type]
     platform = Platform(

@@ -5,6 +5,7 @@ every result, errors included, valid against the tool's outputSchema."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 from jsonschema import Draft202012Validator
@@ -166,3 +167,51 @@ async def test_roles_tenants_and_absurd_values_are_clear_errors(world: World) ->
     )
     assert r.status_code == 403  # step-up: configure needs apps:write
     assert r.json()["error"]["data"] == {"scope": "apps:write"}
+
+
+async def test_a_replayed_webhook_delivery_is_answered_200_and_starts_no_second_run(
+    world: World,
+) -> None:
+    repo = _repo(world)
+    alice = await world.caller("alice")
+    app_id, secret = await _app_with_repo(alice, repo)
+    await alice.ok("manage_ci", action="configure", app_id=app_id, test_command="true")
+    sha = repo.commit({"app.py": APP + "# v2\n"}, "v2")
+    body = push_payload(sha, "a change")
+    headers = {
+        "x-github-event": "push",
+        "x-github-delivery": "72d3162e-cc78-11e3-81ab-4c9367dc0958",
+        "content-type": "application/json",
+        "x-hub-signature-256": sign(secret, body),
+    }
+    first = await world.client.post(f"/hooks/git/{app_id}", content=body, headers=headers)
+    assert (first.status_code, first.json()["status"]) == (202, "testing")
+    for _ in range(600):  # at most 60 s
+        [run] = (await alice.ok("manage_ci", action="runs", app_id=app_id))["runs"]
+        if run["state"] not in ("queued", "running"):
+            break
+        await asyncio.sleep(0.1)
+    assert run["state"] == "passed"
+    for delivery in (headers["x-github-delivery"], "another-id"):  # byte for byte, or renamed
+        again = await world.client.post(
+            f"/hooks/git/{app_id}", content=body, headers={**headers, "x-github-delivery": delivery}
+        )
+        assert (again.status_code, again.json()["status"]) == (200, "duplicate")
+    runs = (await alice.ok("manage_ci", action="runs", app_id=app_id))["runs"]
+    assert [r["number"] for r in runs] == [1]
+
+
+async def test_ci_logs_show_no_server_path(world: World) -> None:
+    repo = _repo(world)
+    alice = await world.caller("alice")
+    app_id, _ = await _app_with_repo(alice, repo)
+    await alice.ok(
+        "manage_ci", action="configure", app_id=app_id, test_command="echo tests-ran; exit 3"
+    )
+    await _checked(alice, action="trigger", app_id=app_id, wait_seconds=60)
+    logs = await _checked(alice, action="logs", app_id=app_id, number=1)
+    text = json.dumps(logs)
+    assert "tests-ran" in text
+    data_dir = str(world.services.settings.data_dir)
+    for server_path in (data_dir, str(world.source.parent.parent)):
+        assert server_path not in text, [x for x in text.split("\\n") if server_path in x]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from ipaddress import IPv4Network, IPv6Network
 from pathlib import Path
 
@@ -14,6 +14,7 @@ from appdeck.platform import hostnames
 from appdeck.platform.advice.service import AdviceService
 from appdeck.platform.apis.client import AppHttp
 from appdeck.platform.apis.services import ApiServices
+from appdeck.platform.apis.shares import OutboundLimits
 from appdeck.platform.apps import AppService
 from appdeck.platform.changes import ChangeFeed
 from appdeck.platform.ci.runner import SandboxRunner
@@ -31,7 +32,7 @@ from appdeck.platform.logs import LogService
 from appdeck.platform.oauth_clients import AppClientService
 from appdeck.platform.repos.git import Git
 from appdeck.platform.repos.prune import kept_commits
-from appdeck.platform.repos.service import RepoService
+from appdeck.platform.repos.service import REPLAY_WINDOW_S, RepoService
 from appdeck.platform.routing import AppRoutes
 from appdeck.platform.runtime.driver import RuntimeDriver
 from appdeck.platform.runtime.egress import EgressPolicy
@@ -45,6 +46,7 @@ from appdeck.storage.deployments import DeploymentStore
 from appdeck.storage.identity import IdentityStore
 from appdeck.storage.oauth import OAuthStore
 from appdeck.storage.repos import RepoStore
+from appdeck.storage.webhook_deliveries import WebhookDeliveries
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +60,10 @@ class PlatformConfig:
     ingress_port: int
     egress_allow: tuple[IPv4Network | IPv6Network, ...] = ()
     """Internal networks git may fetch from besides public addresses (``APPDECK_EGRESS_ALLOW``)."""
+    webhook_replay_window_s: float = REPLAY_WINDOW_S
+    """How long a webhook delivery is remembered against replays."""
+    outbound: OutboundLimits = field(default_factory=OutboundLimits)
+    """test_api and discover_apis: the pool and each tenant's share (``APPDECK_OUTBOUND_*``)."""
 
     def url_of(self, app_name: str, tenant: str) -> str:
         """Where the app is served (the hostname rule is :mod:`appdeck.platform.hostnames`)."""
@@ -147,6 +153,8 @@ class Platform:
                 sandbox=getattr(driver, "sandbox", None),  # git on local repos runs in it
             ),
             feed,
+            deliveries=WebhookDeliveries(engine),
+            replay_window_s=config.webhook_replay_window_s,
         )
         platform = cls(
             feed=feed,
@@ -177,7 +185,7 @@ class Platform:
                 repos,
                 feed,
                 gate=router.keys,
-                http=AppHttp(config.ingress_host, config.ingress_port),
+                http=AppHttp(config.ingress_host, config.ingress_port, config.outbound),
             ),
             _driver=driver,
             _router=router,

@@ -415,3 +415,16 @@ signing_keys = sa.Table(  # the embedded OAuth server's keys, sealed with the se
     sa.Column("sealed_jwk", sa.Text, nullable=False),
     sa.Column("created_at", sa.Double, nullable=False),
 )
+
+# -- webhook deliveries already taken, against replays (migration 0013) -------------------
+webhook_deliveries = sa.Table(
+    "webhook_deliveries",
+    metadata,
+    sa.Column(
+        "app_id", sa.BigInteger, sa.ForeignKey("apps.id", ondelete="CASCADE"), primary_key=True
+    ),
+    sa.Column("digest", sa.String(64), primary_key=True),  # sha256 of the body, hex
+    sa.Column("delivery", sa.String(100), nullable=True),  # X-GitHub-Delivery, when sent
+    sa.Column("received_at", sa.Double, nullable=False, index=True),
+    sa.Index("uq_webhook_deliveries_app_id_delivery", "app_id", "delivery", unique=True),
+)

@@ -100,7 +100,8 @@ class CallOperation(Arguments):
         default=DEFAULT_TIMEOUT,
         ge=MIN_TIMEOUT,
         le=MAX_TIMEOUT,
-        description="How long to wait for the app's answer.",
+        description="One deadline, in seconds, for the whole answer: connecting, the headers "
+        "and the body (a slow trickle does not extend it).",
     )
     max_body_bytes: int = Field(
         default=DEFAULT_BODY,

@@ -5,7 +5,8 @@ No bearer token: the signature is the credential. The body is read up to
 up). An unsigned or wrongly signed delivery, an app that does not exist or has no repository,
 or an app id that is not a number: all get the same 401, so the endpoint tells a stranger
 nothing about which apps exist. A good delivery: 202 when it starts a deploy or a CI run,
-else 200, with what was done.
+else 200, with what was done; a delivery taken before (by ``X-GitHub-Delivery`` or byte for
+byte) is 200 ``duplicate`` and does nothing (:class:`RepoService` remembers them).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ def git_hook_route(repos: RepoService) -> Route:
                 bytes(body),
                 headers.get("x-hub-signature-256"),
                 headers.get("x-github-event"),
+                delivery=headers.get("x-github-delivery"),
             )
         except WebhookRefused:
             return JSONResponse(_REFUSED, status_code=401)

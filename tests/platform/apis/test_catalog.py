@@ -62,6 +62,7 @@ class FakeIngress(AppHttp):
 
     async def request(
         self,
+        tenant: str,
         host: str,
         method: str,
         target: str,
@@ -72,6 +73,7 @@ class FakeIngress(AppHttp):
         timeout_s: float = 10.0,
     ) -> AppResponse:
         assert host == self.host
+        assert host.endswith(f"--{tenant}.localhost")  # the app's own tenant's share
         assert (method, body) == ("GET", None)
         assert target in WELL_KNOWN
         assert max_body == 2 * 1024 * 1024 + 1
@@ -198,7 +200,7 @@ async def test_no_live_release_and_no_repository_is_a_failed_precondition_naming
 
 async def test_an_app_that_does_not_answer_ends_the_live_search(rig: Rig) -> None:
     rig.http.answers["/openapi.json"] = Unavailable("the app did not answer within 10 s")
-    with pytest.raises(FailedPrecondition, match="no answer within 10 s"):
+    with pytest.raises(FailedPrecondition, match="did not answer within 10 s"):
         await rig.discover(source="live")
     assert rig.http.asked == ["/openapi.json"]
 

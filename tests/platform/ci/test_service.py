@@ -182,8 +182,9 @@ async def test_runs_are_numbered_densely_under_concurrent_pushes(
     on: OnFakes, repo: BareRepo
 ) -> None:
     app_id, secret = await _connected(on, repo, auto_deploy=False)
-    shas = [repo.commit({"n": str(n)}, f"c{n}") for n in range(6)]
-    bodies = [push_payload(sha, "c") for sha in shas]
+    head = repo.commit({"n": "1"}, "c")
+    # six deliveries of the branch's head (a push acts only on the current head), told apart
+    bodies = [push_payload(head, f"c{n}") for n in range(6)]
     await asyncio.gather(
         *(on.platform.repos.push(app_id, b, sign(secret, b), "push") for b in bodies)
     )
@@ -253,8 +254,8 @@ async def test_at_most_ten_runs_wait_per_app_and_more_pushes_are_recorded_untest
     release = tmp_path / "release"  # every run waits for it (at most 10 s), so none ends early
     wait = f"for i in $(seq 200); do [ -e {release} ] && exit 0; sleep 0.05; done; exit 1"
     app_id, secret = await _connected(on, repo, auto_deploy=False, test_command=wait)
-    shas = [repo.commit({"n": str(n)}, f"c{n}") for n in range(13)]
-    bodies = [push_payload(sha, "c") for sha in shas]
+    head = repo.commit({"n": "1"}, "c")
+    bodies = [push_payload(head, f"c{n}") for n in range(13)]  # 13 deliveries of the head
     outcomes = await asyncio.gather(
         *(on.platform.repos.push(app_id, b, sign(secret, b), "push") for b in bodies)
     )

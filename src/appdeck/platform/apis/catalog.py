@@ -4,7 +4,9 @@ Discovery (role ``api.test``), where the document is looked for, in order:
 
 - ``live``: ``GET`` each of :data:`WELL_KNOWN` on the app's live release, through the ingress
   (:class:`AppHttp`: its own address, the app's hostname, no redirect followed), at most
-  :data:`documents.MAX_BYTES` read, :data:`FETCH_TIMEOUT_S` each. Only a ``200`` whose body is
+  :data:`documents.MAX_BYTES` read, one deadline of :data:`FETCH_TIMEOUT_S` each (body
+  included: a trickling answer cannot stretch it) and :data:`LIVE_BUDGET_S` for them all,
+  each holding a slot of the tenant's share of the outbound pool. Only a ``200`` whose body is
   a JSON or YAML object claiming to be OpenAPI (``openapi`` or ``swagger``) counts; an HTML
   page, another status, a JSON answer that is not a document: the next path. The ingress
   saying the app has no live release, or no answer at all, ends the live search.
@@ -82,6 +84,8 @@ WELL_KNOWN: Final = (
 REPO_FILES: Final = ("openapi.yaml", "openapi.yml", "openapi.json")
 SOURCES: Final = ("auto", "live", "repo")
 FETCH_TIMEOUT_S: Final = 10.0
+LIVE_BUDGET_S: Final = 20.0
+"""The whole live search (every well-known path) ends within this."""
 MAX_VERSIONS: Final = 50
 MAX_TITLE: Final = 200
 MAX_API_VERSION: Final = 100
@@ -233,20 +237,28 @@ class ApiCatalog:
         )
         if key is not None:
             headers.append(("x-api-key", key))
+        budget_ends = time.monotonic() + LIVE_BUDGET_S
         for path in WELL_KNOWN:
             where = f"live GET {path}"
+            left = budget_ends - time.monotonic()
+            if left < 0.5:
+                tried.append(
+                    Tried(where, f"not tried: the live search's {LIVE_BUDGET_S:g} s ran out")
+                )
+                return None
             await steps.step(f"trying {where}")
             try:
                 response = await self._http.request(
+                    app.tenant_id,
                     host,
                     "GET",
                     path,
                     headers=headers,
                     max_body=documents.MAX_BYTES + 1,
-                    timeout_s=FETCH_TIMEOUT_S,
+                    timeout_s=min(FETCH_TIMEOUT_S, left),
                 )
-            except Unavailable:
-                tried.append(Tried(where, f"no answer within {FETCH_TIMEOUT_S:g} s"))
+            except Unavailable as exc:
+                tried.append(Tried(where, exc.message))
                 return None
             if ingress_miss(response):
                 tried.append(Tried(where, "no live release"))

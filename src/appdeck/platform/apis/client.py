@@ -7,10 +7,17 @@ server open a connection to another host, another port or a metadata address: th
 target is a path (``/...``, never ``//...``, never an absolute URL), redirects are never
 followed (the 3xx is returned as it is), the proxy environment is ignored, and the body read is
 capped (the rest is left unread and the connection dropped).
+
+Every request has **one deadline**, ``timeout_s`` from when it is asked for: waiting for a
+slot, connecting, sending, the answer's headers and its whole body. An app that trickles its
+answer a byte at a time cannot stretch it (a per-read timeout would restart at every byte).
+And every request holds a slot of its tenant's share of the pool (:mod:`.shares`), so one
+tenant's slow calls never use up the connections another tenant's calls need.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,6 +26,7 @@ from typing import Final
 import httpx
 
 from appdeck.common.errors import InvalidArgument, Unavailable
+from appdeck.platform.apis.shares import OutboundLimits, OutboundShares
 
 __all__ = ["AppHttp", "AppResponse"]
 
@@ -44,20 +52,27 @@ class AppResponse:
 class AppHttp:
     """One client per server; ``await aclose()`` at shutdown."""
 
-    def __init__(self, ingress_host: str, ingress_port: int) -> None:
+    def __init__(
+        self, ingress_host: str, ingress_port: int, limits: OutboundLimits | None = None
+    ) -> None:
         host = "127.0.0.1" if ingress_host in ("0.0.0.0", "", "*") else ingress_host
         host = "::1" if host == "::" else host
         if ":" in host and not host.startswith("["):
             host = f"[{host}]"
         self.base = f"http://{host}:{ingress_port}"
         self._client: httpx.AsyncClient | None = None
+        self.shares = OutboundShares(limits or OutboundLimits())
+        """Each tenant's share of the pool (its size is the pool's)."""
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
             self._client = httpx.AsyncClient(
                 follow_redirects=False,
                 trust_env=False,  # never a proxy from the environment
-                limits=httpx.Limits(max_connections=50, max_keepalive_connections=10),
+                limits=httpx.Limits(
+                    max_connections=self.shares.limits.total,
+                    max_keepalive_connections=min(10, self.shares.limits.total),
+                ),
             )
         return self._client
 
@@ -68,6 +83,7 @@ class AppHttp:
 
     async def request(
         self,
+        tenant: str,
         host: str,
         method: str,
         target: str,
@@ -77,11 +93,13 @@ class AppHttp:
         max_body: int = 256 * 1024,
         timeout_s: float = DEFAULT_TIMEOUT,
     ) -> AppResponse:
-        """``method target`` to the app at ``host`` (its hostname, e.g. ``blog--acme.localhost``).
+        """``method target`` to the app at ``host`` (its hostname, e.g. ``blog--acme.localhost``)
+        of ``tenant`` (whose share of the pool the request holds).
 
         ``target`` is an origin-form request target (``/path?query``), already percent-encoded.
         Raises :class:`InvalidArgument` for anything else, :class:`Unavailable` when the
-        ingress cannot be reached or the app does not answer within ``timeout_s`` seconds.
+        ingress cannot be reached, the tenant's share stays taken, or the whole answer (body
+        included) has not arrived within ``timeout_s`` seconds.
         """
         if not target.startswith("/") or target.startswith("//") or not target.isprintable():
             raise InvalidArgument("the request target must be a path starting with one /")
@@ -97,11 +115,36 @@ class AppHttp:
             content=body,
             timeout=httpx.Timeout(timeout),
         )
-        started = time.perf_counter()
+        deadline = asyncio.get_running_loop().time() + timeout
+        async with self.shares.slot(tenant, deadline=deadline):
+            started = time.perf_counter()
+            try:
+                async with asyncio.timeout_at(deadline):
+                    response, chunks, truncated = await self._exchange(request, max_body)
+            except TimeoutError:
+                raise Unavailable(
+                    f"the app did not answer within {timeout:g} s (one deadline for "
+                    "connecting, the headers and the whole body)",
+                    hint="raise timeout_s if the app is just slow",
+                ) from None
+        latency = (time.perf_counter() - started) * 1000
+        return AppResponse(
+            status=response.status_code,
+            headers=tuple((k, v) for k, v in response.headers.multi_items()),
+            body=b"".join(chunks),
+            truncated=truncated,
+            latency_ms=round(latency, 2),
+        )
+
+    async def _exchange(
+        self, request: httpx.Request, max_body: int
+    ) -> tuple[httpx.Response, list[bytes], bool]:
+        """Send ``request`` and read at most ``max_body`` bytes of the answer (the caller
+        bounds the whole by its deadline)."""
         try:
             response = await self._http().send(request, stream=True)
         except httpx.TimeoutException as exc:
-            raise Unavailable(f"the app did not answer within {timeout:g} s") from exc
+            raise TimeoutError from exc
         except httpx.HTTPError as exc:
             raise Unavailable(f"the ingress could not be reached: {type(exc).__name__}") from exc
         chunks: list[bytes] = []
@@ -116,16 +159,9 @@ class AppHttp:
                 chunks.append(chunk)
                 size += len(chunk)
         except httpx.TimeoutException as exc:
-            raise Unavailable(f"the app's body did not arrive within {timeout:g} s") from exc
+            raise TimeoutError from exc
         except httpx.HTTPError as exc:
             raise Unavailable(f"the app's answer broke off: {type(exc).__name__}") from exc
         finally:
             await response.aclose()
-        latency = (time.perf_counter() - started) * 1000
-        return AppResponse(
-            status=response.status_code,
-            headers=tuple((k, v) for k, v in response.headers.multi_items()),
-            body=b"".join(chunks),
-            truncated=truncated,
-            latency_ms=round(latency, 2),
-        )
+        return response, chunks, truncated

@@ -152,6 +152,7 @@ class ApiTester:
         headers, key = await self._with_key(principal, app_id, call, extra)
         host = hostnames.hostname(app.name, app.tenant_id)
         response = await self._http.request(
+            app.tenant_id,
             host,
             method,
             target,

@@ -7,11 +7,19 @@ ls-remote`` must answer, and the branch (the remote's default one unless named) 
 The token and the webhook secret are sealed at rest; the token is never returned or logged,
 the secret is returned once, by the connect that made it. A push deploys as the user who
 connected the repository (their role is checked then, as for any deploy).
+
+A webhook delivery is taken once: its body (SHA-256) and its ``X-GitHub-Delivery`` id are
+remembered in the database for ``replay_window_s`` (every replica sees them); a delivery seen
+before, byte for byte or by id, is answered ``duplicate`` and does nothing. And a push acts
+only when its commit is the branch's current head on the remote (``git ls-remote`` when the
+delivery comes): a late or replayed push of an older commit is ``ignored``, so it never moves
+the deployed commit back, while a branch really moved back (a force push) is followed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
@@ -30,6 +38,7 @@ from appdeck.platform.repos.poller import POLL_MAX_S, POLL_MIN_S, Poller
 from appdeck.platform.sources import SourceRoots
 from appdeck.storage.apps import AppRecord
 from appdeck.storage.repos import RepoRecord, RepoStore
+from appdeck.storage.webhook_deliveries import MAX_DELIVERY_ID, WebhookDeliveries
 
 log = logging.getLogger("appdeck.repos")
 
@@ -57,6 +66,8 @@ PushHandler = Callable[[Received], Awaitable["PushOutcome | None"]]
 """Takes a received commit over (CI): its outcome, or None to let the connection's
 auto_deploy rule apply."""
 _DUMMY_SECRET: Final = secrets.token_urlsafe(32)
+REPLAY_WINDOW_S: Final = 3 * 86_400
+"""How long a delivery is remembered (GitHub redelivers a delivery of the last 3 days)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +108,7 @@ class Branch:
 
 @dataclass(frozen=True, slots=True)
 class PushOutcome:
-    status: str  # pong | ignored | recorded | deploying | testing (a CI run started)
+    status: str  # pong | duplicate | ignored | recorded | deploying | testing (a CI run)
     commit: str | None = None
     reason: str = ""
 
@@ -115,8 +126,13 @@ class RepoService:
         sources: SourceRoots,
         git: Git,
         feed: ChangeFeed,
+        *,
+        deliveries: WebhookDeliveries,
+        replay_window_s: float = REPLAY_WINDOW_S,
     ) -> None:
         self._apps = apps
+        self._deliveries = deliveries
+        self._replay_window_s = replay_window_s
         self._store = store
         self._sealer = sealer
         self._sources = sources
@@ -370,7 +386,8 @@ class RepoService:
         """One poll of a connection: ``ls-remote``; a head other than ``last_commit`` is
         fetched (for its message) and :meth:`received` as a ``poll``. What happened:
         ``unchanged``, ``baseline`` (nothing recorded yet: the head is taken as the start),
-        ``gone`` or the outcome's status. :class:`GitError` / :class:`AppDeckError` on failure."""
+        ``gone``, ``superseded`` (a webhook push recorded another commit meanwhile) or the
+        outcome's status. :class:`GitError` / :class:`AppDeckError` on failure."""
         app = await self._apps.store.get(record.app_id)
         if app is None:
             return "gone"
@@ -391,20 +408,48 @@ class RepoService:
         current = await self._store.get(record.app_id)
         if current is None or current.url != record.url or current.branch != record.branch:
             return "gone"  # disconnected or reconnected meanwhile
+        if current.last_commit != record.last_commit:
+            return "superseded"  # a push took a newer head meanwhile: never go back to ours
         outcome = await self.received(app, current, found.sha, found.message, "poll")
         return outcome.status
 
     # -- the webhook --------------------------------------------------------------------
 
     async def push(
-        self, app_id: int, body: bytes, signature: str | None, event: str | None
+        self,
+        app_id: int,
+        body: bytes,
+        signature: str | None,
+        event: str | None,
+        *,
+        delivery: str | None = None,
     ) -> PushOutcome:
-        """A webhook delivery: :class:`WebhookRefused` unless signed by the app's secret."""
+        """A webhook delivery: :class:`WebhookRefused` unless signed by the app's secret;
+        ``duplicate`` when it was taken before (``delivery``: its ``X-GitHub-Delivery``)."""
         record = await self._store.get(app_id)
         secret = self._sealer.open(record.webhook_secret) if record else _DUMMY_SECRET
         good = webhook.signed(secret, body, signature)  # computed either way: same timing
         if record is None or not good:
             raise WebhookRefused
+        digest = hashlib.sha256(body).hexdigest()
+        if not delivery or not delivery.isprintable() or len(delivery) > MAX_DELIVERY_ID:
+            delivery = None  # not GitHub's GUID: the body alone names the delivery
+        if not await self._deliveries.first(
+            app_id, digest, delivery, window_s=self._replay_window_s
+        ):
+            return PushOutcome(
+                "duplicate", reason="this delivery was received before: nothing done"
+            )
+        try:
+            return await self._take(app_id, record, body, event, digest)
+        except Exception:  # it did not go through: a redelivery of it may be taken
+            await self._deliveries.forget(app_id, digest)
+            raise
+
+    async def _take(
+        self, app_id: int, record: RepoRecord, body: bytes, event: str | None, digest: str
+    ) -> PushOutcome:
+        """A delivery taken for the first time: what it asks for, if anything."""
         if event == "ping":
             return PushOutcome("pong")
         if event not in (None, "push"):
@@ -419,7 +464,37 @@ class RepoService:
         app = await self._apps.store.get(app_id)
         if app is None:
             raise WebhookRefused
+        stale = await self._not_head(app, record, push.commit, digest)
+        if stale is not None:
+            return stale
         return await self.received(app, record, push.commit, push.message, "push")
+
+    async def _not_head(
+        self, app: AppRecord, record: RepoRecord, commit: str, digest: str
+    ) -> PushOutcome | None:
+        """``ignored`` unless ``commit`` is the branch's head on the remote now: a push
+        delivered late, or replayed after the window, never moves the app back."""
+        try:
+            heads = await self._git.heads(self._stored_remote(app, record))
+        except (GitError, AppDeckError) as exc:
+            await self._deliveries.forget(app.id, digest)  # a redelivery may be taken
+            reason = exc.reason if isinstance(exc, GitError) else exc.message
+            log.warning("a push to app %s was not taken: no head read: %s", app.id, reason[:300])
+            return PushOutcome(
+                "ignored",
+                commit,
+                "the branch's current head could not be read from the repository: nothing "
+                "done (redeliver the webhook, or the next push or poll takes it)",
+            )
+        head = heads.branches.get(record.branch)
+        if head != commit:
+            return PushOutcome(
+                "ignored",
+                commit,
+                f"not the branch's current head ({(head or 'none')[:12]}): an older or "
+                "out-of-order push is not deployed",
+            )
+        return None
 
     async def received(
         self, app: AppRecord, record: RepoRecord, commit: str, message: str, trigger: str

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Final
 
-from appdeck.common.errors import Conflict, InvalidArgument, QuotaExceeded
+from appdeck.common.errors import AppDeckError, Conflict, InvalidArgument, QuotaExceeded
 from appdeck.platform import netns
 from appdeck.platform.runtime import workspace as workspace_module
 from appdeck.platform.runtime.cgroups import Limits
@@ -96,7 +96,7 @@ class BuildMixin(DriverCore):
         )
 
     async def _prepare(self, state: ReleaseState, release: Release, writer: LogWriter) -> None:
-        writer.system(f"preparing release {release.release_id} from {release.source_path}")
+        writer.system(f"preparing release {release.release_id}")  # never a server path
         fresh = state.workspace.with_name("src.new")
         fresh.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         await asyncio.to_thread(remove_tree, fresh)
@@ -113,7 +113,8 @@ class BuildMixin(DriverCore):
                 stats = await self._sandboxed_copy(release, fresh)
         except Exception as exc:
             await asyncio.to_thread(remove_tree, fresh)
-            writer.system(f"copying the source failed: {exc}")
+            said = exc.message if isinstance(exc, AppDeckError) else "the copy broke off"
+            writer.system(f"copying the source failed: {said}")  # an OSError names server paths
             raise
         await asyncio.to_thread(_swap_in, fresh, state.workspace)
         writer.system(f"copied {stats.files} entries ({stats.bytes} bytes) into the workspace")
@@ -241,7 +242,7 @@ class BuildMixin(DriverCore):
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             self._build_failed(state, release, step, None, writer)
-        writer.system(f"{step}: {' '.join(argv)}")
+        writer.system(f"{step}: {_shown(argv, state.workspace)}")
         env = self._env(
             release, state.workspace, port=None, egress=space is not None and bool(self.egress)
         )
@@ -341,6 +342,13 @@ async def _pump(stream: asyncio.StreamReader, name: str, writer: LogWriter) -> N
     while chunk := await stream.read(65536):
         writer.write([(name, text) for text in splitter.feed(chunk)])
     writer.write([(name, text) for text in splitter.flush()])
+
+
+def _shown(argv: list[str], workspace: Path) -> str:
+    """A step's command as the build log shows it: unsandboxed, the workspace is ``.`` and
+    the server's python ``python3`` (the log is the tenant's: no server path in it)."""
+    text = " ".join(argv)
+    return text.replace(sys.executable, "python3").replace(str(workspace), ".")
 
 
 def _swap_in(fresh: Path, workspace: Path) -> None:
