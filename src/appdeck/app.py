@@ -34,6 +34,7 @@ from appdeck.platform.deploy.ingress_router import IngressRouter
 from appdeck.platform.ingress.keys import KeyGate
 from appdeck.platform.ingress.routes import Counters, RouteTable
 from appdeck.platform.ingress.server import IngressServer
+from appdeck.platform.quotas import Limits
 from appdeck.platform.runtime import sandbox
 from appdeck.platform.runtime.egress import EgressPolicy, EgressProxy
 from appdeck.platform.runtime.local import LocalDriver
@@ -155,6 +156,7 @@ class Services:
                 ingress_host=settings.host,
                 ingress_port=ingress_port,
                 egress_allow=tuple(settings.egress_allow),
+                limits=_limits(settings),
             ),
             driver=driver,
             router=router,
@@ -586,3 +588,8 @@ def _mcp_server(
         instance_id=instance_id,
     )
     return server, tasks
+
+
+def _limits(settings: Settings) -> Limits:
+    """The operator's ceilings and tenant quotas (``APPDECK_MAX_*``, ``APPDECK_TENANT_*``)."""
+    return Limits(**{f: getattr(settings, f) for f in Limits.__dataclass_fields__})

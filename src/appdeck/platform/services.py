@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from ipaddress import IPv4Network, IPv6Network
 from pathlib import Path
 
@@ -29,6 +29,7 @@ from appdeck.platform.env import EnvService
 from appdeck.platform.imports.service import ImportService
 from appdeck.platform.logs import LogService
 from appdeck.platform.oauth_clients import AppClientService
+from appdeck.platform.quotas import Limits
 from appdeck.platform.repos.git import Git
 from appdeck.platform.repos.prune import kept_commits
 from appdeck.platform.repos.service import RepoService
@@ -58,6 +59,8 @@ class PlatformConfig:
     ingress_port: int
     egress_allow: tuple[IPv4Network | IPv6Network, ...] = ()
     """Internal networks git may fetch from besides public addresses (``APPDECK_EGRESS_ALLOW``)."""
+    limits: Limits = field(default_factory=Limits)
+    """The operator's ceilings per app and quotas per tenant."""
 
     def url_of(self, app_name: str, tenant: str) -> str:
         """Where the app is served (the hostname rule is :mod:`appdeck.platform.hostnames`)."""
@@ -119,6 +122,7 @@ class Platform:
             sources=sources,
             max_apps=config.max_apps_per_tenant,
             url_of=config.url_of,
+            limits=config.limits,
         )
         sealer = Sealer.from_settings(config.secret_key, config.data_dir)
         env = EnvService(apps, sealer, feed)
