@@ -43,9 +43,7 @@ async def test_a_spec_beyond_an_operator_ceiling_is_refused_naming_the_setting(
         assert f"APPDECK_{setting}" in error["message"], error
         assert error["details"]["field"] == f"spec/{field}", error
         assert error["details"]["setting"] == f"APPDECK_{setting}", error
-    error = await _error(
-        bob, "register_app", name="big", spec={"resources": {"memory_mb": 65536}}
-    )
+    error = await _error(bob, "register_app", name="big", spec={"resources": {"memory_mb": 65536}})
     assert "APPDECK_MAX_INSTANCE_MEMORY_MB" in error["message"], error
     spec = (await bob.ok("manage_app", app_id=app_id, action="get"))["spec"]
     assert spec["resources"] == {"memory_mb": 512, "cpus": 1.0, "pids": 256, "disk_mb": 1024}
