@@ -78,3 +78,10 @@ def test_a_build_goes_without_the_secret_names_of_its_frozen_env_unless_ci_secre
     shared = Release(1, "a", 1, AppSpec(ci_secrets=True), env, secret_names=secret)
     assert shared.build_env == env
     assert thaw('{"OLD": "v"}') == ({"OLD": "v"}, frozenset())  # frozen before the names
+
+
+def test_resetting_resources_gives_the_operators_lower_disk_default() -> None:
+    defaults = specs.with_disk_default(300)
+    reset = specs.merge(_spec(disk_mb=900), {"resources": None}, defaults)
+    assert reset["resources"]["disk_mb"] == 300
+    assert specs.merge(_spec(), {"resources": None})["resources"]["disk_mb"] == 1024

@@ -223,7 +223,8 @@ class AppService:
     ) -> tuple[AppView, list[dict[str, Any]]]:
         view = await self.load(principal, app_id, "spec.write")
         before = specs.complete(view.app.spec, disk_mb=self.limits.default_disk_mb)
-        complete = self._validate(patch if replace else specs.merge(before, patch))
+        defaults = specs.with_disk_default(self.limits.default_disk_mb)
+        complete = self._validate(patch if replace else specs.merge(before, patch, defaults))
         self._check_source(view.app.tenant_id, complete.get("source_path"))
         changes = specs.diff(before, complete)
         _check_ci_secrets(view.role, before, complete, app_id)

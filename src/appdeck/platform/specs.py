@@ -202,7 +202,8 @@ def with_disk_default(disk_mb: int) -> dict[str, Any]:
 
 def complete(spec: dict[str, Any], *, disk_mb: int = DEFAULT_DISK_MB) -> dict[str, Any]:
     """A stored spec with the defaults of fields it predates filled in."""
-    return merge(with_disk_default(disk_mb), spec)
+    defaults = with_disk_default(disk_mb)
+    return merge(defaults, spec, defaults)
 
 
 def validate(spec: Any, *, disk_mb: int = DEFAULT_DISK_MB) -> dict[str, Any]:
@@ -260,15 +261,17 @@ def _nul_at(value: Any, where: str) -> str | None:
     return None
 
 
-def merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+def merge(
+    base: dict[str, Any], patch: dict[str, Any], defaults: dict[str, Any] = DEFAULTS
+) -> dict[str, Any]:
     """RFC 7396 JSON merge patch: objects merge, ``null`` on a key that has a default object
-    resets it, any other value replaces."""
+    resets it (to ``defaults``'), any other value replaces."""
     out = copy.deepcopy(base)
     for key, value in patch.items():
         if isinstance(value, dict) and isinstance(out.get(key), dict) and key != "env":
             out[key] = merge(out[key], value)
-        elif value is None and isinstance(DEFAULTS.get(key), dict):
-            out[key] = copy.deepcopy(DEFAULTS[key])
+        elif value is None and isinstance(defaults.get(key), dict):
+            out[key] = copy.deepcopy(defaults[key])
         else:
             out[key] = copy.deepcopy(value)
     return out
