@@ -79,10 +79,14 @@ class Usage:
 
 def usage(spec: Mapping[str, Any], *, disk_default: int = specs.DEFAULT_DISK_MB) -> Usage:
     """What a spec (stored, perhaps before a field existed) holds against the quotas."""
-    full = specs.complete(dict(spec), disk_mb=disk_default)
-    resources = full["resources"]
-    instances = int(full["instances"])
-    return Usage(instances * int(resources["memory_mb"]), instances, int(resources["disk_mb"]))
+    # read with the defaults, not through specs.complete: this runs for every app of the
+    # tenant inside the write transaction (a deep copy each was 0.6 ms per app)
+    defaults = specs.DEFAULTS["resources"]
+    resources = spec.get("resources")
+    resources = resources if isinstance(resources, Mapping) else {}
+    instances = int(spec.get("instances") or specs.DEFAULTS["instances"])
+    memory = int(resources.get("memory_mb") or defaults["memory_mb"])
+    return Usage(instances * memory, instances, int(resources.get("disk_mb") or disk_default))
 
 
 def check_ceilings(spec: Mapping[str, Any], limits: Limits) -> None:

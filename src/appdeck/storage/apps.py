@@ -360,19 +360,19 @@ async def _mark_restart(conn: AsyncConnection, app_id: int, now: float) -> None:
 
 async def _held(conn: AsyncConnection, tenant_id: str) -> dict[int, list[dict[str, Any]]]:
     """Per app of the tenant, its spec and the frozen specs of its live and in-progress
-    deployments (what it holds, or may hold again once a deploy under way is done)."""
-    held: dict[int, list[dict[str, Any]]] = {}
-    own = sa.select(apps.c.id, apps.c.spec).where(apps.c.tenant_id == tenant_id)
-    for row in await conn.execute(own):
-        held[int(row.id)] = [dict(row.spec)]
-    running = (
-        sa.select(deployments.c.app_id, deployments.c.spec)
-        .join(apps, apps.c.id == deployments.c.app_id)
-        .where(
-            apps.c.tenant_id == tenant_id,
-            deployments.c.state.in_(_HOLDING),
-        )
+    deployments (what it holds, or may hold again once a deploy under way is done): one
+    query, the app's own spec first."""
+    own = sa.select(apps.c.id.label("app_id"), apps.c.spec, sa.literal(0).label("o")).where(
+        apps.c.tenant_id == tenant_id
     )
-    for row in await conn.execute(running):
+    running = (
+        sa.select(deployments.c.app_id, deployments.c.spec, sa.literal(1).label("o"))
+        .join(apps, apps.c.id == deployments.c.app_id)
+        .where(apps.c.tenant_id == tenant_id, deployments.c.state.in_(_HOLDING))
+    )
+    both = sa.union_all(own, running).subquery()
+    query = sa.select(both.c.app_id, both.c.spec).order_by(both.c.app_id, both.c.o)
+    held: dict[int, list[dict[str, Any]]] = {}
+    for row in await conn.execute(query):
         held.setdefault(int(row.app_id), []).append(dict(row.spec))
     return held
