@@ -238,6 +238,14 @@ class AppService:
         await self._feed.emit(Change("spec.updated", app.tenant_id, app.id))
         return AppView(app, view.role, view.url), changes
 
+    async def check_release(self, app: AppRecord, spec: dict[str, Any]) -> None:
+        """A release coming back (a rollback) holds its frozen ``spec`` again: within the
+        ceilings and the tenant's quotas, as the tenant holds them now (read, not locked: a
+        rollback writes no spec)."""
+        complete = specs.complete(spec, disk_mb=self.limits.default_disk_mb)
+        quotas.check_ceilings(complete, self.limits)
+        quotas.guard(self.limits, app.id, complete)(await self.store.held(app.tenant_id))
+
     def _validate(self, spec: Any) -> dict[str, Any]:
         """The complete spec, within the operator's ceilings."""
         complete = specs.validate(spec, disk_mb=self.limits.default_disk_mb)

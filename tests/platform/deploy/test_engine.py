@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 
 from appdeck.auth.admin import IdentityAdmin
-from appdeck.common.errors import Conflict, FailedPrecondition, InvalidArgument
+from appdeck.common.errors import Conflict, FailedPrecondition, InvalidArgument, QuotaExceeded
 from appdeck.common.identity import Principal
 from appdeck.events.signals import LocalBroadcast
 from appdeck.platform.apps import AppService
@@ -593,3 +593,17 @@ async def test_a_replica_deploys_over_a_live_release_another_replica_started(rig
     assert all(rig.router.history)
     assert await b_runtime.running(live) == []  # adopted, then retired
     assert rig.router.weights(SHOP) == {f"{rig.app_id}-2": 100}
+
+
+async def test_a_rollback_to_a_release_beyond_the_tenant_quota_is_refused(rig: Rig) -> None:
+    await rig.spec(instances=4, resources={"memory_mb": 2048})  # 8 GiB: the whole quota
+    assert await rig.deploy() == "live"
+    await rig.spec(instances=1)
+    assert await rig.deploy() == "live"  # #1 superseded: no longer counted
+    big = {"instances": 4, "resources": {"memory_mb": 1024}}
+    other = await rig.apps.register(rig.alice, "other", big)
+    with pytest.raises(QuotaExceeded, match="APPDECK_TENANT_MEMORY_MB"):
+        await rig.ops.rollback(rig.alice, rig.app_id)  # #1 would hold 8 GiB again
+    assert await rig.states() == {1: "superseded", 2: "live"}
+    await rig.apps.delete(rig.alice, other.app.id, confirmed=True)
+    assert (await rig.ops.rollback(rig.alice, rig.app_id)).number == 1
