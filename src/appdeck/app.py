@@ -35,6 +35,7 @@ from appdeck.platform.deploy.ingress_router import IngressRouter
 from appdeck.platform.ingress.keys import KeyGate
 from appdeck.platform.ingress.routes import Counters, RouteTable
 from appdeck.platform.ingress.server import IngressServer
+from appdeck.platform.quotas import Limits
 from appdeck.platform.runtime import sandbox
 from appdeck.platform.runtime.disks import open_disks
 from appdeck.platform.runtime.egress import EgressPolicy, EgressProxy
@@ -166,6 +167,7 @@ class Services:
                     settings.outbound_per_tenant,
                     settings.outbound_wait_s,
                 ),
+                limits=_limits(settings),
             ),
             driver=driver,
             router=router,
@@ -616,3 +618,8 @@ def _mcp_server(
         instance_id=instance_id,
     )
     return server, tasks
+
+
+def _limits(settings: Settings) -> Limits:
+    """The operator's ceilings and tenant quotas (``APPDECK_MAX_*``, ``APPDECK_TENANT_*``)."""
+    return Limits(**{f: getattr(settings, f) for f in Limits.__dataclass_fields__})

@@ -172,6 +172,25 @@ class Settings(BaseSettings):
     1 GiB) is its ``/tmp``, the rest its workspaces and database directory."""
     disk_check_seconds: float = Field(30.0, ge=1.0, le=3600.0)
     """``account`` mode: how often each running app's directories are measured."""
+    # -- quota (issue 19): operator ceilings per app, quotas per tenant (docs/sandbox.md) ---
+    max_instance_memory_mb: int = Field(2048, ge=32, le=65536)
+    """Ceiling of ``resources.memory_mb`` (MiB per instance, swap included); a spec beyond it
+    is ``invalid_argument``."""
+    max_instance_cpus: float = Field(2.0, ge=0.05, le=64)
+    """Ceiling of ``resources.cpus`` (per instance)."""
+    max_instance_pids: int = Field(512, ge=16, le=32768)
+    """Ceiling of ``resources.pids`` (processes per instance)."""
+    max_instances_per_app: int = Field(4, ge=1, le=10)
+    """Ceiling of ``instances`` (per app)."""
+    max_app_disk_mb: int = Field(1024, ge=64, le=1048576)
+    """Ceiling of ``resources.disk_mb`` (an app's workspace, data and /tmp in all); a spec
+    that does not say gets this, at most 1024."""
+    tenant_memory_mb: int = Field(8192, ge=32, le=16_777_216)
+    """Quota: instances x memory_mb summed over a tenant's apps (``quota_exceeded``)."""
+    tenant_instances: int = Field(16, ge=1, le=100_000)
+    """Quota: instances summed over a tenant's apps."""
+    tenant_disk_mb: int = Field(8192, ge=64, le=1_073_741_824)
+    """Quota: ``resources.disk_mb`` summed over a tenant's apps."""
 
     @field_validator("app_version")
     @classmethod

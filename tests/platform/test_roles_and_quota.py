@@ -12,6 +12,7 @@ from appdeck.common.errors import FailedPrecondition, PermissionDenied, QuotaExc
 from appdeck.common.identity import Principal
 from appdeck.platform.apps import AppService
 from appdeck.platform.changes import Change
+from appdeck.platform.quotas import Limits
 from appdeck.storage import Storage
 from appdeck.storage.identity import IdentityStore
 from tests.platform.on_fakes import OnFakes, platform_on_fakes
@@ -102,6 +103,8 @@ async def test_concurrent_registrations_create_exactly_the_quota(
         sources=base.sources,
         max_apps=100,
         url_of=lambda name, tenant: f"http://{name}--{tenant}.localhost",
+        # the count of apps alone: quotas roomy enough for 114 default apps
+        limits=Limits(tenant_memory_mb=10**6, tenant_instances=1000, tenant_disk_mb=10**6),
     )
     outcomes = await asyncio.wait_for(
         asyncio.gather(

@@ -4,7 +4,10 @@
 
 Whoever registers an app owns it; a tenant admin is an owner of every app in the tenant.
 Deploying needs developer; deleting an app, dropping a table, revealing secrets, OAuth clients,
-API keys and membership changes need admin. A caller with no role on an app does not learn
+API keys, membership changes and giving CI runs and builds the app's secrets (``ci.secrets``)
+need admin. Whoever may run code with an app's env can read the secrets in it: a developer
+deploys (the app's own code gets every secret), so masking in outputs is a courtesy, not a
+boundary. A caller with no role on an app does not learn
 that it exists: :class:`NotFound`, exactly as for another tenant's app.
 
 Platform services call :func:`require` before they act; tool adapters never check roles.
@@ -41,6 +44,7 @@ NEEDS: Final[dict[str, str]] = {
     "oauth_clients": "admin",
     "repo.connect": "developer",
     "ci.manage": "developer",
+    "ci.secrets": "admin",
 }
 
 

@@ -16,7 +16,7 @@ from appdeck.common.errors import (
     PermissionDenied,
 )
 from appdeck.common.identity import Principal
-from appdeck.platform import access, hostnames, specs
+from appdeck.platform import access, hostnames, quotas, specs
 from appdeck.platform.changes import Change, ChangeFeed
 from appdeck.platform.sources import SourceRoots
 from appdeck.storage.apps import AppRecord, AppStore
@@ -71,6 +71,7 @@ class AppService:
         sources: SourceRoots,
         max_apps: int,
         url_of: Callable[[str, str], str],
+        limits: quotas.Limits = quotas.Limits(),  # noqa: B008 - frozen
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
@@ -78,6 +79,7 @@ class AppService:
         self._feed = feed
         self.sources = sources
         self._max_apps = max_apps
+        self.limits = limits
         self._url_of = url_of
         self._clock = clock
         self._roles: dict[tuple[str, str], tuple[str | None, float]] = {}
@@ -134,7 +136,7 @@ class AppService:
     ) -> AppView:
         _check_name(name, principal.tenant)
         _check_description(description)
-        complete = specs.validate(spec or {})
+        complete = self._validate(spec or {})
         self._check_source(principal.tenant, complete.get("source_path"))
         app = await self.store.create(
             principal.tenant,
@@ -142,7 +144,8 @@ class AppService:
             description,
             complete,
             principal.user,
-            max_apps=self._max_apps,  # checked in the insert's transaction
+            max_apps=self._max_apps,  # checked in the insert's transaction, as the quotas
+            check=quotas.guard(self.limits, None, complete),
         )
         await self._feed.emit(Change("app.created", app.tenant_id, app.id))
         return AppView(app, "owner", self._url(app))
@@ -219,16 +222,35 @@ class AppService:
         dry_run: bool = False,
     ) -> tuple[AppView, list[dict[str, Any]]]:
         view = await self.load(principal, app_id, "spec.write")
-        proposed = patch if replace else specs.merge(view.app.spec, patch)
-        complete = specs.validate(proposed)
+        before = specs.complete(view.app.spec, disk_mb=self.limits.default_disk_mb)
+        defaults = specs.with_disk_default(self.limits.default_disk_mb)
+        complete = self._validate(patch if replace else specs.merge(before, patch, defaults))
         self._check_source(view.app.tenant_id, complete.get("source_path"))
-        changes = specs.diff(view.app.spec, complete)
+        changes = specs.diff(before, complete)
+        _check_ci_secrets(view.role, before, complete, app_id)
+        check = quotas.guard(self.limits, app_id, complete)
         if dry_run or not changes:
+            if dry_run and changes:
+                check(await self.store.held(view.app.tenant_id))
             shown = AppRecord(**{**_fields(view.app), "spec": complete}) if dry_run else view.app
             return AppView(shown, view.role, view.url), changes
-        app = await self.store.update(app_id, spec=complete, spec_version=view.app.spec_version + 1)
+        app = await self.store.update_spec(view.app, complete, check)  # one transaction
         await self._feed.emit(Change("spec.updated", app.tenant_id, app.id))
         return AppView(app, view.role, view.url), changes
+
+    async def check_release(self, app: AppRecord, spec: dict[str, Any]) -> None:
+        """A release coming back (a rollback) holds its frozen ``spec`` again: within the
+        ceilings and the tenant's quotas, as the tenant holds them now (read, not locked: a
+        rollback writes no spec)."""
+        complete = specs.complete(spec, disk_mb=self.limits.default_disk_mb)
+        quotas.check_ceilings(complete, self.limits)
+        quotas.guard(self.limits, app.id, complete)(await self.store.held(app.tenant_id))
+
+    def _validate(self, spec: Any) -> dict[str, Any]:
+        """The complete spec, within the operator's ceilings."""
+        complete = specs.validate(spec, disk_mb=self.limits.default_disk_mb)
+        quotas.check_ceilings(complete, self.limits)
+        return complete
 
     def _check_source(self, tenant: str, path: object) -> None:
         """A spec's source must be in the tenant's own roots (the rule: platform/sources.py)."""
@@ -302,6 +324,15 @@ class AppService:
                 f"your role ({role}) cannot {verb} a member whose role is {current}",
                 hint="only a member with a higher role (or an owner) can",
             )
+
+
+def _check_ci_secrets(
+    role: str, before: dict[str, Any], after: dict[str, Any], app_id: int
+) -> None:
+    """Turning ``ci.secrets`` on hands the app's secrets to whoever writes its CI test or
+    build command: only an admin or owner of the app may."""
+    if after["ci"]["secrets"] and not before["ci"]["secrets"]:
+        access.require("ci.secrets", role, app_ref=str(app_id))
 
 
 def _as(principal: Principal, user_id: str) -> Principal:

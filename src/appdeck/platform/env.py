@@ -3,7 +3,9 @@ asks to reveal them. Any change marks the app as needing a restart or redeploy."
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from appdeck.common.errors import InvalidArgument, NotFound, QuotaExceeded
@@ -18,6 +20,22 @@ MAX_VALUE: Final = 32 * 1024
 MAX_VARS: Final = 200
 MAX_DOTENV: Final = 64 * 1024
 MASK: Final = "********"
+SECRET_NAMES: Final = "$secret"  # noqa: S105 - a key's name, not a secret
+"""In a deployment's frozen env, the names of the vars that were secret (no env var name has
+a ``$``): what its builds go without unless its spec says ``ci.secrets``."""
+
+
+def freeze(env: Mapping[str, str], secret: Iterable[str]) -> str:
+    """A deployment's env as frozen (then sealed): the values and which names are secret."""
+    return json.dumps({**env, SECRET_NAMES: sorted(set(secret) & set(env))})
+
+
+def thaw(text: str) -> tuple[dict[str, str], frozenset[str]]:
+    """:func:`freeze` undone: the env, and its secret names (none known for a deployment
+    frozen before they were recorded)."""
+    data = json.loads(text)
+    names = data.pop(SECRET_NAMES, None)
+    return data, frozenset(names if isinstance(names, list) else ())
 
 
 class EnvService:
@@ -74,13 +92,23 @@ class EnvService:
             )
         return await self.set_vars(principal, app_id, parse_dotenv(text), secret=secret)
 
-    async def resolved(self, app_id: int, defaults: dict[str, str]) -> dict[str, str]:
+    async def resolved(
+        self, app_id: int, defaults: dict[str, str], *, secrets: bool = True
+    ) -> dict[str, str]:
         """The environment an instance gets: spec defaults overridden by env_vars (no auth:
-        for the deploy engine, which already checked its caller)."""
+        for the deploy engine, which already checked its caller). ``secrets=False``: without
+        the secret ones (a CI run of an app whose spec does not say ``ci.secrets``)."""
         env = dict(defaults)
         for e in await self._apps.store.env(app_id):
+            if e.secret and not secrets:
+                env.pop(e.name, None)  # nor the spec's default of that name
+                continue
             env[e.name] = self._sealer.open(e.value)
         return env
+
+    async def secret_names(self, app_id: int) -> frozenset[str]:
+        """The names of the app's secret env vars (what builds go without)."""
+        return frozenset(e.name for e in await self._apps.store.env(app_id) if e.secret)
 
 
 def _check(name: str, value: str) -> None:

@@ -28,7 +28,6 @@ line between roles that may and may not hold the values is drawn at deploy, not 
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -41,7 +40,7 @@ from appdeck.platform import access
 from appdeck.platform.apps import AppService
 from appdeck.platform.crypto import Sealer
 from appdeck.platform.deploy import states
-from appdeck.platform.env import EnvService
+from appdeck.platform.env import EnvService, thaw
 from appdeck.platform.runtime.driver import LogKind, LogLine, LogPage
 from appdeck.storage.deployments import DeploymentRecord, DeploymentStore
 
@@ -165,7 +164,7 @@ class LogService:
         pairs = list((await self._env.resolved(app_id, {})).items())
         if record is not None:
             defaults = record.spec.get("env") or {}
-            frozen: dict[str, str] = json.loads(self._sealer.open(record.env))
+            frozen, _ = thaw(self._sealer.open(record.env))
             pairs += [(n, v) for n, v in frozen.items() if defaults.get(n) != v]
         return Masker(pairs)
 

@@ -42,11 +42,13 @@ class Canary:
 
 @dataclass(frozen=True, slots=True)
 class Resources:
-    """Limits of each instance: memory in MiB (swap included), CPUs, processes."""
+    """Limits of each instance: memory in MiB (swap included), CPUs, processes; and of the
+    app's disk (its workspace, data and ``/tmp`` in all, MiB)."""
 
     memory_mb: int = 512
     cpus: float = 1.0
     pids: int = 256
+    disk_mb: int = specs.DEFAULT_DISK_MB
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +69,8 @@ class AppSpec:
     outbound: bool = False
     """``network.outbound``: may reach public addresses (builds always may)."""
     build_timeout_s: float = 600.0
+    ci_secrets: bool = False
+    """``ci.secrets``: CI runs and builds get the app's secret env vars too."""
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> AppSpec:
@@ -97,9 +101,11 @@ class AppSpec:
                 memory_mb=int(resources["memory_mb"]),
                 cpus=float(resources["cpus"]),
                 pids=int(resources["pids"]),
+                disk_mb=int(resources["disk_mb"]),
             ),
             outbound=bool((full.get("network") or {}).get("outbound", False)),
             build_timeout_s=float(full.get("build_timeout_s", 600.0)),
+            ci_secrets=bool((full.get("ci") or {}).get("secrets", False)),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -108,6 +114,7 @@ class AppSpec:
         data["env"] = dict(self.env)
         data["canary"]["steps"] = list(self.canary.steps)
         data["network"] = {"outbound": data.pop("outbound")}
+        data["ci"] = {"secrets": data.pop("ci_secrets")}
         return copy.deepcopy(data)
 
 
@@ -128,8 +135,17 @@ class Release:
     env: Mapping[str, str] = field(default_factory=dict)
     route: str = ""
     source_path: Path = Path("/nonexistent")
+    secret_names: frozenset[str] = frozenset()
+    """Names in ``env`` that are secret: builds go without them unless ``spec.ci_secrets``."""
 
     @property
     def release_id(self) -> str:
         """Unique over the platform: ``"<app_id>-<number>"``."""
         return f"{self.app_id}-{self.number}"
+
+    @property
+    def build_env(self) -> Mapping[str, str]:
+        """What of ``env`` its build steps get: no secret unless the spec asks."""
+        if self.spec.ci_secrets or not self.secret_names:
+            return self.env
+        return {n: v for n, v in self.env.items() if n not in self.secret_names}

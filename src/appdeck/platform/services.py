@@ -30,6 +30,7 @@ from appdeck.platform.env import EnvService
 from appdeck.platform.imports.service import ImportService
 from appdeck.platform.logs import LogService
 from appdeck.platform.oauth_clients import AppClientService
+from appdeck.platform.quotas import Limits
 from appdeck.platform.repos.git import Git
 from appdeck.platform.repos.prune import kept_commits
 from appdeck.platform.repos.service import REPLAY_WINDOW_S, RepoService
@@ -64,6 +65,8 @@ class PlatformConfig:
     """How long a webhook delivery is remembered against replays."""
     outbound: OutboundLimits = field(default_factory=OutboundLimits)
     """test_api and discover_apis: the pool and each tenant's share (``APPDECK_OUTBOUND_*``)."""
+    limits: Limits = field(default_factory=Limits)
+    """The operator's ceilings per app and quotas per tenant."""
 
     def url_of(self, app_name: str, tenant: str) -> str:
         """Where the app is served (the hostname rule is :mod:`appdeck.platform.hostnames`)."""
@@ -125,6 +128,7 @@ class Platform:
             sources=sources,
             max_apps=config.max_apps_per_tenant,
             url_of=config.url_of,
+            limits=config.limits,
         )
         sealer = Sealer.from_settings(config.secret_key, config.data_dir)
         env = EnvService(apps, sealer, feed)

@@ -63,12 +63,15 @@ SPEC_SCHEMA: Final[dict[str, Any]] = {
         "resources": {
             "type": "object",
             "additionalProperties": False,
-            "description": "Limits of each instance; the kernel enforces them (an instance "
-            "over its memory is killed, and its log says so).",
+            "description": "Limits of each instance (memory_mb, cpus, pids) and of the app's "
+            "disk (disk_mb: its workspace, data and /tmp in all); the kernel enforces them (an "
+            "instance over its memory is killed, and its log says so). The operator's ceilings "
+            "and your tenant's quotas bound them: a refusal names the limit and its setting.",
             "properties": {
                 "memory_mb": {"type": "integer", "minimum": 32, "maximum": 65536},
                 "cpus": {"type": "number", "minimum": 0.05, "maximum": 64},
                 "pids": {"type": "integer", "minimum": 16, "maximum": 32768},
+                "disk_mb": {"type": "integer", "minimum": 64, "maximum": 1048576},
             },
         },
         "health_check": {
@@ -88,6 +91,19 @@ SPEC_SCHEMA: Final[dict[str, Any]] = {
             "description": "Non-secret defaults; env_vars values override them.",
         },
         "default_strategy": {"enum": list(STRATEGIES)},
+        "ci": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "secrets": {
+                    "type": "boolean",
+                    "description": "Give CI runs and builds the app's secret env vars. Off by "
+                    "default: they get only its non-secret ones. Only an admin or owner of "
+                    "the app may turn it on (whoever can change the CI test command or the "
+                    "build command can then print the secrets).",
+                },
+            },
+        },
         "api_auth": {
             "enum": list(API_AUTH),
             "description": "Whether callers of the app's HTTP API need one of its API keys "
@@ -148,6 +164,10 @@ def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
     return {"anyOf": [body, {"type": "null"}]}
 
 
+DEFAULT_DISK_MB: Final = 1024
+"""``resources.disk_mb`` when a spec does not say (the operator's ceiling, if lower, instead:
+:func:`with_disk_default`)."""
+
 DEFAULTS: Final[dict[str, Any]] = {
     "runtime": "python",
     "source_path": None,
@@ -155,11 +175,12 @@ DEFAULTS: Final[dict[str, Any]] = {
     "run_command": None,
     "port": None,
     "health_check": {"path": "/", "timeout_s": 5},
-    "resources": {"memory_mb": 512, "cpus": 1.0, "pids": 256},
+    "resources": {"memory_mb": 512, "cpus": 1.0, "pids": 256, "disk_mb": DEFAULT_DISK_MB},
     "network": {"outbound": False},
     "instances": 1,
     "env": {},
     "default_strategy": "rolling",
+    "ci": {"secrets": False},
     "api_auth": "none",
     "canary": {
         "percent": 10,
@@ -172,8 +193,22 @@ DEFAULTS: Final[dict[str, Any]] = {
 _validator = Draft202012Validator(SPEC_SCHEMA)
 
 
-def validate(spec: Any) -> dict[str, Any]:
-    """The complete spec (defaults filled in); :class:`InvalidArgument` names the problem."""
+def with_disk_default(disk_mb: int) -> dict[str, Any]:
+    """:data:`DEFAULTS` with ``resources.disk_mb`` = ``disk_mb`` (the operator's ceiling)."""
+    defaults = copy.deepcopy(DEFAULTS)
+    defaults["resources"]["disk_mb"] = disk_mb
+    return defaults
+
+
+def complete(spec: dict[str, Any], *, disk_mb: int = DEFAULT_DISK_MB) -> dict[str, Any]:
+    """A stored spec with the defaults of fields it predates filled in."""
+    defaults = with_disk_default(disk_mb)
+    return merge(defaults, spec, defaults)
+
+
+def validate(spec: Any, *, disk_mb: int = DEFAULT_DISK_MB) -> dict[str, Any]:
+    """The complete spec (defaults filled in, ``disk_mb`` the default of
+    ``resources.disk_mb``); :class:`InvalidArgument` names the problem."""
     if not isinstance(spec, dict):
         raise InvalidArgument("the spec must be an object")
     error = next(iter(sorted(_validator.iter_errors(spec), key=lambda e: list(e.path))), None)
@@ -187,7 +222,7 @@ def validate(spec: Any) -> dict[str, Any]:
     if problem is not None:
         where, message = problem
         raise InvalidArgument(f"invalid spec at {where}: {message}"[:500], field=f"spec/{where}")
-    return merge(DEFAULTS, spec)
+    return complete(spec, disk_mb=disk_mb)
 
 
 def _beyond_schema(spec: dict[str, Any]) -> tuple[str, str] | None:
@@ -226,15 +261,17 @@ def _nul_at(value: Any, where: str) -> str | None:
     return None
 
 
-def merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+def merge(
+    base: dict[str, Any], patch: dict[str, Any], defaults: dict[str, Any] = DEFAULTS
+) -> dict[str, Any]:
     """RFC 7396 JSON merge patch: objects merge, ``null`` on a key that has a default object
-    resets it, any other value replaces."""
+    resets it (to ``defaults``'), any other value replaces."""
     out = copy.deepcopy(base)
     for key, value in patch.items():
         if isinstance(value, dict) and isinstance(out.get(key), dict) and key != "env":
             out[key] = merge(out[key], value)
-        elif value is None and isinstance(DEFAULTS.get(key), dict):
-            out[key] = copy.deepcopy(DEFAULTS[key])
+        elif value is None and isinstance(defaults.get(key), dict):
+            out[key] = copy.deepcopy(defaults[key])
         else:
             out[key] = copy.deepcopy(value)
     return out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +14,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from appdeck.common.errors import Conflict, FailedPrecondition, QuotaExceeded
 from appdeck.storage.engine import serialized, writing
 from appdeck.storage.schema import app_env, app_members, apps, deployments
+
+_HOLDING = ("live", "queued", "building", "starting", "canary")
+"""Deployments whose frozen spec an app holds: live, and in progress (``schema.IN_PROGRESS``)."""
+
+SpecCheck = Callable[[Mapping[int, Sequence[Mapping[str, Any]]]], None]
+"""Run inside the transaction that writes a spec, given per app of the tenant the specs it
+holds (its own, then its live and in-progress deployments'); raises to refuse the write."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,21 +92,32 @@ class AppStore:
         created_by: str,
         *,
         max_apps: int | None = None,
+        check: SpecCheck | None = None,
     ) -> AppRecord:
-        """Insert the app and its owner; with ``max_apps``, the tenant's count is checked in
-        the same transaction, serialized per tenant, so concurrent calls never overshoot."""
+        """Insert the app and its owner; with ``max_apps`` and ``check``, the tenant's count
+        and what its apps hold are checked in the same transaction, serialized per tenant, so
+        concurrent calls never overshoot."""
         now = time.time()
         try:
             async with writing(self._engine) as conn:
-                if max_apps is not None:
+                if max_apps is not None or check is not None:
                     await serialized(conn, f"apps:{tenant_id}")
+                if max_apps is not None:
                     count = sa.select(sa.func.count()).select_from(apps)
                     held = (await conn.execute(count.where(apps.c.tenant_id == tenant_id))).scalar()
                     if int(held or 0) >= max_apps:
                         raise QuotaExceeded(
-                            f"the tenant has {max_apps} apps, the most it may have",
-                            hint="delete an app you no longer need",
+                            f"the tenant has {max_apps} apps, the most it may have "
+                            "(APPDECK_MAX_APPS_PER_TENANT)",
+                            hint="delete an app you no longer need, or ask the operator to "
+                            "raise APPDECK_MAX_APPS_PER_TENANT",
+                            quota="apps",
+                            limit=max_apps,
+                            used=int(held or 0),
+                            setting="APPDECK_MAX_APPS_PER_TENANT",
                         )
+                if check is not None:
+                    check(await _held(conn, tenant_id))
                 result = await conn.execute(
                     sa.insert(apps)
                     .values(
@@ -189,6 +208,29 @@ class AppStore:
                 "an app with that name already exists", hint="pick another name"
             ) from None
         record = await self.get(app_id)
+        assert record is not None
+        return record
+
+    async def held(self, tenant_id: str) -> dict[int, list[dict[str, Any]]]:
+        """What each app of the tenant holds now (a dry run's look: no transaction)."""
+        async with self._engine.connect() as conn:
+            return await _held(conn, tenant_id)
+
+    async def update_spec(
+        self, app: AppRecord, spec: dict[str, Any], check: SpecCheck | None = None
+    ) -> AppRecord:
+        """Write ``spec`` as the app's next spec version; ``check`` runs first in the same
+        transaction, serialized per tenant with every other spec write and app insert."""
+        async with writing(self._engine) as conn:
+            await serialized(conn, f"apps:{app.tenant_id}")
+            if check is not None:
+                check(await _held(conn, app.tenant_id))
+            await conn.execute(
+                sa.update(apps)
+                .where(apps.c.id == app.id)
+                .values(spec=spec, spec_version=apps.c.spec_version + 1, updated_at=time.time())
+            )
+        record = await self.get(app.id)
         assert record is not None
         return record
 
@@ -323,3 +365,23 @@ async def _mark_restart(conn: AsyncConnection, app_id: int, now: float) -> None:
         .where(apps.c.id == app_id)
         .values(needs_restart=sa.case((running, True), else_=False), updated_at=now)
     )
+
+
+async def _held(conn: AsyncConnection, tenant_id: str) -> dict[int, list[dict[str, Any]]]:
+    """Per app of the tenant, its spec and the frozen specs of its live and in-progress
+    deployments (what it holds, or may hold again once a deploy under way is done): one
+    query, the app's own spec first."""
+    own = sa.select(apps.c.id.label("app_id"), apps.c.spec, sa.literal(0).label("o")).where(
+        apps.c.tenant_id == tenant_id
+    )
+    running = (
+        sa.select(deployments.c.app_id, deployments.c.spec, sa.literal(1).label("o"))
+        .join(apps, apps.c.id == deployments.c.app_id)
+        .where(apps.c.tenant_id == tenant_id, deployments.c.state.in_(_HOLDING))
+    )
+    both = sa.union_all(own, running).subquery()
+    query = sa.select(both.c.app_id, both.c.spec).order_by(both.c.app_id, both.c.o)
+    held: dict[int, list[dict[str, Any]]] = {}
+    for row in await conn.execute(query):
+        held.setdefault(int(row.app_id), []).append(dict(row.spec))
+    return held

@@ -120,7 +120,9 @@ set_app_spec = Tool(
     description="Change how an app is built, run, checked and rolled out. mode merge (default) "
     "applies a JSON merge patch (null resets a field), replace sets the whole spec. Returns "
     "the diff and the complete spec; dry_run: true only shows the diff. A change applies at "
-    "the next deploy_app (run preflight_check first).",
+    "the next deploy_app (run preflight_check first). resources and instances are bounded by "
+    "the operator's ceilings (invalid_argument) and your tenant's quotas (quota_exceeded, "
+    "saying what your other apps hold); ci.secrets needs the admin role.",
     scope="apps:write",
     hints=Hints(read_only=False, idempotent=True),
 )

@@ -67,7 +67,9 @@ async def test_a_green_push_is_tested_then_deployed_at_that_commit(
 
 async def test_a_red_push_deploys_nothing_and_its_log_says_why(on: OnFakes, repo: BareRepo) -> None:
     app_id, secret = await _connected(on, repo, test_command="echo $TOKEN; echo boom >&2; false")
-    await on.platform.env.set_vars(on.alice, app_id, {"TOKEN": "s3cr3t-value"}, secret=True)
+    # not a secret: a run gets no secret unless the spec says ci.secrets; every env value is
+    # masked in its log (a courtesy)
+    await on.platform.env.set_vars(on.alice, app_id, {"TOKEN": "s3cr3t-value"}, secret=False)
     sha = repo.commit({"app.py": "print('v2')\n"}, "v2")
     assert await _push(on, app_id, secret, sha, "v2") == "testing"
     run = await on.platform.ci.run(on.alice, app_id, 1)

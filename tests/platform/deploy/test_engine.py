@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 
 from appdeck.auth.admin import IdentityAdmin
-from appdeck.common.errors import Conflict, FailedPrecondition, InvalidArgument
+from appdeck.common.errors import Conflict, FailedPrecondition, InvalidArgument, QuotaExceeded
 from appdeck.common.identity import Principal
 from appdeck.events.signals import LocalBroadcast
 from appdeck.platform.apps import AppService
@@ -618,3 +618,17 @@ async def test_a_deploy_that_raises_says_why_in_words_never_an_exception_class(
     assert said in message
     assert type(raised).__name__ not in message
     assert "/srv/appdeck" not in message
+
+
+async def test_a_rollback_to_a_release_beyond_the_tenant_quota_is_refused(rig: Rig) -> None:
+    await rig.spec(instances=4, resources={"memory_mb": 2048})  # 8 GiB: the whole quota
+    assert await rig.deploy() == "live"
+    await rig.spec(instances=1)
+    assert await rig.deploy() == "live"  # #1 superseded: no longer counted
+    big = {"instances": 4, "resources": {"memory_mb": 1024}}
+    other = await rig.apps.register(rig.alice, "other", big)
+    with pytest.raises(QuotaExceeded, match="APPDECK_TENANT_MEMORY_MB"):
+        await rig.ops.rollback(rig.alice, rig.app_id)  # #1 would hold 8 GiB again
+    assert await rig.states() == {1: "superseded", 2: "live"}
+    await rig.apps.delete(rig.alice, other.app.id, confirmed=True)
+    assert (await rig.ops.rollback(rig.alice, rig.app_id)).number == 1

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -34,6 +33,7 @@ from appdeck.common.errors import (
     NotFound,
 )
 from appdeck.common.identity import Principal
+from appdeck.platform import env as frozen_env
 from appdeck.platform import hostnames
 from appdeck.platform.apps import AppService
 from appdeck.platform.changes import Change, ChangeFeed
@@ -211,6 +211,7 @@ class DeployService:
             found = source.get("commit")
             await self.gate(app_id, found if isinstance(found, str) else None)
         env = await self._env.resolved(app_id, dict(app.spec.get("env") or {}))
+        secret = await self._env.secret_names(app_id)  # its builds go without them
         held = await self.locks.try_take(app_id)
         if held is None:  # a deploy, rollback or restart runs (here or on another replica)
             raise await self._busy(app_id)
@@ -220,7 +221,7 @@ class DeployService:
                 app_id=app_id,
                 strategy=chosen,
                 spec=app.spec,
-                env=self._sealer.seal(json.dumps(env)),
+                env=self._sealer.seal(frozen_env.freeze(env, secret)),
                 source=source,
                 created_by=principal.user,
                 previous=live.number if live else None,
@@ -480,7 +481,7 @@ class DeployService:
 
     def release_of(self, app: AppRecord, record: DeploymentRecord) -> Release:
         """The release a deployment record describes (its frozen spec and env)."""
-        env = json.loads(self._sealer.open(record.env))
+        env, secret = frozen_env.thaw(self._sealer.open(record.env))
         route = hostnames.route_label(app.name, app.tenant_id)
         # The copy reads the path as checked at create() (links resolved), and opens it
         # without following links: a folder swapped for a link since is refused, not read.
@@ -493,6 +494,7 @@ class DeployService:
             env,
             route,
             Path(str(source)),
+            secret_names=secret,
         )
 
     async def startable(self, app: AppRecord, record: DeploymentRecord) -> Release:

@@ -86,6 +86,7 @@ class Operations:
                     "rolled-back release can come back",
                     hint="list_deployments shows which ones",
                 )
+            await s.apps.check_release(app, target.spec)  # ceilings and quotas hold again
             release = s.release_of(app, target)
             instances = await s.instances_of(release)
             warm = len(instances) >= release.spec.instances

@@ -304,7 +304,7 @@ class DriverCore:
             env.setdefault("PATH", os.defpath)
             inside = workspace
         env["PYTHONUNBUFFERED"] = "1"
-        env.update(release.env)
+        env.update(release.env if port is not None else release.build_env)
         if egress:
             env.update(proxy_env())
         if self.sandbox is None:
