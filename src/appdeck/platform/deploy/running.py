@@ -95,6 +95,11 @@ class Running:
         app = (await s.apps.load(principal, app_id, "deploy.write")).app
         async with s.locks.hold(app_id) as held:
             await self._refuse_in_progress(app_id)
+            if await s.live(app_id) is None:
+                raise FailedPrecondition(
+                    "the app has no live release: nothing runs to stop",
+                    hint="deploy_app first (manage_app delete removes an app and its data)",
+                )
             app = await self._stop(app, held)
             return RunState(app, await s.live(app_id), True, 0)
 
