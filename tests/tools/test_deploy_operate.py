@@ -61,7 +61,8 @@ async def test_deploy_app_deploys_a_named_commit_by_full_sha_or_prefix(
     plain = await _hello(alice, world, "plain")
     refused = await alice.tool("deploy_app", app_id=plain, commit=v1)
     error = refused["structuredContent"]["error"]
-    assert error["code"] == "failed_precondition" and "connect_repo" in error["hint"]
+    assert error["code"] == "failed_precondition"
+    assert "connect_repo" in error["hint"]
 
 
 async def test_stop_answers_503_stopped_keeps_the_data_and_start_brings_it_back(
@@ -93,7 +94,8 @@ async def test_stop_answers_503_stopped_keeps_the_data_and_start_brings_it_back(
         alice.tool("rollback_deploy", app_id=app_id),
     ):
         error = (await refused)["structuredContent"]["error"]
-        assert error["code"] == "failed_precondition" and "action start" in error["hint"]
+        assert error["code"] == "failed_precondition"
+        assert "action start" in error["hint"]
 
     started = await alice.ok("restart_app", app_id=app_id, action="start")
     assert (started["app_stopped"], started["running_instances"]) == (False, 2)
@@ -116,7 +118,8 @@ async def test_scale_changes_the_running_instances_without_a_new_release(
         assert (done["number"], done["running_instances"]) == (1, count)
         assert await _running(world, app_id, 1, count) == count
         backends = world.services.router.table.get("scaled--acme")
-        assert backends is not None and len(backends[0].upstreams) == count  # routed: all
+        assert backends is not None
+        assert len(backends[0].upstreams) == count
         assert (await fetch(world, "scaled")).status_code == 200
     listed = await alice.ok("list_deployments", app_id=app_id)
     assert len(listed["deployments"]) == 1

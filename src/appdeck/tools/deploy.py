@@ -119,7 +119,7 @@ class CancelDeploy(Arguments):
     action: Literal["cancel"]
     app_id: AppId
     number: Number | None = Field(
-        default=None, description="(cancel) The deployment in progress: checked if given."
+        default=None, description="The deployment in progress: checked if given."
     )
 
 
@@ -206,7 +206,7 @@ class ScaleApp(Arguments):
 
     action: Literal["scale"]
     app_id: AppId
-    instances: int = Field(ge=1, le=MAX_INSTANCES, description="(scale) How many to run.")
+    instances: int = Field(ge=1, le=MAX_INSTANCES, description="How many to run.")
 
 
 class Operated(Deployment):

@@ -68,7 +68,7 @@ def published(
     required_everywhere = set.intersection(*(set(b.get("required", ())) for b in branches.values()))
     lines = []
     for action, branch in branches.items():
-        needs = [n for n in branch.get("required", ()) if n not in required_everywhere]
+        needs = [n for n in branch.get("required", ()) if n not in required_everywhere | {key}]
         summary = str(branch.get("description", "")).strip().split("\n")[0]
         lines.append(f"{action}: {summary}" + (f" Needs {', '.join(needs)}." if needs else ""))
     for name, sub in props.items():
