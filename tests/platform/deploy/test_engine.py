@@ -20,7 +20,7 @@ from appdeck.platform.crypto import Sealer
 from appdeck.platform.deploy import states
 from appdeck.platform.deploy.engine import DeployService, Operations
 from appdeck.platform.deploy.ingress_router import IngressRouter
-from appdeck.platform.deploy.ports import Backend, Release
+from appdeck.platform.deploy.ports import Backend, Instance, Release
 from appdeck.platform.env import EnvService
 from appdeck.platform.ingress import Counters, RouteTable
 from appdeck.platform.routing import AppRoutes
@@ -648,3 +648,34 @@ async def test_a_restart_of_a_one_instance_app_failing_keeps_it_answering(rig: R
     assert len(running) == 1  # the spare alone serves: no downtime
     await rig.ops.restart(rig.alice, rig.app_id)  # the next restart puts instance 0 back
     assert await _indices(rig, release) == [0]
+
+
+# -- a stopped app (issue 20, item 10) ---------------------------------------------------------
+
+
+async def test_a_stopped_app_stays_stopped_on_every_replica_and_after_a_restart(rig: Rig) -> None:
+    await rig.deploy()
+    release = f"{rig.app_id}-1"
+    behind = IngressRouter(RouteTable(), Counters())  # a replica that missed the stop message
+    behind.route(SHOP, [Backend(release, 100, ("127.0.0.1:20001",))])
+    await rig.ops.running.stop(rig.alice, rig.app_id)
+    assert await rig.runtime.running(release) == []
+    assert rig.router.ingress.table.stopped(SHOP)
+    assert await rig.ops.resync_routes(behind) == 1
+    assert behind.table.stopped(SHOP)  # its ingress answers 503 "stopped" too
+
+    # the server restarts with an instance still running (say the CLI stopped it meanwhile)
+    restarted = FakeRouter()
+    rig.deploys.router = restarted
+    rig.runtime.adoptable[release] = {0: Instance(release, 0, "127.0.0.1:20009")}
+    await rig.ops.reconcile()
+    assert await rig.runtime.running(release) == []
+    assert restarted.ingress.table.stopped(SHOP)
+
+    with pytest.raises(FailedPrecondition, match="stopped"):
+        await rig.deploy()
+    await rig.ops.running.scale(rig.alice, rig.app_id, 3)  # for the next start
+    started = await rig.ops.running.start(rig.alice, rig.app_id)
+    assert (started.stopped, started.running) == (False, 3)
+    assert restarted.serves(SHOP_HOST) == release
+    assert await rig.states() == {1: "live"}  # no new release for any of it
