@@ -276,9 +276,9 @@ class Services:
                 log.exception("sweep failed")
 
     async def _watch_deploys(self, router: IngressRouter) -> None:
-        """Every few seconds: end deployments whose replica died (their app's lease ran out)
-        and, in replica mode, route every settled app as the database says (the backstop of
-        the ``routes`` messages)."""
+        """Every few seconds: end deployments whose replica died (their app's lease ran out),
+        apply the stops and starts the operator's CLI recorded, and, in replica mode, route
+        every settled app as the database says (the backstop of the ``routes`` messages)."""
         while not self._stopping.is_set():
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(DEPLOY_WATCH_SECONDS):
@@ -287,6 +287,7 @@ class Services:
                 return
             try:
                 await self.platform.ops.reclaim()
+                await self.platform.ops.running.apply_intents()  # `appdeck app stop|start`
                 if self.cluster.shared:
                     await self.platform.ops.resync_routes(router)
             except Exception:

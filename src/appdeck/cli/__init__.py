@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from appdeck import __version__
-from appdeck.cli import admin, lifecycle, serve
+from appdeck.cli import admin, apps, lifecycle, serve
 
 cli = typer.Typer(
     help="AppDeck: a self-hosted application platform driven over MCP.",
@@ -38,6 +38,7 @@ cli.command()(serve.serve)
 cli.add_typer(admin.tenant, name="tenant")
 cli.add_typer(admin.user, name="user")
 cli.add_typer(admin.token, name="token")
+cli.add_typer(apps.app, name="app")
 cli.add_typer(admin.audit, name="audit")
 cli.add_typer(admin.keys, name="keys")
 cli.add_typer(admin.client, name="client")

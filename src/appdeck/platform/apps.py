@@ -47,6 +47,7 @@ class AppView:
             "your_role": self.role,
             "runtime": a.spec.get("runtime"),
             "needs_restart": a.needs_restart,
+            "stopped": a.stopped,
             "updated_at": a.updated_at,
         }
 

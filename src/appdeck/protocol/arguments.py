@@ -45,15 +45,17 @@ class _Branch:
 class ArgumentCheck:
     """A tool's argument check, built once at registration."""
 
-    __slots__ = ("_branches", "_key", "_whole")
+    __slots__ = ("_branches", "_default", "_key", "_whole")
 
     def __init__(self, schema: JsonObject) -> None:
         self._whole = _Branch(compile_check(schema), Validator(schema))
         found = discriminator(schema)
         self._key: str | None = None
+        self._default: Any = None
         self._branches: dict[Any, _Branch] = {}
         if found is not None:
             self._key, branches = found
+            self._default = _default_of(schema, self._key)
             self._branches = {
                 value: _Branch(compile_check(sub), Validator(sub))
                 for value, sub in branches.items()
@@ -66,7 +68,7 @@ class ArgumentCheck:
         key = self._key
         if not isinstance(arguments, dict):
             return Problem(None, "the arguments must be an object")
-        chosen = arguments.get(key)
+        chosen = arguments.get(key, self._default)
         branch = self._branches.get(chosen) if isinstance(chosen, str) else None
         if branch is None:
             choices = ", ".join(str(v) for v in self._branches)
@@ -76,6 +78,10 @@ class ArgumentCheck:
         found = branch.problem(arguments)
         if found is None:
             return None
+        if key not in arguments:  # the default action's: unless another action's arguments
+            for value, other in self._branches.items():
+                if value != chosen and other.problem({**arguments, key: value}) is None:
+                    return Problem(key, f"{key} is required for these arguments: {value}?")
         return Problem(found.field, f"{key} {chosen}: {found.message}")
 
 
@@ -87,10 +93,12 @@ def discriminator(schema: Mapping[str, Any]) -> tuple[str, dict[Any, JsonObject]
         return None
     keys: set[str] | None = None
     for branch in branches:
-        pinned = {
+        pinned = {  # required, or defaulting to its const (the action a call without it runs)
             name
             for name, sub in (branch.get("properties") or {}).items()
-            if isinstance(sub, dict) and "const" in sub and name in branch.get("required", ())
+            if isinstance(sub, dict)
+            and "const" in sub
+            and (name in branch.get("required", ()) or sub.get("default") == sub["const"])
         }
         keys = pinned if keys is None else keys & pinned
     if not keys:
@@ -98,6 +106,15 @@ def discriminator(schema: Mapping[str, Any]) -> tuple[str, dict[Any, JsonObject]
     key = sorted(keys)[0]
     out = {b["properties"][key]["const"]: b for b in branches}
     return (key, out) if len(out) == len(branches) else None
+
+
+def _default_of(schema: Mapping[str, Any], key: str) -> Any:
+    """The ``key`` a call without it gets: the const of the one branch that defaults to it."""
+    for branch in schema.get("oneOf") or ():
+        sub = (branch.get("properties") or {}).get(key)
+        if isinstance(sub, dict) and key not in branch.get("required", ()):
+            return sub.get("const")
+    return None
 
 
 def _first(errors: Iterable[ValidationError]) -> Problem | None:

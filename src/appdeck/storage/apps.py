@@ -35,6 +35,10 @@ class AppRecord:
     created_at: float
     updated_at: float
     needs_restart: bool
+    stopped: bool = False
+    """Stopped by its operator: kept at 0 instances, its routes answer 503 "stopped"."""
+    run_intent: str | None = None
+    """A stop or start asked for by the operator's CLI, not applied by a server yet."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +72,8 @@ def _app(row: Any) -> AppRecord:
         created_at=row.created_at,
         updated_at=row.updated_at,
         needs_restart=bool(row.needs_restart),
+        stopped=bool(row.stopped),
+        run_intent=row.run_intent,
     )
 
 
@@ -192,6 +198,13 @@ class AppStore:
             return [
                 _app(r) for r in (await conn.execute(sa.select(apps).order_by(apps.c.id))).all()
             ]
+
+    async def with_intent(self) -> list[AppRecord]:
+        """The apps with a stop or start the operator's CLI asked for and no server applied
+        yet (``run_intent``)."""
+        query = sa.select(apps).where(apps.c.run_intent.is_not(None)).order_by(apps.c.id)
+        async with self._engine.connect() as conn:
+            return [_app(r) for r in (await conn.execute(query)).all()]
 
     async def count(self, tenant_id: str) -> int:
         query = sa.select(sa.func.count()).select_from(apps).where(apps.c.tenant_id == tenant_id)

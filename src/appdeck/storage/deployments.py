@@ -209,8 +209,10 @@ class DeploymentStore:
         traffic: int | None = None,
         instance_id: str | None = None,
         lease: Lease | None = None,
+        spec: dict[str, Any] | None = None,
     ) -> DeploymentRecord:
-        """Write a step: the new state and/or message (appended to the history) and traffic.
+        """Write a step: the new state and/or message (appended to the history) and traffic
+        (``spec``: the release's frozen spec, changed only by a scale of the live release).
 
         With ``lease`` (the app's, :mod:`appdeck.storage.app_locks`) the write happens only
         while the lease is still held: else :class:`Fenced`, and nothing was written."""
@@ -226,6 +228,8 @@ class DeploymentStore:
             values["traffic"] = traffic
         if instance_id is not None:
             values["instance_id"] = instance_id
+        if spec is not None:
+            values["spec"] = spec
         if state is not None or message is not None:
             step = {"at": now, "state": state or current.state, "message": (message or "")[:500]}
             values["steps"] = [*current.steps, step][-100:]

@@ -216,6 +216,10 @@ apps = sa.Table(
     sa.Column("created_at", sa.Double, nullable=False),
     sa.Column("updated_at", sa.Double, nullable=False),
     sa.Column("needs_restart", sa.Boolean, nullable=False),  # env changed since the last deploy
+    # operating an app (migration 0015): stopped (0 instances, 503 "stopped"); a stop or start
+    # the operator's CLI asked for ("stop" | "start"), applied by the server's next sweep
+    sa.Column("stopped", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("run_intent", sa.String, nullable=True),
     sa.UniqueConstraint("tenant_id", "name"),
     sqlite_autoincrement=True,  # an app id is never reused after a delete
 )

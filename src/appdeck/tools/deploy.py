@@ -10,6 +10,8 @@ from pydantic import Field, WithJsonSchema
 from appdeck.common.errors import FailedPrecondition
 from appdeck.platform.deploy import policy, states
 from appdeck.platform.deploy.deployments import DeploymentView
+from appdeck.platform.deploy.deployments import Operated as Operated_
+from appdeck.platform.deploy.running import MAX_INSTANCES
 from appdeck.tools.kit import (
     INT64_MAX,
     READS,
@@ -38,24 +40,40 @@ def deployment(view: DeploymentView, *, steps: bool = True) -> Deployment:
 deploy_app = Tool(
     "deploy_app",
     title="Deploy an app",
-    description="Deploy the app's current spec and source (run preflight_check first). "
-    "strategy: recreate | rolling | blue_green | canary (default: the spec's "
-    "default_strategy). Runs as a task when the call carries task (progress and a status "
-    "message per step); otherwise waits up to wait_seconds (default "
-    f"{policy.DEFAULT_WAIT_S:g}, at most {policy.MAX_WAIT_S:g}) and returns the deployment so "
-    "far (done: false means follow it with list_deployments). The live version keeps serving "
-    "until the new one is healthy; a failing canary is rolled back automatically. A deploy "
-    "that ends failed or rolled back is an error result carrying the deployment: "
-    "tail_deploy_logs shows why.",
+    description="Deploy the app's current spec and source (run preflight_check first); with "
+    "a connected repository, its branch's head or a given commit. strategy: recreate | "
+    "rolling | blue_green | canary (default: the spec's default_strategy). Runs as a task "
+    "when the call carries task (progress and a status message per step); otherwise waits "
+    f"up to wait_seconds (default {policy.DEFAULT_WAIT_S:g}, at most {policy.MAX_WAIT_S:g}) "
+    "and returns the deployment so far (done: false means follow it with list_deployments). "
+    "The live version keeps serving until the new one is healthy; a failing canary is rolled "
+    "back automatically. A deploy that ends failed or rolled back is an error result "
+    "carrying the deployment: tail_deploy_logs shows why. action cancel stops the deployment "
+    "in progress (as tasks/cancel on its task would): it ends cancelled, the live release "
+    "keeps serving.",
     scope="deploy:write",
     hints=Hints(read_only=False),
     task_support="optional",
 )
 
+Commit = Annotated[
+    str,
+    Field(
+        pattern="^[0-9a-fA-F]{7,64}$",
+        description="With a connected repository: the commit to deploy, a full sha or a "
+        "prefix of at least 7 hex digits (default: the branch's head). Deploys an older "
+        "commit again too.",
+    ),
+]
+
 
 class DeployApp(Arguments):
+    """Deploy (the default action)."""
+
+    action: Literal["deploy"] = "deploy"
     app_id: AppId
     strategy: Strategy | None = None
+    commit: Commit | None = None
     wait_seconds: float | None = Field(default=None, ge=0, le=policy.MAX_WAIT_S)
 
 
@@ -74,6 +92,7 @@ async def _deploy(args: DeployApp, call: Call) -> Reply:
         args.strategy,
         wait_s=None if call.as_task else policy.wait_seconds(args.wait_seconds),
         progress=progress,
+        commit=args.commit.lower() if args.commit else None,
     )
     record, data = view.record, deployment(view)
     if not view.done:
@@ -91,6 +110,26 @@ async def _deploy(args: DeployApp, call: Call) -> Reply:
         hint="tail_deploy_logs shows the build and runtime logs",
     )
     return Reply(summary, data, error=failed)
+
+
+class CancelDeploy(Arguments):
+    """Cancel the deployment in progress: its new release stops, the live one keeps
+    serving, it ends cancelled. For clients that do not drive tasks (else tasks/cancel)."""
+
+    action: Literal["cancel"]
+    app_id: AppId
+    number: Number | None = Field(
+        default=None, description="The deployment in progress: checked if given."
+    )
+
+
+@deploy_app.handles(CancelDeploy, Deployment)
+async def _cancel(args: CancelDeploy, call: Call) -> Reply:
+    view = await call.platform.deployments.cancel(call.principal, args.app_id, args.number)
+    record = view.record
+    return Reply(
+        f"Deployment #{record.number} of {view.app.name}: {record.state}", deployment(view)
+    )
 
 
 rollback_deploy = Tool(
@@ -127,22 +166,94 @@ async def _rollback(args: RollbackDeploy, call: Call) -> Reply:
 
 restart_app = Tool(
     "restart_app",
-    title="Restart an app",
-    description="Restart the live release instance by instance (a spare instance first), "
-    "without downtime: use it after env_vars changes. Returns the live deployment.",
+    title="Restart, stop, start or scale an app",
+    description="Operate the live release without a new one. restart (default): instance by "
+    "instance (a spare instance first), without downtime: use it after env_vars changes. "
+    'stop: no instance runs and the app\'s URL answers 503 "stopped"; its data (tables, '
+    "env vars, deployments) is kept, unlike manage_app delete; it stays stopped across "
+    "server restarts, and deploys, rollbacks and restarts are refused until start. start: "
+    "the live release runs again. scale: run instances instances now (also the spec's count "
+    "for the next deploys). Returns the live deployment, whether the app is stopped and how "
+    "many instances run.",
     scope="deploy:write",
     hints=Hints(read_only=False),
 )
 
 
 class RestartApp(Arguments):
+    """Restart instance by instance (the default action)."""
+
+    action: Literal["restart"] = "restart"
     app_id: AppId
 
 
-@restart_app.handles(RestartApp, Deployment)
+class StopApp(Arguments):
+    """Stop every instance; the URL answers 503 "stopped"; data kept."""
+
+    action: Literal["stop"]
+    app_id: AppId
+
+
+class StartApp(Arguments):
+    """Start a stopped app's live release again."""
+
+    action: Literal["start"]
+    app_id: AppId
+
+
+class ScaleApp(Arguments):
+    """Run this many instances of the live release now."""
+
+    action: Literal["scale"]
+    app_id: AppId
+    instances: int = Field(ge=1, le=MAX_INSTANCES, description="How many to run.")
+
+
+class Operated(Deployment):
+    app_stopped: bool = Field(description="Stopped: no instance runs, the URL answers 503.")
+    running_instances: int = Field(description="Instances of the live release running now.")
+
+
+def operated(done: Operated_) -> Operated:
+    if done.live is None:  # stop and scale need a live release; start of an app without one
+        raise FailedPrecondition(
+            f"{done.app.name} has no live release", hint="deploy_app to give it one"
+        )
+    data = {**done.live.public(), "app_stopped": done.stopped, "running_instances": done.running}
+    return Operated.model_validate(data)
+
+
+@restart_app.handles(RestartApp, Operated)
 async def _restart(args: RestartApp, call: Call) -> Reply:
     view = await call.platform.deployments.restart(call.principal, args.app_id)
-    return Reply(f"Restarted {view.app.name} (rolling)", deployment(view))
+    running = int(view.record.spec.get("instances") or 1)
+    data = {**view.public(), "app_stopped": False, "running_instances": running}
+    return Reply(f"Restarted {view.app.name} (rolling)", Operated.model_validate(data))
+
+
+@restart_app.handles(StopApp, Operated)
+async def _stop(args: StopApp, call: Call) -> Reply:
+    done = await call.platform.deployments.stop(call.principal, args.app_id)
+    return Reply(
+        f"Stopped {done.app.name}: no instance runs, its URL answers 503 (data kept); "
+        "restart_app action start brings it back",
+        operated(done),
+    )
+
+
+@restart_app.handles(StartApp, Operated)
+async def _start(args: StartApp, call: Call) -> Reply:
+    done = await call.platform.deployments.start(call.principal, args.app_id)
+    return Reply(f"Started {done.app.name}: {done.running} instance(s) run", operated(done))
+
+
+@restart_app.handles(ScaleApp, Operated)
+async def _scale(args: ScaleApp, call: Call) -> Reply:
+    done = await call.platform.deployments.scale(call.principal, args.app_id, args.instances)
+    said = f"Scaled {done.app.name} to {args.instances} instance(s)"
+    if done.stopped:
+        said += " (it is stopped: they run once started)"
+    return Reply(said, operated(done))
 
 
 list_deployments = Tool(

@@ -230,12 +230,23 @@ class Tool:
     def multi_action(self) -> bool:
         return None not in self._actions
 
+    @property
+    def default_action(self) -> str | None:
+        """The action a call without ``action`` runs: the one whose model gives ``action`` a
+        default (a tool that gained actions keeps its old calls working)."""
+        for action in self._actions.values():
+            field = action.model.model_fields.get("action")
+            if field is not None and not field.is_required():
+                return action.name
+        return None
+
     def input_schemas(self) -> tuple[JsonObject, JsonObject | None]:
         """``(published, validated)``; validated is None when they are the same."""
         if not self.multi_action:
             return schemas.arguments(self._actions[None].model), None
         branches = {str(a.name): schemas.arguments(a.model) for a in self._actions.values()}
-        return schemas.published(branches), schemas.strict(branches)
+        published = schemas.published(branches, default=self.default_action)
+        return published, schemas.strict(branches)
 
     def output_schema(self) -> JsonObject:
         return schemas.output(list(dict.fromkeys(a.output for a in self._actions.values())))
@@ -247,9 +258,10 @@ class Tool:
         published, validated = self.input_schemas()
         actions = dict(self._actions)
         multi = self.multi_action
+        default = self.default_action
 
         async def handle(arguments: JsonObject, ctx: ToolContext) -> JsonObject:
-            action = actions.get(arguments.get("action") if multi else None)
+            action = actions.get(arguments.get("action", default) if multi else None)
             if action is None:
                 raise InvalidArgument(
                     f"action must be one of {', '.join(map(str, actions))}", field="action"

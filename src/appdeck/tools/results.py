@@ -17,6 +17,10 @@ class AppSummary(Output):
     your_role: str = Field(description="owner, admin, developer or viewer.")
     runtime: str | None
     needs_restart: bool = Field(description="Env vars changed since the last deploy or restart.")
+    stopped: bool = Field(
+        description="Stopped (restart_app action stop): no instance runs, its URL answers 503 "
+        '"stopped" until restart_app action start.'
+    )
     updated_at: float
 
 

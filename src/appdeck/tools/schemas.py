@@ -50,9 +50,12 @@ def strict(branches: Mapping[str, JsonObject]) -> JsonObject:
     return {"type": "object", "oneOf": list(branches.values())}
 
 
-def published(branches: Mapping[str, JsonObject], key: str = "action") -> JsonObject:
-    """The input schema tools/list shows for a multi-action tool (see the module docstring).
-    Raises ValueError when two actions declare one argument differently."""
+def published(
+    branches: Mapping[str, JsonObject], key: str = "action", default: str | None = None
+) -> JsonObject:
+    """The input schema tools/list shows for a multi-action tool (see the module docstring);
+    with ``default``, ``key`` may be left out (that action runs). Raises ValueError when two
+    actions declare one argument differently."""
     names = list(branches)
     users: dict[str, list[str]] = {}
     props: dict[str, JsonObject] = {}
@@ -67,7 +70,7 @@ def published(branches: Mapping[str, JsonObject], key: str = "action") -> JsonOb
     required_everywhere = set.intersection(*(set(b.get("required", ())) for b in branches.values()))
     lines = []
     for action, branch in branches.items():
-        needs = [n for n in branch.get("required", ()) if n not in required_everywhere]
+        needs = [n for n in branch.get("required", ()) if n not in required_everywhere | {key}]
         lines.append(
             f"{action}: {_summary(branch)}" + (f" Needs {', '.join(needs)}." if needs else "")
         )
@@ -76,13 +79,13 @@ def published(branches: Mapping[str, JsonObject], key: str = "action") -> JsonOb
             said = str(sub.get("description") or "")
             if not said.startswith("("):  # the field already says which actions use it
                 sub["description"] = f"({', '.join(users[name])}) {said}".strip()
+    choice: JsonObject = {"type": "string", "enum": names, "description": " ".join(lines)}
+    if default is not None:
+        choice["default"] = default
     schema: JsonObject = {
         "type": "object",
-        "properties": {
-            key: {"type": "string", "enum": names, "description": " ".join(lines)},
-            **props,
-        },
-        "required": [key, *sorted(required_everywhere - {key})],
+        "properties": {key: choice, **props},
+        "required": ([] if default is not None else [key]) + sorted(required_everywhere - {key}),
         "additionalProperties": False,
     }
     return schema

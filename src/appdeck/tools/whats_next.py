@@ -57,8 +57,8 @@ class AppNext(Output):
     app_id: int
     name: str
     status: str = Field(
-        description="needs_source, needs_run_command, deploying, deploy_failed, ci_failed, "
-        "testing, not_deployed, behind, needs_restart or ok."
+        description="needs_source, needs_run_command, stopped, deploying, deploy_failed, "
+        "ci_failed, testing, not_deployed, behind, needs_restart or ok."
     )
     summary: str
     urgent: bool = Field(description="A step fixes something broken.")

@@ -229,6 +229,12 @@ CASES: list[tuple[str, AppState, str, list[tuple[Any, ...]]]] = [
         [URL, ("discover_apis", {"app_id": APP}, "improve", ())],
     ),
     (
+        "a stopped app is told how to start it, and nothing else",
+        replace(GOOD, stopped=True, needs_restart=True),
+        "stopped",
+        [("restart_app", {"app_id": APP, "action": "start"}, "check", ())],
+    ),
+    (
         "an unknown API catalogue says nothing",
         replace(GOOD, ci=GATED, apis="unknown"),
         "ok",

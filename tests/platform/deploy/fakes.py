@@ -9,9 +9,10 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
+from appdeck.common.errors import Conflict
 from appdeck.platform.deploy.ingress_router import IngressRouter
 from appdeck.platform.deploy.ports import Backend, BuildFailed, Instance, Release
-from appdeck.platform.ingress import Counters, RouteTable
+from appdeck.platform.ingress import STOPPED, Counters, RouteTable
 
 
 @dataclass
@@ -20,6 +21,8 @@ class FakeRuntime:
     prepared: list[str] = field(default_factory=list)
     ports: itertools.count[int] = field(default_factory=lambda: itertools.count(20000))
     adoptable: dict[str, dict[int, Instance]] = field(default_factory=dict)
+    health_plan: list[bool] = field(default_factory=list)
+    """The health checks of the next instances started, in order (then: healthy)."""
 
     async def prepare(self, release: Release) -> None:
         self.prepared.append(release.release_id)
@@ -27,11 +30,15 @@ class FakeRuntime:
             raise BuildFailed("the build command exited with status 1")
 
     async def start(self, release: Release, index: int) -> Instance:
+        if index in self.running_.get(release.release_id, {}):  # as the real driver says
+            raise Conflict(f"instance {index} of release {release.release_id} is already running")
         instance = Instance(release.release_id, index, f"127.0.0.1:{next(self.ports)}")
         self.running_.setdefault(release.release_id, {})[index] = instance
         return instance
 
     async def wait_healthy(self, release: Release, instance: Instance, within_s: float) -> bool:
+        if self.health_plan:
+            return self.health_plan.pop(0)
         return release.env.get("UNHEALTHY") != "1"
 
     async def why_unhealthy(self, release: Release, instance: Instance) -> str:
@@ -63,7 +70,8 @@ class FakeRouter:
     ingress: IngressRouter = field(default_factory=lambda: IngressRouter(RouteTable(), Counters()))
 
     def route(self, route: str, backends: list[Backend]) -> None:
-        assert sum(b.weight for b in backends) == 100
+        stopped = [b.release_id for b in backends] == [STOPPED]  # a stopped app: 503 "stopped"
+        assert stopped or sum(b.weight for b in backends) == 100
         assert all(b.upstreams for b in backends if b.weight), backends
         assert "--" in route, f"{route!r} is a bare name, not an app's route key"
         self.table[route] = backends

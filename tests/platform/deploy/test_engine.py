@@ -20,7 +20,7 @@ from appdeck.platform.crypto import Sealer
 from appdeck.platform.deploy import states
 from appdeck.platform.deploy.engine import DeployService, Operations
 from appdeck.platform.deploy.ingress_router import IngressRouter
-from appdeck.platform.deploy.ports import Backend, Release
+from appdeck.platform.deploy.ports import Backend, Instance, Release
 from appdeck.platform.env import EnvService
 from appdeck.platform.ingress import Counters, RouteTable
 from appdeck.platform.routing import AppRoutes
@@ -632,3 +632,89 @@ async def test_a_rollback_to_a_release_beyond_the_tenant_quota_is_refused(rig: R
     assert await rig.states() == {1: "superseded", 2: "live"}
     await rig.apps.delete(rig.alice, other.app.id, confirmed=True)
     assert (await rig.ops.rollback(rig.alice, rig.app_id)).number == 1
+
+
+# -- a restart that fails (issue 20, item 7) ------------------------------------------------
+
+
+async def _indices(r: Rig, release: str) -> list[int]:
+    return [i.index for i in await r.runtime.running(release)]
+
+
+async def test_a_restart_whose_spare_fails_leaves_no_spare_and_the_next_restart_works(
+    rig: Rig,
+) -> None:
+    assert await rig.deploy() == "live"
+    release = f"{rig.app_id}-1"
+    rig.runtime.health_plan = [False]  # the spare instance never gets healthy
+    with pytest.raises(FailedPrecondition) as failed:
+        await rig.ops.restart(rig.alice, rig.app_id)
+    assert "restart" in failed.value.message
+    assert failed.value.hint
+    assert await _indices(rig, release) == [0, 1]  # no spare left behind
+    assert len(rig.router.table[SHOP][0].upstreams) == 2  # both still serve
+    await rig.ops.restart(rig.alice, rig.app_id)  # and the next restart works
+    assert await _indices(rig, release) == [0, 1]
+    assert len(rig.router.table[SHOP][0].upstreams) == 2
+
+
+async def test_a_restart_failing_midway_stops_the_failed_instance_and_the_spare(
+    rig: Rig,
+) -> None:
+    assert await rig.deploy() == "live"
+    release = f"{rig.app_id}-1"
+    rig.runtime.health_plan = [True, False]  # the spare comes up, instance 0 does not
+    with pytest.raises(FailedPrecondition):
+        await rig.ops.restart(rig.alice, rig.app_id)
+    running = await rig.runtime.running(release)
+    assert [i.index for i in running] == [1]  # the failed one and the spare are gone
+    assert rig.router.table[SHOP][0].upstreams == (running[0].upstream,)
+    await rig.ops.restart(rig.alice, rig.app_id)
+    assert await _indices(rig, release) == [0, 1]
+    assert len(rig.router.table[SHOP][0].upstreams) == 2
+
+
+async def test_a_restart_of_a_one_instance_app_failing_keeps_it_answering(rig: Rig) -> None:
+    await rig.spec(instances=1)
+    assert await rig.deploy() == "live"
+    release = f"{rig.app_id}-1"
+    rig.runtime.health_plan = [True, False]  # the spare comes up, the restarted one does not
+    with pytest.raises(FailedPrecondition) as failed:
+        await rig.ops.restart(rig.alice, rig.app_id)
+    assert "spare" in failed.value.message
+    running = await rig.runtime.running(release)
+    assert rig.router.table[SHOP][0].upstreams == tuple(i.upstream for i in running)
+    assert len(running) == 1  # the spare alone serves: no downtime
+    await rig.ops.restart(rig.alice, rig.app_id)  # the next restart puts instance 0 back
+    assert await _indices(rig, release) == [0]
+
+
+# -- a stopped app (issue 20, item 10) ---------------------------------------------------------
+
+
+async def test_a_stopped_app_stays_stopped_on_every_replica_and_after_a_restart(rig: Rig) -> None:
+    await rig.deploy()
+    release = f"{rig.app_id}-1"
+    behind = IngressRouter(RouteTable(), Counters())  # a replica that missed the stop message
+    behind.route(SHOP, [Backend(release, 100, ("127.0.0.1:20001",))])
+    await rig.ops.running.stop(rig.alice, rig.app_id)
+    assert await rig.runtime.running(release) == []
+    assert rig.router.ingress.table.stopped(SHOP)
+    assert await rig.ops.resync_routes(behind) == 1
+    assert behind.table.stopped(SHOP)  # its ingress answers 503 "stopped" too
+
+    # the server restarts with an instance still running (say the CLI stopped it meanwhile)
+    restarted = FakeRouter()
+    rig.deploys.router = restarted
+    rig.runtime.adoptable[release] = {0: Instance(release, 0, "127.0.0.1:20009")}
+    await rig.ops.reconcile()
+    assert await rig.runtime.running(release) == []
+    assert restarted.ingress.table.stopped(SHOP)
+
+    with pytest.raises(FailedPrecondition, match="stopped"):
+        await rig.deploy()
+    await rig.ops.running.scale(rig.alice, rig.app_id, 3)  # for the next start
+    started = await rig.ops.running.start(rig.alice, rig.app_id)
+    assert (started.stopped, started.running) == (False, 3)
+    assert restarted.serves(SHOP_HOST) == release
+    assert await rig.states() == {1: "live"}  # no new release for any of it

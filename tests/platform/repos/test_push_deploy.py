@@ -117,8 +117,10 @@ async def test_deploy_app_deploys_the_branch_head_or_a_named_commit(
     assert older.record.source["message"] == "v2"
     with pytest.raises(FailedPrecondition, match="not on the connected branch"):
         await deployments.deploy(on.alice, app_id, wait_s=None, commit="a" * 40)
-    with pytest.raises(InvalidArgument, match="full 40-character"):
+    with pytest.raises(InvalidArgument, match="hex sha, whole or its first 7"):
         await deployments.deploy(on.alice, app_id, wait_s=None, commit="abc")
+    prefix = await deployments.deploy(on.alice, app_id, wait_s=None, commit=first[:8])
+    assert prefix.record.source["commit"] == first  # a prefix, resolved in full
 
 
 async def test_a_hostile_tree_is_refused_at_checkout(on: OnFakes, repo: BareRepo) -> None:

@@ -95,6 +95,7 @@ class AdviceService:
             has_source_path=bool(app.spec.get("source_path")),
             has_run_command=bool(app.spec.get("run_command")),
             needs_restart=app.needs_restart,
+            stopped=app.stopped,
             repo=await self._repo(principal, app.id),
             newest=_deploy(newest[0]) if newest else None,
             live=_deploy(live) if live is not None else None,

@@ -151,6 +151,8 @@ class AppState:
     has_run_command: bool = False
     needs_restart: bool = False
     """Env vars changed since the live release started."""
+    stopped: bool = False
+    """Stopped by its operator (restart_app action stop)."""
     repo: Repo | None = None
     newest: Deploy | None = None
     live: Deploy | None = None

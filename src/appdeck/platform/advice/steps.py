@@ -6,6 +6,7 @@ The rules, in the order their steps come (the first that fires names the ``statu
     no source (no repo, no source_path) ─▶ connect_repo connect            needs_source
     no run_command (not static)         ─▶ set_app_spec run_command        needs_run_command
         (either of the two: nothing else, a deploy cannot start yet)
+    stopped by its operator             ─▶ restart_app start                stopped
     a deployment in progress            ─▶ list_deployments (follow it)     deploying
         (nothing else: a deploy or restart would be refused while it runs)
     the newest deployment failed        ─▶ tail_deploy_logs of it           deploy_failed
@@ -52,6 +53,7 @@ NEEDS: Final[dict[tuple[str, str | None], tuple[tuple[str, ...], str | None]]] =
     ("deploy_app", None): (("deploy:write",), "deploy.write"),
     ("rollback_deploy", None): (("deploy:write",), "deploy.write"),
     ("restart_app", None): (("deploy:write",), "deploy.write"),
+    ("restart_app", "start"): (("deploy:write",), "deploy.write"),
     ("get_app_url", None): (("apps:read",), "app.read"),
     ("register_app", None): (("apps:write",), None),
     ("manage_ci", "configure"): (("apps:read", "apps:write"), "ci.manage"),
@@ -156,6 +158,7 @@ SUMMARIES: Final[dict[str, str]] = {
     "needs_source": "The app has no source yet: connect a repository.",
     "needs_run_command": "The app's spec does not say how to run it.",
     "deploying": "A deployment is in progress.",
+    "stopped": "The app is stopped: no instance runs, its URL answers 503.",
     "deploy_failed": "The newest deployment did not go live.",
     "ci_failed": "The last CI run is red.",
     "testing": "A CI run is under way.",
@@ -207,6 +210,23 @@ def _setup(plan: _Plan) -> bool:
             ),
         )
     return bool(plan.steps)
+
+
+def _stopped(plan: _Plan) -> bool:
+    s = plan.state
+    if not s.stopped:
+        return False
+    plan.add(
+        "stopped",
+        Step(
+            "restart_app",
+            {"app_id": s.app_id, "action": "start"},
+            "The app was stopped on purpose (its data is kept); deploys, rollbacks and "
+            "restarts are refused until it is started again.",
+            "check",
+        ),
+    )
+    return True
 
 
 def _deploying(plan: _Plan) -> bool:
@@ -439,6 +459,7 @@ def _ci_missing(plan: _Plan) -> bool:
 
 _RULES: Final[tuple[Callable[[_Plan], bool], ...]] = (
     _setup,
+    _stopped,
     _deploying,
     _failed,
     _ci_red,

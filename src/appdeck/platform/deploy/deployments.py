@@ -1,5 +1,6 @@
 """Deployments as callers see them: deploy (waiting a bounded time, or to the end), roll back
-(confirming what :mod:`policy` says needs it), restart, list and read, each shaped as a
+(confirming what :mod:`policy` says needs it), restart, stop, start, scale, cancel, list and
+read, each shaped as a
 :class:`DeploymentView` with the app's URL. Tools, resources, prompts, a CLI or a web page call
 this service; the engine (:mod:`engine`) does the work.
 
@@ -19,6 +20,7 @@ from appdeck.common.identity import Principal
 from appdeck.platform.apps import AppService, AppView
 from appdeck.platform.deploy import policy, states
 from appdeck.platform.deploy.engine import DeployService, Operations
+from appdeck.platform.deploy.running import RunState
 from appdeck.storage.apps import AppRecord
 from appdeck.storage.deployments import DeploymentRecord
 
@@ -121,6 +123,33 @@ class Deployments:
         view = await self._apps.load(principal, app_id, "deploy.write")
         return self._view(view, await self._ops.restart(principal, app_id, progress))
 
+    async def stop(self, principal: Principal, app_id: int) -> Operated:
+        """Stop the app (0 instances, 503 "stopped"), keeping its data (:mod:`.running`)."""
+        view = await self._apps.load(principal, app_id, "deploy.write")
+        return self._operated(view, await self._ops.running.stop(principal, app_id))
+
+    async def start(
+        self, principal: Principal, app_id: int, *, progress: Progress = _quiet
+    ) -> Operated:
+        """Start a stopped app's live release again."""
+        view = await self._apps.load(principal, app_id, "deploy.write")
+        return self._operated(view, await self._ops.running.start(principal, app_id, progress))
+
+    async def scale(
+        self, principal: Principal, app_id: int, instances: int, *, progress: Progress = _quiet
+    ) -> Operated:
+        """Run ``instances`` instances of the live release now, without a new release."""
+        view = await self._apps.load(principal, app_id, "deploy.write")
+        state = await self._ops.running.scale(principal, app_id, instances, progress)
+        return self._operated(view, state)
+
+    async def cancel(
+        self, principal: Principal, app_id: int, number: int | None = None
+    ) -> DeploymentView:
+        """Cancel the deployment in progress, as ``tasks/cancel`` on its task would."""
+        view = await self._apps.load(principal, app_id, "deploy.write")
+        return self._view(view, await self._ops.running.cancel(principal, app_id, number))
+
     async def list(
         self,
         principal: Principal,
@@ -162,3 +191,19 @@ class Deployments:
     @staticmethod
     def _view(view: AppView, record: DeploymentRecord) -> DeploymentView:
         return DeploymentView(view.app, record, view.url)
+
+    @staticmethod
+    def _operated(view: AppView, state: RunState) -> Operated:
+        live = None if state.live is None else DeploymentView(state.app, state.live, view.url)
+        return Operated(state.app, live, state.stopped, state.running)
+
+
+@dataclass(frozen=True, slots=True)
+class Operated:
+    """An app after a stop, start or scale: its live deployment (if any) and how it runs."""
+
+    app: AppRecord
+    live: DeploymentView | None
+    stopped: bool
+    running: int
+    """Instances of the live release running now."""

@@ -49,6 +49,7 @@ from appdeck.platform.deploy.ports import (
     RouterPort,
     RuntimePort,
 )
+from appdeck.platform.deploy.running import refuse_if_stopped
 from appdeck.platform.env import EnvService
 from appdeck.platform.release import AppSpec
 from appdeck.platform.sources import SourceRoots
@@ -120,6 +121,8 @@ class DeployService:
         )
         """The app leases (cluster-wide: the database's ``app_locks``)."""
         self._handed: dict[tuple[int, int], Hold] = {}
+        self.runs: dict[tuple[int, int], asyncio.Future[Any]] = {}
+        """The deploys this process drives, by (app, number): what a cancel cancels."""
         self._aside: set[asyncio.Task[None]] = set()
         self.git: GitSource | None = None
         """Set by the composition root: a connected repository is the app's source."""
@@ -180,6 +183,7 @@ class DeployService:
         one, else its ``source_path``."""
         view = await self.apps.load(principal, app_id, "deploy.write")
         app = view.app
+        refuse_if_stopped(app, "a deploy")
         chosen = strategy or str(app.spec.get("default_strategy", "rolling"))
         if chosen not in STRATEGIES:
             raise InvalidArgument(
@@ -287,6 +291,10 @@ class DeployService:
             log.warning("deployment %s: the app's lock is another's; not run", record.release_id)
             return await self.store.get(app.id, record.number) or record
         held.start()
+        key = (app.id, record.number)
+        current = asyncio.current_task()
+        if current is not None:
+            self.runs[key] = current
         try:
             return await self._run(app, record, progress, held)
         except Fenced as exc:
@@ -297,6 +305,7 @@ class DeployService:
             )
             return await self.store.get(app.id, record.number) or record
         finally:
+            self.runs.pop(key, None)
             await held.release()
 
     async def _run(

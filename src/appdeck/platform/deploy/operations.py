@@ -20,7 +20,9 @@ from appdeck.common.identity import Principal
 from appdeck.platform import hostnames
 from appdeck.platform.deploy import rollout, states
 from appdeck.platform.deploy.ingress_router import apply_here
-from appdeck.platform.deploy.ports import Backend, BuildFailed
+from appdeck.platform.deploy.locks import Hold
+from appdeck.platform.deploy.ports import Backend, BuildFailed, Instance, Release
+from appdeck.platform.deploy.running import STOPPED_ROUTE, Running, refuse_if_stopped
 from appdeck.storage.app_locks import Fenced
 from appdeck.storage.deployments import DeploymentRecord
 
@@ -60,6 +62,8 @@ class Operations:
 
     def __init__(self, service: DeployService) -> None:
         self._s = service
+        self.running = Running(service)
+        """Stop, start, scale and cancel (:mod:`.running`)."""
 
     async def rollback(
         self,
@@ -70,6 +74,7 @@ class Operations:
     ) -> DeploymentRecord:
         s = self._s
         app = (await s.apps.load(principal, app_id, "deploy.write")).app
+        refuse_if_stopped(app, "a rollback")
         async with s.locks.hold(app_id) as held:
             live = await s.live(app_id)
             if live is None:
@@ -131,10 +136,13 @@ class Operations:
     async def restart(
         self, principal: Principal, app_id: int, progress: Progress = _quiet
     ) -> DeploymentRecord:
-        """Rolling restart of the live release: a surge instance first, so even a single
-        instance app keeps answering."""
+        """Rolling restart of the live release: a spare instance first, so even a single
+        instance app keeps answering. A restart that fails leaves no spare behind (unless it
+        is the only instance still healthy) and says so; the next one starts from whatever
+        runs (extra instances above the release's count are stopped at its end)."""
         s = self._s
         app = (await s.apps.load(principal, app_id, "deploy.write")).app
+        refuse_if_stopped(app, "a restart")
         async with s.locks.hold(app_id) as held:
             live = await s.live(app_id)
             if live is None:
@@ -142,33 +150,12 @@ class Operations:
                     "the app has no live release to restart", hint="deploy_app first"
                 )
             release = s.release_of(app, live)
-            count = release.spec.instances
             plan = s.plan(release, progress)
             serving = {i.index: i for i in await s.instances_of(release)}
-            surge = await plan.start_one(count)
-            serving[surge.index] = surge
-            for index in range(count):
-                held.check()  # lost the app: stop restarting its instances
-                others = [i for k, i in sorted(serving.items()) if k != index]
-                s.router.route(
-                    release.route,
-                    [Backend(release.release_id, 100, tuple(i.upstream for i in others))],
-                )
-                await s.runtime.stop(release.release_id, index)
-                serving[index] = await plan.start_one(index)
-                await progress(f"Restarted instance {index + 1} of {count}", 100)
-            serving.pop(surge.index, None)
-            s.router.route(
-                release.route,
-                [
-                    Backend(
-                        release.release_id,
-                        100,
-                        tuple(i.upstream for _, i in sorted(serving.items())),
-                    )
-                ],
-            )
-            await s.runtime.stop(release.release_id, surge.index)
+            try:
+                await self._roll(release, serving, plan, held, progress)
+            except (BuildFailed, rollout.RolloutFailed) as exc:
+                raise await self._failed_restart(release, serving, plan, exc) from None
             with _fenced(app_id):
                 held.check()
                 record = await s.store.update(
@@ -177,6 +164,71 @@ class Operations:
             await s.apps.store.update(app_id, needs_restart=False)
             await s.announce(app, record)
             return record
+
+    async def _roll(
+        self,
+        release: Release,
+        serving: dict[int, Instance],
+        plan: rollout.Rollout,
+        held: Hold,
+        progress: Progress,
+    ) -> None:
+        """Replace instances 0..count-1 one by one behind a spare (at a free index above
+        every running one), then retire the spare and any other extra instance."""
+        s = self._s
+        count = release.spec.instances
+        spare = max([count - 1, *serving]) + 1
+        serving[spare] = await plan.start_one(spare)
+        for index in range(count):
+            held.check()  # lost the app: stop restarting its instances
+            serving.pop(index, None)  # out of the route, then stopped
+            self._route(release, serving)
+            await s.runtime.stop(release.release_id, index)
+            serving[index] = await plan.start_one(index)
+            await progress(f"Restarted instance {index + 1} of {count}", 100)
+        await self._retire_extra(release, serving)
+
+    async def _failed_restart(
+        self,
+        release: Release,
+        serving: dict[int, Instance],
+        plan: rollout.Rollout,
+        exc: Exception,
+    ) -> FailedPrecondition:
+        """Clean up after a failed start: the instance that failed is stopped, and the
+        spare too unless no other instance is left to answer."""
+        s = self._s
+        count = release.spec.instances
+        failed = [i for i in plan.started if serving.get(i.index) is not i]
+        for instance in failed:
+            await s.runtime.stop(release.release_id, instance.index)
+        kept_spare = not any(k < count for k in serving)
+        if not kept_spare:
+            await self._retire_extra(release, serving)
+        elif serving:
+            self._route(release, serving)
+        said = f"the restart failed: {exc}; {len(serving)} instance(s) of {count} serve"
+        if kept_spare and serving:
+            said += " (the spare instance, kept so that the app still answers)"
+        return FailedPrecondition(
+            said,
+            hint="tail_deploy_logs (kind runtime) shows why; restart_app again once fixed",
+        )
+
+    async def _retire_extra(self, release: Release, serving: dict[int, Instance]) -> None:
+        """Route instances 0..count-1 only, then stop the others (spares)."""
+        count = release.spec.instances
+        extra = sorted(k for k in serving if k >= count)
+        for index in extra:
+            serving.pop(index)
+        self._route(release, serving)
+        for index in extra:
+            await self._s.runtime.stop(release.release_id, index)
+
+    def _route(self, release: Release, serving: dict[int, Instance]) -> None:
+        upstreams = tuple(i.upstream for _, i in sorted(serving.items()))
+        if upstreams:
+            self._s.router.route(release.route, [Backend(release.release_id, 100, upstreams)])
 
     async def reclaim(self) -> int:
         """End the deployments in progress that nobody drives (their app's lease is free:
@@ -215,6 +267,9 @@ class Operations:
                 log.error("not routing app %s after a restart: %s", app.id, unroutable)
                 continue
             release = s.release_of(app, record)
+            if app.stopped:  # stays stopped across restarts
+                await self.running.keep_stopped(app, release)
+                continue
             instances = {i.index: i for i in await s.runtime.running(release.release_id)}
             instances.update((i.index, i) for i in await s.runtime.adopt(release))
             missing = [k for k in range(release.spec.instances) if k not in instances]
@@ -244,6 +299,7 @@ class Operations:
                 else:  # the others route it already (or a deploy of it is under way)
                     apply_here(s.router, release.route, backends)
                 restored += 1
+        await self.running.apply_intents()  # stops and starts the CLI asked for meanwhile
         return interrupted, restored
 
     async def resync_routes(self, view: RouteView) -> int:
@@ -264,6 +320,11 @@ class Operations:
             known.add(route)
             if app.id in busy:
                 continue  # its deploy's messages lead; the deploy's end is checked next time
+            if app.stopped:
+                if view.serving(route) != frozenset():
+                    changed += 1
+                view.apply(route, list(STOPPED_ROUTE))
+                continue
             want = live.get(app.id)
             have = view.serving(route)
             if want is None:

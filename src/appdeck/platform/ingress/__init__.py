@@ -11,6 +11,7 @@ keyed by route key, the host's first label (:mod:`appdeck.platform.hostnames` gi
 from appdeck.platform.ingress.proxy import IngressProxy, ProxyConfig, error_page
 from appdeck.platform.ingress.routes import (
     ROUTE_KEY,
+    STOPPED,
     Backend,
     Counters,
     Mark,
@@ -22,6 +23,7 @@ from appdeck.platform.ingress.server import IngressServer
 
 __all__ = [
     "ROUTE_KEY",
+    "STOPPED",
     "Backend",
     "Counters",
     "IngressProxy",

@@ -45,7 +45,8 @@ is tried once on the release's next instance.
 Failures, as small HTML pages (JSON when the client asks for ``application/json``):
 404 the host names no app, or an app that never had a live release (a stranger must not
 learn which names are registered); 503 (``Retry-After``) the app's live release is gone for
-now (a recreate in progress, every instance down); 502 the
+now (a recreate in progress, every instance down); 503 ``stopped`` the app was stopped by its
+operator (routed to the :data:`~.routes.STOPPED` marker, ``docs/operating.md``); 502 the
 upstream refused (after trying the release's next instance once), reset or answered garbage;
 504 it did not connect / answer in time; 413 the body is over the limit; 400 no ``Host``.
 Only responses for a chosen release are counted (:class:`Counters`), our 502/504 included.
@@ -460,6 +461,12 @@ class IngressProxy:
                 f"<app>{hostnames.SEPARATOR}<tenant>.{self.routes.domains[0]}"
             )
             await send_page(send, 404, "no_such_app", message, accept, host=shown)
+        elif self.routes.stopped(name):
+            retry = str(self.config.retry_after).encode()
+            message = f"app {name} is stopped: its owner stopped it; it answers again once started"
+            await send_page(
+                send, 503, "stopped", message, accept, extra=[(b"retry-after", retry)], app=name
+            )
         elif not self.routes.has_served(name):
             # an app that never had a live release answers as if it did not exist: a stranger
             # must not learn which <app>--<tenant> names are registered

@@ -39,6 +39,12 @@ for a sandboxed instance, the loopback of its own network namespace, written
 
 _HOST_CACHE_SIZE = 4096
 
+STOPPED = "stopped"
+"""The release id of the marker backend (weight 0, no upstreams) a stopped app is routed to:
+its host answers 503 "stopped" rather than 404 or "no live release". Real release ids are
+``<app id>-<number>``, so no release can be mistaken for it; the marker travels between
+replicas like any backend."""
+
 
 @dataclass(frozen=True, slots=True)
 class Backend:
@@ -180,6 +186,11 @@ class RouteTable:
         """Whether ``route`` has had a live release since it was routed (see ``_Route``)."""
         found = self._routes.get(route)
         return found is not None and found.served
+
+    def stopped(self, route: str) -> bool:
+        """Whether ``route``'s app was stopped by its operator (routed to :data:`STOPPED`)."""
+        found = self._routes.get(route)
+        return found is not None and any(b.release_id == STOPPED for b in found.backends)
 
     def keys(self) -> list[str]:
         """The routed keys, sorted."""

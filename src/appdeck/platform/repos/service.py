@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import re
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ from appdeck.platform.apps import AppService
 from appdeck.platform.changes import Change, ChangeFeed
 from appdeck.platform.crypto import Sealer
 from appdeck.platform.repos import urls, webhook
-from appdeck.platform.repos.git import BRANCH, SHA, Git, GitError, Remote, unavailable
+from appdeck.platform.repos.git import BRANCH, Git, GitError, Remote, unavailable
 from appdeck.platform.repos.github import GitHub, GitHubRepo, github_repository
 from appdeck.platform.repos.poller import POLL_MAX_S, POLL_MIN_S, Poller
 from appdeck.platform.sources import SourceRoots
@@ -68,6 +69,9 @@ auto_deploy rule apply."""
 _DUMMY_SECRET: Final = secrets.token_urlsafe(32)
 REPLAY_WINDOW_S: Final = 3 * 86_400
 """How long a delivery is remembered (GitHub redelivers a delivery of the last 3 days)."""
+COMMIT: Final = re.compile(r"[0-9a-f]{7,64}")
+"""A commit to deploy: a full sha, or a prefix git resolves in the app's cache (one that
+names no commit, or several, is refused as not on the branch)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,8 +312,8 @@ class RepoService:
         record = await self._store.get(app.id)
         if record is None:
             return None
-        if commit is not None and not SHA.fullmatch(commit):
-            raise InvalidArgument("commit must be a full 40-character hex sha")
+        if commit is not None and not COMMIT.fullmatch(commit):
+            raise InvalidArgument("commit must be a hex sha, whole or its first 7+ digits")
         remote = self._stored_remote(app, record)
         try:
             found = await self._git.resolve(app.id, remote, record.branch, commit)
