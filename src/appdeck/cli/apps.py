@@ -192,6 +192,7 @@ def app_logs(
 
 def _read(settings: Any, record: Any, kind: str, limit: int) -> list[str]:
     from appdeck.platform.crypto import Sealer
+    from appdeck.platform.env import thaw
     from appdeck.platform.logs import Masker
     from appdeck.platform.runtime.logs import read_page
 
@@ -201,7 +202,7 @@ def _read(settings: Any, record: Any, kind: str, limit: int) -> list[str]:
         return []
     page = read_page(found[0], None, limit, None)
     sealer = Sealer.from_settings(settings.secret_key, Path(settings.data_dir))
-    frozen: dict[str, str] = json.loads(sealer.open(record.env))
+    frozen, _ = thaw(sealer.open(record.env))
     defaults = record.spec.get("env") or {}
     masker = Masker([(n, v) for n, v in frozen.items() if defaults.get(n) != v])
     return [masker(line.text) for line in page.lines]

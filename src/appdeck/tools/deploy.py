@@ -172,7 +172,7 @@ restart_app = Tool(
     'stop: no instance runs and the app\'s URL answers 503 "stopped"; its data (tables, '
     "env vars, deployments) is kept, unlike manage_app delete; it stays stopped across "
     "server restarts, and deploys, rollbacks and restarts are refused until start. start: "
-    "the live release runs again. scale: run instances instances now (also the spec's count "
+    "the live release runs again. scale: run `instances` instances now (also the spec's count "
     "for the next deploys). Returns the live deployment, whether the app is stopped and how "
     "many instances run.",
     scope="deploy:write",

@@ -152,7 +152,7 @@ def sandboxed(
     except SandboxUnavailable:
         held.release()
         raise
-    log.info(
+    log.debug(
         "install %s: uids %d-%d, cgroup %s, runtime dir %s",
         own.id,
         own.uids.start,
@@ -339,7 +339,7 @@ def _reclaim(host: _Host, slot: int, entry: dict[str, Any]) -> bool:
     if isinstance(gone, str) and _ID.match(gone):
         shutil.rmtree(host.runtime_root / gone, ignore_errors=True)
         cgroups.remove_empty(f"appdeck/{gone}", host.cgroup_root)
-    log.info("uid slot %d: install %s (data dir %s) is gone", slot, gone, entry.get("data_dir"))
+    log.debug("uid slot %d: install %s (data dir %s) is gone", slot, gone, entry.get("data_dir"))
     return True
 
 
