@@ -40,7 +40,9 @@ async def test_replicas_opening_the_apps_database_at_once_all_succeed(
         assert failed == [], failed
     conn = await asyncpg.connect(_dsn(postgres_test_database), timeout=10)
     try:
-        acl = await conn.fetchval("SELECT datacl::text FROM pg_database WHERE datname = $1", apps_name)
+        acl = await conn.fetchval(
+            "SELECT datacl::text FROM pg_database WHERE datname = $1", apps_name
+        )
     finally:
         await conn.close()
     assert "=Tc/" not in str(acl)  # PUBLIC's default CONNECT, TEMPORARY are revoked

@@ -61,7 +61,9 @@ async def refuse_app_triggers(
         foreign.extend(str(n) for n, sql in rows if (n, sql) not in ours)
     if foreign:
         listed = ", ".join(names.shown(n) for n in foreign[:_SHOWN_TRIGGERS])
-        more = f" and {len(foreign) - _SHOWN_TRIGGERS} more" if len(foreign) > _SHOWN_TRIGGERS else ""
+        more = (
+            f" and {len(foreign) - _SHOWN_TRIGGERS} more" if len(foreign) > _SHOWN_TRIGGERS else ""
+        )
         raise FailedPrecondition(
             f"table {table}: writing to it would run triggers the app put in its database "
             f"({listed}{more}); the table tools never run an app's code, so nothing was done",
@@ -104,5 +106,9 @@ async def _our_triggers(conn: AsyncConnection, table: str) -> set[tuple[str, str
     schema = await catalog.describe(conn, "sqlite", table)
     if schema is None or not schema.fulltext:
         return set()
-    made = [s for s in ddl.fulltext_create("sqlite", table, schema.fulltext) if s.startswith("CREATE TRIGGER")]
+    made = [
+        s
+        for s in ddl.fulltext_create("sqlite", table, schema.fulltext)
+        if s.startswith("CREATE TRIGGER")
+    ]
     return set(zip(names.fts_triggers(table), made, strict=True))

@@ -203,7 +203,8 @@ class RecordService:
             cond = filters.where(query.filter, schema, target, self.dialect)
             sort_spec = [[k.column.name, k.descending] for k in keys]
             qhash = filters.query_hash("list", app_id, schema.name, query.filter, sort_spec)
-            read = tuple(dict.fromkeys([*shown, *(k.column for k in keys)]))
+            # by name: a Column is not hashable when its default is a list or an object
+            read = tuple({c.name: c for c in [*shown, *(k.column for k in keys)]}.values())
             # the page's ids first, then its rows: only they are read in full
             ident = target.c[names.ID]
             page = sa.select(ident)
