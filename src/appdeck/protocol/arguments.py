@@ -130,7 +130,13 @@ def _reason(error: ValidationError) -> str:
     words start with the whole value: a 1,001-row batch, a 5,000-character name)."""
     instance, limit = error.instance, error.validator_value
     size = len(instance) if isinstance(instance, list | str | dict) else None
-    unit = {list: "items", str: "characters", dict: "properties"}.get(type(instance), "")
+    unit = (
+        "items"
+        if isinstance(instance, list)
+        else "characters"
+        if isinstance(instance, str)
+        else "properties"
+    )
     if error.validator in ("maxItems", "maxLength", "maxProperties") and size is not None:
         return f"at most {limit} {unit}, got {size}"
     if error.validator in ("minItems", "minLength", "minProperties") and size is not None:

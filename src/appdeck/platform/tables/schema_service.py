@@ -34,6 +34,7 @@ from appdeck.platform.changes import Change, ChangeFeed, Kind
 from appdeck.platform.tables import alter as plans
 from appdeck.platform.tables import catalog, ddl, guard, limits, names
 from appdeck.platform.tables.catalog import Column, Databases, Dialect, TableSchema
+from appdeck.platform.tables.databases import forget_prepared_statements
 
 log = logging.getLogger("appdeck.tables")
 
@@ -264,6 +265,8 @@ class TableService:
                 if _timed_out(exc):
                     raise  # AppDatabases.transaction makes it QueryTimeout
                 raise _refused(exc, field, what) from None
+            finally:
+                forget_prepared_statements(conn)
 
     async def _changed(self, view: AppView, table: str, kind: Kind) -> None:
         app = view.app
