@@ -48,7 +48,6 @@ async def refuse_app_triggers(
         reached = reached[1:]
     foreign: list[str] = []
     for name in reached:
-        ours = await _our_triggers(conn, name)
         rows = (
             await conn.execute(
                 sa.text(
@@ -58,7 +57,9 @@ async def refuse_app_triggers(
                 {"t": name},
             )
         ).all()
-        foreign.extend(str(n) for n, sql in rows if (n, sql) not in ours)
+        if rows:  # most tables have none: the schema is read only when there are some
+            ours = await _our_triggers(conn, name)
+            foreign.extend(str(n) for n, sql in rows if (n, sql) not in ours)
     if foreign:
         listed = ", ".join(names.shown(n) for n in foreign[:_SHOWN_TRIGGERS])
         more = (
