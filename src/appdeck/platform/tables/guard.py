@@ -25,7 +25,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from appdeck.common.errors import FailedPrecondition
-from appdeck.platform.tables import catalog, ddl, names
+from appdeck.platform.tables import ddl, names
 
 Dialect = Literal["sqlite", "postgresql"]
 
@@ -43,28 +43,31 @@ async def refuse_app_triggers(
     PostgreSQL: nothing to do."""
     if dialect != "sqlite":
         return
-    reached = await _reached(conn, table)
+    every = (
+        await conn.execute(
+            sa.text("SELECT name, tbl_name, sql FROM sqlite_master WHERE type = 'trigger'")
+        )
+    ).all()
+    if not every:  # the usual case: one query
+        return
+    on: dict[str, list[tuple[str, str]]] = {}
+    for name, tbl, sql in every:
+        on.setdefault(str(tbl).lower(), []).append((str(name), str(sql)))
+    reached = [table]
+    if set(on) - {table.lower()}:  # triggers elsewhere: which tables can a write reach?
+        reached = await _reached(conn, table)
     if not itself:
         reached = reached[1:]
     foreign: list[str] = []
     for name in reached:
-        rows = (
-            await conn.execute(
-                sa.text(
-                    "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' "
-                    "AND tbl_name = :t COLLATE NOCASE ORDER BY name"
-                ),
-                {"t": name},
-            )
-        ).all()
-        if rows:  # most tables have none: the schema is read only when there are some
+        found = on.get(name.lower(), [])
+        if found:
             ours = await _our_triggers(conn, name)
-            foreign.extend(str(n) for n, sql in rows if (n, sql) not in ours)
+            foreign.extend(n for n, sql in found if (n, sql) not in ours)
     if foreign:
         listed = ", ".join(names.shown(n) for n in foreign[:_SHOWN_TRIGGERS])
-        more = (
-            f" and {len(foreign) - _SHOWN_TRIGGERS} more" if len(foreign) > _SHOWN_TRIGGERS else ""
-        )
+        extra = len(foreign) - _SHOWN_TRIGGERS
+        more = f" and {extra} more" if extra > 0 else ""
         raise FailedPrecondition(
             f"table {table}: writing to it would run triggers the app put in its database "
             f"({listed}{more}); the table tools never run an app's code, so nothing was done",
@@ -87,7 +90,8 @@ async def _reached(conn: AsyncConnection, table: str) -> list[str]:
                     sa.text(
                         "SELECT DISTINCT m.name FROM sqlite_master m, "
                         "pragma_foreign_key_list(m.name) f "
-                        "WHERE m.type = 'table' AND f.\"table\" = :p COLLATE NOCASE"
+                        "WHERE m.type = 'table' AND m.sql LIKE '%references%' "
+                        "AND f.\"table\" = :p COLLATE NOCASE"
                     ),
                     {"p": parent},
                 )
@@ -103,13 +107,21 @@ async def _reached(conn: AsyncConnection, table: str) -> list[str]:
 
 
 async def _our_triggers(conn: AsyncConnection, table: str) -> set[tuple[str, str]]:
-    """The full-text triggers the platform made on ``table``, as (name, SQL)."""
-    schema = await catalog.describe(conn, "sqlite", table)
-    if schema is None or not schema.fulltext:
+    """The full-text triggers the platform made on ``table``, as (name, SQL): what
+    :func:`ddl.fulltext_create` writes for the columns of its FTS table (one query; a
+    trigger that matches runs only our statements, whatever those columns are)."""
+    columns = (
+        (
+            await conn.execute(
+                sa.text("SELECT name FROM pragma_table_info(:t) ORDER BY cid"),
+                {"t": names.fts_table(table)},
+            )
+        )
+        .scalars()
+        .all()
+    )
+    if not columns or not all(isinstance(c, str) and "\x00" not in c for c in columns):
         return set()
-    made = [
-        s
-        for s in ddl.fulltext_create("sqlite", table, schema.fulltext)
-        if s.startswith("CREATE TRIGGER")
-    ]
+    made = ddl.fulltext_create("sqlite", table, [str(c) for c in columns])
+    made = [statement for statement in made if statement.startswith("CREATE TRIGGER")]
     return set(zip(names.fts_triggers(table), made, strict=True))
