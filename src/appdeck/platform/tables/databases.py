@@ -26,7 +26,7 @@ from appdeck.common.errors import InvalidArgument, QuotaExceeded, Unavailable
 from appdeck.platform.crypto import Sealer
 from appdeck.platform.runtime.appdb import DatabaseGrant
 from appdeck.platform.tables.appdb_postgres import PostgresSchemas
-from appdeck.platform.tables.appdb_sqlite import SqliteFiles
+from appdeck.platform.tables.appdb_sqlite import MAX_LENGTH, SqliteFiles
 
 Dialect = Literal["sqlite", "postgresql"]
 
@@ -86,6 +86,13 @@ class AppDatabases:
         except DBAPIError as exc:
             if self._backend.is_timeout(exc):
                 raise QueryTimeout(timeout_s) from None
+            if "string or blob too big" in str(exc.orig):
+                raise InvalidArgument(
+                    "a value or row in this statement is larger than the "
+                    f"{MAX_LENGTH // 2**20} MiB the table tools handle (the app's own data, "
+                    "or its own check, default or generated column)",
+                    hint="nothing was written",
+                ) from None
             if type(exc.orig).__name__ == "InvalidCachedStatementError":
                 # the app changed the table (through DATABASE_URL) under a statement this
                 # engine had prepared; the driver has forgotten its statements now

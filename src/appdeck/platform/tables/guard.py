@@ -91,7 +91,7 @@ async def _reached(conn: AsyncConnection, table: str) -> list[str]:
                         "SELECT DISTINCT m.name FROM sqlite_master m, "
                         "pragma_foreign_key_list(m.name) f "
                         "WHERE m.type = 'table' AND m.sql LIKE '%references%' "
-                        "AND f.\"table\" = :p COLLATE NOCASE"
+                        'AND f."table" = :p COLLATE NOCASE'
                     ),
                     {"p": parent},
                 )
