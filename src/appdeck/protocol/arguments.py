@@ -140,4 +140,31 @@ def _first(errors: Iterable[ValidationError]) -> Problem | None:
                 f"{name[:100]} is not an argument of {owner}; it takes {accepted or 'none'}",
             )
     where = "/".join(path) or None
-    return Problem(where, f"{where or 'arguments'}: {error.message}")
+    return Problem(where, f"{where or 'arguments'}: {_reason(error)}")
+
+
+_EXCERPT = 60
+"""How much of a refused value a message repeats (characters of its repr)."""
+
+
+def _reason(error: ValidationError) -> str:
+    """What is wrong, first, and at most a short excerpt of the value (jsonschema's own
+    words start with the whole value: a 1,001-row batch, a 5,000-character name)."""
+    instance, limit = error.instance, error.validator_value
+    size = len(instance) if isinstance(instance, list | str | dict) else None
+    unit = (
+        "items"
+        if isinstance(instance, list)
+        else "characters"
+        if isinstance(instance, str)
+        else "properties"
+    )
+    if error.validator in ("maxItems", "maxLength", "maxProperties") and size is not None:
+        return f"at most {limit} {unit}, got {size}"
+    if error.validator in ("minItems", "minLength", "minProperties") and size is not None:
+        return f"at least {limit} {unit}, got {size}"
+    shown = repr(instance)
+    if len(shown) <= _EXCERPT or shown not in error.message:
+        return error.message
+    reason = error.message.replace(shown, "the value").strip()
+    return f"{reason} (the value: {shown[:_EXCERPT]}…)"

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
 from appdeck.common.errors import InvalidArgument
-from appdeck.platform.tables import ddl, limits, names
+from appdeck.platform.tables import convert, ddl, limits, names
 from appdeck.platform.tables.catalog import Column, Dialect, Index, TableSchema
 from appdeck.platform.tables.names import quote
 
@@ -343,14 +343,18 @@ def _change_type(work: _Work, col: _Col, change: Change, where: str) -> None:
         )
     default = col.column.default
     if default is not None:
-        ddl.check_default(new, default, field=f"{where}/type (the column's default)")
+        default = convert.default(old, new, default, field=f"{where}/type")
     col.from_type = col.from_type or old
-    col.column = replace(col.column, type=new)
+    col.column = replace(col.column, type=new, default=default)
     work.rebuild |= work.dialect == "sqlite"
     x = quote(name)
     what = f"change {name} from {old} to {new}" + (
         " (may lose data)" if conversion.narrowing else ""
     )
+    refused = convert.pg_first_refused(work.table, name, old, new)
+    if work.dialect == "postgresql" and refused is not None:
+        what_check = f"check that every value of {name} converts to {new}"
+        work.steps.append(Step(refused, what_check, locks_table=False, check=name))
     if default is not None:
         work.alter(f"ALTER COLUMN {x} DROP DEFAULT", f"drop the default of {name} for a moment")
     work.alter(

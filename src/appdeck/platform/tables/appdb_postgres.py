@@ -45,6 +45,7 @@ ROLE_PREFIX: Final = re.compile(r"[a-z_][a-z0-9_]{0,39}")
 CONNECTION_LIMIT: Final = 20
 """Connections one app's role may hold at once (the server's own transactions included)."""
 _SETUP_LOCK: Final = 0x61707064  # an advisory lock key: one platform sets a role up at a time
+_CREATE_LOCK: Final = 0x61707065  # another: one platform creates the apps database at a time
 
 
 def default_role_prefix(apps_url: str) -> str:
@@ -105,9 +106,13 @@ class PostgresSchemas:
         engine = create_engine(apps_url)
         try:
             async with engine.begin() as conn:
+                # replicas starting together: one at a time (concurrent GRANT/REVOKE on one
+                # object fails "tuple concurrently updated")
+                await conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_SETUP_LOCK})")
                 name = _quote(str(engine.url.database))
                 await conn.exec_driver_sql(f"REVOKE ALL ON DATABASE {name} FROM PUBLIC")
                 await conn.exec_driver_sql("REVOKE ALL ON SCHEMA public FROM PUBLIC")
+                await _hide_other_databases(conn)
         except BaseException:
             await engine.dispose()
             raise
@@ -246,19 +251,60 @@ class PostgresSchemas:
 
 
 async def _create_database(platform_url: str, name: str) -> None:
-    """``CREATE DATABASE name`` with the platform's connection, unless it exists."""
+    """``CREATE DATABASE name`` with the platform's connection, unless it exists. Replicas
+    starting at once on a fresh database (issue 20, item 2) take turns on an advisory lock;
+    a database created meanwhile by a platform that takes no lock is not an error either."""
     engine = create_engine(platform_url)
     try:
         async with engine.connect() as conn:
             conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
-            found = await conn.exec_driver_sql(
-                "SELECT 1 FROM pg_database WHERE datname = $1", (name,)
-            )
-            if found.first() is None:
-                try:
-                    await conn.exec_driver_sql(f"CREATE DATABASE {_quote(name)}")
-                except DBAPIError as exc:
-                    if getattr(exc.orig, "sqlstate", None) != "42P04":  # created meanwhile
-                        raise
+            await conn.exec_driver_sql(f"SELECT pg_advisory_lock({_CREATE_LOCK})")
+            try:
+                found = await conn.exec_driver_sql(
+                    "SELECT 1 FROM pg_database WHERE datname = $1", (name,)
+                )
+                if found.first() is None:
+                    try:
+                        await conn.exec_driver_sql(f"CREATE DATABASE {_quote(name)}")
+                    except DBAPIError as exc:
+                        # 42P04 duplicate_database; 23505: the catalog's unique index, when
+                        # two CREATE DATABASE race
+                        if getattr(exc.orig, "sqlstate", None) not in ("42P04", "23505"):
+                            raise
+            finally:
+                await conn.exec_driver_sql(f"SELECT pg_advisory_unlock({_CREATE_LOCK})")
     finally:
         await engine.dispose()
+
+
+_HIDDEN: Final = (
+    "pg_catalog.pg_database",
+    "pg_catalog.pg_stat_database",
+    "pg_catalog.pg_stat_database_conflicts",
+    "pg_catalog.pg_stat_activity",
+    "pg_catalog.pg_stat_ssl",
+    "pg_catalog.pg_stat_gssapi",
+    "pg_catalog.pg_prepared_xacts",
+    "pg_catalog.pg_replication_slots",
+    "pg_catalog.pg_stat_replication_slots",
+    "pg_catalog.pg_stat_progress_vacuum",
+    "pg_catalog.pg_stat_progress_analyze",
+    "pg_catalog.pg_stat_progress_cluster",
+    "pg_catalog.pg_stat_progress_create_index",
+    "pg_catalog.pg_stat_progress_copy",
+    "pg_catalog.pg_stat_progress_basebackup",
+    "pg_catalog.pg_shdescription",
+)
+"""Catalogs and views that name (or would let a role name) the cluster's other databases."""
+
+
+async def _hide_other_databases(conn: AsyncConnection) -> None:
+    """In the apps database ``PUBLIC`` may not read :data:`_HIDDEN`: an app's role sees no
+    other database's name (issue 19, finding 8). ``current_database()`` still names its
+    own; the platform's login (the catalogs' owner, or a superuser) still reads them all.
+    A login that owns none of them gets a warning from PostgreSQL and changes nothing."""
+    for relation in _HIDDEN:
+        found = await conn.exec_driver_sql("SELECT to_regclass($1)", (relation,))
+        if found.scalar() is not None:
+            # a name of the constant list above, never a caller's
+            await conn.exec_driver_sql(f"REVOKE SELECT ON {relation} FROM PUBLIC")  # noqa: S608

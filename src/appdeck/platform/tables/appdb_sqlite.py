@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import importlib
 import os
 import shutil
 import sqlite3
@@ -43,6 +44,12 @@ FILE_NAME = "app.db"
 _PROGRESS_STEPS = 1000
 """The progress handler runs every this many SQLite VM instructions."""
 _CLONE_FS = 0x00000200
+_DBCONFIG_DEFENSIVE = 1010
+MAX_LENGTH = 128 * 1024 * 1024
+"""The largest string, blob or row a statement on an app's file may make (SQLite's own limit
+is 1 GB): 100 columns of 1 MiB fit; ``randomblob(1e9)`` in the app's SQL is refused."""
+_TRIGGER_DEPTH = 4
+"""Nested triggers (ours nest one deep; the app's are refused before a write)."""
 _PRAGMAS = (
     "PRAGMA journal_mode = WAL",  # first: busy now, it is not waited for (see _open_confined)
     f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}",
@@ -233,11 +240,62 @@ def _open_confined(directory: Path, uid: int | None, deadline: _Deadline) -> sql
                 # rollback mode, go on in that mode (the next connection tries again).
                 if not pragma.endswith("WAL") or exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY:
                     raise
+        _harden(connection)
         connection.set_progress_handler(deadline.passed, _PROGRESS_STEPS)
     except BaseException:
         connection.close()
         raise
     return connection
+
+
+def _harden(connection: sqlite3.Connection) -> None:
+    """The file's content is the app's (issue 19, finding 6): ``SQLITE_DBCONFIG_DEFENSIVE``
+    (no ``writable_schema``, no shadow-table writes, no ``PRAGMA journal_mode=OFF``...) and
+    a bound on every string, blob and row a statement makes (:data:`MAX_LENGTH`), so that
+    no single step of the app's SQL (a check, a default, a generated column) can take
+    gigabytes. Triggers are :mod:`.guard`'s."""
+    setconfig = getattr(connection, "setconfig", None)  # Python 3.12 and later
+    if setconfig is not None:
+        setconfig(_DBCONFIG_DEFENSIVE, True)
+    else:
+        _defensive_by_handle(connection)
+    connection.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_LENGTH)
+    connection.setlimit(sqlite3.SQLITE_LIMIT_TRIGGER_DEPTH, _TRIGGER_DEPTH)
+
+
+def _defensive_by_handle(connection: sqlite3.Connection) -> None:
+    """Python 3.11's sqlite3 has no ``setconfig``: call ``sqlite3_db_config`` on the
+    connection's ``sqlite3 *``, the first field after the object header of CPython's
+    ``pysqlite_Connection``. The handle is checked first (the file it has open must be
+    ``app.db``) and the flag read back: anything unexpected refuses the connection."""
+    lib = _sqlite_library()
+    handle = ctypes.c_void_p.from_address(id(connection) + object.__basicsize__).value
+    if not handle:
+        raise sqlite3.OperationalError("no SQLite handle to make defensive")
+    named = lib.sqlite3_db_filename(ctypes.c_void_p(handle), b"main")
+    if named is None or os.path.basename(named.decode("utf-8", "replace")) != FILE_NAME:
+        raise sqlite3.OperationalError("the SQLite handle is not this connection's")
+    on = ctypes.c_int(-1)
+    lib.sqlite3_db_config(
+        ctypes.c_void_p(handle), _DBCONFIG_DEFENSIVE, ctypes.c_int(1), ctypes.byref(on)
+    )
+    if on.value != 1:
+        raise sqlite3.OperationalError("SQLite refused SQLITE_DBCONFIG_DEFENSIVE")
+
+
+_LIBRARY: list[ctypes.CDLL] = []
+
+
+def _sqlite_library() -> ctypes.CDLL:
+    """The SQLite library the ``sqlite3`` module uses (its ``_sqlite3`` extension's)."""
+    if not _LIBRARY:
+        extension = importlib.import_module("_sqlite3").__file__
+        lib = ctypes.CDLL(extension)
+        lib.sqlite3_db_filename.restype = ctypes.c_char_p
+        lib.sqlite3_db_filename.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+        lib.sqlite3_db_config.restype = ctypes.c_int
+        _LIBRARY.append(lib)
+    return _LIBRARY[0]
 
 
 def _confine_thread(directory: Path) -> None:

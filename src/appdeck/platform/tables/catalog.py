@@ -21,7 +21,7 @@ from typing import Any, Final, Literal, Protocol
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from appdeck.platform.tables import names
+from appdeck.platform.tables import names, values
 
 Dialect = Literal["sqlite", "postgresql"]
 ColumnType = Literal["text", "integer", "real", "boolean", "timestamp", "json", "uuid"]
@@ -372,9 +372,11 @@ def _json_list(text: str | None) -> Any:
     if text is None or len(text) > 100_000:
         return None
     try:
-        return json.loads(text)
-    except ValueError:
+        loaded = json.loads(text)
+    except (ValueError, RecursionError):
         return None
+    # an app's own default deeper than a value may be is shown as its SQL text
+    return loaded if values.depth(loaded) <= values.MAX_JSON_DEPTH else None
 
 
 # -- defaults ------------------------------------------------------------------------------

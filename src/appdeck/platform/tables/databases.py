@@ -26,7 +26,7 @@ from appdeck.common.errors import InvalidArgument, QuotaExceeded, Unavailable
 from appdeck.platform.crypto import Sealer
 from appdeck.platform.runtime.appdb import DatabaseGrant
 from appdeck.platform.tables.appdb_postgres import PostgresSchemas
-from appdeck.platform.tables.appdb_sqlite import SqliteFiles
+from appdeck.platform.tables.appdb_sqlite import MAX_LENGTH, SqliteFiles
 
 Dialect = Literal["sqlite", "postgresql"]
 
@@ -91,6 +91,19 @@ class AppDatabases:
         except DBAPIError as exc:
             if self._backend.is_timeout(exc):
                 raise QueryTimeout(timeout_s) from None
+            if "string or blob too big" in str(exc.orig):
+                raise InvalidArgument(
+                    "a value or row in this statement is larger than the "
+                    f"{MAX_LENGTH // 2**20} MiB the table tools handle (the app's own data, "
+                    "or its own check, default or generated column)",
+                    hint="nothing was written",
+                ) from None
+            if type(exc.orig).__name__ == "InvalidCachedStatementError":
+                # the app changed the table (through DATABASE_URL) under a statement this
+                # engine had prepared; the driver has forgotten its statements now
+                raise Unavailable(
+                    "the table changed while the statement ran", hint="retry the call"
+                ) from None
             if getattr(exc.orig, "sqlstate", None) == "53300":  # too_many_connections
                 raise Unavailable(
                     "the app's database has all the connections it may open in use",
@@ -114,6 +127,16 @@ class AppDatabases:
 
     async def close(self) -> None:
         await self._backend.close()
+
+
+def forget_prepared_statements(conn: AsyncConnection) -> None:
+    """The schema of the app's database changed in ``conn``'s transaction: every connection
+    of its engine prepares its statements again (issue 20, item 13: asyncpg keeps prepared
+    statements per connection, and one whose result types changed fails once,
+    ``InvalidCachedStatementError``). SQLite keeps none: nothing to do."""
+    invalidate = getattr(conn.dialect, "_invalidate_schema_cache", None)
+    if callable(invalidate):  # SQLAlchemy's asyncpg dialect: statements cached before now
+        invalidate()
 
 
 def _check_app_id(app_id: int) -> None:

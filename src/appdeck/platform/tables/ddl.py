@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
 from appdeck.common.errors import InvalidArgument
-from appdeck.platform.tables import limits, names
+from appdeck.platform.tables import limits, names, values
 from appdeck.platform.tables.catalog import PG_TYPES, SQLITE_TYPES, TYPES, Column, Dialect, Index
 from appdeck.platform.tables.names import quote
 
@@ -49,6 +49,12 @@ def check_default(col_type: str, value: Any, *, field: str) -> Any:
     ``YYYY-MM-DDTHH:MM:SS.ffffffZ``, a uuid in lowercase); else :class:`InvalidArgument`."""
     if value is None:
         return None
+    if col_type == "json" and values.depth(value) > values.MAX_JSON_DEPTH:
+        raise InvalidArgument(  # before anything else: json.dumps recurses
+            f"{field}: a json default may nest arrays and objects at most "
+            f"{values.MAX_JSON_DEPTH} levels deep",
+            field=field,
+        )
     normal = _normal(col_type, value)
     if normal is None:
         raise InvalidArgument(

@@ -33,6 +33,7 @@ from appdeck.platform.apps import AppService
 from appdeck.platform.tables import (
     catalog,
     filters,
+    guard,
     limits,
     names,
     results,
@@ -102,7 +103,7 @@ class RecordService:
         """Insert 1 to 1,000 rows; their ids, in order. All or nothing."""
         await self._apps.load(principal, app_id, "table.write")
         async with self._tx(app_id) as conn:
-            schema = await self._schema(conn, table)
+            schema = await self._writable(conn, table)
             prepared = writes.prepare_rows(rows, schema, self.dialect, key=None)
             return await writes.insert(conn, schema, self.dialect, prepared, on=None)
 
@@ -113,7 +114,7 @@ class RecordService:
         column). Their ids, in order."""
         await self._apps.load(principal, app_id, "table.write")
         async with self._tx(app_id) as conn:
-            schema = await self._schema(conn, table)
+            schema = await self._writable(conn, table)
             key = writes.unique_key(schema, on)
             prepared = writes.prepare_rows(rows, schema, self.dialect, key=key)
             ids = await writes.insert(conn, schema, self.dialect, prepared, on=key)
@@ -134,7 +135,7 @@ class RecordService:
         """Set ``changes`` on the row ``id`` or on the rows matching ``filter``; how many."""
         await self._apps.load(principal, app_id, "table.write")
         async with self._tx(app_id) as conn:
-            schema = await self._schema(conn, table)
+            schema = await self._writable(conn, table)
             target = filters.table_of(schema)
             cond = writes.required_target(schema, target, self.dialect, id, filter, "update")
             sets = writes.prepare_changes(changes, schema, self.dialect)
@@ -153,7 +154,7 @@ class RecordService:
         """Delete the row ``id`` or the rows matching ``filter``; how many."""
         await self._apps.load(principal, app_id, "table.write")
         async with self._tx(app_id) as conn:
-            schema = await self._schema(conn, table)
+            schema = await self._writable(conn, table)
             target = filters.table_of(schema)
             cond = writes.required_target(schema, target, self.dialect, id, filter, "delete")
             return int((await conn.execute(sa.delete(target).where(cond))).rowcount)
@@ -202,7 +203,8 @@ class RecordService:
             cond = filters.where(query.filter, schema, target, self.dialect)
             sort_spec = [[k.column.name, k.descending] for k in keys]
             qhash = filters.query_hash("list", app_id, schema.name, query.filter, sort_spec)
-            read = tuple(dict.fromkeys([*shown, *(k.column for k in keys)]))
+            # by name: a Column is not hashable when its default is a list or an object
+            read = tuple({c.name: c for c in [*shown, *(k.column for k in keys)]}.values())
             # the page's ids first, then its rows: only they are read in full
             ident = target.c[names.ID]
             page = sa.select(ident)
@@ -322,6 +324,12 @@ class RecordService:
                 f"the database refused the statement ({_sqlstate(error)})",
                 hint="nothing was written",
             ) from None
+
+    async def _writable(self, conn: AsyncConnection, table: Any) -> TableSchema:
+        """The table's schema, when writing to it runs no code of the app's (:mod:`guard`)."""
+        schema = await self._schema(conn, table)
+        await guard.refuse_app_triggers(conn, self.dialect, schema.name)
+        return schema
 
     async def _schema(self, conn: AsyncConnection, table: Any) -> TableSchema:
         name = names.check_table(table)

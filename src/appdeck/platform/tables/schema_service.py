@@ -32,8 +32,9 @@ from appdeck.common.identity import Principal
 from appdeck.platform.apps import AppService, AppView
 from appdeck.platform.changes import Change, ChangeFeed, Kind
 from appdeck.platform.tables import alter as plans
-from appdeck.platform.tables import catalog, ddl, limits, names
+from appdeck.platform.tables import catalog, ddl, guard, limits, names
 from appdeck.platform.tables.catalog import Column, Databases, Dialect, TableSchema
+from appdeck.platform.tables.databases import forget_prepared_statements
 
 log = logging.getLogger("appdeck.tables")
 
@@ -161,6 +162,7 @@ class TableService:
                     f"{schema.row_estimate} row(s)? This cannot be undone.",
                     what=f"dropping table {name}",
                 )
+            await guard.refuse_app_triggers(conn, self.dialect, name, itself=False)
             statements = ddl.fulltext_drop(self.dialect, name) if schema.fulltext else []
             statements.append(f"DROP TABLE {names.quote(name)}")
             await self._run(conn, statements, field="table")
@@ -202,6 +204,8 @@ class TableService:
                     f"({current.row_estimate} row(s))? It will {lost}. This cannot be undone.",
                     what=f"the change to table {name}",
                 )
+            if any(step.rewrites_table for step in plan.steps):  # SQLite: DROP TABLE the old
+                await guard.refuse_app_triggers(conn, self.dialect, name, itself=False)
             await self._apply(conn, name, plan)
             after = await self._schema(conn, name, estimate=True)
         await self._changed(view, name, "table.updated")
@@ -261,6 +265,8 @@ class TableService:
                 if _timed_out(exc):
                     raise  # AppDatabases.transaction makes it QueryTimeout
                 raise _refused(exc, field, what) from None
+            finally:
+                forget_prepared_statements(conn)
 
     async def _changed(self, view: AppView, table: str, kind: Kind) -> None:
         app = view.app
