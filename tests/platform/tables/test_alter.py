@@ -303,3 +303,29 @@ async def test_a_refusal_names_the_step_and_never_quotes_a_value(env: Env) -> No
         await env.tables.alter(env.on.alice, env.app_id, "items", convert)
     assert "secret-abc" not in str(refused.value.to_dict())
     assert await snapshot(env) == before
+
+
+async def test_a_rebuild_deletes_no_row_of_a_table_referencing_it_on_delete_cascade(
+    env: Env,
+) -> None:
+    """SQLite rebuilds a table for most changes (DROP TABLE of the old one): with foreign keys
+    enforced, that deleted every row of an app table referencing it ON DELETE CASCADE."""
+    async with env.dbs.transaction(env.app_id) as conn:  # the app's own table, its own key
+        await conn.execute(
+            sa.text(
+                "CREATE TABLE reviews (id INTEGER PRIMARY KEY, item BIGINT NOT NULL "
+                "REFERENCES items (id) ON DELETE CASCADE, body TEXT)"
+            )
+        )
+        await conn.execute(
+            sa.text("INSERT INTO reviews (id, item, body) VALUES (1, 1, 'a'), (2, 2, 'b')")
+        )
+    done = await env.tables.alter(
+        env.on.alice, env.app_id, "items", [Change("set_default", column="price", default=3.0)]
+    )
+    assert done.applied
+    async with env.dbs.transaction(env.app_id) as conn:
+        kept = (await conn.execute(sa.text("SELECT item, body FROM reviews ORDER BY id"))).all()
+        assert [tuple(r) for r in kept] == [(1, "a"), (2, "b")]
+        if env.dbs.dialect == "sqlite":  # enforced again after the change
+            assert (await conn.execute(sa.text("PRAGMA foreign_keys"))).scalar() == 1

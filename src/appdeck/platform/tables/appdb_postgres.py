@@ -130,7 +130,7 @@ class PostgresSchemas:
 
     @asynccontextmanager
     async def transaction(
-        self, app_id: int, *, timeout_s: float, readonly: bool
+        self, app_id: int, *, timeout_s: float, readonly: bool, cascades: bool = True
     ) -> AsyncIterator[AsyncConnection]:
         async with self._engines.using(app_id) as engine, engine.connect() as conn:
             await conn.begin()

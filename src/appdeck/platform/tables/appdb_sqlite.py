@@ -28,14 +28,14 @@ import weakref
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Literal
+from typing import Final, Literal
 
 import aiosqlite
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import AsyncAdaptedQueuePool
 
-from appdeck.common.errors import Unavailable
+from appdeck.common.errors import InvalidArgument, Unavailable
 from appdeck.platform.runtime.appdb import DATA_DIR, DatabaseGrant
 from appdeck.platform.tables.engines import EngineCache
 from appdeck.storage.engine import SQLITE_BUSY_TIMEOUT_MS, WRITE_ATTEMPTS, is_locked
@@ -99,23 +99,31 @@ class SqliteFiles:
 
     @asynccontextmanager
     async def transaction(
-        self, app_id: int, *, timeout_s: float, readonly: bool
+        self, app_id: int, *, timeout_s: float, readonly: bool, cascades: bool = True
     ) -> AsyncIterator[AsyncConnection]:
         async with self._engines.using(app_id) as engine, engine.connect() as conn:
             raw = await conn.get_raw_connection()
             assert isinstance(raw.driver_connection, aiosqlite.Connection)
             deadline = self._deadlines[raw.driver_connection]
             deadline.at = time.monotonic() + timeout_s
+            if not cascades:  # only outside a transaction (SQLite ignores it inside one)
+                await conn.exec_driver_sql("PRAGMA foreign_keys = OFF")
             try:
                 await _begin(conn, readonly=readonly, until=deadline.at)
                 try:
+                    broken = set() if cascades else await _broken_keys(conn)
                     yield conn
+                    if not cascades:
+                        await _refuse_new_broken_keys(conn, broken)
                 except BaseException:
                     await conn.rollback()
                     raise
                 await conn.commit()
             finally:
                 deadline.at = 0.0
+                if not cascades:
+                    with contextlib.suppress(Exception):
+                        await conn.exec_driver_sql("PRAGMA foreign_keys = ON")
                 if readonly:
                     with contextlib.suppress(Exception):
                         await conn.exec_driver_sql("PRAGMA query_only = OFF")
@@ -185,6 +193,27 @@ class SqliteFiles:
 
     async def close(self) -> None:
         await self._engines.close()
+
+
+MAX_BROKEN_KEYS: Final = 10_000
+"""Rows of ``PRAGMA foreign_key_check`` read (an app may have broken its own keys already)."""
+
+
+async def _broken_keys(conn: AsyncConnection) -> set[tuple[object, ...]]:
+    """(table, rowid, parent, fk id) of every row whose foreign key points at nothing."""
+    result = await conn.exec_driver_sql("PRAGMA foreign_key_check")
+    return {tuple(row) for row in result.fetchmany(MAX_BROKEN_KEYS)}
+
+
+async def _refuse_new_broken_keys(conn: AsyncConnection, before: set[tuple[object, ...]]) -> None:
+    new = sorted((await _broken_keys(conn)) - before, key=str)
+    if new:
+        table, rowid, parent = new[0][0], new[0][1], new[0][2]
+        raise InvalidArgument(
+            f"the change would leave row id {rowid} of table {table} pointing at no row of "
+            f"{parent} (a foreign key); nothing was changed",
+            hint="change or delete the referencing rows first",
+        )
 
 
 async def _begin(conn: AsyncConnection, *, readonly: bool, until: float) -> None:

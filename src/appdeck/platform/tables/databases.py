@@ -49,7 +49,7 @@ class _Backend(Protocol):
     def dialect(self) -> Dialect: ...
 
     def transaction(
-        self, app_id: int, *, timeout_s: float, readonly: bool
+        self, app_id: int, *, timeout_s: float, readonly: bool, cascades: bool = True
     ) -> AbstractAsyncContextManager[AsyncConnection]: ...
 
     async def grant(self, app_id: int, *, sandboxed: bool) -> DatabaseGrant: ...
@@ -73,11 +73,19 @@ class AppDatabases:
 
     @asynccontextmanager
     async def transaction(
-        self, app_id: int, *, timeout_s: float = 5.0, readonly: bool = False
+        self,
+        app_id: int,
+        *,
+        timeout_s: float = 5.0,
+        readonly: bool = False,
+        cascades: bool = True,
     ) -> AsyncIterator[AsyncConnection]:
         """One transaction on the app's own database (created on first use), committed on
         normal exit, rolled back on an exception. A statement past ``timeout_s`` is stopped
-        and :class:`QueryTimeout` raised. ``readonly``: writes are refused."""
+        and :class:`QueryTimeout` raised. ``readonly``: writes are refused. ``cascades``
+        False (SQLite; PostgreSQL has no need): foreign keys are not enforced in it, so
+        dropping a table being rebuilt deletes no row of a table referencing it; the commit
+        is refused if the transaction left a foreign key broken that was not before."""
         _check_app_id(app_id)
         if not 0 < timeout_s <= MAX_TIMEOUT_S:
             raise InvalidArgument(f"timeout_s must be in (0, {MAX_TIMEOUT_S:g}]")
@@ -85,7 +93,7 @@ class AppDatabases:
             await self.place(app_id)
         try:
             async with self._backend.transaction(
-                app_id, timeout_s=timeout_s, readonly=readonly
+                app_id, timeout_s=timeout_s, readonly=readonly, cascades=cascades
             ) as conn:
                 yield conn
         except DBAPIError as exc:

@@ -185,7 +185,11 @@ class TableService:
         name = names.check_table(table)
         if any(c.op == "drop_column" for c in changes) and not dry_run:
             await self._apps.load(principal, app_id, "table.drop")
-        async with self._transaction(app_id, readonly=dry_run) as conn:
+        # SQLite rebuilds a table (DROP TABLE of the old one): with foreign keys enforced,
+        # that deleted the rows of every table referencing it ON DELETE CASCADE
+        async with self._dbs.transaction(
+            app_id, timeout_s=limits.QUERY_TIMEOUT_S, readonly=dry_run, cascades=dry_run
+        ) as conn:
             current = await self._schema(conn, name, estimate=True)
             if not dry_run and self.dialect == "postgresql":
                 # no change by the app between the schema read and the plan's last step
