@@ -210,9 +210,11 @@ class DeploymentStore:
         instance_id: str | None = None,
         lease: Lease | None = None,
         spec: dict[str, Any] | None = None,
+        env: str | None = None,
     ) -> DeploymentRecord:
         """Write a step: the new state and/or message (appended to the history) and traffic
-        (``spec``: the release's frozen spec, changed only by a scale of the live release).
+        (``spec``: the release's frozen spec, changed only by a scale of the live release;
+        ``env``: its frozen env, sealed, changed only by a restart of the live release).
 
         With ``lease`` (the app's, :mod:`appdeck.storage.app_locks`) the write happens only
         while the lease is still held: else :class:`Fenced`, and nothing was written."""
@@ -230,6 +232,8 @@ class DeploymentStore:
             values["instance_id"] = instance_id
         if spec is not None:
             values["spec"] = spec
+        if env is not None:
+            values["env"] = env
         if state is not None or message is not None:
             step = {"at": now, "state": state or current.state, "message": (message or "")[:500]}
             values["steps"] = [*current.steps, step][-100:]

@@ -718,3 +718,23 @@ async def test_a_stopped_app_stays_stopped_on_every_replica_and_after_a_restart(
     assert (started.stopped, started.running) == (False, 3)
     assert restarted.serves(SHOP_HOST) == release
     assert await rig.states() == {1: "live"}  # no new release for any of it
+
+
+async def test_a_restart_runs_the_apps_current_env_and_records_it(rig: Rig) -> None:
+    """restart_app is what an agent calls after env_vars: it ran the release's frozen env."""
+    assert await rig.deploy() == "live"
+    started: list[dict[str, str]] = []
+    start = rig.runtime.start
+
+    async def recording(release: Release, index: int) -> Instance:
+        started.append(dict(release.env))
+        return await start(release, index)
+
+    rig.runtime.start = recording  # type: ignore[method-assign]
+    await rig.env.set_vars(rig.alice, rig.app_id, {"GREETING": "hello again"}, secret=False)
+    record = await rig.ops.restart(rig.alice, rig.app_id)
+    assert started, "the restart started no instance"
+    assert all(env.get("GREETING") == "hello again" for env in started)
+    app = (await rig.apps.get(rig.alice, rig.app_id)).app
+    assert rig.deploys.release_of(app, record).env.get("GREETING") == "hello again"
+    assert not app.needs_restart

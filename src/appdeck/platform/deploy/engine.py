@@ -488,6 +488,13 @@ class DeployService:
         """A rollout of ``release`` from nothing (starting it cold, or replacing instances)."""
         return rollout.Rollout(self.runtime, self.router, release, None, [], progress, self.sleep)
 
+    async def fresh_env(self, app_id: int, record: DeploymentRecord) -> tuple[dict[str, str], str]:
+        """The env a restart of ``record`` runs with: the app's env vars now, over the release's
+        frozen spec defaults; and that env frozen and sealed, for the record."""
+        env = await self._env.resolved(app_id, dict(record.spec.get("env") or {}))
+        secret = await self._env.secret_names(app_id)
+        return env, self._sealer.seal(frozen_env.freeze(env, secret))
+
     def release_of(self, app: AppRecord, record: DeploymentRecord) -> Release:
         """The release a deployment record describes (its frozen spec and env)."""
         env, secret = frozen_env.thaw(self._sealer.open(record.env))

@@ -10,6 +10,8 @@ live replica drives is left alone.
 
 from __future__ import annotations
 
+import dataclasses
+
 import contextlib
 import logging
 from collections.abc import Iterator
@@ -149,7 +151,11 @@ class Operations:
                 raise FailedPrecondition(
                     "the app has no live release to restart", hint="deploy_app first"
                 )
-            release = s.release_of(app, live)
+            # the env vars as they are now (what a restart after env_vars is for); the spec
+            # stays the release's
+            env, sealed = await s.fresh_env(app_id, live)
+            frozen = s.release_of(app, live)
+            release = dataclasses.replace(frozen, env=env)
             plan = s.plan(release, progress)
             serving = {i.index: i for i in await s.instances_of(release)}
             try:
@@ -159,7 +165,11 @@ class Operations:
             with _fenced(app_id):
                 held.check()
                 record = await s.store.update(
-                    app_id, live.number, message="Restarted (rolling)", lease=held.lease
+                    app_id,
+                    live.number,
+                    message="Restarted (rolling) with the app's current env",
+                    env=sealed,
+                    lease=held.lease,
                 )
             await s.apps.store.update(app_id, needs_restart=False)
             await s.announce(app, record)
