@@ -10,9 +10,8 @@ live replica drives is left alone.
 
 from __future__ import annotations
 
-import dataclasses
-
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Protocol
