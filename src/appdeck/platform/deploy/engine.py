@@ -39,6 +39,7 @@ from appdeck.platform.apps import AppService
 from appdeck.platform.changes import Change, ChangeFeed
 from appdeck.platform.crypto import Sealer
 from appdeck.platform.deploy import rollout, states
+from appdeck.platform.deploy.aborts import RoutesFirst, abort_held, plan_abort
 from appdeck.platform.deploy.ingress_router import published
 from appdeck.platform.deploy.locks import AppLocks, Hold
 from appdeck.platform.deploy.ports import (
@@ -108,7 +109,7 @@ class DeployService:
         self._sources = sources
         self._env = env
         self.store = store
-        self.runtime: RuntimePort = _RoutesFirst(runtime, lambda: self.router)
+        self.runtime: RuntimePort = RoutesFirst(runtime, lambda: self.router)
         """The runtime, stopping an instance only once this replica's route changes reached
         the others (their ingresses must not send traffic to it)."""
         self.router = router
@@ -348,11 +349,11 @@ class DeployService:
         except Fenced:
             raise  # quietly: whoever holds the app now cleans up
         except (BuildFailed, rollout.RolloutFailed) as exc:
-            await _abort(held, self.runtime, self.router, new, old, old_instances)
+            await abort_held(held, self.runtime, self.router, new, old, old_instances)
             await step(f"Failed: {exc}", 0, state=states.FAILED)
             return record
         except rollout.CanaryRejected as exc:
-            await _abort(held, self.runtime, self.router, new, old, old_instances)
+            await abort_held(held, self.runtime, self.router, new, old, old_instances)
             await step(f"Rolled back automatically: {exc}", 0, state=states.ROLLED_BACK)
             return record
         except asyncio.CancelledError:
@@ -363,12 +364,12 @@ class DeployService:
             raise
         except AppDeckError as exc:  # refused by a rule (a checkout, a path): said as it is
             log.warning("deployment %s failed: %s", record.release_id, exc.message)
-            await _abort(held, self.runtime, self.router, new, old, old_instances)
+            await abort_held(held, self.runtime, self.router, new, old, old_instances)
             await step(f"Failed: {exc.message}", 0, state=states.FAILED)
             return record
         except Exception:  # a bug: the log has the traceback; the caller never a class name
             log.exception("deployment %s failed", record.release_id)
-            await _abort(held, self.runtime, self.router, new, old, old_instances)
+            await abort_held(held, self.runtime, self.router, new, old, old_instances)
             await step("Failed: internal error (the server's log has the details)", 0,
                        state=states.FAILED)  # fmt: skip
             return record
@@ -434,7 +435,7 @@ class DeployService:
             if current is None or current.state not in states.IN_PROGRESS:
                 return True  # it ended meanwhile
             # Traffic goes back to the live release on every replica first; the runtime's
-            # stop waits for that broadcast (see _RoutesFirst) before any signal is sent.
+            # stop waits for that broadcast (see aborts.RoutesFirst) before any signal is sent.
             await self.route_live(app)
             await self.runtime.stop(current.release_id)
             failed = await self.store.update(
@@ -539,78 +540,11 @@ class DeployService:
         return [Backend(release_id, 100, tuple(upstreams))]
 
 
-class _RoutesFirst:
-    """A runtime whose ``stop`` waits (bounded) for the route changes made so far to reach
-    the other replicas: every strategy moves traffic off instances before stopping them,
-    and another replica's ingress must have moved too."""
-
-    def __init__(self, runtime: RuntimePort, router: Callable[[], RouterPort]) -> None:
-        self._runtime = runtime
-        self._router = router
-
-    async def prepare(self, release: Release) -> None:
-        await self._runtime.prepare(release)
-
-    async def start(self, release: Release, index: int) -> Instance:
-        return await self._runtime.start(release, index)
-
-    async def wait_healthy(self, release: Release, instance: Instance, within_s: float) -> bool:
-        return await self._runtime.wait_healthy(release, instance, within_s)
-
-    async def why_unhealthy(self, release: Release, instance: Instance) -> str:
-        return await self._runtime.why_unhealthy(release, instance)
-
-    async def stop(self, release_id: str, index: int | None = None) -> None:
-        await published(self._router())
-        await self._runtime.stop(release_id, index)
-
-    async def running(self, release_id: str) -> list[Instance]:
-        return await self._runtime.running(release_id)
-
-    async def adopt(self, release: Release) -> list[Instance]:
-        return await self._runtime.adopt(release)
-
-    async def crash_looping(self, release_id: str) -> bool:
-        return await self._runtime.crash_looping(release_id)
-
-
 def _in_progress(record: DeploymentRecord) -> Conflict:
     return Conflict(
         f"deployment {record.number} of this app is still {record.state}",
         hint="wait for it (list_deployments) before deploying again",
     )
-
-
-async def _abort(
-    held: Hold,
-    runtime: RuntimePort,
-    router: RouterPort,
-    new: Release,
-    old: Release | None,
-    old_instances: list[Any],
-) -> None:
-    """:func:`plan_abort` under the app's lease, confirmed first: a route broadcast carries
-    no fence, so a holder that lost the lease (paused past it, say) must not route the app
-    back over what its new holder did; it stops quietly (``Fenced``)."""
-    if held.lost or not await held.confirm():
-        raise Fenced(f"app {new.app_id}: the lease fenced {held.lease.fence} was lost")
-    await plan_abort(runtime, router, new, old, old_instances)
-
-
-async def plan_abort(
-    runtime: RuntimePort,
-    router: RouterPort,
-    new: Release,
-    old: Release | None,
-    old_instances: list[Any],
-) -> None:
-    if old is not None and old_instances:
-        router.route(
-            new.route, [Backend(old.release_id, 100, tuple(i.upstream for i in old_instances))]
-        )
-    else:
-        router.unroute(new.route)
-    await runtime.stop(new.release_id)
 
 
 from appdeck.platform.deploy.operations import Operations as Operations  # noqa: E402
