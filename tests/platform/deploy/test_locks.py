@@ -43,7 +43,9 @@ async def test_two_operations_of_one_replica_are_two_holders(storage: Storage) -
 async def test_a_hold_taken_over_knows_it_lost_the_app_and_stops_writing(
     storage: Storage,
 ) -> None:
-    a, b = _locks(storage, "a", ttl=0.6), _locks(storage, "b", ttl=0.6)
+    # b's lease is a minute: it is never renewed here (not started), and must outlive a
+    # loaded machine's pauses until it is checked at the end
+    a, b = _locks(storage, "a", ttl=0.6), _locks(storage, "b", ttl=60)
     held = await a.try_take(7)
     assert held is not None
     held.start()
