@@ -22,6 +22,7 @@ from tests.auth.server.helpers import parse_consent, pkce_pair, query_of
 from tests.e2e.helpers import Inbox, official_client, open_get, rpc, sse_headers
 from tests.support.mcp import INIT, Event, headers, initialize, parse_sse, request
 from tests.support.replicas import Replicas, run_replicas
+from tests.support.wait import until
 
 pytestmark = pytest.mark.e2e
 
@@ -34,9 +35,25 @@ async def replicas(
         yield started
 
 
+SLOW_BACKSTOPS = {"APPDECK_AUTH_TRUST_SECONDS": "3600", "APPDECK_KEEPALIVE_SECONDS": "3600"}
+"""The revoked-token list re-read and the stream keepalive (which reads a closed session's
+tombstone) only once an hour: what such a test sees within minutes came by the signal
+between replicas, so its bound can have a loaded machine's margin and still prove that."""
+
+
+@pytest.fixture
+async def signalled_replicas(
+    postgres_test_database: str, redis_prefix: str, tmp_path: Path
+) -> AsyncIterator[Replicas]:
+    async with run_replicas(
+        postgres_test_database, redis_prefix, tmp_path, extra_env=SLOW_BACKSTOPS
+    ) as started:
+        yield started
+
+
 async def test_one_session_is_served_by_all_three_replicas(replicas: Replicas) -> None:
     inbox = Inbox()
-    async with asyncio.timeout(60), official_client(replicas, inbox) as client:  # type: ignore[arg-type]
+    async with asyncio.timeout(180), official_client(replicas, inbox) as client:  # type: ignore[arg-type]
         for _ in range(6):
             tools = await client.list_tools()
             assert any(t.name == "appdeck_test_count" for t in tools.tools)
@@ -151,13 +168,14 @@ async def test_two_thousand_task_notifications_arrive_once_in_order_across_a_kil
     ):
         sid = await initialize(lb)
         reader = Numbered(lb, sid)  # GETs go to C first
-        first = asyncio.create_task(reader.read(lambda r: len(r.numbers) >= 300, within=30))
-        await asyncio.sleep(0.5)  # the GET is open on C before the task starts
+        first = asyncio.create_task(reader.read(lambda r: len(r.numbers) >= 300, within=120))
+        # the GET is open on C (listening before its 200) before the task starts
+        await until(lambda: reader.connections >= 1, within=60)
         created = await _start_count(on_a, sid, 2000, per_second=400, task=True)
         assert created["result"]["task"]["status"] == "working", created
         await first
         await c.kill()  # kill -9 mid-stream: the proxy moves the next GET to A
-        await reader.read(lambda r: len(r.numbers) >= 2000, within=60)
+        await reader.read(lambda r: len(r.numbers) >= 2000, within=180)
         assert reader.numbers == list(range(1, 2001))
         assert 2 <= reader.connections <= 3  # live delivery: reconnects only for the kill
 
@@ -185,9 +203,9 @@ async def test_a_closed_post_stream_is_resumed_on_other_replicas_without_loss(
         assert reader.numbers == list(range(1, 101)), reader.numbers[:5]
         assert reader.last_id is not None
         # resumed with GET + Last-Event-ID: on C first; C dies; then on another replica
-        await reader.read(lambda r: len(r.numbers) >= 700, within=30)
+        await reader.read(lambda r: len(r.numbers) >= 700, within=120)
         await c.kill()
-        await reader.read(lambda r: bool(r.responses), within=60)
+        await reader.read(lambda r: bool(r.responses), within=180)
         assert reader.numbers == list(range(1, 2001))
         assert reader.responses[0]["id"] == 9
 
@@ -235,28 +253,30 @@ async def test_a_task_on_a_is_read_via_b_and_c_and_cancelled_via_b(replicas: Rep
     ):
         sid = await initialize(on_a)
         reader = Numbered(lb, sid)  # the task's notifications, on C's GET stream
-        listening = asyncio.create_task(reader.read(lambda r: False, within=60))
+        listening = asyncio.create_task(reader.read(lambda r: False, within=300))
         try:
-            await asyncio.sleep(0.5)
+            # the GET is open on C (listening before its 200) before the task starts
+            await until(lambda: reader.connections >= 1, within=60)
             created = await _start_count(on_a, sid, 10_000, per_second=100, task=True)
             task_id = created["result"]["task"]["taskId"]
             for http in (on_b, on_c):
                 got = await rpc(http, sid, "tasks/get", {"taskId": task_id}, id=3)
                 assert got["result"]["status"] == "working", got
-            await reader.wait_for(50, within=10)  # A is counting, C is delivering
+            await reader.wait_for(50, within=60)  # A is counting, C is delivering
             before = reader.numbers[-1]
             cancelled = await rpc(on_b, sid, "tasks/cancel", {"taskId": task_id}, id=4)
             assert cancelled["result"]["status"] == "cancelled", cancelled
             # the stream goes quiet (what A sent before the cancel may still be on its way)...
-            async with asyncio.timeout(15):
+            async with asyncio.timeout(120):
                 while True:
                     seen = len(reader.numbers)
                     await asyncio.sleep(2.5)  # past A's 2 s backstop re-read
                     if len(reader.numbers) == seen:
                         break
-            # ...and A counted at most a second (100 numbers) past what C had delivered when
-            # B was asked, plus what was in flight: it stopped within about a second
-            assert reader.numbers[-1] - before <= 100 + 50, (before, reader.numbers[-1])
+            # ...and A stopped far short of the 10,000 it would count: a count, not a time
+            # (about a second, 100 numbers, on a quiet machine; C's delivery lags A's counting
+            # by what a loaded machine makes of it, so up to 10 s of counting is allowed)
+            assert reader.numbers[-1] - before <= 1000, (before, reader.numbers[-1])
             assert reader.numbers == list(range(1, len(reader.numbers) + 1))
         finally:
             listening.cancel()
@@ -327,7 +347,7 @@ async def test_the_rate_limit_is_one_bucket_for_all_three_replicas(replicas: Rep
                 statuses.append(r.status_code)
 
         started = loop.time()
-        async with asyncio.timeout(60):
+        async with asyncio.timeout(300):
             await asyncio.gather(*(ping(i) for i in range(1000)))
         ended = loop.time()
     finally:
@@ -337,7 +357,10 @@ async def test_the_rate_limit_is_one_bucket_for_all_three_replicas(replicas: Rep
     assert resent <= 20, resent
     passed = statuses.count(200)
     most = 200 + 50 * (ended - began) + 5
-    least = min(1000, 200 - 2 + 50 * (ended - started)) * 0.85
+    # at least the burst, and half of what the bucket refilled meanwhile: a loaded machine
+    # may stall the three servers long enough for the bucket to fill up again, and what
+    # refills past full is lost (a split bucket would pass less: 1/3 of the burst each)
+    least = min(1000, 200 - 2 + 0.5 * 50 * (ended - started)) * 0.85
     assert least <= passed <= most, (passed, ended - started)
 
 
@@ -346,9 +369,13 @@ async def test_the_rate_limit_is_one_bucket_for_all_three_replicas(replicas: Rep
 REDIRECT = "http://127.0.0.1:33418/"
 
 
-async def test_consent_on_a_answered_on_b_redeemed_on_c_and_revoked_everywhere_within_a_second(
-    replicas: Replicas,
+async def test_consent_on_a_answered_on_b_redeemed_on_c_and_revoked_everywhere_by_the_signal(
+    signalled_replicas: Replicas,
 ) -> None:
+    """The revocation on A reaches B and C by the broadcast: their revoked-token list is
+    re-read from the database only once an hour here, so a refusal within the bound can come
+    from nothing else. (About 0.1 s on a quiet machine; 30 s is a loaded one's margin.)"""
+    replicas = signalled_replicas
     a, b, c = replicas.servers
     async with httpx.AsyncClient(timeout=15) as browser:
         registered = await browser.post(
@@ -411,7 +438,7 @@ async def test_consent_on_a_answered_on_b_redeemed_on_c_and_revoked_everywhere_w
         loop = asyncio.get_running_loop()
         asked = loop.time()
         refused: dict[str, float] = {}
-        async with asyncio.timeout(5):
+        async with asyncio.timeout(60):
             while len(refused) < 3:
                 for server in replicas.servers:
                     if server.origin in refused:
@@ -423,10 +450,14 @@ async def test_consent_on_a_answered_on_b_redeemed_on_c_and_revoked_everywhere_w
                     if r.status_code == 401:
                         refused[server.origin] = loop.time() - asked
                 await asyncio.sleep(0.05)
-        assert max(refused.values()) <= 1.0, refused
+        assert max(refused.values()) <= 30, refused
 
 
-async def test_a_delete_on_a_closes_the_sessions_stream_on_c(replicas: Replicas) -> None:
+async def test_a_delete_on_a_closes_the_sessions_stream_on_c(
+    signalled_replicas: Replicas,
+) -> None:
+    """By the signal: C's keepalive, which would find the session's tombstone, is an hour."""
+    replicas = signalled_replicas
     a = replicas.servers[0]
     async with (
         _http(replicas.origin, replicas.token) as lb,
@@ -449,11 +480,11 @@ async def test_a_delete_on_a_closes_the_sessions_stream_on_c(replicas: Replicas)
             loop = asyncio.get_running_loop()
             asked = loop.time()
             try:
-                async with asyncio.timeout(5):
+                async with asyncio.timeout(60):
                     await ended.wait()
             finally:
                 draining.cancel()
-            assert loop.time() - asked <= 1.0
+            assert loop.time() - asked <= 30  # about 0.1 s on a quiet machine
 
 
 # -- 5. requests to the client, answered and cancelled anywhere ----------------------------
@@ -470,7 +501,7 @@ async def test_an_elicitation_from_one_replica_is_answered_through_another(
 
     http = httpx2.AsyncClient(headers=replicas.auth_headers, timeout=httpx2.Timeout(10, read=60))
     async with (
-        asyncio.timeout(60),
+        asyncio.timeout(180),
         http,
         Client(
             streamable_http_client(replicas.url, http_client=http),
@@ -517,7 +548,8 @@ async def test_a_cancel_sent_to_b_stops_a_call_running_on_a(replicas: Replicas) 
 
         calling = asyncio.create_task(call())
         try:
-            await reader.wait_for(30, within=10)
+            await reader.wait_for(30, within=60)
+            before = reader.numbers[-1]
             cancel = {
                 "jsonrpc": "2.0",
                 "method": "notifications/cancelled",
@@ -525,11 +557,11 @@ async def test_a_cancel_sent_to_b_stops_a_call_running_on_a(replicas: Replicas) 
             }
             sent = await on_b.post("/mcp", json=cancel, headers=headers(sid))
             assert sent.status_code == 202, sent.text
-            loop = asyncio.get_running_loop()
-            asked = loop.time()
-            async with asyncio.timeout(5):
+            async with asyncio.timeout(120):
                 await ended.wait()
-            assert loop.time() - asked <= 1.0
+            # A stopped far short of the 10,000 it would count: bounded by A's own count
+            # (100/s), not by the wall clock of a loaded machine (about 100 on a quiet one)
+            assert reader.numbers[-1] - before <= 1000, (before, reader.numbers[-1])
         finally:
             calling.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -119,8 +119,8 @@ class Replica:
         await self.tasks.shutdown()
 
 
-async def until(check: Callable[[], bool], seconds: float = 5.0) -> None:
-    """Wait (bounded) until ``check()`` holds."""
+async def until(check: Callable[[], bool], seconds: float = 30.0) -> None:
+    """Wait (bounded: 30 s by default, a loaded machine's margin) until ``check()`` holds."""
     async with asyncio.timeout(seconds):
         while not check():  # noqa: ASYNC110 - a bounded poll of another replica's state
             await asyncio.sleep(0.01)

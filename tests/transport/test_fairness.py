@@ -101,13 +101,42 @@ LIST = {
 }
 
 
-async def _initialize(client: httpx.AsyncClient, url: str, token: str) -> tuple[int, str | None]:
-    r = await client.post(url, headers=_headers(token), json=INIT)
+RACES = (httpx.ReadError, httpx.RemoteProtocolError)
+"""What reusing a kept-alive connection just as the server closes it looks like."""
+
+
+async def _post(
+    client: httpx.AsyncClient,
+    url: str,
+    headers: dict[str, str],
+    body: object,
+    resent: Counter[str] | None,
+) -> httpx.Response:
+    """A POST. A's (``resent`` given) is sent again, at most twice and counted, when the
+    kept-alive connection it went on was closed under it: A's flood keeps its connections
+    alive, and on a loaded machine one can go idle past the server's 5 s and be closed as it
+    is reused (a ReadError that says nothing about fairness). B's is never sent again."""
+    for attempt in range(3):
+        try:
+            return await client.post(url, headers=headers, json=body)
+        except RACES:
+            if resent is None or attempt == 2:
+                raise
+            resent["A"] += 1
+    raise AssertionError("unreachable")
+
+
+async def _initialize(
+    client: httpx.AsyncClient, url: str, token: str, resent: Counter[str] | None
+) -> tuple[int, str | None]:
+    r = await _post(client, url, _headers(token), INIT, resent)
     return r.status_code, r.headers.get("mcp-session-id")
 
 
-async def _list(client: httpx.AsyncClient, url: str, token: str, session: str) -> int:
-    r = await client.post(url, headers=_headers(token, session), json=LIST)
+async def _list(
+    client: httpx.AsyncClient, url: str, token: str, session: str, resent: Counter[str] | None
+) -> int:
+    r = await _post(client, url, _headers(token, session), LIST, resent)
     if r.status_code == 200:
         assert "result" in r.json(), r.text
     return r.status_code
@@ -137,10 +166,14 @@ async def test_another_tenant_keeps_answers_while_one_user_floods_sessions(
     b_seconds: list[float] = []
     done = asyncio.Event()
     limits = httpx.Limits(max_connections=IN_FLIGHT + 4)
+    resent: Counter[str] = Counter()
 
+    # B: every request on a new connection, so a failed one is the server's doing, never the
+    # race of a kept-alive connection closed as it was reused (B's requests are never resent)
+    fresh = httpx.Limits(max_keepalive_connections=0)
     async with (
-        httpx.AsyncClient(timeout=30, limits=limits) as a,
-        httpx.AsyncClient(timeout=30) as b,
+        httpx.AsyncClient(timeout=60, limits=limits) as a,
+        httpx.AsyncClient(timeout=60, limits=fresh) as b,
     ):
         queue: asyncio.Queue[int] = asyncio.Queue()
         for i in range(FLOOD):
@@ -149,24 +182,24 @@ async def test_another_tenant_keeps_answers_while_one_user_floods_sessions(
         async def flooder() -> None:
             while not queue.empty():
                 i = queue.get_nowait()
-                status, session = await _initialize(a, server.url, tokens_a[i % 3])
+                status, session = await _initialize(a, server.url, tokens_a[i % 3], resent)
                 flood[status] += 1
                 if session is not None and i % 5 == 0:
-                    flood[await _list(a, server.url, tokens_a[i % 3], session)] += 1
+                    flood[await _list(a, server.url, tokens_a[i % 3], session, resent)] += 1
 
         async def user_b() -> None:
             while not done.is_set() or len(b_statuses) < 20:
                 started = time.monotonic()
-                status, session = await _initialize(b, server.url, token_b)
+                status, session = await _initialize(b, server.url, token_b, None)
                 b_seconds.append(time.monotonic() - started)
                 b_statuses.append(status)
                 if session is not None:
-                    b_statuses.append(await _list(b, server.url, token_b, session))
+                    b_statuses.append(await _list(b, server.url, token_b, session, None))
                 if len(b_statuses) >= 2000:  # bounded, whatever happens
                     return
                 await asyncio.sleep(0.02)  # a busy client, within its own rate limit
 
-        async with asyncio.timeout(600):
+        async with asyncio.timeout(900):
             watcher = asyncio.create_task(user_b())
             await asyncio.gather(*(flooder() for _ in range(IN_FLIGHT)))
             done.set()
@@ -178,6 +211,7 @@ async def test_another_tenant_keeps_answers_while_one_user_floods_sessions(
     # 429: A's own tokens' rate limits; 404: a tools/call on one of A's sessions that A's own
     # flood evicted meanwhile (initialize again, as a client does)
     assert set(flood) <= {200, 404, 429}, flood
+    assert resent["A"] <= FLOOD // 100, resent  # a rare race, not a server dropping requests
     # B: every initialize and every tools/call answered
     assert len(b_statuses) >= 20
     assert set(b_statuses) == {200}, Counter(b_statuses)
@@ -187,6 +221,7 @@ async def test_another_tenant_keeps_answers_while_one_user_floods_sessions(
     assert owners["other"] <= PER_USER, owners
     b_ms = sorted(1000 * x for x in b_seconds)
     print(
-        f"\nA: {dict(flood)}; B: {len(b_statuses)} requests, all 200, initialize median "
-        f"{statistics.median(b_ms):.1f} ms, max {b_ms[-1]:.1f} ms; sessions {owners}"
+        f"\nA: {dict(flood)} ({resent['A']} resent); B: {len(b_statuses)} requests, all 200, "
+        f"initialize median {statistics.median(b_ms):.1f} ms, max {b_ms[-1]:.1f} ms; "
+        f"sessions {owners}"
     )

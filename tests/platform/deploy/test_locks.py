@@ -20,9 +20,11 @@ def _locks(storage: Storage, instance: str, ttl: float = 15.0) -> AppLocks:
 
 
 async def test_a_hold_keeps_its_lease_past_the_ttl_by_renewing_it(storage: Storage) -> None:
-    a, b = _locks(storage, "a", ttl=1.2), _locks(storage, "b", ttl=1.2)
+    # a 3 s lease renewed every 1 s: a renewal may be 2 s late (a loaded machine) before the
+    # lease runs out; with 1.2 s, 0.8 s late lost it
+    a, b = _locks(storage, "a", ttl=3.0), _locks(storage, "b", ttl=3.0)
     async with a.hold(7) as held:
-        await asyncio.sleep(3.0)  # 2.5 lease lengths
+        await asyncio.sleep(7.5)  # 2.5 lease lengths
         assert not held.lost
         assert await b.try_take(7) is None
         held.check()
@@ -41,7 +43,9 @@ async def test_two_operations_of_one_replica_are_two_holders(storage: Storage) -
 async def test_a_hold_taken_over_knows_it_lost_the_app_and_stops_writing(
     storage: Storage,
 ) -> None:
-    a, b = _locks(storage, "a", ttl=0.6), _locks(storage, "b", ttl=0.6)
+    # b's lease is a minute: it is never renewed here (not started), and must outlive a
+    # loaded machine's pauses until it is checked at the end
+    a, b = _locks(storage, "a", ttl=0.6), _locks(storage, "b", ttl=60)
     held = await a.try_take(7)
     assert held is not None
     held.start()
@@ -50,8 +54,8 @@ async def test_a_hold_taken_over_knows_it_lost_the_app_and_stops_writing(
     theirs = await b.try_take(7)  # ... and b took the app
     assert theirs is not None
     assert theirs.lease.fence == held.lease.fence + 1
-    async with asyncio.timeout(5):
-        for _ in range(100):  # the next renewal (every ttl / 3) finds it lost
+    async with asyncio.timeout(60):
+        for _ in range(1000):  # the next renewal (every ttl / 3) finds it lost
             if held.lost:
                 break
             await asyncio.sleep(0.05)
@@ -73,7 +77,7 @@ async def test_a_rollback_or_restart_waits_for_the_app_then_gives_up(storage: St
     await asyncio.sleep(0.3)
     assert not waiting.done()
     await held.release()
-    async with asyncio.timeout(5):
+    async with asyncio.timeout(20):
         theirs = await waiting
     assert theirs.lease.fence == held.lease.fence + 1
     await theirs.release()

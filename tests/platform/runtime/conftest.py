@@ -168,7 +168,7 @@ def make_spec(source: Path = HELLO, **overrides: Any) -> Release:
 
 
 async def eventually(
-    check: Callable[[], Awaitable[bool] | bool], *, within: float = 10.0, interval: float = 0.05
+    check: Callable[[], Awaitable[bool] | bool], *, within: float = 30.0, interval: float = 0.05
 ) -> None:
     """Call (and await) ``check`` until it is true; TimeoutError after ``within`` seconds."""
     async with asyncio.timeout(within):
@@ -189,8 +189,8 @@ async def wait_healthy(runtime: LocalDriver, ref: InstanceRef, within: float = 1
 
 
 async def http_get(port: int, path: str = "/") -> tuple[int, bytes]:
-    """A minimal HTTP/1.1 GET on 127.0.0.1 (status, body), bounded by 5 s."""
-    async with asyncio.timeout(5.0):
+    """A minimal HTTP/1.1 GET on 127.0.0.1 (status, body), bounded by 30 s."""
+    async with asyncio.timeout(30.0):
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         try:
             writer.write(
