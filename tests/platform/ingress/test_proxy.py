@@ -95,19 +95,6 @@ async def test_an_app_whose_live_release_is_gone_gets_a_503_with_retry_after(
     assert warm.seen == []
 
 
-async def test_an_app_never_deployed_looks_like_no_app_to_a_stranger(
-    routes: RouteTable, counters: Counters, ingress: StartIngress
-) -> None:
-    routes.set("new", [])  # registered, never live
-    client = await ingress()
-    registered = await client.get("/", headers={"host": "new.localhost"})
-    unknown = await client.get("/", headers={"host": "none.localhost"})
-    assert registered.status_code == unknown.status_code == 404
-    assert "retry-after" not in registered.headers
-    assert registered.text.replace("new", "X") == unknown.text.replace("none", "X")
-    assert counters.no_release("new") == 0
-
-
 async def test_weights_split_1000_requests_90_10(
     routes: RouteTable, counters: Counters, upstream: StartUpstream, ingress: StartIngress
 ) -> None:
@@ -613,3 +600,21 @@ async def test_stopping_the_ingress_ends_an_open_event_stream_cleanly(
     assert 1 <= len(events) < 1000  # ended early, and without a protocol error
     assert counters.get("blog", "r1").aborted == 0
     await until(lambda: app.disconnects == 1, within=5)
+
+
+async def test_a_registered_app_never_deployed_gets_a_503_saying_so(
+    routes: RouteTable, ingress: StartIngress
+) -> None:
+    """Issue 20, item 15: it answered 404 "No such app", and its agent went looking for a
+    wrong name."""
+    routes.set("shop", [])  # registered (AppRoutes.follow), no release live yet
+    client = await ingress()
+    r = await client.get("/", headers={"host": "shop.localhost", "accept": "application/json"})
+    assert r.status_code == 503
+    assert r.headers["retry-after"]
+    assert r.json()["error"]["code"] == "not_deployed"
+    assert "not deployed yet" in r.json()["error"]["message"]
+    page = await client.get("/", headers={"host": "shop.localhost"})
+    assert "Not deployed yet" in page.text
+    gone = await client.get("/", headers={"host": "nope.localhost"})
+    assert gone.status_code == 404

@@ -15,7 +15,8 @@ from appdeck.common.errors import InvalidArgument
 from appdeck.platform.apis import documents
 from appdeck.platform.apis.client import AppResponse
 
-INGRESS_MISSES: Final = ("no_such_app", "no_live_release")
+INGRESS_MISSES: Final = ("no_such_app", "not_deployed", "no_live_release", "stopped")
+"""The codes of the ingress's own pages when no release of the app answers."""
 
 
 def ingress_miss(response: AppResponse) -> bool:

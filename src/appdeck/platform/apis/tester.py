@@ -41,6 +41,7 @@ from appdeck.platform.apis import documents
 from appdeck.platform.apis import requests as rq
 from appdeck.platform.apis.catalog import ApiCatalog
 from appdeck.platform.apis.client import AppHttp, AppResponse
+from appdeck.platform.apis.fetching import INGRESS_MISSES
 from appdeck.platform.apis.keys import ApiKeyService
 from appdeck.platform.apis.validation import Exchange, ResponseChecker, Verdict
 from appdeck.platform.apps import AppService
@@ -57,7 +58,6 @@ MAX_HEADERS_SHOWN: Final = 50
 MAX_HEADER_CHARS: Final = 1024
 USER_AGENT: Final = "AppDeck-test_api/1"
 ACCEPT: Final = "application/json, */*;q=0.5"
-_INGRESS_MISSES: Final = ("no_such_app", "no_live_release")
 _PAGE_HEADERS: Final = frozenset({"content-type", "content-length", "cache-control", "retry-after"})
 
 KeyUse = Literal["given", "injected", "none"]
@@ -290,9 +290,9 @@ def _ingress_miss(response: AppResponse, method: str) -> bool:
             error = json.loads(response.body).get("error")
         except (ValueError, AttributeError):
             return False
-        return isinstance(error, dict) and error.get("code") in _INGRESS_MISSES
+        return isinstance(error, dict) and error.get("code") in INGRESS_MISSES
     body = response.body.decode("utf-8", "replace")
-    return any(f"AppDeck ingress · {code}</small>" in body for code in _INGRESS_MISSES)
+    return any(f"AppDeck ingress · {code}</small>" in body for code in INGRESS_MISSES)
 
 
 def _shown_headers(response: AppResponse) -> tuple[tuple[tuple[str, str], ...], bool]:

@@ -19,7 +19,7 @@ _TITLES = {
     503: "No live release",
     504: "Gateway timeout",
 }
-_CODE_TITLES = {"starting": "Starting", "stopped": "Stopped"}
+_CODE_TITLES = {"starting": "Starting", "stopped": "Stopped", "not_deployed": "Not deployed yet"}
 """Titles for a code whose status says something else (a 503 while the ingress loads)."""
 
 _STYLE = (

@@ -43,8 +43,8 @@ is idempotent and its body is in hand (what Go's ``http.Transport`` does). A ref
 is tried once on the release's next instance.
 
 Failures, as small HTML pages (JSON when the client asks for ``application/json``):
-404 the host names no app, or an app that never had a live release (a stranger must not
-learn which names are registered); 503 (``Retry-After``) the app's live release is gone for
+404 the host names no app; 503 ``not_deployed`` an app that never had a live release;
+503 (``Retry-After``) the app's live release is gone for
 now (a recreate in progress, every instance down); 503 ``stopped`` the app was stopped by its
 operator (routed to the :data:`~.routes.STOPPED` marker, ``docs/operating.md``); 502 the
 upstream refused (after trying the release's next instance once), reset or answered garbage;
@@ -467,10 +467,22 @@ class IngressProxy:
             await send_page(
                 send, 503, "stopped", message, accept, extra=[(b"retry-after", retry)], app=name
             )
-        elif not self.routes.has_served(name):
-            # an app that never had a live release answers as if it did not exist: a stranger
-            # must not learn which <app>--<tenant> names are registered
+        elif name not in self.routes:
             await send_page(send, 404, "no_such_app", f"no app named {name}", accept, app=name)
+        elif not self.routes.has_served(name):
+            # registered, never live: say so (a 404 sent its agent looking for a wrong name);
+            # which <app>--<tenant> names exist is no secret worth a misleading answer
+            retry = str(self.config.retry_after).encode()
+            message = f"app {name} is not deployed yet: it answers once a release of it is live"
+            await send_page(
+                send,
+                503,
+                "not_deployed",
+                message,
+                accept,
+                extra=[(b"retry-after", retry)],
+                app=name,
+            )
         else:
             self.counters.record_no_release(name)
             retry = str(self.config.retry_after).encode()
