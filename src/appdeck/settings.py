@@ -168,8 +168,9 @@ class Settings(BaseSettings):
     ``account``: a periodic walk stops an app over its limit; ``off``: not limited; ``auto``:
     ``loop`` where the app sandbox is on and loop images work, else ``account`` (warned)."""
     app_disk_mb: int = Field(1024, ge=64, le=1_048_576)
-    """An app's disk in MiB when its spec names no ``resources.disk_mb``: a quarter (16 MiB to
-    1 GiB) is its ``/tmp``, the rest its workspaces and database directory."""
+    """An app's disk in MiB when its spec names no ``resources.disk_mb`` (at most
+    ``APPDECK_MAX_APP_DISK_MB``): a quarter (16 MiB to 1 GiB) is its ``/tmp``, the rest its
+    workspaces and database directory."""
     disk_check_seconds: float = Field(30.0, ge=1.0, le=3600.0)
     """``account`` mode: how often each running app's directories are measured."""
     # -- quota (issue 19): operator ceilings per app, quotas per tenant (docs/sandbox.md) ---
@@ -184,7 +185,7 @@ class Settings(BaseSettings):
     """Ceiling of ``instances`` (per app)."""
     max_app_disk_mb: int = Field(1024, ge=64, le=1048576)
     """Ceiling of ``resources.disk_mb`` (an app's workspace, data and /tmp in all); a spec
-    that does not say gets this, at most 1024."""
+    that does not say gets ``APPDECK_APP_DISK_MB``, at most this."""
     tenant_memory_mb: int = Field(8192, ge=32, le=16_777_216)
     """Quota: instances x memory_mb summed over a tenant's apps (``quota_exceeded``)."""
     tenant_instances: int = Field(16, ge=1, le=100_000)

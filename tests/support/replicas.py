@@ -168,10 +168,10 @@ def app_processes(data_dir: Path, app_id: int) -> dict[str, int]:
         if state == b"Z" or not any(a.endswith(b"/shim.py") for a in argv):
             continue
         words = [a.decode(errors="replace") for a in argv]
-        if "--cwd" not in words[:-1]:
+        if "--log" not in words[:-1]:
             continue
-        workspace = words[words.index("--cwd") + 1]
-        if workspace.startswith(apps):  # <apps>/releases/<release_id>/src
-            release_id = Path(workspace).parent.name
+        log = words[words.index("--log") + 1]  # the workspace may be on the app's disk
+        if log.startswith(apps):  # <apps>/releases/<release_id>/runtime.log
+            release_id = Path(log).parent.name
             found[release_id] = found.get(release_id, 0) + 1
     return found

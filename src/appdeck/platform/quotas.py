@@ -44,11 +44,14 @@ class Limits:
     tenant_memory_mb: int = 8192
     tenant_instances: int = 16
     tenant_disk_mb: int = 8192
+    app_disk_mb: int = specs.DEFAULT_DISK_MB
+    """``APPDECK_APP_DISK_MB``: an app's disk when its spec does not say."""
 
     @property
     def default_disk_mb(self) -> int:
-        """``resources.disk_mb`` when a spec does not say: the ceiling, at most 1 GiB."""
-        return min(specs.DEFAULT_DISK_MB, self.max_app_disk_mb)
+        """``resources.disk_mb`` when a spec does not say: ``APPDECK_APP_DISK_MB`` (1 GiB),
+        at most the ceiling."""
+        return min(self.app_disk_mb, self.max_app_disk_mb)
 
 
 @dataclass(frozen=True, slots=True)

@@ -115,7 +115,7 @@ def build_release(
     **spec: Any,
 ) -> Release:
     """A :class:`Release` from the flat fields tests like to write: ``release_id`` ("12-3"),
-    ``health_path``/``health_timeout_s``, ``memory_mb``/``cpus``/``pids``, ``outbound`` and
+    ``health_path``/``health_timeout_s``, ``memory_mb``/``cpus``/``pids``/``disk_mb``, ``outbound`` and
     any top-level spec field."""
     number = 1
     if release_id is not None:
@@ -129,7 +129,7 @@ def build_release(
             health["path"] = value
         elif name == "health_timeout_s":
             health["timeout_s"] = value
-        elif name in ("memory_mb", "cpus", "pids"):
+        elif name in ("memory_mb", "cpus", "pids", "disk_mb"):
             resources[name] = value
         elif name == "outbound":
             fields["network"] = {"outbound": value}

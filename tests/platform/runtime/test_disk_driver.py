@@ -98,7 +98,11 @@ async def test_accounting_stops_an_app_over_its_disk_and_its_log_says_so(
     driver = _driver(runtime_dir, None, disks)
     fill = "open('big', 'wb').write(b'x' * (80 << 20)); import time; time.sleep(600)"
     release = build_release(
-        app_id=22, source_path=HELLO, runtime="command", run_command=f'python3 -c "{fill}"'
+        app_id=22,
+        source_path=HELLO,
+        runtime="command",
+        run_command=f'python3 -c "{fill}"',
+        disk_mb=64,  # a spec always names its disk now (APPDECK_APP_DISK_MB is its default)
     )
     try:
         await driver.prepare(release)
