@@ -10,20 +10,18 @@ live replica drives is left alone.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Protocol
 
-from appdeck.common.errors import AppDeckError, Conflict, FailedPrecondition, NotFound
+from appdeck.common.errors import AppDeckError, FailedPrecondition, NotFound
 from appdeck.common.identity import Principal
 from appdeck.platform import hostnames
 from appdeck.platform.deploy import rollout, states
 from appdeck.platform.deploy.ingress_router import apply_here
 from appdeck.platform.deploy.locks import Hold
 from appdeck.platform.deploy.ports import Backend, BuildFailed, Instance, Release
-from appdeck.platform.deploy.running import STOPPED_ROUTE, Running, refuse_if_stopped
+from appdeck.platform.deploy.running import STOPPED_ROUTE, Running, fenced, refuse_if_stopped
 from appdeck.storage.app_locks import Fenced
 from appdeck.storage.deployments import DeploymentRecord
 
@@ -44,18 +42,6 @@ log = logging.getLogger("appdeck.deploy")
 
 async def _quiet(message: str, traffic: int | None) -> None:
     """No progress to report."""
-
-
-@contextlib.contextmanager
-def _fenced(app_id: int) -> Iterator[None]:
-    """A write refused by the app's lease: another replica took the app over."""
-    try:
-        yield
-    except Fenced:
-        raise Conflict(
-            f"app {app_id} was taken over by another operation (this one lost its lock)",
-            hint="list_deployments shows where it stands",
-        ) from None
 
 
 class Operations:
@@ -110,7 +96,7 @@ class Operations:
                 [Backend(release.release_id, 100, tuple(i.upstream for i in instances))],
             )
             how = "instantly (it was still warm)" if warm else "after starting it again"
-            with _fenced(app_id):
+            with fenced(app_id):
                 held.check()
                 restored = await s.store.update(
                     app_id,
@@ -161,7 +147,7 @@ class Operations:
                 await self._roll(release, serving, plan, held, progress)
             except (BuildFailed, rollout.RolloutFailed) as exc:
                 raise await self._failed_restart(release, serving, plan, exc) from None
-            with _fenced(app_id):
+            with fenced(app_id):
                 held.check()
                 record = await s.store.update(
                     app_id,

@@ -132,7 +132,7 @@ class Running:
             running = 0
             if not app.stopped:
                 running = await self._rescale(app, live, instances, held, progress)
-            with _fenced(app_id):
+            with fenced(app_id):
                 held.check()
                 live = await s.store.update(
                     app_id,
@@ -222,7 +222,7 @@ class Running:
                 await s.runtime.stop(record.release_id)  # after the route change is published
         live = await s.live(app.id)
         if live is not None:
-            with _fenced(app.id):
+            with fenced(app.id):
                 record = await s.store.update(
                     app.id, live.number, message="Stopped by its operator", lease=held.lease
                 )
@@ -257,7 +257,7 @@ class Running:
         upstreams = tuple(i.upstream for _, i in sorted(serving.items()))
         s.router.route(release.route, [Backend(release.release_id, 100, upstreams)])
         app = await s.apps.store.update(app.id, stopped=False, run_intent=None)
-        with _fenced(app.id):
+        with fenced(app.id):
             record = await s.store.update(
                 app.id, live.number, message="Started by its operator", lease=held.lease
             )
@@ -328,7 +328,7 @@ def _upstreams(instances: list[Instance]) -> tuple[str, ...]:
 
 
 @contextlib.contextmanager
-def _fenced(app_id: int) -> Iterator[None]:
+def fenced(app_id: int) -> Iterator[None]:
     """A write refused by the app's lease: another replica took the app over."""
     try:
         yield
