@@ -32,7 +32,9 @@ async def test_the_fixture_app_goes_through_every_strategy(deploy_world: World) 
         },
     }
     app_id = (await alice.ok("register_app", name="hello", spec=spec))["app_id"]
-    assert (await fetch(world, "hello")).status_code == 404  # never live: as good as unknown
+    never_live = await fetch(world, "hello")  # registered, never live: says so (issue 20)
+    assert never_live.status_code == 503
+    assert "not deployed yet" in never_live.text
     await alice.ok("env_vars", app_id=app_id, action="set", name="GREETING", value="bonjour")
     preflight = await alice.ok("preflight_check", app_id=app_id, required_env=["GREETING"])
     assert preflight["verdict"] in ("pass", "warn"), preflight
