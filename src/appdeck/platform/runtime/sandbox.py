@@ -123,6 +123,21 @@ def env_fd(env: Mapping[str, str]) -> int:
     return fd
 
 
+def _system_binds() -> list[str]:
+    """bubblewrap's binds of the host's system, read-only: ``/usr`` (with the merged-``/usr``
+    links), and a whitelist of ``/etc`` files."""
+    argv = ["--ro-bind", "/usr", "/usr"]
+    for name in ("bin", "lib", "lib32", "lib64", "libx32", "sbin"):
+        target = os.readlink(f"/{name}") if os.path.islink(f"/{name}") else None
+        if target is not None:
+            argv += ["--symlink", target, f"/{name}"]
+        elif os.path.isdir(f"/{name}"):
+            argv += ["--ro-bind", f"/{name}", f"/{name}"]
+    for path in ETC_FILES:
+        argv += ["--ro-bind-try", path, path]
+    return argv
+
+
 class SandboxUnavailable(RuntimeError):
     """The host cannot sandbox apps; the message says what to install or set."""
 
@@ -239,15 +254,7 @@ class Sandbox:
             argv += ["--args", str(env_fd)]
         if own_network:
             argv.append("--unshare-net")
-        argv += ["--ro-bind", "/usr", "/usr"]
-        for name in ("bin", "lib", "lib32", "lib64", "libx32", "sbin"):
-            target = os.readlink(f"/{name}") if os.path.islink(f"/{name}") else None
-            if target is not None:
-                argv += ["--symlink", target, f"/{name}"]
-            elif os.path.isdir(f"/{name}"):
-                argv += ["--ro-bind", f"/{name}", f"/{name}"]
-        for path in ETC_FILES:
-            argv += ["--ro-bind-try", path, path]
+        argv += _system_binds()
         argv += ["--proc", "/proc", "--dev", "/dev"]
         if tmp_mb is not None:  # a full /tmp fails the app's writes with ENOSPC
             argv += ["--size", str(tmp_mb * 1024 * 1024)]
