@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from appdeck import runtime_setup as setup
 from appdeck.auth import Authenticator
 from appdeck.auth.audit import AuditLog
 from appdeck.auth.bearer import BearerAuthenticator, ClaimNames, LocalJwtVerifier
@@ -32,16 +33,9 @@ from appdeck.platform.apis.shares import OutboundLimits
 from appdeck.platform.changes import Change
 from appdeck.platform.crypto import Sealer
 from appdeck.platform.deploy.ingress_router import IngressRouter
-from appdeck.platform.ingress.keys import KeyGate
-from appdeck.platform.ingress.routes import Counters, RouteTable
 from appdeck.platform.ingress.server import IngressServer
 from appdeck.platform.quotas import Limits
-from appdeck.platform.runtime import sandbox
-from appdeck.platform.runtime.disks import open_disks
-from appdeck.platform.runtime.egress import EgressPolicy, EgressProxy
-from appdeck.platform.runtime.install import InstallConflict, InstallLock, sandboxed
-from appdeck.platform.runtime.local import LocalDriver
-from appdeck.platform.runtime.sandbox import Sandbox
+from appdeck.platform.runtime.install import InstallLock
 from appdeck.platform.services import Platform, PlatformConfig
 from appdeck.platform.tables.databases import AppDatabases, open_databases
 from appdeck.prompts.deploy import register as register_deploy_prompts
@@ -65,7 +59,6 @@ from appdeck.storage.signing_keys import SigningKeyStore
 from appdeck.tools import register_all as register_tools
 from appdeck.transport.git_hooks import git_hook_route
 from appdeck.transport.guard import Guard
-from appdeck.transport.http11 import bounded_protocol, http_limits
 from appdeck.transport.hub import StreamHub
 from appdeck.transport.landing import landing_route
 from appdeck.transport.mcp_http import HttpSettings, McpHttpApp
@@ -114,7 +107,9 @@ class Services:
     async def start(
         cls, settings: Settings, *, authenticator: Authenticator | None = None, port: int = 0
     ) -> Services:
-        runtime, install = _sandbox(settings)  # first: a host that cannot sandbox opens nothing
+        runtime, install = setup.sandbox_of(
+            settings
+        )  # first: a host that cannot sandbox opens nothing
         storage = await Storage.open(settings.database())
         cluster = (
             await Cluster.connect(settings.redis_url, settings.redis_prefix)
@@ -138,7 +133,7 @@ class Services:
         hub = _hub(settings, storage, cluster)
         registry = Registry()
         instance_id = cluster.instance_id
-        driver, ingress, router = _runtime(settings, runtime)
+        driver, ingress, router = setup.runtime_of(settings, runtime)
         ingress_port = await ingress.start()
         databases = await open_databases(
             settings.database(),
@@ -454,31 +449,6 @@ async def _authentication(
     return keys, issuer, bearer
 
 
-def _sandbox(settings: Settings) -> tuple[Sandbox | None, InstallLock | None]:
-    """The sandbox and the hold on its install's uids (``install.sandboxed``), or None (``off``;
-    ``auto`` where it cannot sandbox: warned); another install's uids always stop the start."""
-    reason = "APPDECK_SANDBOX=off"
-    if settings.sandbox != "off":
-        try:
-            return sandboxed(
-                settings.data_dir,
-                uid_base=settings.sandbox_uid_base,
-                cgroup=settings.sandbox_cgroup,
-                registry=settings.install_registry,
-                runtime_root=settings.runtime_root,
-            )
-        except sandbox.SandboxUnavailable as exc:
-            if settings.sandbox == "on" or isinstance(exc, InstallConflict):
-                raise  # another install's uids: never a reason to run apps unconfined
-            reason = str(exc)
-    log.warning(
-        "apps run UNSANDBOXED (%s): they run as the server's user and can read its data dir, "
-        "keys and database; never let more than one trusted tenant deploy here",
-        reason,
-    )
-    return None, None
-
-
 def _authorization_server(
     settings: Settings,
     base_url: str,
@@ -506,42 +476,6 @@ def _authorization_server(
         urls=public_urls(settings, base_url),
         consents=ConsentStore(storage.engine, trim_every=TRIM_EVERY),
     )
-
-
-def _runtime(
-    settings: Settings, runtime: Sandbox | None
-) -> tuple[LocalDriver, IngressServer, IngressRouter]:
-    """The runtime driver and the ingress in front of its instances (not started yet)."""
-    egress = EgressProxy(EgressPolicy(networks=tuple(settings.egress_allow)))
-    disks = open_disks(  # issue 19: each app's disk, limited
-        settings.data_dir / "disks",
-        settings.disk_quota,
-        default_mb=settings.app_disk_mb,
-        sandboxed=runtime is not None,
-        appdb=settings.data_dir / "appdb" if settings.database().startswith("sqlite") else None,
-    )
-    if disks.restore():
-        log.info("app disks mounted: %s", disks.root)
-    driver = LocalDriver(
-        settings.data_dir / "runtime",
-        sandbox=runtime,
-        egress=egress if runtime is not None else None,
-        disks=disks,
-        disk_check_s=settings.disk_check_seconds,
-    )
-    table, counters = RouteTable(), Counters()
-    ingress = IngressServer(
-        table,
-        counters,
-        host=settings.host,
-        port=settings.ingress_port,
-        http=bounded_protocol(http_limits(settings), coalescing=False),
-        limit_concurrency=settings.max_concurrency,
-    )
-    ingress.proxy.netns = driver.netns_fd  # sandboxed instances: their own loopback
-    gate = KeyGate()  # closed (503) until Platform.start loads the apps' API keys
-    ingress.proxy.keys = gate
-    return driver, ingress, IngressRouter(table, counters, gate)
 
 
 def _hub(settings: Settings, storage: Storage, cluster: Cluster) -> StreamHub:
