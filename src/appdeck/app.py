@@ -107,9 +107,8 @@ class Services:
     async def start(
         cls, settings: Settings, *, authenticator: Authenticator | None = None, port: int = 0
     ) -> Services:
-        runtime, install = setup.sandbox_of(
-            settings
-        )  # first: a host that cannot sandbox opens nothing
+        # first: a host that cannot sandbox opens nothing
+        runtime, install = setup.sandbox_of(settings)
         storage = await Storage.open(settings.database())
         cluster = (
             await Cluster.connect(settings.redis_url, settings.redis_prefix)
@@ -148,22 +147,7 @@ class Services:
         platform = Platform.build(
             storage.engine,
             identities,
-            PlatformConfig(
-                data_dir=settings.data_dir,
-                secret_key=settings.secret_key,
-                source_roots=settings.source_roots,
-                max_apps_per_tenant=settings.max_apps_per_tenant,
-                ingress_host=settings.host,
-                ingress_port=ingress_port,
-                egress_allow=tuple(settings.egress_allow),
-                webhook_replay_window_s=settings.webhook_replay_window_s,
-                outbound=OutboundLimits(
-                    settings.outbound_connections,
-                    settings.outbound_per_tenant,
-                    settings.outbound_wait_s,
-                ),
-                limits=_limits(settings),
-            ),
+            _platform_config(settings, ingress_port),
             driver=driver,
             router=router,
             instance_id=instance_id,
@@ -553,6 +537,23 @@ def _mcp_server(
         instance_id=instance_id,
     )
     return server, tasks
+
+
+def _platform_config(settings: Settings, ingress_port: int) -> PlatformConfig:
+    return PlatformConfig(
+        data_dir=settings.data_dir,
+        secret_key=settings.secret_key,
+        source_roots=settings.source_roots,
+        max_apps_per_tenant=settings.max_apps_per_tenant,
+        ingress_host=settings.host,
+        ingress_port=ingress_port,
+        egress_allow=tuple(settings.egress_allow),
+        webhook_replay_window_s=settings.webhook_replay_window_s,
+        outbound=OutboundLimits(
+            settings.outbound_connections, settings.outbound_per_tenant, settings.outbound_wait_s
+        ),
+        limits=_limits(settings),
+    )
 
 
 def _limits(settings: Settings) -> Limits:
