@@ -97,7 +97,10 @@ def test_ensuring_a_mounted_disk_again_changes_nothing_and_a_lost_mount_comes_ba
     assert (disks.mount_point(4) / "releases" / "kept").read_text() == "yes"
     assert str(disks.appdb / "4") in mounts()
     assert disks.restore() == 1
-    assert _mounts_under(disks.root.parent) == table
+    # the same mount points again (the loop device may be another one: the kernel frees the
+    # old one when its last user lets go, and a busy machine may not have yet)
+    assert _mounts_under(disks.root.parent).keys() == table.keys()
+    assert len(set(_mounts_under(disks.root.parent).values())) == 1
 
 
 def test_a_larger_disk_mb_grows_the_mounted_disk_and_a_smaller_one_is_not_applied(
