@@ -130,10 +130,21 @@ async def three(replicas: Replicas) -> AsyncIterator[tuple[Replica, Replica, Rep
 async def hello_app(deck: Deck, on: Replica, cleanup: Replica) -> AsyncIterator[int]:
     """The hello fixture app, registered through ``on``; deleted at the end through
     ``cleanup`` (its processes belong to the host and outlive the replicas)."""
+    async with registered_hello(deck.source, on, cleanup) as app_id:
+        yield app_id
+
+
+@contextlib.asynccontextmanager
+async def registered_hello(
+    source: Path, on: Replica, cleanup: Replica, **more: Any
+) -> AsyncIterator[int]:
+    """The hello fixture at ``source`` (spec fields ``more`` added), registered through ``on``;
+    deleted at the end through ``cleanup``."""
     spec = {
-        "source_path": str(deck.source),
+        "source_path": str(source),
         "run_command": "python3 app.py",
         "health_check": {"path": "/healthz", "timeout_s": 2},
+        **more,
     }
     made = await on.tool("register_app", {"name": "hello", "spec": spec})
     app_id = int(made["app_id"])

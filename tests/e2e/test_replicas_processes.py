@@ -23,6 +23,7 @@ from tests.e2e.test_replicas_deploys import (
     LEASE_S,
     ORPHANED,
     Replica,
+    registered_hello,
     three,
     until,
 )
@@ -54,36 +55,9 @@ async def replicas(
 async def two_instance_app(replicas: Replicas, on: Replica, **more: Any) -> AsyncIterator[int]:
     """The hello fixture with ``instances: 2``, deleted at the end (its processes belong to
     the host and outlive the replicas)."""
-    spec = {
-        "source_path": str(replicas.data_dir.parent / "src" / "hello"),
-        "run_command": "python3 app.py",
-        "instances": 2,
-        "health_check": {"path": "/healthz", "timeout_s": 2},
-        **more,
-    }
-    made = await on.tool("register_app", {"name": "hello", "spec": spec})
-    app_id = int(made["app_id"])
-    try:
+    source = replicas.data_dir.parent / "src" / "hello"
+    async with registered_hello(source, on, on, instances=2, **more) as app_id:
         yield app_id
-    finally:
-        with contextlib.suppress(Exception):
-            async with asyncio.timeout(30):
-                args = {"app_id": app_id, "action": "delete", "confirm": True}
-                await on.tool("manage_app", args)
-
-
-async def no_keepalive(*replicas: Replica) -> None:
-    """Every request on a new connection: reusing a kept-alive one just as the server closes
-    it (idle while another replica deploys) fails the request with a ReadError."""
-    for one in replicas:
-        old = one.http
-        one.http = httpx.AsyncClient(
-            base_url=old.base_url,
-            headers=old.headers,
-            timeout=old.timeout,
-            limits=httpx.Limits(max_keepalive_connections=0),
-        )
-        await old.aclose()
 
 
 async def deploy(on: Replica, app_id: int) -> dict[str, Any]:
@@ -127,7 +101,6 @@ async def test_deploys_through_three_replicas_and_a_kill_9_leave_exactly_the_liv
         three(replicas) as (a, b, c),
         two_instance_app(replicas, on=a) as app_id,
     ):
-        await no_keepalive(a, b, c)
         for number, on in enumerate((a, b, c), start=1):  # each deploy on another replica
             deployed = await deploy(on, app_id)
             assert deployed["number"] == number
@@ -203,7 +176,6 @@ async def test_a_killed_replicas_canary_is_cleaned_up_without_one_failed_request
             replicas, on=a, canary={"percent": 50, "steps": [50, 100], "analysis_window_s": 600}
         ) as app_id,
     ):
-        await no_keepalive(a, b, c)
         await deploy(b, app_id)  # rolling
         await b.tool(
             "env_vars",
