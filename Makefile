@@ -18,13 +18,14 @@ $(STAMP): pyproject.toml
 # Debian packages, installed when missing and when we may (root with apt-get): idempotent,
 # and quiet when everything is there. `make run` needs what the app sandbox needs (bubblewrap;
 # Debian's python3 with venv inside it); `make test` also the browser the OAuth e2e test drives
-# (chromium, through Playwright: no browser is downloaded).
+# (chromium, through Playwright: no browser is downloaded). Two clones installing at once wait
+# for each other's dpkg lock instead of failing.
 define apt_install
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	  missing=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	  if [ -n "$$missing" ]; then \
 	    echo "installing Debian packages:$$missing"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	    apt-get -o DPkg::Lock::Timeout=600 update -qq && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq $$missing >/dev/null; \
 	  fi; \
 	fi
 endef
