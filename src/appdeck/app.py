@@ -205,6 +205,7 @@ class Services:
                 prefix=self.cluster.prefix,
             )
             await platform.ops.resync_routes(router)
+            await platform.deploys.cancels.attach(self.cluster.broadcast)  # cancels sent elsewhere
         if interrupted or restored:
             log.warning(
                 "after restart: %d interrupted deployment(s) failed, %d live app(s) restored",

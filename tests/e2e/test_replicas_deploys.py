@@ -308,6 +308,20 @@ async def test_a_deploy_on_a_is_followed_on_b_and_cancelled_via_c_while_c_serves
         again = await deploy_live(c, app_id)
         assert again["number"] == 3
 
+        # deploy_app's own cancel, sent to B while A drives the deploy: carried to A
+        await set_env(b, app_id, APP_VERSION_LABEL="v4", SLOW_START_S="120")
+        fourth = await a.start_task("deploy_app", {"app_id": app_id})
+
+        async def fourth_starting() -> bool:
+            listed = await b.deployments(app_id)
+            return listed[0]["number"] == 4 and listed[0]["state"] == "starting"
+
+        await until(fourth_starting, within=120)
+        answer = await b.tool("deploy_app", {"app_id": app_id, "action": "cancel"})
+        assert answer["number"] == 4, answer
+        assert answer["state"] == "cancelled", answer
+        assert (await a.task("get", fourth))["status"] == "cancelled"
+
 
 # -- (b) fifty concurrent deploys of one app ------------------------------------------------
 

@@ -40,6 +40,7 @@ from appdeck.platform.changes import Change, ChangeFeed
 from appdeck.platform.crypto import Sealer
 from appdeck.platform.deploy import rollout, states
 from appdeck.platform.deploy.aborts import RoutesFirst, abort_held, plan_abort
+from appdeck.platform.deploy.cancels import CancelRelay
 from appdeck.platform.deploy.ingress_router import published
 from appdeck.platform.deploy.locks import AppLocks, Hold
 from appdeck.platform.deploy.ports import (
@@ -124,6 +125,8 @@ class DeployService:
         self._handed: dict[tuple[int, int], Hold] = {}
         self.runs: dict[tuple[int, int], asyncio.Future[Any]] = {}
         """The deploys this process drives, by (app, number): what a cancel cancels."""
+        self.cancels = CancelRelay(self.runs)
+        """Cancels for deploys another replica drives (:mod:`.cancels`)."""
         self._aside: set[asyncio.Task[None]] = set()
         self.git: GitSource | None = None
         """Set by the composition root: a connected repository is the app's source."""

@@ -14,7 +14,8 @@
   keeps it). A stopped app is scaled for its next start.
 - **cancel**: the deploy in progress is cancelled the way ``tasks/cancel`` cancels its task
   (the run unwinds: its new release stops, the live one keeps serving, it ends
-  ``cancelled``). Only the replica driving it can: elsewhere the answer says so.
+  ``cancelled``). On another replica the cancel is carried to the one driving it
+  (:mod:`.cancels`) and the answer waits for the deployment to end.
 
 Each holds the app's lease (:mod:`.locks`) like a deploy, so none of them races a deploy,
 rollback or restart. The operator's CLI (``appdeck app stop|start``) does not touch a running
@@ -61,6 +62,8 @@ MAX_INSTANCES: Final = 10
 """The spec schema's bound on ``instances`` (``platform/specs.py``)."""
 CANCEL_WAIT_S: Final = 60.0
 """How long a cancel waits for the deploy's run to unwind (stopping its new release)."""
+CANCEL_POLL_S: Final = 0.25
+"""How often a cancel sent to another replica re-reads the deployment."""
 INTENTS: Final = ("stop", "start")
 """What the operator's CLI may ask a server to do (``apps.run_intent``)."""
 STOPPED_ROUTE: Final = (Backend(STOPPED, 0, ()),)
@@ -163,16 +166,36 @@ class Running:
             )
         record = found[0]
         run = s.runs.get((app_id, record.number))
-        if run is None:
-            if await s.reclaim(app, record):  # nobody drove it: it ended failed just now
-                return await s.store.get(app_id, record.number) or record
+        if run is not None:
+            run.cancel()
+            await asyncio.wait({run}, timeout=CANCEL_WAIT_S)
+            return await s.store.get(app_id, record.number) or record
+        if await s.reclaim(app, record):  # nobody drove it: it ended failed just now
+            return await s.store.get(app_id, record.number) or record
+        if not s.cancels.shared:
             raise Unavailable(
-                f"deployment {record.number} is driven by another replica of the server",
-                hint="cancel its task (tasks/cancel) there, or wait for it: list_deployments",
+                f"deployment {record.number} is driven by another process",
+                hint="cancel its task (tasks/cancel), or wait for it: list_deployments",
             )
-        run.cancel()
-        await asyncio.wait({run}, timeout=CANCEL_WAIT_S)
-        return await s.store.get(app_id, record.number) or record
+        await s.cancels.ask(app_id, record.number)  # the replica that drives it cancels it
+        return await self._ended(app_id, record)
+
+    async def _ended(self, app_id: int, record: DeploymentRecord) -> DeploymentRecord:
+        """The deployment once it left its in-progress states (another replica unwinds it),
+        waited for up to :data:`CANCEL_WAIT_S`."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + CANCEL_WAIT_S
+        while True:
+            now = await self._s.store.get(app_id, record.number) or record
+            if now.state not in states.IN_PROGRESS:
+                return now
+            if loop.time() >= deadline:
+                raise Unavailable(
+                    f"deployment {record.number} did not end within {CANCEL_WAIT_S:.0f} s of "
+                    "the cancel sent to the replica driving it",
+                    hint="list_deployments shows where it stands; cancel again if it still runs",
+                )
+            await asyncio.sleep(CANCEL_POLL_S)
 
     # -- what a server applies on its own ------------------------------------------------
 
