@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from appdeck.platform.runtime.disks import AppDisks, loop_available, open_disks, unmount_under
+from appdeck.runtime.disks import AppDisks, loop_available, open_disks, unmount_under
 
 
 def _timed(action: Callable[[], object]) -> float:

@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from appdeck.platform.repos.git import Git, Remote
-from appdeck.platform.runtime.sandbox import detect
+from appdeck.runtime.sandbox import detect
 
 HELLO = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "apps" / "hello"
 _ENV = {

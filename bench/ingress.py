@@ -144,7 +144,7 @@ async def serve(kind: str, port: int, upstream_port: int) -> None:
     from appdeck.tuning import tune_gc
 
     if kind == "ingress":
-        from appdeck.platform.ingress import Backend, Counters, IngressServer, RouteTable
+        from appdeck.ingress import Backend, Counters, IngressServer, RouteTable
 
         routes = RouteTable()
         routes.set(APP, [Backend("r1", 100, [f"{HOST}:{upstream_port}"])])

@@ -16,7 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from appdeck.platform import quotas, specs
+from appdeck.model import specs
+from appdeck.platform import quotas
 from appdeck.storage import Storage
 from appdeck.storage.apps import AppStore
 from appdeck.storage.engine import default_sqlite_url

@@ -54,12 +54,11 @@ from pathlib import Path
 from typing import Any
 
 import deploy
-import ingress as ingress_bench
 
-from appdeck.platform import netns
-from appdeck.platform.runtime import InstanceRef, LocalDriver
-from appdeck.platform.runtime.cgroups import Limits
-from appdeck.platform.runtime.sandbox import Sandbox, detect
+import ingress as ingress_bench
+from appdeck.runtime import InstanceRef, LocalDriver, netns
+from appdeck.runtime.cgroups import Limits
+from appdeck.runtime.sandbox import Sandbox, detect
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -71,11 +70,11 @@ MODES = ("off", "on")
 
 def spec(source: Path, number: int) -> Any:
     """Release ``<APP_ID>-<number>`` of hello, as the driver takes it (``ReleaseSpec``, or
-    ``appdeck.platform.release.Release`` where the runtime takes that)."""
+    ``appdeck.model.release.Release`` where the runtime takes that)."""
     try:
-        from appdeck.platform.runtime import ReleaseSpec  # type: ignore[attr-defined]
+        from appdeck.runtime import ReleaseSpec  # type: ignore[attr-defined]
     except ImportError:
-        from appdeck.platform.release import AppSpec, Release
+        from appdeck.model.release import AppSpec, Release
 
         app = AppSpec.from_dict(
             {
@@ -323,8 +322,8 @@ def sockets(netns_fd: int, count: int) -> dict[str, float]:
 async def serve(mode: str, app: str, work: Path) -> None:
     """The server side of one ingress case: a driver, hello started by it, and two ingress
     servers in front (pooled, and with no upstream pool); prints one JSON line when ready."""
-    from appdeck.platform.ingress import Backend, Counters, IngressServer, RouteTable
-    from appdeck.platform.ingress.config import ProxyConfig
+    from appdeck.ingress import Backend, Counters, IngressServer, RouteTable
+    from appdeck.ingress.config import ProxyConfig
 
     try:
         from appdeck.tuning import tune_gc

@@ -143,6 +143,6 @@ def _app_disks_unmounted(request: pytest.FixtureRequest) -> Iterator[None]:
         return
     root = f"{request.getfixturevalue('tmp_path')}/"  # now: torn down after this fixture
     yield
-    from appdeck.platform.runtime.disks import unmount_under
+    from appdeck.runtime.disks import unmount_under
 
     unmount_under(root)

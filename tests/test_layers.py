@@ -34,12 +34,12 @@ def test_an_upward_import_from_the_platform_breaks_the_layering_contract(tmp_pat
     shutil.copytree(
         ROOT / "src" / "appdeck", source / "appdeck", ignore=shutil.ignore_patterns("__pycache__")
     )
-    specs = source / "appdeck" / "platform" / "specs.py"
-    specs.write_text(specs.read_text() + "\nimport appdeck.transport.mcp_http  # upward\n")
+    quotas = source / "appdeck" / "platform" / "quotas.py"
+    quotas.write_text(quotas.read_text() + "\nimport appdeck.transport.mcp_http  # upward\n")
     done = _lint_imports(source)
     assert done.returncode != 0
     assert "The platform knows nothing of MCP" in done.stdout
-    assert "appdeck.platform.specs -> appdeck.transport.mcp_http" in done.stdout
+    assert "appdeck.platform.quotas -> appdeck.transport.mcp_http" in done.stdout
 
 
 def test_an_io_import_in_the_protocol_core_breaks_its_contract(tmp_path: Path) -> None:

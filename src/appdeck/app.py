@@ -29,13 +29,12 @@ from appdeck.events.bus import InProcessBus, RedisBus
 from appdeck.events.cluster import Cluster
 from appdeck.events.leases import RedisLeases
 from appdeck.events.redis_log import RedisEventLog
+from appdeck.ingress.server import IngressServer
 from appdeck.platform.apis.shares import OutboundLimits
 from appdeck.platform.changes import Change
 from appdeck.platform.crypto import Sealer
 from appdeck.platform.deploy.ingress_router import IngressRouter
-from appdeck.platform.ingress.server import IngressServer
 from appdeck.platform.quotas import Limits
-from appdeck.platform.runtime.install import InstallLock
 from appdeck.platform.services import Platform, PlatformConfig
 from appdeck.platform.tables.databases import AppDatabases, open_databases
 from appdeck.prompts.deploy import register as register_deploy_prompts
@@ -48,6 +47,7 @@ from appdeck.resources.apps import changed as changed_resources
 from appdeck.resources.apps import register as register_app_resources
 from appdeck.resources.apps import revoked as revoked_resources
 from appdeck.resources.tables import register as register_table_resources
+from appdeck.runtime.install import InstallLock
 from appdeck.settings import Settings
 from appdeck.storage import Storage
 from appdeck.storage.audit import AuditStore

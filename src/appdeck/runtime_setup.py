@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import logging
 
+from appdeck.ingress.keys import KeyGate
+from appdeck.ingress.routes import Counters, RouteTable
+from appdeck.ingress.server import IngressServer
 from appdeck.platform.deploy.ingress_router import IngressRouter
-from appdeck.platform.ingress.keys import KeyGate
-from appdeck.platform.ingress.routes import Counters, RouteTable
-from appdeck.platform.ingress.server import IngressServer
-from appdeck.platform.runtime import sandbox
-from appdeck.platform.runtime.disks import open_disks
-from appdeck.platform.runtime.egress import EgressPolicy, EgressProxy
-from appdeck.platform.runtime.install import InstallConflict, InstallLock, sandboxed
-from appdeck.platform.runtime.local import LocalDriver
-from appdeck.platform.runtime.sandbox import Sandbox
+from appdeck.runtime import sandbox
+from appdeck.runtime.disks import open_disks
+from appdeck.runtime.egress import EgressPolicy, EgressProxy
+from appdeck.runtime.install import InstallConflict, InstallLock, sandboxed
+from appdeck.runtime.local import LocalDriver
+from appdeck.runtime.sandbox import Sandbox
 from appdeck.settings import Settings
 from appdeck.transport.http11 import bounded_protocol, http_limits
 

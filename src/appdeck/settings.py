@@ -251,7 +251,7 @@ class Settings(BaseSettings):
     # -- install (issue 19, finding 9: one install, one namespace) --------------------------
     install_registry: Path = Path("/var/lib/appdeck/installs")
     """The host-wide registry of installs' uid ranges (one entry and lock file per range,
-    see :mod:`appdeck.platform.runtime.install`); every install on a host must use the same.
+    see :mod:`appdeck.runtime.install`); every install on a host must use the same.
     On disk, not in ``/run``: ranges are kept across reboots, like the files their uids own."""
     runtime_root: Path = Path("/run/appdeck")
     """Where each install's runtime dir (``<root>/<install id>``: its sandboxes' stage) is."""

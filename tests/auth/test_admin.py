@@ -18,7 +18,7 @@ async def test_tenants_users_and_pats(storage: Storage) -> None:
         await admin.create_tenant("acme")
     with pytest.raises(InvalidArgument):
         await admin.create_tenant("Not A Slug")
-    for unroutable in ("two--parts", "trailing-", "x" * 61):  # see platform/hostnames.py
+    for unroutable in ("two--parts", "trailing-", "x" * 61):  # see model/hostnames.py
         with pytest.raises(InvalidArgument):
             await admin.create_tenant(unroutable)
     await admin.create_user("acme", "alice", "long enough pw", role="admin")

@@ -18,7 +18,7 @@ import pytest
 
 from tests.e2e.conftest import Launcher
 from tests.e2e.helpers import official_client
-from tests.platform.ingress.upstreams import Upstream
+from tests.ingress.upstreams import Upstream
 
 HELLO = Path(__file__).resolve().parents[1] / "fixtures" / "apps" / "hello"
 

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from appdeck.platform.runtime.disks import loop_available, mounts, unmount_under
+from appdeck.runtime.disks import loop_available, mounts, unmount_under
 from tests.e2e.conftest import Launcher
 from tests.e2e.helpers import raw_http, rpc
 from tests.support.mcp import initialize

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from appdeck.auth.admin import IdentityAdmin
 from appdeck.common.identity import Principal
+from appdeck.ingress.keys import KeyGate
 from appdeck.platform.apis.client import AppHttp
 from appdeck.platform.apis.services import ApiServices
 from appdeck.platform.apps import AppService
@@ -21,17 +22,16 @@ from appdeck.platform.deploy.deployments import Deployments
 from appdeck.platform.deploy.engine import DeployService, Operations
 from appdeck.platform.deploy.preflight import PreflightService
 from appdeck.platform.env import EnvService
-from appdeck.platform.ingress.keys import KeyGate
 from appdeck.platform.logs import LogService
 from appdeck.platform.oauth_clients import AppClientService
 from appdeck.platform.repos.git import Git
 from appdeck.platform.repos.service import RepoService
-from appdeck.platform.runtime.driver import LogLine, LogPage
 from appdeck.platform.services import Platform, PlatformConfig, connect_repos
 from appdeck.platform.sources import SourceRoots
 from appdeck.platform.tables.databases import AppDatabases, open_databases
 from appdeck.platform.tables.records_service import RecordService
 from appdeck.platform.tables.schema_service import TableService
+from appdeck.runtime.driver import LogLine, LogPage
 from appdeck.storage import Storage, default_sqlite_url
 from appdeck.storage.apps import AppStore
 from appdeck.storage.ci import CIStore

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from appdeck.common.errors import InvalidArgument
-from appdeck.platform import specs
+from appdeck.model import specs
 from appdeck.storage import Storage
 from tests.platform.on_fakes import OnFakes, platform_on_fakes
 

@@ -15,7 +15,7 @@ from appdeck.common.errors import NotFound, PermissionDenied
 from appdeck.common.identity import Principal
 from appdeck.platform.crypto import Sealer
 from appdeck.platform.logs import MIN_MASKED, LogKind, LogQuery, LogService, Masker
-from appdeck.platform.runtime.driver import LogLine, LogPage
+from appdeck.runtime.driver import LogLine, LogPage
 from appdeck.storage import Storage
 from appdeck.storage.identity import IdentityStore
 from tests.platform.deploy.test_engine import Rig, rig

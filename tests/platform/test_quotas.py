@@ -8,9 +8,10 @@ from typing import Any
 import pytest
 
 from appdeck.common.errors import InvalidArgument, QuotaExceeded
-from appdeck.platform import quotas, specs
+from appdeck.model import specs
+from appdeck.model.release import AppSpec, Release
+from appdeck.platform import quotas
 from appdeck.platform.env import freeze, thaw
-from appdeck.platform.release import AppSpec, Release
 
 LIMITS = quotas.Limits(tenant_memory_mb=4096, tenant_instances=6, tenant_disk_mb=3000)
 

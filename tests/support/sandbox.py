@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from appdeck.platform.runtime.sandbox import Sandbox, SandboxUnavailable, detect
+from appdeck.runtime.sandbox import Sandbox, SandboxUnavailable, detect
 
 CGROUP = os.environ.get("APPDECK_SANDBOX_CGROUP") or f"appdeck/test-{os.getpid()}"
 """The cgroup of the sandboxes this test process makes without a server (so without an

@@ -13,7 +13,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from appdeck.common.identity import Principal
-from tests.platform.ingress.upstreams import Upstream
+from tests.ingress.upstreams import Upstream
 from tests.tools.conftest import Caller, World
 
 HELLO_SPEC = {"run_command": "python3 app.py", "health_check": {"path": "/healthz"}}

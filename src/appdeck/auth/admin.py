@@ -15,7 +15,7 @@ from appdeck.auth.bearer import PAT_PREFIX
 from appdeck.auth.hashing import hash_password, new_secret, token_hash
 from appdeck.auth.tokens import AccessClaims, TokenIssuer
 from appdeck.common.errors import FailedPrecondition, InvalidArgument, NotFound
-from appdeck.platform import hostnames
+from appdeck.model import hostnames
 from appdeck.storage.identity import (
     IdentityStore,
     PersonalTokenRecord,

@@ -194,7 +194,7 @@ def _read(settings: Any, record: Any, kind: str, limit: int) -> list[str]:
     from appdeck.platform.crypto import Sealer
     from appdeck.platform.env import thaw
     from appdeck.platform.logs import Masker
-    from appdeck.platform.runtime.logs import read_page
+    from appdeck.runtime.logs import read_page
 
     runtime = Path(settings.data_dir) / "runtime"
     found = sorted(runtime.glob(f"apps/*/releases/{record.release_id}/{kind}.log"))

@@ -14,8 +14,8 @@ import typer
 from appdeck import __version__
 from appdeck.cli import connect
 from appdeck.common.listen import ListenError, listen
-from appdeck.platform import hostnames
-from appdeck.platform.runtime.sandbox import SandboxUnavailable
+from appdeck.model import hostnames
+from appdeck.runtime.sandbox import SandboxUnavailable
 
 DEV_TOKEN_TTL = 12 * 3600
 

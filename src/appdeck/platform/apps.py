@@ -16,7 +16,8 @@ from appdeck.common.errors import (
     PermissionDenied,
 )
 from appdeck.common.identity import Principal
-from appdeck.platform import access, hostnames, quotas, specs
+from appdeck.model import hostnames, specs
+from appdeck.platform import access, quotas
 from appdeck.platform.changes import Change, ChangeFeed
 from appdeck.platform.sources import SourceRoots
 from appdeck.storage.apps import AppRecord, AppStore

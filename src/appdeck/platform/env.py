@@ -10,11 +10,11 @@ from typing import Any, Final
 
 from appdeck.common.errors import InvalidArgument, NotFound, QuotaExceeded
 from appdeck.common.identity import Principal
+from appdeck.model.specs import ENV_NAME as NAME
+from appdeck.model.specs import RESERVED_ENV as RESERVED
 from appdeck.platform.apps import AppService
 from appdeck.platform.changes import Change, ChangeFeed
 from appdeck.platform.crypto import Sealer
-from appdeck.platform.specs import ENV_NAME as NAME
-from appdeck.platform.specs import RESERVED_ENV as RESERVED
 
 MAX_VALUE: Final = 32 * 1024
 MAX_VARS: Final = 200

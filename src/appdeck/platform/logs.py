@@ -41,7 +41,7 @@ from appdeck.platform.apps import AppService
 from appdeck.platform.crypto import Sealer
 from appdeck.platform.deploy import states
 from appdeck.platform.env import EnvService, thaw
-from appdeck.platform.runtime.driver import LogKind, LogLine, LogPage
+from appdeck.runtime.driver import LogKind, LogLine, LogPage
 from appdeck.storage.deployments import DeploymentRecord, DeploymentStore
 
 __all__ = ["MIN_MASKED", "SCAN_LINES", "LogKind", "LogQuery", "LogService", "LogView", "Masker"]

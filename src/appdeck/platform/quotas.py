@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from appdeck.common.errors import InvalidArgument, QuotaExceeded
-from appdeck.platform import specs
+from appdeck.model import specs
 
 HINT_OPERATOR: Final = "ask the operator to raise {setting}"
 

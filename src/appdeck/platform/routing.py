@@ -1,6 +1,6 @@
 """The ingress routes follow the apps: one route per app, keyed by the app's route key.
 
-A key is ``<app>--<tenant>`` (:mod:`appdeck.platform.hostnames`), so creating, renaming,
+A key is ``<app>--<tenant>`` (:mod:`appdeck.model.hostnames`), so creating, renaming,
 deleting or restoring an app touches only that app's route: another tenant's app of the
 same name has another key and never moves. The deploy engine routes live releases by the
 same key (``Release.route``); this module keeps the table in step with the apps themselves.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 
-from appdeck.platform import hostnames
+from appdeck.model import hostnames
 from appdeck.platform.apps import AppService
 from appdeck.platform.changes import Change, ChangeFeed
 from appdeck.platform.deploy.ingress_router import IngressRouter

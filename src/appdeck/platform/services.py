@@ -10,7 +10,7 @@ from pathlib import Path
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from appdeck.common.identity import Principal
-from appdeck.platform import hostnames
+from appdeck.model import hostnames
 from appdeck.platform.advice.service import AdviceService
 from appdeck.platform.apis.client import AppHttp
 from appdeck.platform.apis.services import ApiServices
@@ -35,12 +35,12 @@ from appdeck.platform.repos.git import Git
 from appdeck.platform.repos.prune import kept_commits
 from appdeck.platform.repos.service import REPLAY_WINDOW_S, RepoService
 from appdeck.platform.routing import AppRoutes
-from appdeck.platform.runtime.driver import RuntimeDriver
-from appdeck.platform.runtime.egress import EgressPolicy
 from appdeck.platform.sources import SourceRoots
 from appdeck.platform.tables.databases import AppDatabases
 from appdeck.platform.tables.records_service import RecordService
 from appdeck.platform.tables.schema_service import TableService
+from appdeck.runtime.driver import RuntimeDriver
+from appdeck.runtime.egress import EgressPolicy
 from appdeck.storage.apps import AppRecord, AppStore
 from appdeck.storage.ci import CIStore
 from appdeck.storage.deployments import DeploymentStore
@@ -69,7 +69,7 @@ class PlatformConfig:
     """The operator's ceilings per app and quotas per tenant."""
 
     def url_of(self, app_name: str, tenant: str) -> str:
-        """Where the app is served (the hostname rule is :mod:`appdeck.platform.hostnames`)."""
+        """Where the app is served (the hostname rule is :mod:`appdeck.model.hostnames`)."""
         return hostnames.url(app_name, tenant, self.ingress_port)
 
 

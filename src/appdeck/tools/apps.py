@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, WithJsonSchema
 
-from appdeck.platform import specs
+from appdeck.model import specs
 from appdeck.platform.apps import APP_NAME
 from appdeck.tools.kit import READS, AppId, Arguments, Call, Hints, Output, Reply, Tool, paginate
 from appdeck.tools.results import AppDetail, AppSummary

@@ -24,7 +24,7 @@ from appdeck.common.errors import (
     Unavailable,
 )
 from appdeck.common.identity import Principal
-from appdeck.platform import hostnames
+from appdeck.model import hostnames
 from appdeck.platform.apis.catalog import WELL_KNOWN, ApiCatalog
 from appdeck.platform.apis.client import AppHttp, AppResponse
 from appdeck.storage import Storage

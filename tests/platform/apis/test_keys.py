@@ -21,11 +21,11 @@ from appdeck.common.errors import (
     QuotaExceeded,
 )
 from appdeck.common.tokens import token_hash
-from appdeck.platform import hostnames
+from appdeck.ingress import Counters, RouteTable
+from appdeck.ingress.keys import KeyGate, Refusal
+from appdeck.model import hostnames
 from appdeck.platform.apis.keys import MAX_ACTIVE, TEST_KEY_SECONDS, ApiKeyService
 from appdeck.platform.deploy.ingress_router import IngressRouter
-from appdeck.platform.ingress import Counters, RouteTable
-from appdeck.platform.ingress.keys import KeyGate, Refusal
 from appdeck.storage import Storage
 from appdeck.storage.api_keys import ApiKeyRow, ApiKeyStore
 from tests.platform.on_fakes import OnFakes, platform_on_fakes

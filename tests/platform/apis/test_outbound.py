@@ -17,13 +17,13 @@ import pytest
 
 from appdeck.common.errors import Unavailable
 from appdeck.common.identity import Principal
+from appdeck.ingress import Counters, IngressServer, RouteTable
+from appdeck.ingress.routes import Backend
 from appdeck.platform.apis.client import AppHttp
 from appdeck.platform.apis.tester import ApiCall, ApiTester
 from appdeck.platform.apis.validation import Exchange, Verdict, verdict
-from appdeck.platform.ingress import Counters, IngressServer, RouteTable
-from appdeck.platform.ingress.routes import Backend
 from appdeck.storage import Storage
-from tests.platform.ingress.upstreams import Upstream
+from tests.ingress.upstreams import Upstream
 from tests.platform.on_fakes import OnFakes, platform_on_fakes
 
 ANSWERED: dict[str, Any] = {"200": {"description": "an answer"}}

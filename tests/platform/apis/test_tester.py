@@ -30,6 +30,8 @@ from appdeck.common.errors import (
 )
 from appdeck.common.identity import Principal
 from appdeck.common.tokens import new_secret
+from appdeck.ingress import Counters, IngressServer, RouteTable
+from appdeck.ingress.routes import Backend
 from appdeck.platform.apis.client import AppHttp, AppResponse
 from appdeck.platform.apis.tester import (
     ApiAnswer,
@@ -39,10 +41,8 @@ from appdeck.platform.apis.tester import (
     _shown_headers,
 )
 from appdeck.platform.apis.validation import Exchange, ResponseChecker, Verdict, verdict
-from appdeck.platform.ingress import Counters, IngressServer, RouteTable
-from appdeck.platform.ingress.routes import Backend
 from appdeck.storage import Storage
-from tests.platform.ingress.upstreams import Upstream
+from tests.ingress.upstreams import Upstream
 from tests.platform.on_fakes import OnFakes, platform_on_fakes
 
 HELLO = Path(__file__).resolve().parents[2] / "fixtures" / "apps" / "hello" / "app.py"

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from appdeck.platform.apis.validation import Exchange, ResponseChecker, verdict
-from tests.platform.ingress.upstreams import Upstream
+from tests.ingress.upstreams import Upstream
 
 HELLO = Path(__file__).resolve().parents[2] / "fixtures" / "apps" / "hello" / "app.py"
 JSON = [("content-type", "application/json")]

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from appdeck.model.release import AppSpec
 from appdeck.platform.ci.runner import LOG_MAX_CHARS, Job, SandboxRunner, read_log
-from appdeck.platform.release import AppSpec
-from appdeck.platform.runtime import LocalDriver
-from appdeck.platform.runtime.driver import LogLine, LogPage
-from appdeck.platform.runtime.sandbox import Sandbox
-from tests.platform.runtime.conftest import kill_everything_under
+from appdeck.runtime import LocalDriver
+from appdeck.runtime.driver import LogLine, LogPage
+from appdeck.runtime.sandbox import Sandbox
+from tests.runtime.conftest import kill_everything_under
 from tests.support.sandbox import sandbox_or_skip
 
 UID_BASE = 310_000

@@ -10,9 +10,9 @@ import itertools
 from dataclasses import dataclass, field
 
 from appdeck.common.errors import Conflict
+from appdeck.ingress import STOPPED, Counters, RouteTable
 from appdeck.platform.deploy.ingress_router import IngressRouter
 from appdeck.platform.deploy.ports import Backend, BuildFailed, Instance, Release
-from appdeck.platform.ingress import STOPPED, Counters, RouteTable
 
 
 @dataclass

@@ -14,6 +14,7 @@ from appdeck.auth.admin import IdentityAdmin
 from appdeck.common.errors import Conflict, FailedPrecondition, InvalidArgument, QuotaExceeded
 from appdeck.common.identity import Principal
 from appdeck.events.signals import LocalBroadcast
+from appdeck.ingress import Counters, RouteTable
 from appdeck.platform.apps import AppService
 from appdeck.platform.changes import ChangeFeed
 from appdeck.platform.crypto import Sealer
@@ -22,7 +23,6 @@ from appdeck.platform.deploy.engine import DeployService, Operations
 from appdeck.platform.deploy.ingress_router import IngressRouter
 from appdeck.platform.deploy.ports import Backend, Instance, Release
 from appdeck.platform.env import EnvService
-from appdeck.platform.ingress import Counters, RouteTable
 from appdeck.platform.routing import AppRoutes
 from appdeck.platform.services import PlatformConfig
 from appdeck.platform.sources import SourceRoots

@@ -13,9 +13,9 @@ import pytest
 from redis.asyncio import Redis
 
 from appdeck.events.signals import LocalBroadcast, RedisBroadcast
+from appdeck.ingress import Counters, RouteTable
 from appdeck.platform.deploy.ingress_router import CHANNEL, IngressRouter, decode, encode
 from appdeck.platform.deploy.ports import Backend
-from appdeck.platform.ingress import Counters, RouteTable
 from tests.support.redis import REDIS_URL
 
 ONE = [Backend("1-1", 100, ("127.0.0.1:20001", "127.0.0.1:20002"))]

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from appdeck.platform.deploy.local_runtime import LocalRuntime
-from appdeck.platform.runtime import LocalDriver
-from appdeck.platform.runtime.listening import explain, listening_ports
-from appdeck.platform.runtime.procs import free_port
-from tests.platform.runtime.conftest import (
+from appdeck.runtime import LocalDriver
+from appdeck.runtime.listening import explain, listening_ports
+from appdeck.runtime.procs import free_port
+from tests.runtime.conftest import (
     FAST_RESTARTS,
     PYTHON,
     kill_everything_under,

@@ -8,9 +8,9 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from appdeck.ingress import Counters, RouteTable
 from appdeck.platform.deploy.ingress_router import IngressRouter
 from appdeck.platform.deploy.ports import Backend
-from appdeck.platform.ingress import Counters, RouteTable
 
 ONE = [Backend("1-1", 100, ("127.0.0.1:20001",))]
 

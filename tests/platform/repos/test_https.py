@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from appdeck.common.errors import Unavailable
 from appdeck.platform.deploy import states
 from appdeck.platform.repos.git import Git, Limits
-from appdeck.platform.runtime.egress import EgressPolicy
+from appdeck.runtime.egress import EgressPolicy
 from appdeck.storage import Storage
 from appdeck.storage.schema import repo_connections
 from tests.platform.on_fakes import OnFakes

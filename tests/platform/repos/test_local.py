@@ -11,7 +11,7 @@ import pytest
 
 from appdeck.common.errors import FailedPrecondition, InvalidArgument
 from appdeck.platform.repos.git import Git, GitError, Remote, unavailable
-from appdeck.platform.runtime.sandbox import Sandbox
+from appdeck.runtime.sandbox import Sandbox
 from tests.platform.repos.gitrepo import bare_repo, git
 from tests.support.sandbox import sandbox_or_skip
 

@@ -15,7 +15,7 @@ import pytest
 from appdeck.common.errors import InvalidArgument, Unavailable
 from appdeck.platform.repos import reach
 from appdeck.platform.repos.git import Git, Limits
-from appdeck.platform.runtime.egress import Address, EgressPolicy
+from appdeck.runtime.egress import Address, EgressPolicy
 from appdeck.storage import Storage
 from tests.platform.on_fakes import OnFakes, platform_on_fakes
 

@@ -16,7 +16,7 @@ from appdeck.common.errors import (
     PermissionDenied,
     Unavailable,
 )
-from appdeck.platform.runtime.egress import EgressPolicy
+from appdeck.runtime.egress import EgressPolicy
 from appdeck.storage import Storage
 from appdeck.storage.schema import repo_connections
 from tests.platform.on_fakes import OnFakes, platform_on_fakes

@@ -16,16 +16,16 @@ from typing import Any
 
 import pytest
 
-from appdeck.platform import netns
-from appdeck.platform.runtime.appdb import PostgresTarget
-from appdeck.platform.runtime.pgfront import (
+from appdeck.platform.tables.databases import AppDatabases
+from appdeck.runtime import netns
+from appdeck.runtime.appdb import PostgresTarget
+from appdeck.runtime.pgfront import (
     PostgresFront,
     Refused,
     check_startup,
     parse_startup,
     read_startup,
 )
-from appdeck.platform.tables.databases import AppDatabases
 
 PGWIRE = Path(__file__).resolve().parents[2] / "fixtures" / "apps" / "notes" / "pgwire.py"
 TARGET = PostgresTarget("127.0.0.1", 5432, "app_7", "apps")

@@ -14,13 +14,12 @@ from typing import Any
 
 import pytest
 
-from appdeck.platform import netns
-from appdeck.platform.release import Release
-from appdeck.platform.runtime import InstanceRef, LocalDriver, free_port
-from appdeck.platform.runtime.sandbox import Sandbox, SandboxUnavailable, detect
+from appdeck.model.release import Release
 from appdeck.platform.tables.appdb_sqlite import SqliteFiles
 from appdeck.platform.tables.databases import AppDatabases
-from tests.platform.runtime.conftest import (
+from appdeck.runtime import InstanceRef, LocalDriver, free_port, netns
+from appdeck.runtime.sandbox import Sandbox, SandboxUnavailable, detect
+from tests.runtime.conftest import (
     build_release,
     kill_everything_under,
     wait_healthy,

@@ -52,7 +52,7 @@ from appdeck.common.errors import (
     Unavailable,
 )
 from appdeck.common.identity import Principal
-from appdeck.platform import hostnames
+from appdeck.model import hostnames
 from appdeck.platform.apis import documents
 from appdeck.platform.apis.client import AppHttp, AppResponse
 from appdeck.platform.apis.documents import ApiDocument, Operation

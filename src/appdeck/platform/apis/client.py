@@ -2,7 +2,7 @@
 
 The only address this client ever connects to is the ingress's own listening address; which
 app answers is chosen by the ``Host`` header (the app's hostname, made by
-:mod:`appdeck.platform.hostnames`, never by a caller). So no argument of a caller can make the
+:mod:`appdeck.model.hostnames`, never by a caller). So no argument of a caller can make the
 server open a connection to another host, another port or a metadata address: the request
 target is a path (``/...``, never ``//...``, never an absolute URL), redirects are never
 followed (the 3xx is returned as it is), the proxy environment is ignored, and the body read is

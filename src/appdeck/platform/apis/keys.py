@@ -1,5 +1,5 @@
 """ApiKeyService: manage_api_key's rules, and what the ingress's key check (the
-:class:`~appdeck.platform.ingress.keys.KeyGate`) is told.
+:class:`~appdeck.ingress.keys.KeyGate`) is told.
 
 The rules:
 
@@ -46,10 +46,10 @@ from appdeck.common.errors import (
 )
 from appdeck.common.identity import Principal
 from appdeck.common.tokens import new_secret, token_hash
-from appdeck.platform import hostnames
+from appdeck.ingress.keys import GateKey, KeyGate
+from appdeck.model import hostnames
 from appdeck.platform.apps import AppService
 from appdeck.platform.changes import Change, ChangeFeed
-from appdeck.platform.ingress.keys import GateKey, KeyGate
 from appdeck.storage.api_keys import ApiKeyRow, ApiKeyStore, KeyStatus
 from appdeck.storage.apps import AppRecord
 

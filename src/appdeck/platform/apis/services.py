@@ -6,13 +6,13 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from appdeck.ingress.keys import KeyGate
 from appdeck.platform.apis.catalog import ApiCatalog
 from appdeck.platform.apis.client import AppHttp
 from appdeck.platform.apis.keys import ApiKeyService
 from appdeck.platform.apis.tester import ApiTester
 from appdeck.platform.apps import AppService
 from appdeck.platform.changes import ChangeFeed
-from appdeck.platform.ingress.keys import KeyGate
 from appdeck.platform.repos.service import RepoService
 from appdeck.storage.api_documents import ApiDocumentStore
 from appdeck.storage.api_keys import ApiKeyStore

@@ -36,7 +36,7 @@ from urllib.parse import unquote
 
 from appdeck.common.errors import FailedPrecondition, InvalidArgument, NotFound
 from appdeck.common.identity import Principal
-from appdeck.platform import hostnames
+from appdeck.model import hostnames
 from appdeck.platform.apis import documents
 from appdeck.platform.apis import requests as rq
 from appdeck.platform.apis.catalog import ApiCatalog

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Final, Protocol
 
 from appdeck.common.errors import AppDeckError
-from appdeck.platform.release import AppSpec, Release
-from appdeck.platform.runtime.driver import BuildFailed, RuntimeDriver
+from appdeck.model.release import AppSpec, Release
+from appdeck.runtime.driver import BuildFailed, RuntimeDriver
 
 LOG_MAX_CHARS: Final = 256 * 1024
 """A run's kept log: its last this many characters (the end says why it failed)."""

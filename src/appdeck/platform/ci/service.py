@@ -36,14 +36,14 @@ from appdeck.common.errors import (
     NotFound,
 )
 from appdeck.common.identity import Principal
+from appdeck.model.release import AppSpec
+from appdeck.model.specs import STRATEGIES
 from appdeck.platform.apps import AppService
 from appdeck.platform.changes import Change, ChangeFeed
 from appdeck.platform.ci.runner import CIRunner, Job, Outcome
 from appdeck.platform.env import EnvService
-from appdeck.platform.release import AppSpec
 from appdeck.platform.repos.git import SHA
 from appdeck.platform.repos.service import PushOutcome, Received, RepoService
-from appdeck.platform.specs import STRATEGIES
 from appdeck.storage.apps import AppRecord
 from appdeck.storage.ci import CIConfigRecord, CIRunRecord, CIStore
 

@@ -11,7 +11,7 @@ and stops quietly; the lease's next holder fails the deployment it left (:meth:`
 The partial unique index ``uq_deployments_in_progress`` backs this up: two deployments in
 progress for one app cannot both be written.
 
-Traffic moves on the app's route key (``Release.route``, from :mod:`appdeck.platform.hostnames`),
+Traffic moves on the app's route key (``Release.route``, from :mod:`appdeck.model.hostnames`),
 never on its name: another tenant's app of the same name has another key.
 """
 
@@ -33,8 +33,10 @@ from appdeck.common.errors import (
     NotFound,
 )
 from appdeck.common.identity import Principal
+from appdeck.model import hostnames
+from appdeck.model.release import AppSpec
+from appdeck.model.specs import STRATEGIES
 from appdeck.platform import env as frozen_env
-from appdeck.platform import hostnames
 from appdeck.platform.apps import AppService
 from appdeck.platform.changes import Change, ChangeFeed
 from appdeck.platform.crypto import Sealer
@@ -53,9 +55,7 @@ from appdeck.platform.deploy.ports import (
 )
 from appdeck.platform.deploy.running import refuse_if_stopped
 from appdeck.platform.env import EnvService
-from appdeck.platform.release import AppSpec
 from appdeck.platform.sources import SourceRoots
-from appdeck.platform.specs import STRATEGIES
 from appdeck.storage.app_locks import AppLockStore, Fenced
 from appdeck.storage.apps import AppRecord
 from appdeck.storage.deployments import DeploymentRecord, DeploymentStore

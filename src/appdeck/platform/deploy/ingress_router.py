@@ -1,7 +1,7 @@
 """The deploy engine's Router port on the ingress router's route table and counters.
 
 Everything is keyed by route key (an app's is ``<app>--<tenant>``, from
-:mod:`appdeck.platform.hostnames`), so two tenants' apps of one name never touch each other's
+:mod:`appdeck.model.hostnames`), so two tenants' apps of one name never touch each other's
 route, counters or canary marks.
 
 Several replicas (:meth:`IngressRouter.share`): every replica's ingress serves every route.
@@ -27,9 +27,9 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
+from appdeck.ingress import routes as ingress
+from appdeck.ingress.keys import KeyGate
 from appdeck.platform.deploy.ports import Backend, RouterPort
-from appdeck.platform.ingress import routes as ingress
-from appdeck.platform.ingress.keys import KeyGate
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis

@@ -7,9 +7,9 @@ import asyncio
 import time
 
 from appdeck.platform.deploy.ports import BuildFailed, Instance, Release
-from appdeck.platform.runtime import driver as rt
-from appdeck.platform.runtime import listening
-from appdeck.platform.runtime.procs import free_port
+from appdeck.runtime import driver as rt
+from appdeck.runtime import listening
+from appdeck.runtime.procs import free_port
 
 HEALTH_POLL_S = (0.02, 0.2)
 """Health checks while an instance starts: every 20 ms at first (most apps answer within

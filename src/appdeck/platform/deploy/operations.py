@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from appdeck.common.errors import AppDeckError, FailedPrecondition, NotFound
 from appdeck.common.identity import Principal
-from appdeck.platform import hostnames
+from appdeck.model import hostnames
 from appdeck.platform.deploy import rollout, states
 from appdeck.platform.deploy.ingress_router import apply_here
 from appdeck.platform.deploy.locks import Hold

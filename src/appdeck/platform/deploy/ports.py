@@ -3,9 +3,9 @@
 Narrow on purpose: the local-process driver and the ingress router implement them through
 small adapters (:mod:`.local_runtime`, :mod:`.ingress_router`), and a Kubernetes driver could
 (Deployments, Services, weighted routes). A release has one shape from here to the driver:
-:class:`appdeck.platform.release.Release`; a route's backends are the ingress's
-:class:`~appdeck.platform.ingress.routes.Backend`; a failed build is the driver's
-:class:`~appdeck.platform.runtime.driver.BuildFailed`.
+:class:`appdeck.model.release.Release`; a route's backends are the ingress's
+:class:`~appdeck.ingress.routes.Backend`; a failed build is the driver's
+:class:`~appdeck.runtime.driver.BuildFailed`.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from appdeck.platform.ingress.routes import Backend as Backend
-from appdeck.platform.release import Release as Release
-from appdeck.platform.runtime.driver import BuildFailed as BuildFailed
+from appdeck.ingress.routes import Backend as Backend
+from appdeck.model.release import Release as Release
+from appdeck.runtime.driver import BuildFailed as BuildFailed
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,12 +41,12 @@ from appdeck.common.errors import (
     Unavailable,
 )
 from appdeck.common.identity import Principal
-from appdeck.platform import hostnames
+from appdeck.ingress.routes import STOPPED
+from appdeck.model import hostnames
 from appdeck.platform.deploy import rollout, states
 from appdeck.platform.deploy.ingress_router import apply_here
 from appdeck.platform.deploy.locks import Hold
 from appdeck.platform.deploy.ports import Backend, BuildFailed, Instance, Release
-from appdeck.platform.ingress.routes import STOPPED
 from appdeck.storage.app_locks import Fenced
 from appdeck.storage.apps import AppRecord
 from appdeck.storage.deployments import DeploymentRecord
@@ -59,7 +59,7 @@ log = logging.getLogger("appdeck.deploy")
 Progress = Callable[[str, int | None], Awaitable[None]]
 
 MAX_INSTANCES: Final = 10
-"""The spec schema's bound on ``instances`` (``platform/specs.py``)."""
+"""The spec schema's bound on ``instances`` (``model/specs.py``)."""
 CANCEL_WAIT_S: Final = 60.0
 """How long a cancel waits for the deploy's run to unwind (stopping its new release)."""
 CANCEL_POLL_S: Final = 0.25

@@ -43,8 +43,8 @@ from appdeck.platform.repos.local import (
     refuse_foreign_commit,
     refuse_missing_branch,
 )
-from appdeck.platform.runtime.egress import EgressPolicy
-from appdeck.platform.runtime.sandbox import Sandbox
+from appdeck.runtime.egress import EgressPolicy
+from appdeck.runtime.sandbox import Sandbox
 
 SHA: Final = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 BRANCH: Final = re.compile(r"(?!/|.*(?:\.\.|//|@\{|\.lock$|/$|\.$))[A-Za-z0-9._/-]{1,200}")

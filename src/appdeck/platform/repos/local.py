@@ -5,7 +5,7 @@ tenant's files: its ``.git`` may be a ``gitdir:`` file, a link, borrow objects t
 ``objects/info/alternates``, hold links to the server's keys, or carry a config that makes git
 run commands. So the platform never runs git on it as root, and never fetches it into its own
 cache: every operation (the branches, a commit and its message, the tree as a ``git archive``
-tar) runs in the app's sandox (:class:`~appdeck.platform.runtime.sandbox.Sandbox`): the app's
+tar) runs in the app's sandox (:class:`~appdeck.runtime.sandbox.Sandbox`): the app's
 uid, a loopback-only network, a cleared environment, a private ``/tmp``, and of the host only
 ``/usr``, a few ``/etc`` files and the repository, bound read-only at ``/source`` from a
 descriptor opened without following links (the platform's repo cache and data dir are not
@@ -37,9 +37,9 @@ from pathlib import Path
 from typing import BinaryIO, Final
 
 from appdeck.common.errors import AppDeckError, FailedPrecondition, InvalidArgument
-from appdeck.platform.runtime.cgroups import Limits as CgroupLimits
-from appdeck.platform.runtime.sandbox import Sandbox
-from appdeck.platform.runtime.workspace import open_dir_nofollow
+from appdeck.runtime.cgroups import Limits as CgroupLimits
+from appdeck.runtime.sandbox import Sandbox
+from appdeck.runtime.workspace import open_dir_nofollow
 
 SOURCE: Final = "/source"
 """Where the repository is, inside the sandbox."""

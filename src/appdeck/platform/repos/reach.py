@@ -18,7 +18,7 @@ from typing import Final
 from urllib.parse import urlsplit
 
 from appdeck.common.errors import InvalidArgument, Unavailable
-from appdeck.platform.runtime.egress import Address, EgressPolicy
+from appdeck.runtime.egress import Address, EgressPolicy
 
 Resolve = Callable[[str, int], Awaitable[list[Address]]]
 RESOLVE_TIMEOUT_S: Final = 5.0

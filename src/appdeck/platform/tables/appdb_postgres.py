@@ -37,8 +37,8 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from appdeck.platform.crypto import Sealer
-from appdeck.platform.runtime.appdb import DatabaseGrant, PostgresTarget
 from appdeck.platform.tables.engines import EngineCache
+from appdeck.runtime.appdb import DatabaseGrant, PostgresTarget
 from appdeck.storage.engine import create_engine
 
 ROLE_PREFIX: Final = re.compile(r"[a-z_][a-z0-9_]{0,39}")

@@ -36,8 +36,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from sqlalchemy.pool import AsyncAdaptedQueuePool
 
 from appdeck.common.errors import InvalidArgument, Unavailable
-from appdeck.platform.runtime.appdb import DATA_DIR, DatabaseGrant
 from appdeck.platform.tables.engines import EngineCache
+from appdeck.runtime.appdb import DATA_DIR, DatabaseGrant
 from appdeck.storage.engine import SQLITE_BUSY_TIMEOUT_MS, WRITE_ATTEMPTS, is_locked
 
 FILE_NAME = "app.db"

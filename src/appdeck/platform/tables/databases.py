@@ -24,9 +24,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from appdeck.common.errors import InvalidArgument, QuotaExceeded, Unavailable
 from appdeck.platform.crypto import Sealer
-from appdeck.platform.runtime.appdb import DatabaseGrant
 from appdeck.platform.tables.appdb_postgres import PostgresSchemas
 from appdeck.platform.tables.appdb_sqlite import MAX_LENGTH, SqliteFiles
+from appdeck.runtime.appdb import DatabaseGrant
 
 Dialect = Literal["sqlite", "postgresql"]
 
