@@ -4,8 +4,8 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-DEBS   := bubblewrap python3-venv e2fsprogs
-TEST_DEBS := chromium
+DEBS   := bubblewrap python3-venv e2fsprogs haproxy
+TEST_DEBS := chromium pebble git
 
 .PHONY: run test lint types unit e2e conformance bench clean system-deps test-deps
 
