@@ -1,0 +1,94 @@
+"""A client of HAProxy's runtime API (its stats socket, or the master socket): one command per
+connection, the answer read to EOF.
+
+    api = RuntimeApi(Path("/run/appdeck/<install>/haproxy.sock"))
+    master = RuntimeApi(Path("/run/appdeck/<install>/haproxy-master.sock"), master=True)
+    await api.command("set server be_blog--acme/r7-0 weight 90")
+    await api.command("set ssl cert /x/a.pem", payload=pem_text)   # ``<<`` payload syntax
+
+HAProxy answers errors in text (there is no status): :meth:`RuntimeApi.command` raises
+:class:`RuntimeApiError` on the known error shapes, so a caller never mistakes a refusal for
+success. Commands are built by the driver from validated values only: a value from a client
+never reaches a command line unchecked (a newline there would be a second command).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Final
+
+TIMEOUT_S: Final = 10.0
+"""A bound on one command (a loaded machine; a healthy HAProxy answers in microseconds)."""
+MAX_ANSWER: Final = 64 * 1024 * 1024
+"""``show stat`` of a big config stays far below this."""
+_ERRORS: Final = (
+    "unknown command",
+    "no such",
+    "unknown ",
+    "not found",
+    "error",
+    "can't ",
+    "cannot ",
+    "require",
+    "invalid",
+    "failed",
+    "unable",
+    "permission denied",
+)
+
+
+class RuntimeApiError(RuntimeError):
+    """HAProxy refused a command, or could not be reached."""
+
+
+def _check_line(line: str) -> None:
+    if "\n" in line or "\r" in line or "\x00" in line or ";" in line:
+        raise ValueError("a runtime API command is one line without ';' or NUL")
+
+
+class RuntimeApi:
+    def __init__(
+        self, socket_path: Path, *, master: bool = False, timeout_s: float = TIMEOUT_S
+    ) -> None:
+        self.socket_path = socket_path
+        self.master = master
+        """The master socket (``-S``) keeps a connection open until ``quit``."""
+        self.timeout_s = timeout_s
+
+    async def raw(self, line: str, payload: str | None = None) -> str:
+        """Send one command and return HAProxy's answer, whatever it says."""
+        _check_line(line)
+        text = line + "\n"
+        if payload is not None:
+            if "\n\n" in payload.strip("\n") or "\x00" in payload:
+                raise ValueError("a payload has no empty line and no NUL")
+            text = f"{line} <<\n{payload.strip(chr(10))}\n\n"
+        if self.master:
+            text += "quit\n"
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                reader, writer = await asyncio.open_unix_connection(
+                    str(self.socket_path), limit=MAX_ANSWER
+                )
+                try:
+                    writer.write(text.encode())
+                    await writer.drain()
+                    data = await reader.read(MAX_ANSWER)
+                    chunks = [data]
+                    while data:
+                        data = await reader.read(MAX_ANSWER)
+                        chunks.append(data)
+                finally:
+                    writer.close()
+        except (OSError, TimeoutError) as exc:
+            raise RuntimeApiError(f"HAProxy's runtime API did not answer: {exc}") from exc
+        return b"".join(chunks).decode(errors="replace")
+
+    async def command(self, line: str, payload: str | None = None) -> str:
+        """Send one command; :class:`RuntimeApiError` when HAProxy's answer is an error."""
+        answer = await self.raw(line, payload)
+        head = answer.strip().splitlines()[0].lower() if answer.strip() else ""
+        if any(head.startswith(e) or e in head for e in _ERRORS) and not head.startswith("#"):
+            raise RuntimeApiError(f"{line.split(' ', 3)[:3]}: {answer.strip()[:300]}")
+        return answer

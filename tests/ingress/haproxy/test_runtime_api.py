@@ -1,0 +1,81 @@
+"""The runtime API client against a real HAProxy (Debian's, installed by ``make``)."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from appdeck.ingress.haproxy.runtime_api import RuntimeApi, RuntimeApiError
+from tests.support.mcp import free_port
+
+CONFIG = """global
+  stats socket {stats} mode 600 level admin
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 5s
+  timeout server 5s
+frontend f
+  bind 127.0.0.1:{port}
+  default_backend b
+backend b
+  server s1 127.0.0.1:9 weight 10
+"""
+
+
+@pytest.fixture
+async def haproxy(tmp_path: Path) -> AsyncIterator[tuple[RuntimeApi, RuntimeApi]]:
+    binary = shutil.which("haproxy") or "/usr/sbin/haproxy"
+    stats, master = tmp_path / "stats.sock", tmp_path / "master.sock"
+    config = tmp_path / "haproxy.cfg"
+    config.write_text(CONFIG.format(stats=stats, port=free_port()))
+    process = await asyncio.create_subprocess_exec(
+        binary, "-W", "-S", str(master), "-f", str(config), stderr=asyncio.subprocess.DEVNULL
+    )
+    try:
+        apis = RuntimeApi(stats), RuntimeApi(master, master=True)
+        async with asyncio.timeout(30):  # both sockets listening (a bound, not a speed)
+            for api in apis:
+                while True:
+                    try:
+                        await api.command("show info" if api is apis[0] else "show proc")
+                        break
+                    except RuntimeApiError:
+                        await asyncio.sleep(0.05)
+        yield apis
+    finally:
+        process.terminate()
+        async with asyncio.timeout(10):
+            await process.wait()
+
+
+async def test_a_command_is_answered_and_a_refusal_raises(
+    haproxy: tuple[RuntimeApi, RuntimeApi],
+) -> None:
+    stats, _ = haproxy
+    assert await stats.command("set server b/s1 weight 50") == "\n"
+    assert (await stats.command("get weight b/s1")).startswith("50 (initial 10)")
+    with pytest.raises(RuntimeApiError, match="No such server"):
+        await stats.command("set server b/nope weight 1")
+
+
+async def test_the_master_socket_answers_and_closes(haproxy: tuple[RuntimeApi, RuntimeApi]) -> None:
+    _, master = haproxy
+    answer = await master.command("show proc")
+    assert "master" in answer
+    assert "worker" in answer
+
+
+@pytest.mark.parametrize("line", ["show info\nshutdown", "show info; shutdown", "a\x00b"])
+async def test_a_command_line_carries_exactly_one_command(line: str, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="one line"):
+        await RuntimeApi(tmp_path / "none.sock").command(line)
+
+
+async def test_an_absent_socket_is_an_error_not_a_hang(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeApiError, match="did not answer"):
+        await RuntimeApi(tmp_path / "none.sock", timeout_s=2).command("show info")
