@@ -17,6 +17,7 @@ from joserfc.jwk import KeySet, KeySetSerialization
 from joserfc.jws import extract_compact
 
 from appdeck.auth.tokens import InvalidToken, TokenVerifier
+from appdeck.common.failures import http_failure
 
 REFETCH_AFTER: Final = 60.0
 MAX_JWKS_BYTES: Final = 256 * 1024
@@ -58,8 +59,10 @@ class JwksVerifier:
                     raise InvalidToken("the IdP's key set is too large")
                 data = cast(KeySetSerialization, response.json())
                 keys = KeySet.import_key_set(data)
-            except (httpx.HTTPError, ValueError, JoseError) as exc:
-                raise InvalidToken(f"cannot load the IdP's keys ({type(exc).__name__})") from None
+            except httpx.HTTPError as exc:
+                raise InvalidToken(f"cannot load the IdP's keys: {http_failure(exc)}") from None
+            except (ValueError, JoseError):
+                raise InvalidToken("cannot load the IdP's keys: not a JSON Web Key Set") from None
             self._fetched_at = time.monotonic()
             self._kids = {str(k.kid) for k in keys.keys if k.kid}
             self._verifier = TokenVerifier(keys, self._issuer, self._audience, self._algorithms)

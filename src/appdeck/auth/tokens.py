@@ -108,6 +108,15 @@ class TokenVerifier:
         try:
             decoded = jwt.decode(token, self._keys, algorithms=self._algorithms)
             self._registry.validate(decoded.claims)
-        except (JoseError, ValueError, TypeError, KeyError) as exc:
-            raise InvalidToken(type(exc).__name__) from None
+        except JoseError as exc:
+            raise InvalidToken(_jose_words(exc)) from None
+        except (ValueError, TypeError, KeyError):
+            raise InvalidToken("the token is malformed") from None
         return dict(decoded.claims)
+
+
+def _jose_words(exc: JoseError) -> str:
+    """What joserfc found wrong, in its words (``expired_token``, "invalid claim 'aud'"),
+    never the exception's class name."""
+    words = str(getattr(exc, "description", "") or getattr(exc, "error", "") or "")
+    return words[:200] if words.isprintable() and words else "the token is not valid"

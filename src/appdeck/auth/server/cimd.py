@@ -30,6 +30,7 @@ import httpx
 
 from appdeck.auth import scopes as scope_names
 from appdeck.auth.server import redirects
+from appdeck.common.failures import http_failure
 from appdeck.storage.oauth import ClientRow
 
 TIMEOUT_SECONDS: Final = 5.0
@@ -157,7 +158,7 @@ async def fetch(client_id: str, *, allow_loopback: bool) -> tuple[dict[str, Any]
         raise MetadataError("fetching the client metadata document timed out") from None
     except httpx.HTTPError as exc:
         raise MetadataError(
-            f"the client metadata document could not be fetched ({type(exc).__name__})"
+            f"the client metadata document could not be fetched: {http_failure(exc)}"
         ) from None
     if encoding not in ("identity", ""):
         raise MetadataError("the client metadata document must not be content-encoded")

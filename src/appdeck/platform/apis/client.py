@@ -26,6 +26,7 @@ from typing import Final
 import httpx
 
 from appdeck.common.errors import InvalidArgument, Unavailable
+from appdeck.common.failures import http_failure
 from appdeck.platform.apis.shares import OutboundLimits, OutboundShares
 
 __all__ = ["AppHttp", "AppResponse"]
@@ -146,7 +147,7 @@ class AppHttp:
         except httpx.TimeoutException as exc:
             raise TimeoutError from exc
         except httpx.HTTPError as exc:
-            raise Unavailable(f"the ingress could not be reached: {type(exc).__name__}") from exc
+            raise Unavailable(f"the ingress could not be reached: {http_failure(exc)}") from exc
         chunks: list[bytes] = []
         size = 0
         truncated = False
@@ -161,7 +162,7 @@ class AppHttp:
         except httpx.TimeoutException as exc:
             raise TimeoutError from exc
         except httpx.HTTPError as exc:
-            raise Unavailable(f"the app's answer broke off: {type(exc).__name__}") from exc
+            raise Unavailable(f"the app's answer broke off: {http_failure(exc)}") from exc
         finally:
             await response.aclose()
         return response, chunks, truncated

@@ -29,6 +29,7 @@ from appdeck.common.errors import (
     NotFound,
     Unavailable,
 )
+from appdeck.common.failures import http_failure
 
 API: Final = "https://api.github.com"
 STATES: Final = frozenset({"pending", "success", "failure", "error"})
@@ -159,7 +160,7 @@ class GitHub:
         except httpx.TimeoutException:
             raise Unavailable("GitHub did not answer in time") from None
         except httpx.HTTPError as exc:
-            raise Unavailable(f"GitHub could not be reached ({type(exc).__name__})") from None
+            raise Unavailable(f"GitHub could not be reached: {http_failure(exc)}") from None
         _raise_for(answer.status_code)
         return _Answer(answer.headers, bytes(data))
 
