@@ -56,6 +56,10 @@ class Settings(BaseSettings):
     header_timeout_seconds: float = Field(10.0, gt=0)
     body_timeout_seconds: float = Field(30.0, gt=0)
     max_connections_per_ip: int = Field(256, ge=1)
+    idle_connection_seconds: int = Field(75, ge=1, le=3600)
+    """How long the control plane keeps an idle keep-alive connection open. Longer than
+    clients' own pool expiry (httpx: 5 s) so the client closes first: a server closing at the
+    moment the client reuses the connection loses that request (a ReadError under load)."""
     max_concurrency: int = Field(2000, ge=1)
     session_idle_seconds: float = Field(3600.0, gt=0)
     max_sessions: int = Field(10_000, ge=1)

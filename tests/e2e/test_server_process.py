@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.support.appdeck_process import clean_env, serve_command
+from tests.support.appdeck_process import AppDeckProcess, clean_env, serve_command
 
 URL_LINE = re.compile(rb"MCP server listening on (http://\S+/mcp)")
 
@@ -30,7 +30,7 @@ async def test_the_server_accepts_connections_as_soon_as_it_prints_its_url(
     )
     assert process.stdout is not None
     try:
-        async with asyncio.timeout(20):
+        async with asyncio.timeout(90):  # a bound for a loaded machine, not a speed
             while True:
                 line = await process.stdout.readline()
                 assert line, "appdeck serve closed stdout before printing its URL"
@@ -50,3 +50,30 @@ async def test_the_server_accepts_connections_as_soon_as_it_prints_its_url(
             await process.wait()
             with contextlib.suppress(OSError):
                 await process.stdout.read()  # to EOF, so the pipe transport closes
+
+
+@pytest.mark.e2e
+async def test_an_idle_keep_alive_connection_outlives_the_clients_pool_expiry(
+    appdeck: AppDeckProcess,
+) -> None:
+    """The server must not close an idle connection while a client (httpx: 5 s) may reuse it:
+    both closing at 5 s lost the request sent at that moment (a ReadError under load)."""
+    url = urlsplit(appdeck.url)
+    assert url.hostname is not None
+    assert url.port is not None
+    reader, writer = await asyncio.open_connection(url.hostname, url.port)
+    request = f"GET /.well-known/oauth-protected-resource HTTP/1.1\r\nHost: {url.netloc}\r\n\r\n"
+    try:
+        for _ in range(2):
+            writer.write(request.encode())
+            await writer.drain()
+            async with asyncio.timeout(30):
+                head = await reader.readuntil(b"\r\n\r\n")
+                assert head.startswith(b"HTTP/1.1 200"), head
+                length = re.search(rb"(?i)content-length: (\d+)", head)
+                assert length is not None
+                await reader.readexactly(int(length.group(1)))
+            await asyncio.sleep(6.5)  # past httpx's (and uvicorn's default) 5 s
+        assert not reader.at_eof()
+    finally:
+        writer.close()

@@ -63,3 +63,20 @@ def test_dotenv_text_takes_quotes_comments_and_export() -> None:
     }
     with pytest.raises(InvalidArgument):
         parse_dotenv("not a pair")
+
+
+@pytest.mark.parametrize("name", ["\x00", "A\x00", "a\nb", "ü", "1A", "x" * 10_000])
+async def test_unset_and_get_refuse_a_name_no_var_can_have(on: OnFakes, name: str) -> None:
+    """A NUL reached PostgreSQL and came back as an internal error (a busy-machine run found it)."""
+    env = on.platform.env
+    app_id = (await on.platform.apps.register(on.alice, "shop")).app.id
+    with pytest.raises(InvalidArgument, match="invalid env var name"):
+        await env.unset(on.alice, app_id, ["OK", name])
+    with pytest.raises((InvalidArgument, NotFound)):
+        await env.get(on.alice, app_id, name)
+
+
+async def test_unset_takes_a_bounded_list(on: OnFakes) -> None:
+    app_id = (await on.platform.apps.register(on.alice, "shop")).app.id
+    with pytest.raises(InvalidArgument, match="at most"):
+        await on.platform.env.unset(on.alice, app_id, [f"N{i}" for i in range(201)])

@@ -123,6 +123,7 @@ async def _serve(settings: Any, dev: bool, stop_apps: bool = False) -> None:
         access_log=False,
         log_config=None,
         timeout_graceful_shutdown=3,
+        timeout_keep_alive=settings.idle_connection_seconds,
         server_header=False,
         proxy_headers=False,  # X-Forwarded-* are not trusted unless a proxy is configured
     )

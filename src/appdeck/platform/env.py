@@ -76,6 +76,15 @@ class EnvService:
         return sorted(values)
 
     async def unset(self, principal: Principal, app_id: int, names: list[str]) -> int:
+        if len(names) > MAX_VARS:
+            raise InvalidArgument(f"at most {MAX_VARS} names at once", field="names")
+        for name in names:  # no such var can exist; and a NUL is refused by PostgreSQL itself
+            if not isinstance(name, str) or not NAME.fullmatch(name):
+                raise InvalidArgument(
+                    f"invalid env var name {name!r}"[:200],
+                    hint="letters, digits and _, not starting with a digit",
+                    field="names",
+                )
         view = await self._apps.load(principal, app_id, "env.write")
         removed = await self._apps.store.unset_env(app_id, names)
         if removed:
