@@ -250,12 +250,14 @@ class HostedRepos:
             raise Unavailable(
                 f"git on the app's hosted repository took over {self.limits.timeout_s:g} s"
             ) from None
-        return await run.close(), out[: 1 << 16], err[: 1 << 16]
+        return await run.close(), out[: 1 << 16], (err or b"")[: 1 << 16]
 
 
 async def _spawn(
     argv: list[str], env: dict[str, str], fds: tuple[int, ...], cwd: Path | None
 ) -> asyncio.subprocess.Process:
+    """stderr is dropped: git's words quote the tenant's files (and an unread pipe would
+    stall a long run); a failure is said in the platform's words."""
     return await asyncio.create_subprocess_exec(
         *argv,
         stdin=asyncio.subprocess.PIPE,
