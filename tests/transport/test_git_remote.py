@@ -210,7 +210,7 @@ async def test_a_clone_with_a_read_token_gets_what_was_pushed(
     work = await laptop(tmp_path, {"app.py": "print('v1')\n"})
     await git("push", "-q", remote.url(remote.alice), "main", cwd=work)
     await git("clone", "-q", remote.url(remote.reader), str(tmp_path / "copy"), cwd=tmp_path)
-    assert (tmp_path / "copy" / "app.py").read_text() == "print('v1')\n"  # noqa: ASYNC240
+    assert (tmp_path / "copy" / "app.py").read_text() == "print('v1')\n"
     code, said = await git("push", remote.url(remote.reader), "main", cwd=work, check=False)
     assert code != 0
     assert "403" in said  # a read token does not push
