@@ -116,7 +116,9 @@ class Platform:
     @property
     def imports(self) -> ImportService:
         """import_and_deploy's service, over the services above (no state of its own)."""
-        return ImportService(self.apps, self.repos, self.preflight, self.deployments)
+        return ImportService(
+            self.apps, self.repos, self.preflight, self.deployments, hosting=self.hosting
+        )
 
     @classmethod
     def build(

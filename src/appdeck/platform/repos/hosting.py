@@ -71,6 +71,10 @@ class HostedService:
         """The app's git remote (``git push <it> <branch>``; password: a token)."""
         return self.base_url + GIT_PATH.format(tenant=tenant, app=app_name)
 
+    async def push_url_of(self, app_id: int) -> str | None:
+        app = await self._apps.store.get(app_id)
+        return None if app is None else self.push_url(app.tenant_id, app.name)
+
     # -- the remote -------------------------------------------------------------------------
 
     async def open(self, principal: Principal, tenant: str, name: str, *, write: bool) -> AppRecord:
