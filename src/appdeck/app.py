@@ -382,7 +382,8 @@ class Services:
         if self.platform is not None:
             routes.append(git_hook_route(self.platform.repos))
             if self.platform.hosting is not None:  # each app's git remote (issue 21 §4)
-                routes.append(git_remote_route(self.platform.hosting, self.authenticator))
+                throttle = FailureThrottle(free=s.auth_failures_per_ip, window=MCP_WINDOW)
+                routes.append(git_remote_route(self.platform.hosting, self.authenticator, throttle))
         return SpelledChallenges(Router(mcp, control_plane(health, routes)), self.urls)
 
 

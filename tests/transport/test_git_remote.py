@@ -22,6 +22,7 @@ import uvicorn
 from starlette.applications import Starlette
 
 from appdeck.auth.bearer import BearerAuthenticator
+from appdeck.auth.throttle import FailureThrottle
 from appdeck.auth.tokens import InvalidToken
 from appdeck.platform.deploy import states
 from appdeck.platform.repos.hosted import HostedLimits
@@ -33,6 +34,7 @@ from tests.support.sandbox import sandbox_or_skip
 from tests.support.wait import until
 
 UID_BASE = 240_000
+FREE_FAILURES = 5
 SPEC = {"run_command": "python3 app.py"}
 GREEN = 'test "$(cat status)" = green'
 _ENV = {
@@ -95,7 +97,8 @@ async def remote(storage: Storage, tmp_path: Path) -> AsyncIterator[Remote]:
             ("acme", "alice", "apps:read apps:write"),
         )
     ]
-    app = Starlette(routes=[git_remote_route(on.platform.hosting, bearer)])
+    throttle = FailureThrottle(free=FREE_FAILURES, window=60)
+    app = Starlette(routes=[git_remote_route(on.platform.hosting, bearer, throttle)])
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
@@ -277,3 +280,20 @@ async def test_a_push_over_the_size_limit_is_refused_and_deploys_nothing(
     assert await deployments(on, app_id) == []
     with contextlib.suppress(FileNotFoundError):
         assert on.platform.hosting.hosted.size(app_id) < 4 << 20  # type: ignore[union-attr]
+
+
+async def test_refused_tokens_make_the_address_wait_but_git_asking_first_does_not(
+    remote: Remote,
+) -> None:
+    await connected(remote)
+    refs = "/git/acme/shop.git/info/refs?service=git-upload-pack"
+    async with httpx.AsyncClient(base_url=remote.base, timeout=30) as client:
+        for _ in range(3 * FREE_FAILURES):  # no credentials: git's first request, not counted
+            assert (await client.get(refs)).status_code == 401
+        good = await client.get(refs, auth=("x", remote.alice))
+        assert good.status_code == 200
+        for _ in range(FREE_FAILURES + 1):
+            assert (await client.get(refs, auth=("x", "adk_pat_wrong"))).status_code == 401
+        waiting = await client.get(refs, auth=("x", remote.alice))
+        assert waiting.status_code == 429
+        assert int(waiting.headers["retry-after"]) >= 1

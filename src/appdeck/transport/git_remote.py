@@ -8,7 +8,8 @@ with ``WWW-Authenticate: Basic`` so git asks for it. Fetching needs ``repos:read
 another tenant's app, or none of that name, is the same 404. Only the smart protocol's four
 requests are served (``info/refs?service=...``, ``git-upload-pack``, ``git-receive-pack``);
 the rest is 404. Bounds: the request body (``max_push_bytes``: 413), the time of a request
-(the backend is killed), pushes under way per app (429).
+(the backend is killed), pushes under way per app (429), refused tokens per client address
+(429 once past the free ones, as at ``/mcp``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from appdeck.auth import Authenticator, AuthError
+from appdeck.auth.throttle import FailureThrottle
 from appdeck.common.errors import AppDeckError, FailedPrecondition, NotFound, PermissionDenied
 from appdeck.common.identity import Principal
 from appdeck.platform.repos.hosted import Run, body_of, cgi_head
@@ -42,7 +44,13 @@ _PROTOCOL: Final = re.compile(r"[A-Za-z0-9=:._ -]{1,200}")
 _TYPE: Final = re.compile(r"application/x-git-(upload|receive)-pack-request")
 
 
-def git_remote_route(hosting: HostedService, authenticator: Authenticator) -> Route:
+def git_remote_route(
+    hosting: HostedService, authenticator: Authenticator, failures: FailureThrottle | None = None
+) -> Route:
+    """``failures``: refused tokens per client address; past its free ones the address waits
+    (429 with ``Retry-After``). git's first request carries no credentials (it asks only after
+    a 401): that one is not counted."""
+
     async def endpoint(request: Request) -> Response:
         service = _service(request)
         tenant, repo = request.path_params["tenant"], request.path_params["repo"]
@@ -54,8 +62,15 @@ def git_remote_route(hosting: HostedService, authenticator: Authenticator) -> Ro
         if length and (not length.isdigit() or int(length) > limit):
             return _said(413, f"the request body is over {limit} bytes")
         write = service == "git-receive-pack"
-        principal = await _principal(authenticator, request.headers.get("authorization"))
+        client = request.client.host if request.client is not None else "?"
+        wait = failures.blocked(client) if failures is not None else None
+        if wait is not None:
+            return _said(429, f"too many refused tokens: wait {wait} s", retry=wait)
+        header = request.headers.get("authorization")
+        principal = await _principal(authenticator, header)
         if principal is None:
+            if header and failures is not None:
+                failures.failed(client)
             return _said(401, "sign in: the password is an AppDeck token", REALM)
         needed = "repos:write" if write else "repos:read"
         if not (principal.has_scope(needed) or principal.has_scope("repos:write")):
@@ -200,6 +215,10 @@ def _refused(exc: AppDeckError) -> Response:
     return _said(503, "the repository is not available now")
 
 
-def _said(status: int, text: str, challenge: str | None = None) -> Response:
+def _said(
+    status: int, text: str, challenge: str | None = None, *, retry: int | None = None
+) -> Response:
     headers = {"www-authenticate": challenge} if challenge else {}
+    if retry is not None:
+        headers["retry-after"] = str(retry)
     return PlainTextResponse(text + "\n", status_code=status, headers=headers)
