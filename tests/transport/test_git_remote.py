@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import os
 import socket
 import stat
@@ -271,15 +270,22 @@ async def test_a_push_over_the_size_limit_is_refused_and_deploys_nothing(
     on = remote.on
     app_id = await connected(remote, auto_deploy=True)
     work = await laptop(tmp_path, {"app.py": "print('v1')\n"})
+    (work / "medium").write_bytes(os.urandom(2 << 20))  # over git's 1 MiB post buffer: chunked
+    sha = await commit(work, {}, "medium")
+    await git("push", "-q", remote.url(remote.alice), "main", cwd=work)
+    await on.platform.repos.settle()
+    [record] = await deployments(on, app_id)
+    assert (record.state, record.source["commit"]) == (states.LIVE, sha)
     (work / "blob").write_bytes(os.urandom(6 << 20))  # incompressible, over 4 MiB
     await git("add", "blob", cwd=work)
     await git("commit", "-q", "-m", "big", cwd=work)
     code, _ = await git("push", remote.url(remote.alice), "main", cwd=work, check=False)
     assert code != 0
     await on.platform.repos.settle()
-    assert await deployments(on, app_id) == []
-    with contextlib.suppress(FileNotFoundError):
-        assert on.platform.hosting.hosted.size(app_id) < 4 << 20  # type: ignore[union-attr]
+    assert len(await deployments(on, app_id)) == 1  # the refused push deployed nothing
+    hosting = on.platform.hosting
+    assert hosting is not None
+    assert hosting.hosted.size(app_id) < 4 << 20  # the 2 MiB pack, not the refused one
 
 
 async def test_refused_tokens_make_the_address_wait_but_git_asking_first_does_not(
