@@ -11,7 +11,7 @@ import os
 import socket
 import stat
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -303,3 +303,29 @@ async def test_refused_tokens_make_the_address_wait_but_git_asking_first_does_no
         waiting = await client.get(refs, auth=("x", remote.alice))
         assert waiting.status_code == 429
         assert int(waiting.headers["retry-after"]) >= 1
+
+
+async def test_a_client_that_stalls_mid_push_is_cut_and_frees_the_push_slot(
+    remote: Remote,
+) -> None:
+    await connected(remote)
+    hosting = remote.on.platform.hosting
+    assert hosting is not None
+    hosting.hosted.limits = replace(hosting.limits, timeout_s=2)  # this test's own deadline
+    host, port = remote.base.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    basic = base64.b64encode(f"x:{remote.alice}".encode()).decode()
+    writer.write(
+        f"POST /git/acme/shop.git/git-receive-pack HTTP/1.1\r\nHost: {host}\r\n"
+        f"Authorization: Basic {basic}\r\nContent-Length: 1000\r\n\r\n0000".encode()
+    )  # 4 of the 1000 bytes announced, then nothing
+    await writer.drain()
+    try:
+        line = await asyncio.wait_for(reader.readline(), 30)
+    finally:
+        writer.close()
+    assert int(line.split()[1]) == 408
+    async with httpx.AsyncClient(base_url=remote.base, timeout=30) as client:
+        refs = "/git/acme/shop.git/info/refs?service=git-receive-pack"
+        again = await client.get(refs, auth=("x", remote.alice))
+    assert again.status_code == 200  # the slot of the stalled push was given back

@@ -166,17 +166,23 @@ async def _answer(
 ) -> Response:
     """The backend's answer, streamed; the body is taken whole before the answer starts
     (git reads a request through before it answers)."""
-    timer = asyncio.get_running_loop().call_later(hosting.limits.timeout_s, run.kill)
+    limit = hosting.limits.timeout_s
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limit
+    timer = loop.call_at(deadline, run.kill)  # the answer's streaming too
     assert run.proc.stdout is not None
-    try:
-        within, head = await asyncio.gather(
-            _pump(request, run, hosting.limits.max_push_bytes), cgi_head(run.proc.stdout)
-        )
+    try:  # a client that stalls mid-body is cut at the deadline, its push slot freed
+        async with asyncio.timeout_at(deadline):
+            within, head = await asyncio.gather(
+                _pump(request, run, hosting.limits.max_push_bytes), cgi_head(run.proc.stdout)
+            )
     except BaseException as exc:
         timer.cancel()
         run.kill()
         await run.close()
         await hosting.done(app, write=write, ok=False)
+        if isinstance(exc, TimeoutError):
+            return _said(408, f"the request took longer than {limit:g} s")
         if isinstance(exc, AppDeckError):
             return _said(502, "git did not answer")
         raise
