@@ -329,3 +329,27 @@ async def test_a_client_that_stalls_mid_push_is_cut_and_frees_the_push_slot(
         refs = "/git/acme/shop.git/info/refs?service=git-receive-pack"
         again = await client.get(refs, auth=("x", remote.alice))
     assert again.status_code == 200  # the slot of the stalled push was given back
+
+
+async def test_only_branches_and_tags_within_bounds_are_pushed(
+    remote: Remote, tmp_path: Path
+) -> None:
+    await connected(remote)
+    work = await laptop(tmp_path, {"app.py": "print('v1')\n"})
+    url = remote.url(remote.alice)
+    await git("push", "-q", url, "main", "HEAD:refs/tags/v1", cwd=work)
+    code, said = await git("push", url, "HEAD:refs/odd/x", cwd=work, check=False)
+    assert code != 0
+    assert "only branches and tags may be pushed" in said
+    code, said = await git("push", url, f"HEAD:refs/heads/{'b' * 190}/{'c' * 20}", cwd=work,
+                           check=False)  # fmt: skip
+    assert code != 0
+    assert "longer than 200 characters" in said
+    many = [f"HEAD:refs/heads/n{i}" for i in range(101)]
+    code, said = await git("push", url, *many, cwd=work, check=False)
+    assert code != 0
+    assert "more than 100 refs" in said
+    _, listed = await git("ls-remote", url, cwd=work)
+    assert sorted(line.split("\t")[1] for line in listed.splitlines()) == [
+        "HEAD", "refs/heads/main", "refs/tags/v1",
+    ]  # fmt: skip

@@ -62,6 +62,39 @@ fi
 printf '%s\n' "$new"
 """
 """Run as ``bash -c SCRIPT appdeck-commit <branch> <commit header>``, the changes on stdin."""
+MAX_REFS: Final = 100
+"""Refs one push may update."""
+MAX_REF: Final = 200
+"""Characters of a pushed ref's name."""
+PRE_RECEIVE: Final = rf"""#!/bin/sh
+n=0
+while read -r old new ref; do
+  n=$((n + 1))
+  if [ "$n" -gt {MAX_REFS} ]; then
+    echo "refused: more than {MAX_REFS} refs in one push" >&2; exit 1
+  fi
+  if [ "${{#ref}}" -gt {MAX_REF} ]; then
+    echo "refused: a ref name longer than {MAX_REF} characters" >&2; exit 1
+  fi
+  case $ref in
+    refs/heads/*|refs/tags/*) ;;
+    *) echo "refused: $ref: only branches and tags may be pushed" >&2; exit 1 ;;
+  esac
+done
+"""
+"""The push's ref rule, run by receive-pack before any ref moves (in the sandbox, as the
+app's uid): branches and tags only, at most :data:`MAX_REFS` of them, names at most
+:data:`MAX_REF` characters (git's own ``check-ref-format`` rules apply first)."""
+SERVE_SCRIPT: Final = r"""
+d=$(mktemp -d) || exit 1
+printf '%s' "$APPDECK_PRE_RECEIVE" > "$d/pre-receive" && chmod 700 "$d/pre-receive" || exit 1
+git -c core.hooksPath="$d" http-backend
+code=$?
+rm -rf "$d"
+exit $code
+"""
+"""A push's ``git http-backend``, with :data:`PRE_RECEIVE` as its only hook (a private
+folder of the run: the sandbox's own ``/tmp``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,7 +218,11 @@ class HostedRepos:
         for index, (key, value) in enumerate(config.items()):
             env[f"GIT_CONFIG_KEY_{index}"] = key
             env[f"GIT_CONFIG_VALUE_{index}"] = value
-        return await self._start(app_id, ["git", "http-backend"], env)
+        if not write:
+            return await self._start(app_id, ["git", "http-backend"], env)
+        env["APPDECK_PRE_RECEIVE"] = PRE_RECEIVE
+        bash = ["/bin/bash", "--noprofile", "--norc", "-c", SERVE_SCRIPT, "appdeck-serve"]
+        return await self._start(app_id, bash, env)
 
     # -- running in the sandbox ---------------------------------------------------------
 
