@@ -11,6 +11,8 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
+from appdeck.runtime.disks import loop_available, mounts
+
 from .conftest import HELLO, Caller, World, fetch
 
 APP = (HELLO / "app.py").read_text()
@@ -36,6 +38,13 @@ async def test_inline_files_are_committed_deployed_and_rolled_back(deploy_world:
     assert (source["kind"], source["commit"]) == ("git", first["commit"])
     answer = await fetch(world, "shop")
     assert (answer.status_code, answer.json()["version"]) == (200, "v1")
+    hosting = world.services.platform.hosting  # type: ignore[union-attr]
+    assert hosting is not None
+    repo = hosting.hosted.path(first["app_id"])
+    if loop_available() is None:  # loop disks ("auto"): the repository is on the app's disk
+        assert repo.parent == world.services.settings.data_dir / "disks" / str(first["app_id"])
+        assert str(repo.parent) in mounts()
+        assert (repo / "HEAD").is_file()
 
     v2 = base64.b64encode(APP.replace('"v1")', '"v2")').encode()).decode()
     second = await _checked(

@@ -166,7 +166,12 @@ class Platform:
             sandbox=sandbox,
         )
         hosted = (
-            HostedRepos(config.data_dir / "hosted", sandbox, config.hosted)
+            HostedRepos(  # on each app's disk when disks are kernel-backed
+                config.data_dir / "hosted",
+                sandbox,
+                config.hosted,
+                disks=getattr(driver, "disks", None),
+            )
             if config.hosted is not None
             else None
         )

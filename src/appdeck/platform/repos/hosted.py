@@ -41,6 +41,7 @@ from typing import Final
 
 from appdeck.common.errors import Conflict, InvalidArgument, Unavailable
 from appdeck.platform.repos.local import GIT_LIMITS
+from appdeck.runtime.disks import AppDisks
 from appdeck.runtime.sandbox import APP_DIR, Sandbox, env_fd, root_env
 
 _PRLIMIT: Final = shutil.which("prlimit", path="/usr/bin:/bin")
@@ -136,13 +137,26 @@ class Run:
 
 
 class HostedRepos:
-    def __init__(self, root: Path, sandbox: Sandbox | None, limits: HostedLimits) -> None:
-        """``root``: the folder of the hosted repositories (the server's, 0700)."""
+    def __init__(
+        self,
+        root: Path,
+        sandbox: Sandbox | None,
+        limits: HostedLimits,
+        *,
+        disks: AppDisks | None = None,
+    ) -> None:
+        """``root``: the folder of the hosted repositories (the server's, 0700). ``disks``:
+        the apps' disks; in ``loop`` mode each repository lives on its app's disk
+        (``<data>/disks/<app>/hosted.git``), so its bytes count against the app's disk quota
+        and a push that would overfill it fails there (ENOSPC), not on the host."""
         self._root = root
         self.sandbox = sandbox
         self.limits = limits
+        self._disks = disks if disks is not None and disks.kernel else None
 
     def path(self, app_id: int) -> Path:
+        if self._disks is not None:
+            return self._disks.mount_point(app_id).absolute() / "hosted.git"
         return (self._root / f"{app_id}.git").absolute()
 
     def exists(self, app_id: int) -> bool:
@@ -164,9 +178,11 @@ class HostedRepos:
     async def ensure(self, app_id: int) -> Path:
         """The app's repository, made (owned by the app's uid, in its sandbox) if missing."""
         repo = self.path(app_id)
+        if self._disks is not None:  # mounted (made at the default size if it is new)
+            await asyncio.to_thread(self._disks.ensure, app_id, resize=False)
         if self.exists(app_id):
             return repo
-        self._root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        repo.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         repo.mkdir(mode=0o700, exist_ok=True)
         if self.sandbox is not None:
             uid = self.sandbox.uid_for(app_id)
