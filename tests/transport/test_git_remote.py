@@ -164,7 +164,8 @@ async def test_a_git_push_to_the_connected_branch_deploys_that_commit(
     app_id = await connected(remote, auto_deploy=True)
     work = await laptop(tmp_path, {"app.py": "print('v1')\n"})
     sha = (await git("rev-parse", "HEAD", cwd=work))[1].strip()
-    await git("push", "-q", remote.url(remote.alice), "main", cwd=work)
+    _, said = await git("push", remote.url(remote.alice), "main", cwd=work)
+    assert "remote: AppDeck: a push to the app's connected branch is tested" in said
     await on.platform.repos.settle()
     [record] = await deployments(on, app_id)
     assert (record.state, record.source["commit"]) == (states.LIVE, sha)

@@ -82,6 +82,8 @@ while read -r old new ref; do
     *) echo "refused: $ref: only branches and tags may be pushed" >&2; exit 1 ;;
   esac
 done
+echo "AppDeck: a push to the app's connected branch is tested (CI) or deployed (auto_deploy)" >&2
+echo "AppDeck: next; list_deployments follows it" >&2
 """
 """The push's ref rule, run by receive-pack before any ref moves (in the sandbox, as the
 app's uid): branches and tags only, at most :data:`MAX_REFS` of them, names at most
