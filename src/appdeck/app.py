@@ -35,6 +35,8 @@ from appdeck.platform.changes import Change
 from appdeck.platform.crypto import Sealer
 from appdeck.platform.deploy.ingress_router import IngressRouter
 from appdeck.platform.quotas import Limits
+from appdeck.platform.repos.hosted import HostedLimits
+from appdeck.platform.repos.inline import InlineLimits
 from appdeck.platform.services import Platform, PlatformConfig
 from appdeck.platform.tables.databases import AppDatabases, open_databases
 from appdeck.prompts.deploy import register as register_deploy_prompts
@@ -58,6 +60,7 @@ from appdeck.storage.replicas import ReplicaStore
 from appdeck.storage.signing_keys import SigningKeyStore
 from appdeck.tools import register_all as register_tools
 from appdeck.transport.git_hooks import git_hook_route
+from appdeck.transport.git_remote import git_remote_route
 from appdeck.transport.guard import Guard
 from appdeck.transport.hub import StreamHub
 from appdeck.transport.landing import landing_route
@@ -147,7 +150,7 @@ class Services:
         platform = Platform.build(
             storage.engine,
             identities,
-            _platform_config(settings, ingress_port),
+            _platform_config(settings, ingress_port, base_url),
             driver=driver,
             router=router,
             instance_id=instance_id,
@@ -378,6 +381,9 @@ class Services:
         routes.append(landing_route(self.urls, s.app_version, oauth=oauth))
         if self.platform is not None:
             routes.append(git_hook_route(self.platform.repos))
+            if self.platform.hosting is not None:  # each app's git remote (issue 21 §4)
+                throttle = FailureThrottle(free=s.auth_failures_per_ip, window=MCP_WINDOW)
+                routes.append(git_remote_route(self.platform.hosting, self.authenticator, throttle))
         return SpelledChallenges(Router(mcp, control_plane(health, routes)), self.urls)
 
 
@@ -540,7 +546,7 @@ def _mcp_server(
     return server, tasks
 
 
-def _platform_config(settings: Settings, ingress_port: int) -> PlatformConfig:
+def _platform_config(settings: Settings, ingress_port: int, base_url: str) -> PlatformConfig:
     return PlatformConfig(
         data_dir=settings.data_dir,
         secret_key=settings.secret_key,
@@ -554,6 +560,16 @@ def _platform_config(settings: Settings, ingress_port: int) -> PlatformConfig:
             settings.outbound_connections, settings.outbound_per_tenant, settings.outbound_wait_s
         ),
         limits=_limits(settings),
+        hosted=HostedLimits(
+            settings.hosted_max_push_bytes,
+            settings.hosted_max_repo_bytes,
+            settings.hosted_timeout_s,
+            settings.hosted_max_pushes_per_app,
+        )
+        if settings.hosted_repos
+        else None,
+        inline=InlineLimits(settings.inline_max_files, settings.inline_max_bytes),
+        base_url=base_url,
     )
 
 

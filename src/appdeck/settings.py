@@ -283,6 +283,21 @@ class Settings(BaseSettings):
     """How long a webhook delivery (its ``X-GitHub-Delivery`` and its body's hash) is
     remembered: the same delivery again within it is answered 200 and does nothing. Past it,
     a replayed push still never moves a branch's deployed commit back (docs/repos.md)."""
+    # -- each app's hosted git repository (issue 21 §4: docs/push.md) --
+    hosted_repos: bool = True
+    """Serve each app's git remote at ``/git/<tenant>/<app>.git`` and take inline files."""
+    hosted_max_push_bytes: int = Field(100 << 20, ge=1 << 20, le=10 << 30)
+    """Bytes of one push (the request body, and git's ``receive.maxInputSize``)."""
+    hosted_max_repo_bytes: int = Field(500 << 20, ge=1 << 20, le=100 << 30)
+    """A push to an app's repository this large or larger is refused."""
+    hosted_timeout_s: float = Field(120.0, ge=5, le=3600)
+    """One git request (a push, a fetch) or inline commit, start to end."""
+    hosted_max_pushes_per_app: int = Field(1, ge=1, le=16)
+    """Pushes under way at once to one app (per replica); more are answered 429."""
+    inline_max_files: int = Field(1000, ge=1, le=100_000)
+    """Files in one ``files`` argument (import_and_deploy, deploy_app)."""
+    inline_max_bytes: int = Field(3 << 20, ge=1024, le=1 << 30)
+    """Decoded bytes of one ``files`` argument (the MCP body cap applies too)."""
 
 
 class InvalidSetting(Exception):

@@ -25,6 +25,8 @@ from appdeck.platform.env import EnvService
 from appdeck.platform.logs import LogService
 from appdeck.platform.oauth_clients import AppClientService
 from appdeck.platform.repos.git import Git
+from appdeck.platform.repos.hosted import HostedLimits, HostedRepos
+from appdeck.platform.repos.hosting import HostedService
 from appdeck.platform.repos.service import RepoService
 from appdeck.platform.services import Platform, PlatformConfig, connect_repos
 from appdeck.platform.sources import SourceRoots
@@ -32,6 +34,7 @@ from appdeck.platform.tables.databases import AppDatabases, open_databases
 from appdeck.platform.tables.records_service import RecordService
 from appdeck.platform.tables.schema_service import TableService
 from appdeck.runtime.driver import LogLine, LogPage
+from appdeck.runtime.sandbox import Sandbox
 from appdeck.storage import Storage, default_sqlite_url
 from appdeck.storage.apps import AppStore
 from appdeck.storage.ci import CIStore
@@ -113,7 +116,15 @@ class OnFakes:
     """The apps' databases (SQLite files): close them when done with tables."""
 
 
-async def platform_on_fakes(storage: Storage, tmp_path: Path) -> OnFakes:
+async def platform_on_fakes(
+    storage: Storage,
+    tmp_path: Path,
+    *,
+    sandbox: Sandbox | None = None,
+    hosted: HostedLimits | None = None,
+) -> OnFakes:
+    """``sandbox``: git on local and hosted repositories runs in it; ``hosted``: each app's
+    hosted repository is on (``platform.hosting``)."""
     roots = tmp_path / "src"
     source = roots / "shop"
     source.mkdir(parents=True)
@@ -169,9 +180,10 @@ async def platform_on_fakes(storage: Storage, tmp_path: Path) -> OnFakes:
         RepoStore(storage.engine),
         sealer,
         apps.sources,
-        Git(tmp_path / "repos"),
+        git := Git(tmp_path / "repos", sandbox=sandbox),
         feed,
         deliveries=WebhookDeliveries(storage.engine),
+        hosted=(made := HostedRepos(tmp_path / "hosted", sandbox, hosted) if hosted else None),
     )
     logs = LogService(apps, env, store, driver, sealer)  # type: ignore[arg-type]
     platform = Platform(
@@ -202,6 +214,7 @@ async def platform_on_fakes(storage: Storage, tmp_path: Path) -> OnFakes:
         ),
         _driver=driver,  # type: ignore[arg-type]
         _router=router,  # type: ignore[arg-type]
+        hosting=HostedService(apps, repos, git, made) if made is not None else None,
     )
     connect_repos(platform)
     alice, bob, eve = principals

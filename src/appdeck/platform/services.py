@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from dataclasses import dataclass, field
 from ipaddress import IPv4Network, IPv6Network
@@ -32,6 +33,9 @@ from appdeck.platform.logs import LogService
 from appdeck.platform.oauth_clients import AppClientService
 from appdeck.platform.quotas import Limits
 from appdeck.platform.repos.git import Git
+from appdeck.platform.repos.hosted import HostedLimits, HostedRepos
+from appdeck.platform.repos.hosting import HostedService
+from appdeck.platform.repos.inline import InlineLimits
 from appdeck.platform.repos.prune import kept_commits
 from appdeck.platform.repos.service import REPLAY_WINDOW_S, RepoService
 from appdeck.platform.routing import AppRoutes
@@ -67,6 +71,11 @@ class PlatformConfig:
     """test_api and discover_apis: the pool and each tenant's share (``APPDECK_OUTBOUND_*``)."""
     limits: Limits = field(default_factory=Limits)
     """The operator's ceilings per app and quotas per tenant."""
+    hosted: HostedLimits | None = None
+    """Each app's hosted git repository (``/git/...``, inline files); None: off."""
+    inline: InlineLimits = field(default_factory=InlineLimits)
+    base_url: str = ""
+    """The control plane's public URL: where the apps' git remotes are."""
 
     def url_of(self, app_name: str, tenant: str) -> str:
         """Where the app is served (the hostname rule is :mod:`appdeck.model.hostnames`)."""
@@ -96,6 +105,8 @@ class Platform:
     """The API catalogue: keys, documents, test calls."""
     _driver: RuntimeDriver
     _router: IngressRouter
+    hosting: HostedService | None = None
+    """Each app's git remote and inline files (None: APPDECK_HOSTED_REPOS off)."""
 
     @property
     def advice(self) -> AdviceService:
@@ -105,7 +116,9 @@ class Platform:
     @property
     def imports(self) -> ImportService:
         """import_and_deploy's service, over the services above (no state of its own)."""
-        return ImportService(self.apps, self.repos, self.preflight, self.deployments)
+        return ImportService(
+            self.apps, self.repos, self.preflight, self.deployments, hosting=self.hosting
+        )
 
     @classmethod
     def build(
@@ -146,19 +159,32 @@ class Platform:
         )
         logs = LogService(apps, env, deployments, driver, sealer)
         ops = Operations(deploys)
+        sandbox = getattr(driver, "sandbox", None)  # git on local repos runs in it
+        git = Git(
+            config.data_dir / "repos",
+            policy=EgressPolicy(networks=config.egress_allow),
+            sandbox=sandbox,
+        )
+        hosted = (
+            HostedRepos(  # on each app's disk when disks are kernel-backed
+                config.data_dir / "hosted",
+                sandbox,
+                config.hosted,
+                disks=getattr(driver, "disks", None),
+            )
+            if config.hosted is not None
+            else None
+        )
         repos = RepoService(
             apps,
             RepoStore(engine),
             sealer,
             sources,
-            Git(
-                config.data_dir / "repos",
-                policy=EgressPolicy(networks=config.egress_allow),
-                sandbox=getattr(driver, "sandbox", None),  # git on local repos runs in it
-            ),
+            git,
             feed,
             deliveries=WebhookDeliveries(engine),
             replay_window_s=config.webhook_replay_window_s,
+            hosted=hosted,
         )
         platform = cls(
             feed=feed,
@@ -193,8 +219,15 @@ class Platform:
             ),
             _driver=driver,
             _router=router,
+            hosting=HostedService(
+                apps, repos, git, hosted, base_url=config.base_url, inline_limits=config.inline
+            )
+            if hosted is not None
+            else None,
         )
         connect_repos(platform)
+        if hosted is not None:
+            apps.on_delete(lambda app: asyncio.to_thread(hosted.remove, app.id))
         apps.on_delete(lambda app: platform.ci.cancel_all(app.id))  # before its workspaces go
         apps.on_delete(platform._remove_app)
         apps.on_delete(lambda app: databases.drop(app.id))  # after its processes stopped

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, WithJsonSchema
 
-from appdeck.common.errors import FailedPrecondition
+from appdeck.common.errors import FailedPrecondition, InvalidArgument
 from appdeck.platform.deploy import policy, states
 from appdeck.platform.deploy.deployments import DeploymentView
 from appdeck.platform.deploy.deployments import Operated as Operated_
@@ -24,6 +24,7 @@ from appdeck.tools.kit import (
     Tool,
     paginate,
 )
+from appdeck.tools.repos import Files, inline_files
 from appdeck.tools.results import Deployment
 
 Strategy = Literal["recreate", "rolling", "blue_green", "canary"]
@@ -50,7 +51,11 @@ deploy_app = Tool(
     "back automatically. A deploy that ends failed or rolled back is an error result "
     "carrying the deployment: tail_deploy_logs shows why. action cancel stops the deployment "
     "in progress (as tasks/cancel on its task would): it ends cancelled, the live release "
-    "keeps serving.",
+    "keeps serving. files (for agents that cannot run git): [{path, content, encoding}] "
+    "committed to the app's hosted repository by you, then that commit is deployed (files "
+    "not listed keep their content from the previous commit; content null deletes a path; "
+    "rollback_deploy and CI work as for any commit). An app connected to no repository is "
+    "connected to its hosted one.",
     scope="deploy:write",
     hints=Hints(read_only=False),
     task_support="optional",
@@ -75,11 +80,22 @@ class DeployApp(Arguments):
     strategy: Strategy | None = None
     commit: Commit | None = None
     wait_seconds: float | None = Field(default=None, ge=0, le=policy.MAX_WAIT_S)
+    files: Files | None = None
 
 
 @deploy_app.handles(DeployApp, Deployment)
 async def _deploy(args: DeployApp, call: Call) -> Reply:
     steps = 0
+    commit = args.commit.lower() if args.commit else None
+    if args.files is not None:
+        if commit is not None:
+            raise InvalidArgument("give files or commit, not both", field="commit")
+        if call.platform.hosting is None:
+            raise FailedPrecondition("inline files are off on this server (hosted repositories)")
+        made = await call.platform.hosting.commit_files(
+            call.principal, args.app_id, inline_files(args.files)
+        )
+        commit = made.sha
 
     async def progress(message: str, traffic: int | None) -> None:
         nonlocal steps
@@ -92,7 +108,7 @@ async def _deploy(args: DeployApp, call: Call) -> Reply:
         args.strategy,
         wait_s=None if call.as_task else policy.wait_seconds(args.wait_seconds),
         progress=progress,
-        commit=args.commit.lower() if args.commit else None,
+        commit=commit,
     )
     record, data = view.record, deployment(view)
     if not view.done:

@@ -6,12 +6,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from appdeck.common.errors import FailedPrecondition
+from appdeck.common.errors import FailedPrecondition, InvalidArgument
 from appdeck.platform.deploy import policy
 from appdeck.platform.imports.service import STEPS, Imported
+from appdeck.platform.repos.urls import HOSTED
 from appdeck.tools.deploy import deployment
 from appdeck.tools.kit import Arguments, Call, Hints, Output, Reply, Tool
-from appdeck.tools.repos import BranchName, Token, Url
+from appdeck.tools.repos import BranchName, Files, Token, Url, inline_files
 from appdeck.tools.results import Deployment
 
 import_and_deploy = Tool(
@@ -24,7 +25,11 @@ import_and_deploy = Tool(
     "(a spec that already has a run_command is kept), run preflight, deploy. Safe to retry: "
     "the same arguments reuse the app and connection and never redeploy a commit that is "
     "already live. Runs as a task when the call carries task (progress per step); otherwise "
-    "waits up to wait_seconds for the deploy. Next: get_app_url, whats_next.",
+    "waits up to wait_seconds for the deploy. Without git on your side: give name and files "
+    "instead of url ([{path, content, encoding}]): they are committed to the app's hosted "
+    "repository (by you; files not listed keep their previous content, content null "
+    "deletes) and that commit is deployed; the result's push_url takes git push later. "
+    "Next: get_app_url, whats_next.",
     scope="repos:write",
     hints=Hints(read_only=False, idempotent=True),
     task_support="optional",
@@ -32,7 +37,9 @@ import_and_deploy = Tool(
 
 
 class ImportAndDeploy(Arguments):
-    url: Url
+    url: Url | None = Field(
+        default=None, description="The repository (see connect_repo); left out with files."
+    )
     token: Token | None = None
     name: (
         Annotated[
@@ -48,6 +55,7 @@ class ImportAndDeploy(Arguments):
     branch: BranchName | None = None
     strategy: Literal["recreate", "rolling", "blue_green", "canary"] | None = None
     wait_seconds: float | None = Field(default=None, ge=0, le=policy.MAX_WAIT_S)
+    files: Files | None = None
 
 
 class StepDone(Output):
@@ -70,6 +78,9 @@ class ImportResult(Output):
     )
     already_live: bool
     deployment: Deployment | None
+    push_url: str | None = Field(
+        default=None, description="The app's git remote when it deploys from its hosted one."
+    )
 
 
 @import_and_deploy.handles(ImportAndDeploy, ImportResult)
@@ -77,17 +88,24 @@ async def _import(args: ImportAndDeploy, call: Call) -> Reply:
     async def report(message: str, step: int) -> None:
         await call.ctx.report(message, step, STEPS)
 
+    if (args.url is None) == (args.files is None) and args.url != HOSTED:
+        raise InvalidArgument("give url (a repository) or files (inline), one of the two")
+    if args.files is not None and args.name is None:
+        raise InvalidArgument("name is required with files (the app's name)", field="name")
+    url = args.url or HOSTED
     done: Imported = await call.platform.imports.run(
         call.principal,
-        args.url,
+        url,
         token=args.token,
         name=args.name,
         branch=args.branch,
         strategy=args.strategy,
         wait_s=None if call.as_task else policy.wait_seconds(args.wait_seconds),
         report=report,
+        files=inline_files(args.files) if args.files is not None else None,
     )
     app = done.app.app
+    hosting = call.platform.hosting
     data = ImportResult(
         app_id=app.id,
         name=app.name,
@@ -100,6 +118,8 @@ async def _import(args: ImportAndDeploy, call: Call) -> Reply:
         already_live=done.already_live,
         deployment=deployment(done.deployment) if done.deployment else None,
     )
+    if url == HOSTED and hosting is not None:
+        data.push_url = hosting.push_url(app.tenant_id, app.name)
     view = done.deployment
     summary = f"{app.name} ({done.commit[:12]}): " + "; ".join(o for _, o in done.steps)
     if view is None or view.live:

@@ -7,7 +7,10 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
+from appdeck.platform.repos import inline
+from appdeck.platform.repos.inline import MAX_PATH
 from appdeck.platform.repos.service import Branch, RepoView
+from appdeck.platform.repos.urls import HOSTED
 from appdeck.tools.kit import AppId, Arguments, Call, Hints, Output, Reply, Tool, paginate
 
 connect_repo = Tool(
@@ -22,7 +25,11 @@ connect_repo = Tool(
     "server, where /mcp is) and webhook_secret (shown once): add them as a GitHub push "
     "webhook (content type application/json); with auto_deploy: true each push to the "
     "branch is deployed; poll_seconds (or action polling) checks the branch for new commits "
-    "instead. Next: set_app_spec (run_command), then deploy_app.",
+    "instead. url 'hosted' connects the app to its own git repository on this server: "
+    "connect returns push_url, where git push (HTTP Basic; the password an AppDeck token with "
+    "repos:write) sends commits from your machine, a push to the branch being handled as a "
+    "webhook push; deploy_app and import_and_deploy files go there too. "
+    "Next: set_app_spec (run_command), then deploy_app.",
     scope="repos:write",
     hints=Hints(read_only=False),
 )
@@ -33,7 +40,8 @@ Url = Annotated[
         min_length=1,
         max_length=2048,
         description="https://host/owner/repo.git, file:///abs/path or /abs/path (never with "
-        "credentials in it: use token; git:// is refused).",
+        "credentials in it: use token; git:// is refused), or 'hosted': the app's own "
+        "repository on this server (git push to its push_url).",
     ),
 ]
 Token = Annotated[
@@ -86,6 +94,11 @@ class Repo(Output):
     updated_at: float
     poll_seconds: int | None = Field(description="Polling every so many seconds (null: off).")
     polled_at: float | None
+    push_url: str | None = Field(
+        default=None,
+        description="url 'hosted' only: the app's git remote (git push <push_url> <branch>; "
+        "user name anything, password an AppDeck token with repos:write).",
+    )
 
 
 class Connected(Output):
@@ -98,8 +111,42 @@ class Connected(Output):
     webhook_secret: str = Field(description="Shown once: GitHub's webhook secret.")
 
 
-def _repo(view: RepoView) -> Repo:
-    return Repo(**asdict(view), webhook_path=view.webhook_path)
+async def _repo(view: RepoView, call: Call) -> Repo:
+    hosting = call.platform.hosting
+    push_url = None
+    if view.url == HOSTED and hosting is not None:
+        push_url = await hosting.push_url_of(view.app_id)
+    return Repo(**asdict(view), webhook_path=view.webhook_path, push_url=push_url)
+
+
+class InlineFile(Arguments):
+    path: str = Field(
+        min_length=1,
+        max_length=MAX_PATH,
+        description="Relative to the app's root, with / between folders (no .., no .git).",
+    )
+    content: str | None = Field(
+        description="The file's content (a regular file); null deletes the path."
+    )
+    encoding: Literal["utf-8", "base64"] = Field(
+        default="utf-8", description="How content is written: utf-8 text, or base64 bytes."
+    )
+
+
+Files = Annotated[
+    list[InlineFile],
+    Field(
+        min_length=1,
+        max_length=100_000,
+        description="Files committed to the app's hosted repository (by you) before the "
+        "deploy, which then deploys that commit: files not listed keep their content from "
+        "the previous commit; content null deletes a path. Capped in count and total size.",
+    ),
+]
+
+
+def inline_files(files: list[InlineFile]) -> list[inline.InlineFile]:
+    return [inline.InlineFile(f.path, f.content, f.encoding) for f in files]
 
 
 @connect_repo.handles(Connect, Connected)
@@ -115,14 +162,20 @@ async def _connect(args: Connect, call: Call) -> Reply:
     )
     data = Connected(
         app_id=args.app_id,
-        repo=_repo(done.repo),
+        repo=await _repo(done.repo, call),
         head=done.head,
         webhook_path=done.repo.webhook_path,
         webhook_secret=done.webhook_secret,
     )
+    pushed = (
+        f" Push to it: git push {data.repo.push_url} {done.repo.branch}."
+        if (data.repo.push_url)
+        else ""
+    )
     return Reply(
         f"Connected app {args.app_id} to {done.repo.url} ({done.repo.branch} at "
-        f"{done.head[:12]}); the webhook secret is shown only now. Next: deploy_app.",
+        f"{done.head[:12] or 'no commit yet'}); the webhook secret is shown only now.{pushed} "
+        "Next: deploy_app.",
         data,
     )
 
@@ -145,7 +198,7 @@ async def _get(args: GetRepo, call: Call) -> Reply:
     last = f", last push {view.last_commit[:12]}" if view.last_commit else ""
     return Reply(
         f"App {args.app_id} deploys from {view.url} ({view.branch}){last}",
-        RepoResult(app_id=args.app_id, repo=_repo(view)),
+        RepoResult(app_id=args.app_id, repo=await _repo(view, call)),
     )
 
 
@@ -222,7 +275,7 @@ async def _polling(args: SetPolling, call: Call) -> Reply:
     every = f"every {view.poll_seconds} s" if view.poll_seconds else "no longer"
     return Reply(
         f"App {args.app_id}'s branch {view.branch} is polled {every}",
-        RepoResult(app_id=args.app_id, repo=_repo(view)),
+        RepoResult(app_id=args.app_id, repo=await _repo(view, call)),
     )
 
 

@@ -24,7 +24,10 @@ from appdeck.platform.apps import APP_NAME, AppService, AppView
 from appdeck.platform.deploy.deployments import Deployments, DeploymentView
 from appdeck.platform.deploy.preflight import PreflightService
 from appdeck.platform.imports.detect import detect
+from appdeck.platform.repos import inline
+from appdeck.platform.repos.hosting import HostedService
 from appdeck.platform.repos.service import RepoService
+from appdeck.platform.repos.urls import HOSTED
 
 STEPS: Final = 6
 Report = Callable[[str, int], Awaitable[None]]
@@ -62,8 +65,10 @@ class ImportService:
         repos: RepoService,
         preflight: PreflightService,
         deployments: Deployments,
+        hosting: HostedService | None = None,
     ) -> None:
         self._apps = apps
+        self._hosting = hosting
         self._repos = repos
         self._preflight = preflight
         self._deployments = deployments
@@ -79,7 +84,12 @@ class ImportService:
         strategy: str | None = None,
         wait_s: float | None = None,
         report: Report = _quiet,
+        files: list[inline.InlineFile] | None = None,
     ) -> Imported:
+        """``files``: committed to the app's hosted repository (``url`` must then be
+        ``hosted``), whose head is then deployed."""
+        if files is not None and (url != HOSTED or self._hosting is None):
+            raise FailedPrecondition("inline files go to the app's hosted repository only")
         name = name or app_name_from(url)
         await report(f"Registering app {name}", 1)
         view, created = await self._app(principal, name)
@@ -87,6 +97,10 @@ class ImportService:
         done.steps.append(("app", f"{'created' if created else 'reused'} app {name}"))
         await report("Connecting the repository", 2)
         await self._connect(principal, done, url, token, branch)
+        if files is not None and self._hosting is not None:
+            made = await self._hosting.commit_files(principal, view.app.id, files)
+            said = "committed" if made.changed else "unchanged (same files as the head)"
+            done.steps.append(("files", f"{len(files)} file(s) {said}: {made.sha[:12]}"))
         await report("Checking out the branch head", 3)
         source = await self._repos.source(view.app, None)
         if source is None:  # disconnected in between

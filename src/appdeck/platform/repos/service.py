@@ -35,6 +35,7 @@ from appdeck.platform.crypto import Sealer
 from appdeck.platform.repos import urls, webhook
 from appdeck.platform.repos.git import BRANCH, Git, GitError, Remote, unavailable
 from appdeck.platform.repos.github import GitHub, GitHubRepo, github_repository
+from appdeck.platform.repos.hosted import HostedRepos
 from appdeck.platform.repos.poller import POLL_MAX_S, POLL_MIN_S, Poller
 from appdeck.platform.sources import SourceRoots
 from appdeck.storage.apps import AppRecord
@@ -133,8 +134,11 @@ class RepoService:
         *,
         deliveries: WebhookDeliveries,
         replay_window_s: float = REPLAY_WINDOW_S,
+        hosted: HostedRepos | None = None,
     ) -> None:
         self._apps = apps
+        self.hosted = hosted
+        """The apps' hosted repositories (url ``hosted``: :mod:`.hosting`); None: off."""
         self._deliveries = deliveries
         self._replay_window_s = replay_window_s
         self._store = store
@@ -202,14 +206,17 @@ class RepoService:
         if branch is not None and not BRANCH.fullmatch(branch):
             raise InvalidArgument(f"branch {branch[:100]!r} is not a valid branch name")
         remote = self._remote(view.app, parsed, token)
+        if parsed.kind == "hosted" and self.hosted is not None:
+            await self.hosted.ensure(app_id)
         try:
             heads = await self._git.heads(remote, app_id)
         except GitError as exc:
             raise _failed(app_id, exc, "the repository could not be read") from None
-        if not heads.branches:
+        if not heads.branches and parsed.kind != "hosted":
             raise FailedPrecondition("the repository has no branch", hint="push a commit first")
-        chosen = branch or heads.default or next(iter(sorted(heads.branches)))
-        if chosen not in heads.branches:
+        fallback = next(iter(sorted(heads.branches)), "main")  # an empty hosted repo: main
+        chosen = branch or heads.default or fallback
+        if heads.branches and chosen not in heads.branches:
             shown = ", ".join(sorted(heads.branches)[:10])
             raise InvalidArgument(f"branch {chosen!r} is not in the repository", hint=shown)
         secret = secrets.token_urlsafe(32)
@@ -223,10 +230,10 @@ class RepoService:
             auto_deploy=auto_deploy,
             connected_by=principal.user,
             poll_seconds=poll_seconds,
-            head=heads.branches[chosen],
+            head=heads.branches.get(chosen),
         )
         await self._feed.emit(Change("app.updated", view.app.tenant_id, app_id))
-        return Connected(_view(record), secret, heads.branches[chosen])
+        return Connected(_view(record), secret, heads.branches.get(chosen, ""))
 
     async def set_polling(
         self, principal: Principal, app_id: int, poll_seconds: int | None
@@ -276,6 +283,10 @@ class RepoService:
         return record
 
     def _remote(self, app: AppRecord, parsed: urls.GitUrl, token: str | None) -> Remote:
+        if parsed.kind == "hosted":
+            if self.hosted is None:
+                raise FailedPrecondition("hosted repositories are off on this server")
+            return Remote(str(self.hosted.path(app.id)))
         if parsed.kind == "local":
             assert parsed.path is not None
             checked = self._sources.check(app.tenant_id, parsed.path)
@@ -305,6 +316,12 @@ class RepoService:
     async def connection(self, app_id: int) -> RepoRecord | None:
         """The app's connection as stored (sealed token and secret: never shown as is)."""
         return await self._store.get(app_id)
+
+    async def note_commit(self, app: AppRecord, commit: str, message: str) -> None:
+        """Record a commit the platform made on the connected branch (inline files): a
+        later push or poll compares with it."""
+        await self._store.pushed(app.id, commit, message)
+        await self._feed.emit(Change("app.updated", app.tenant_id, app.id))
 
     async def source(self, app: AppRecord, commit: str | None) -> dict[str, Any] | None:
         """The app's repository checked out at ``commit`` (default: its branch's head), as a

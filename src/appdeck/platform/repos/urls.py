@@ -28,7 +28,9 @@ HINT: Final = (
     "use https://host/owner/repo.git (with token for a private repo), file:// or an absolute path"
 )
 
-Kind = Literal["https", "local"]
+Kind = Literal["https", "local", "hosted"]
+HOSTED: Final = "hosted"
+"""The url that names the app's own hosted repository (``git push`` to it, inline files)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,8 +51,8 @@ def parse(raw: object) -> GitUrl:
         raise InvalidArgument("url contains a control character", hint=HINT)
     if raw.startswith("-"):
         raise InvalidArgument("url must not start with '-'", hint=HINT)
-    if raw.startswith("/"):
-        return GitUrl("local", raw, _local(raw))
+    if raw.startswith("/") or raw == HOSTED:
+        return GitUrl("hosted", HOSTED) if raw == HOSTED else GitUrl("local", raw, _local(raw))
     scheme, sep, _ = raw.partition("://")
     if not sep:
         raise InvalidArgument(
