@@ -37,6 +37,8 @@ from appdeck.platform.deploy.ingress_router import IngressRouter
 from appdeck.platform.quotas import Limits
 from appdeck.platform.services import Platform, PlatformConfig
 from appdeck.platform.tables.databases import AppDatabases, open_databases
+from appdeck.platform.tls import PlatformNames, TlsConfig, TlsService
+from appdeck.platform.tls.pem import load_operator_files
 from appdeck.prompts.deploy import register as register_deploy_prompts
 from appdeck.protocol.registry import Registry
 from appdeck.protocol.server import McpServer, ServerInfo
@@ -100,6 +102,7 @@ class Services:
     router: IngressRouter | None = None
     port: int = 0
     install: InstallLock | None = None  # the hold on its install's uids, released at stop
+    tls: TlsService | None = None  # automatic TLS (issue 21 §3), when set
     _background: list[asyncio.Task[None]] = field(default_factory=list, repr=False)
     _stopping: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
 
@@ -107,7 +110,9 @@ class Services:
     async def start(
         cls, settings: Settings, *, authenticator: Authenticator | None = None, port: int = 0
     ) -> Services:
-        # first: a host that cannot sandbox opens nothing
+        # first: a host that cannot sandbox, or bad TLS files, open nothing
+        if settings.tls_cert is not None and settings.tls_key is not None:
+            load_operator_files(settings.tls_cert, settings.tls_key, time.time())
         runtime, install = setup.sandbox_of(settings)
         storage = await Storage.open(settings.database())
         cluster = (
@@ -217,6 +222,7 @@ class Services:
             await self.replicas.heartbeat()
             beat = self.replicas.beat_forever(self._stopping)
             self._background.append(asyncio.create_task(beat, name="heartbeat"))
+        await self._start_tls()
         await tasks.attach(self.cluster.broadcast)
         reconciled = await tasks.reconcile({})
         if reconciled:
@@ -231,6 +237,44 @@ class Services:
 
             ticker = tick_watched_resource(self.server.resources.updated, self._stopping)
             self._background.append(asyncio.create_task(ticker, name="watched-resource"))
+
+    async def _start_tls(self) -> None:
+        """Automatic TLS when set (docs/tls.md): the stored certificates into the data plane
+        before traffic, then its loop (challenges followed every second, certificates loaded,
+        ordered and renewed every few seconds)."""
+        s = self.settings
+        if not (s.acme_directory or s.tls_cert or s.tls_key) or self.ingress is None:
+            return
+        names = PlatformNames(
+            self.storage.engine,
+            apps_domain=getattr(s, "apps_domain", None),  # APPDECK_APPS_DOMAIN: the domains part
+            public_host=urlsplit(s.public_url).hostname if s.public_url else None,
+        )
+        config = TlsConfig(
+            directory=s.acme_directory,
+            email=s.acme_email,
+            ca_bundle=s.acme_ca_bundle,
+            cert_file=s.tls_cert,
+            key_file=s.tls_key,
+            max_names_per_app=s.acme_names_per_app,
+            orders_per_tenant_hour=s.acme_orders_per_tenant_hour,
+            max_waiting=s.acme_max_waiting,
+            backoff_base=s.acme_retry_seconds,
+        )
+        self.tls = TlsService(
+            self.storage.engine,
+            Sealer.from_settings(s.secret_key, s.data_dir),
+            self.ingress.certificates,
+            self.ingress.proxy.challenges,
+            config,
+            names=names,
+            replica=self.instance_id,
+            live_replicas=self.replicas.live if self.replicas is not None else None,
+        )
+        await self.tls.start()
+        self._background.append(
+            asyncio.create_task(self.tls.run_forever(self._stopping), name="tls")
+        )
 
     async def _announce(self, change: Change) -> None:
         """Platform changes become resource notifications, for the change's tenant only."""

@@ -37,6 +37,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from appdeck.ingress.certs import Certificate, Certificates
 from appdeck.ingress.challenges import Challenges
+from appdeck.ingress.hosts import normalize
 from appdeck.platform.crypto import Sealer
 from appdeck.platform.tls import ca, metrics, pem
 from appdeck.platform.tls.names import NamesSource, cert_name
@@ -382,7 +383,10 @@ class TlsService:
     async def status_of(self, host: str) -> dict[str, Any] | None:
         """The TLS state of ``host`` for ``get_app_url`` (the domains' ``TlsStatus`` port);
         None when nothing here manages it."""
-        host = host.lower().rstrip(".")
+        name = normalize(host) if len(host) <= 300 else None
+        if name is None:
+            return None
+        host = name
         row = await self.store.get(cert_name(host))
         if row is None:
             chain = self._operator
