@@ -45,9 +45,7 @@ async def main(orders: int) -> None:
         try:
             async with (
                 challtestsrv() as dns,
-                pebble(
-                    where, http_port=port, dns=dns.dns_address, env={"PEBBLE_AUTHZREUSE": "0"}
-                ) as ca,
+                pebble(where, http_port=port, dns=dns.dns_address) as ca,
             ):
                 names = Names()
                 service = TlsService(

@@ -335,3 +335,29 @@ async def test_the_operators_certificate_is_served_and_its_names_are_not_ordered
     )
     with pytest.raises(BadCertificate, match="set both APPDECK_TLS_CERT and APPDECK_TLS_KEY"):
         await half.start()
+
+
+async def test_a_failed_renewal_keeps_serving_the_valid_certificate_and_shows_the_error(
+    world: World,
+) -> None:
+    first = world.service(Fixed(app_host()))
+    await first.start()
+    await issue(first)
+    issued = await first.store.get(HOST)
+    assert issued is not None
+    # a replica whose data plane the CA cannot reach renews it
+    certificates = Certificates()
+    renewer = world.service(
+        Fixed(app_host()), replica="r2", challenges=Challenges(), certificates=certificates
+    )
+    await renewer.start()
+    await renewer.store.schedule(HOST, 0.0)
+    assert await issue(renewer) == [HOST]
+    status = await renewer.status_of(HOST)
+    assert status is not None
+    assert status["state"] == "issued"
+    assert status["error"].startswith("validation failed: ")
+    row = await renewer.store.get(HOST)
+    assert row is not None
+    assert (row.chain_sealed, row.attempts) == (issued.chain_sealed, 1)
+    assert certificates.for_host(HOST) is not None  # still served
