@@ -272,6 +272,8 @@ class Services:
             live_replicas=self.replicas.live if self.replicas is not None else None,
         )
         await self.tls.start()
+        if self.cluster.shared:  # new challenges rung to every replica at once
+            await self.tls.attach(self.cluster.broadcast)
         self._background.append(
             asyncio.create_task(self.tls.run_forever(self._stopping), name="tls")
         )

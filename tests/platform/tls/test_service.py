@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from cryptography import x509
 from cryptography.x509.verification import PolicyBuilder, Store
 
+from appdeck.events.cluster import Cluster
 from appdeck.ingress import Counters, IngressServer, RouteTable
 from appdeck.ingress.certs import Certificates
 from appdeck.ingress.challenges import Challenges
@@ -28,6 +29,7 @@ from tests.platform.tls.test_pem import self_signed
 from tests.support.challtestsrv import challtestsrv
 from tests.support.mcp import free_port
 from tests.support.pebble import Pebble, pebble
+from tests.support.redis import REDIS_URL
 
 HOST = "shop--acme.apps.example.test"
 ORDER_BOUND = 90  # a bound against hanging on a loaded 2-core machine, not a speed
@@ -361,3 +363,63 @@ async def test_a_failed_renewal_keeps_serving_the_valid_certificate_and_shows_th
     assert row is not None
     assert (row.chain_sealed, row.attempts) == (issued.chain_sealed, 1)
     assert certificates.for_host(HOST) is not None  # still served
+
+
+async def test_replicas_hear_new_challenges_on_the_cluster_broadcast_at_once(
+    storage: Storage, tmp_path: Path, redis_prefix: str
+) -> None:
+    # b looks at the database only once an hour: only the doorbell can make it serve in time
+    a_plane = IngressServer(RouteTable(), Counters(), port=0, graceful_shutdown=1)
+    b_plane = IngressServer(RouteTable(), Counters(), port=0, graceful_shutdown=1)
+    await a_plane.start()
+    b_port = await b_plane.start()
+    clusters = [await Cluster.connect(REDIS_URL, redis_prefix) for _ in range(2)]
+
+    async def live() -> set[str]:
+        return {"a", "b"}
+
+    sealer = Sealer.from_settings("s3cret", tmp_path)
+    names = Fixed(app_host())
+    try:
+        async with (
+            challtestsrv() as dns,
+            pebble(tmp_path, http_port=b_port, dns=dns.dns_address) as ca,
+        ):
+            config = TlsConfig(directory=ca.directory, ca_bundle=ca.ca_bundle)
+            a = TlsService(
+                storage.engine,
+                sealer,
+                Certificates(),
+                a_plane.proxy.challenges,
+                config,
+                names=names,
+                replica="a",
+                live_replicas=live,
+            )
+            b = TlsService(
+                storage.engine,
+                sealer,
+                Certificates(),
+                b_plane.proxy.challenges,
+                TlsConfig(follow_seconds=3600, check_seconds=3600),
+                names=names,
+                replica="b",
+            )
+            await a.attach(clusters[0].broadcast)
+            await b.attach(clusters[1].broadcast)
+            stopping = asyncio.Event()
+            follower = asyncio.create_task(b.run_forever(stopping))
+            try:
+                await a.start()
+                await issue(a)
+            finally:
+                stopping.set()
+                await follower
+            status = await a.status_of(HOST)
+            assert status is not None
+            assert status["state"] == "issued", status
+    finally:
+        for cluster in clusters:
+            await cluster.close()
+        await a_plane.stop()
+        await b_plane.stop()

@@ -23,7 +23,6 @@ a tenant's orders per hour are capped, and so are the names per app and the name
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime
 import logging
 import random
@@ -31,7 +30,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -52,6 +51,16 @@ DomainVerified = Callable[[str, str], Awaitable[None]]
 """``mark_verified(domain, "acme")`` of the domains service: a certificate issued for a
 custom domain proves its owner controls it."""
 LiveReplicas = Callable[[], Awaitable[set[str]]]
+CHANNEL = "tls-challenges"
+"""The cluster broadcast's doorbell: "new challenges in the database, follow now"."""
+
+
+class Broadcast(Protocol):
+    """What the doorbell needs of the cluster's broadcast (``appdeck.events.signals``)."""
+
+    async def publish(self, channel: str, payload: bytes) -> None: ...
+
+    async def subscribe(self, channel: str, handler: Callable[[bytes], None]) -> Any: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +134,8 @@ class TlsService:
         self._acked: set[str] = set()
         self._inflight: dict[str, asyncio.Task[None]] = {}
         self._operator: pem.Chain | None = None
+        self._broadcast: Broadcast | None = None
+        self._wake = asyncio.Event()
 
     # -- start ------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -141,6 +152,15 @@ class TlsService:
             self._operator = chain
             log.info("serving the operator's certificate for %s", ", ".join(chain.hostnames))
         await self.load()
+
+    async def attach(self, broadcast: Broadcast) -> None:
+        """Replica mode: hear "new challenges" at once rather than at the next turn (the
+        database stays the truth; a lost message costs one ``follow_seconds``)."""
+        self._broadcast = broadcast
+        await broadcast.subscribe(CHANNEL, self._doorbell)
+
+    def _doorbell(self, payload: bytes) -> None:
+        self._wake.set()
 
     # -- every replica: follow the database ---------------------------------------------------
     async def load(self) -> int:
@@ -323,6 +343,11 @@ class TlsService:
         for token, key_authorization in answers.items():
             self.challenges.put(token, key_authorization)
         await self.store.ack(answers, self.replica)
+        if self._broadcast is not None:
+            try:
+                await self._broadcast.publish(CHANNEL, b"")
+            except Exception:  # noqa: BLE001 - the others follow at their next turn anyway
+                log.warning("the TLS doorbell could not be rung; replicas follow in time")
         if self._live is None:
             return
         deadline = time.monotonic() + self.config.publish_timeout
@@ -424,10 +449,20 @@ class TlsService:
                     await self.reconcile()
             except Exception:
                 log.exception("the TLS loop failed a turn")
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.config.follow_seconds):
-                    await stopping.wait()
+            await self._pause(stopping)
         await self.close()
+
+    async def _pause(self, stopping: asyncio.Event) -> None:
+        """Until the next turn, the doorbell, or ``stopping``."""
+        waits = [asyncio.ensure_future(stopping.wait()), asyncio.ensure_future(self._wake.wait())]
+        try:
+            await asyncio.wait(
+                waits, timeout=self.config.follow_seconds, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            for waiting in waits:
+                waiting.cancel()
+        self._wake.clear()
 
     async def settled(self) -> None:
         """Wait for the orders this replica runs now (the caller bounds the wait)."""
