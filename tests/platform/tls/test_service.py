@@ -423,3 +423,24 @@ async def test_replicas_hear_new_challenges_on_the_cluster_broadcast_at_once(
             await cluster.close()
         await a_plane.stop()
         await b_plane.stop()
+
+
+async def test_a_replica_that_saw_a_name_due_orders_nothing_once_another_renewed_it(
+    storage: Storage, tmp_path: Path
+) -> None:
+    late = TlsService(
+        storage.engine,
+        Sealer.from_settings("s3cret", tmp_path),
+        Certificates(),
+        Challenges(),
+        TlsConfig(directory=f"https://127.0.0.1:{free_port()}/dir"),
+        names=Fixed(app_host()),
+        replica="late",
+    )
+    await late.store.want([app_host()], time.time())
+    await late.store.schedule(HOST, time.time() + 86_400)  # renewed meanwhile, elsewhere
+    await late.order(HOST)  # it had listed the name as due before that
+    row = await late.store.get(HOST)
+    assert row is not None
+    assert (row.attempts, row.last_error) == (0, None)
+    assert await late.store.claim(HOST, "another", 60)  # and it let the lease go

@@ -261,6 +261,9 @@ class TlsService:
         if row is None:
             return
         now = self._clock()
+        if row.next_try > now:  # another replica renewed it since this one looked
+            await self.store.settle(name, self.replica)
+            return
         limit = self.config.orders_per_tenant_hour
         if row.tenant_id is not None and not await self.store.take_order(row.tenant_id, now, limit):
             metrics.ORDERS.labels("limited").inc()
