@@ -37,7 +37,7 @@ from appdeck.platform.deploy.ingress_router import IngressRouter
 from appdeck.platform.quotas import Limits
 from appdeck.platform.services import Platform, PlatformConfig
 from appdeck.platform.tables.databases import AppDatabases, open_databases
-from appdeck.platform.tls import PlatformNames, TlsConfig, TlsService
+from appdeck.platform.tls import TlsService
 from appdeck.platform.tls.pem import load_operator_files
 from appdeck.prompts.deploy import register as register_deploy_prompts
 from appdeck.protocol.registry import Registry
@@ -58,6 +58,7 @@ from appdeck.storage.identity import IdentityStore
 from appdeck.storage.oauth import OAuthStore
 from appdeck.storage.replicas import ReplicaStore
 from appdeck.storage.signing_keys import SigningKeyStore
+from appdeck.tls_setup import tls_of
 from appdeck.tools import register_all as register_tools
 from appdeck.transport.git_hooks import git_hook_route
 from appdeck.transport.guard import Guard
@@ -242,35 +243,12 @@ class Services:
         """Automatic TLS when set (docs/tls.md): the stored certificates into the data plane
         before traffic, then its loop (challenges followed every second, certificates loaded,
         ordered and renewed every few seconds)."""
-        s = self.settings
-        if not (s.acme_directory or s.tls_cert or s.tls_key) or self.ingress is None:
+        if self.ingress is None:
             return
-        names = PlatformNames(
-            self.storage.engine,
-            apps_domain=getattr(s, "apps_domain", None),  # APPDECK_APPS_DOMAIN: the domains part
-            public_host=urlsplit(s.public_url).hostname if s.public_url else None,
-        )
-        config = TlsConfig(
-            directory=s.acme_directory,
-            email=s.acme_email,
-            ca_bundle=s.acme_ca_bundle,
-            cert_file=s.tls_cert,
-            key_file=s.tls_key,
-            max_names_per_app=s.acme_names_per_app,
-            orders_per_tenant_hour=s.acme_orders_per_tenant_hour,
-            max_waiting=s.acme_max_waiting,
-            backoff_base=s.acme_retry_seconds,
-        )
-        self.tls = TlsService(
-            self.storage.engine,
-            Sealer.from_settings(s.secret_key, s.data_dir),
-            self.ingress.certificates,
-            self.ingress.proxy.challenges,
-            config,
-            names=names,
-            replica=self.instance_id,
-            live_replicas=self.replicas.live if self.replicas is not None else None,
-        )
+        live = self.replicas.live if self.replicas is not None else None
+        self.tls = tls_of(self.settings, self.storage.engine, self.ingress, self.instance_id, live)
+        if self.tls is None:
+            return
         await self.tls.start()
         if self.cluster.shared:  # new challenges rung to every replica at once
             await self.tls.attach(self.cluster.broadcast)
