@@ -217,13 +217,14 @@ class TlsService:
         await self.store.want(keep, self._clock())
         names = {w.name for w in wanted}
         await self.store.forget(row.name for row in rows if row.name not in names)
+        await self.store.withdraw((), self._clock())  # challenges an order left behind (a crash)
         if not self.config.directory:
             return []
         started = []
         for row in await self.store.due(self._clock(), limit=4 * self.config.concurrency):
             if row.name in self._inflight:
                 continue
-            task = asyncio.create_task(self.order(row.name), name=f"tls-order:{row.name}")
+            task = asyncio.create_task(self._order_logged(row.name), name=f"tls-order:{row.name}")
             self._inflight[row.name] = task
             task.add_done_callback(self._forget_task)
             started.append(row.name)
@@ -291,7 +292,17 @@ class TlsService:
         metrics.ISSUANCE.observe(time.monotonic() - started)
         if row.purpose == "domain" and self._verified is not None:
             for host in row.hostnames:
-                await self._verified(host, "acme")
+                try:
+                    await self._verified(host, "acme")
+                except Exception:  # the certificate stands; the domains' own check remains
+                    log.exception("marking %s verified after its certificate failed", host)
+
+    async def _order_logged(self, name: str) -> None:
+        """:meth:`order` as a background task: a failure is logged, never left unseen."""
+        try:
+            await self.order(name)
+        except Exception:
+            log.exception("the order of certificate %s failed", name)
 
     async def _obtain(self, row: CertRow) -> tuple[pem.Chain, bytes]:
         """The ACME conversation for ``row``: its chain (checked) and fresh key."""
