@@ -279,8 +279,7 @@ class TlsService:
             return
         started = time.monotonic()
         try:
-            async with self._slots:
-                chain, key = await self._obtain(row)
+            chain, key = await self._obtain(row)
         except ca.CaError as exc:
             await self._failed(row, str(exc))
             return
@@ -300,7 +299,8 @@ class TlsService:
     async def _order_logged(self, name: str) -> None:
         """:meth:`order` as a background task: a failure is logged, never left unseen."""
         try:
-            await self.order(name)
+            async with self._slots:  # before the lease: a queued order holds none
+                await self.order(name)
         except Exception:
             log.exception("the order of certificate %s failed", name)
 
