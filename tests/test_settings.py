@@ -149,3 +149,27 @@ def test_a_relative_data_dir_is_resolved_once_at_start(
     assert load(data_dir=Path("rel/dir")).data_dir == tmp_path.resolve() / "rel" / "dir"
     monkeypatch.chdir("/")
     assert load(data_dir=tmp_path / "abs").data_dir == tmp_path / "abs"
+
+
+def test_acme_settings_are_checked_and_named_when_wrong(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("APPDECK_ACME_DIRECTORY", " https://acme.example.test/dir ")
+    monkeypatch.setenv("APPDECK_ACME_EMAIL", "ops@example.test")
+    settings = load()
+    assert (settings.acme_directory, settings.acme_email) == (
+        "https://acme.example.test/dir",
+        "ops@example.test",
+    )
+    assert load(acme_directory="", acme_email="").acme_directory is None
+    bad = [
+        ("acme_directory", "http://acme.example.test/dir", "APPDECK_ACME_DIRECTORY"),
+        ("acme_directory", "https://" + "a" * 3000, "APPDECK_ACME_DIRECTORY"),
+        ("acme_email", "ops@example.test\nBcc: x@y.test", "APPDECK_ACME_EMAIL"),
+        ("acme_email", "no-at-sign", "APPDECK_ACME_EMAIL"),
+        ("acme_orders_per_tenant_hour", 2**63, "APPDECK_ACME_ORDERS_PER_TENANT_HOUR"),
+        ("acme_names_per_app", 0, "APPDECK_ACME_NAMES_PER_APP"),
+        ("acme_retry_seconds", -1, "APPDECK_ACME_RETRY_SECONDS"),
+    ]
+    for field, value, variable in bad:
+        with pytest.raises(InvalidSetting) as caught:
+            load(**{field: value})
+        assert caught.value.name == variable

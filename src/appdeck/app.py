@@ -39,6 +39,8 @@ from appdeck.platform.repos.hosted import HostedLimits
 from appdeck.platform.repos.inline import InlineLimits
 from appdeck.platform.services import Platform, PlatformConfig
 from appdeck.platform.tables.databases import AppDatabases, open_databases
+from appdeck.platform.tls import TlsService
+from appdeck.platform.tls.pem import load_operator_files
 from appdeck.prompts.deploy import register as register_deploy_prompts
 from appdeck.protocol.registry import Registry
 from appdeck.protocol.server import McpServer, ServerInfo
@@ -58,6 +60,7 @@ from appdeck.storage.identity import IdentityStore
 from appdeck.storage.oauth import OAuthStore
 from appdeck.storage.replicas import ReplicaStore
 from appdeck.storage.signing_keys import SigningKeyStore
+from appdeck.tls_setup import tls_of
 from appdeck.tools import register_all as register_tools
 from appdeck.transport.git_hooks import git_hook_route
 from appdeck.transport.git_remote import git_remote_route
@@ -103,6 +106,7 @@ class Services:
     router: IngressRouter | None = None
     port: int = 0
     install: InstallLock | None = None  # the hold on its install's uids, released at stop
+    tls: TlsService | None = None  # automatic TLS (issue 21 §3), when set
     _background: list[asyncio.Task[None]] = field(default_factory=list, repr=False)
     _stopping: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
 
@@ -110,7 +114,9 @@ class Services:
     async def start(
         cls, settings: Settings, *, authenticator: Authenticator | None = None, port: int = 0
     ) -> Services:
-        # first: a host that cannot sandbox opens nothing
+        # first: a host that cannot sandbox, or bad TLS files, open nothing
+        if settings.tls_cert is not None and settings.tls_key is not None:
+            load_operator_files(settings.tls_cert, settings.tls_key, time.time())
         runtime, install = setup.sandbox_of(settings)
         storage = await Storage.open(settings.database())
         cluster = (
@@ -220,6 +226,7 @@ class Services:
             await self.replicas.heartbeat()
             beat = self.replicas.beat_forever(self._stopping)
             self._background.append(asyncio.create_task(beat, name="heartbeat"))
+        await self._start_tls()
         await tasks.attach(self.cluster.broadcast)
         reconciled = await tasks.reconcile({})
         if reconciled:
@@ -234,6 +241,23 @@ class Services:
 
             ticker = tick_watched_resource(self.server.resources.updated, self._stopping)
             self._background.append(asyncio.create_task(ticker, name="watched-resource"))
+
+    async def _start_tls(self) -> None:
+        """Automatic TLS when set (docs/tls.md): the stored certificates into the data plane
+        before traffic, then its loop (challenges followed every second, certificates loaded,
+        ordered and renewed every few seconds)."""
+        if self.ingress is None:
+            return
+        live = self.replicas.live if self.replicas is not None else None
+        self.tls = tls_of(self.settings, self.storage.engine, self.ingress, self.instance_id, live)
+        if self.tls is None:
+            return
+        await self.tls.start()
+        if self.cluster.shared:  # new challenges rung to every replica at once
+            await self.tls.attach(self.cluster.broadcast)
+        self._background.append(
+            asyncio.create_task(self.tls.run_forever(self._stopping), name="tls")
+        )
 
     async def _announce(self, change: Change) -> None:
         """Platform changes become resource notifications, for the change's tenant only."""

@@ -299,6 +299,45 @@ class Settings(BaseSettings):
     inline_max_bytes: int = Field(3 << 20, ge=1024, le=1 << 30)
     """Decoded bytes of one ``files`` argument (the MCP body cap applies too)."""
 
+    # -- automatic TLS (issue 21 §3: platform/tls, docs/tls.md) -----------------------------
+    acme_directory: str | None = None
+    """The ACME CA's directory URL (``https://acme-v02.api.letsencrypt.org/directory``);
+    unset: no certificate is ordered."""
+    acme_email: str | None = None
+    """The ACME account's contact (expiry notices from the CA); optional."""
+    acme_ca_bundle: Path | None = None
+    """A PEM bundle to trust the ACME server with (a test CA such as Pebble's)."""
+    tls_cert: Path | None = None
+    """The operator's own certificate chain (PEM), instead of or beside ACME: checked at
+    start (key matches, valid now); the names it covers are never ordered."""
+    tls_key: Path | None = None
+    acme_orders_per_tenant_hour: int = Field(20, ge=1, le=10_000)
+    """Orders one tenant's names may cause per hour (a tenant cannot make us hammer the CA)."""
+    acme_names_per_app: int = Field(10, ge=1, le=100)
+    acme_max_waiting: int = Field(500, ge=1, le=100_000)
+    """Names without a certificate at most, all tenants together; more wait their turn."""
+    acme_retry_seconds: float = Field(60.0, ge=1.0, le=86_400.0)
+    """The first wait after a failed order; doubled at each failure (jittered), up to 6 h."""
+
+    @field_validator("acme_directory")
+    @classmethod
+    def _https_directory(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        parts = urlsplit(value.strip())
+        if parts.scheme != "https" or not parts.hostname or len(value) > 2048:
+            raise ValueError("must be the CA's https:// directory URL")
+        return value.strip()
+
+    @field_validator("acme_email")
+    @classmethod
+    def _contact(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        if not re.fullmatch(r"[^@\s<>,;:]{1,64}@[A-Za-z0-9.-]{1,190}\.[A-Za-z]{2,63}", value):
+            raise ValueError("must be an e-mail address (name@example.com)")
+        return value
+
 
 class InvalidSetting(Exception):
     """A setting has a value that cannot be used; ``str()`` is one line for a person."""

@@ -190,3 +190,66 @@ async def _log_with(server: AppDeckProcess, text: str, within: float = 10.0) -> 
         while text not in (log := server.stderr_path.read_text()):  # noqa: ASYNC110 - a file
             await asyncio.sleep(0.05)
     return log
+
+
+# --- automatic TLS (issue 21 §3) ------------------------------------------------------------
+
+
+def test_a_tls_key_that_does_not_match_its_certificate_is_one_line_and_nothing_starts(
+    tmp_path: Path,
+) -> None:
+    from tests.platform.tls.test_pem import self_signed
+
+    cert, _ = self_signed(tmp_path / "a", ["appdeck.example.test"])
+    _, key = self_signed(tmp_path / "b", ["appdeck.example.test"])
+    done = subprocess.run(
+        [str(appdeck_executable()), "serve", "--data-dir", str(tmp_path / "data"), "--port", "0"],
+        env=clean_env() | {"APPDECK_TLS_CERT": str(cert), "APPDECK_TLS_KEY": str(key)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == ["appdeck serve: the key does not match APPDECK_TLS_CERT"]
+    assert not (tmp_path / "data" / "appdeck.db").exists()  # refused before opening anything
+
+
+async def test_serve_obtains_the_public_hosts_certificate_from_the_acme_ca(tmp_path: Path) -> None:
+    from tests.support.challtestsrv import challtestsrv
+    from tests.support.mcp import free_port
+    from tests.support.pebble import pebble
+
+    ingress_port = free_port()
+    async with (
+        challtestsrv() as dns,
+        pebble(tmp_path, http_port=ingress_port, dns=dns.dns_address) as ca,
+    ):
+        env = {
+            "APPDECK_PUBLIC_URL": "http://appdeck.example.test",  # its host is what counts
+            "APPDECK_ACME_DIRECTORY": ca.directory,
+            "APPDECK_ACME_CA_BUNDLE": str(ca.ca_bundle),
+            "APPDECK_ACME_EMAIL": "ops@example.test",
+        }
+        server = await start_appdeck(
+            tmp_path / "data", log_dir=tmp_path, env=env, ingress_port=ingress_port
+        )
+        try:
+            issued = 'appdeck_tls_certificates{state="issued"} 1.0'
+            async with httpx.AsyncClient(base_url=server.origin, timeout=5) as http:
+                seen = ""
+
+                async def poll() -> None:
+                    nonlocal seen
+                    seen = (await http.get("/metrics")).text
+
+                async with asyncio.timeout(60):  # a bound for a loaded machine, not a speed
+                    while issued not in seen:
+                        await poll()
+                        await asyncio.sleep(0.2)
+            assert (
+                "certificate appdeck.example.test issued by Pebble"
+                in server.stderr_path.read_text() + server.stdout_path.read_text()
+            )
+        finally:
+            await server.stop()

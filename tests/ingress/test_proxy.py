@@ -618,3 +618,27 @@ async def test_a_registered_app_never_deployed_gets_a_503_saying_so(
     assert "Not deployed yet" in page.text
     gone = await client.get("/", headers={"host": "nope.localhost"})
     assert gone.status_code == 404
+
+
+# --- ACME HTTP-01 (issue 21 §3) --------------------------------------------------------------
+
+
+async def test_a_pending_acme_challenge_is_answered_on_any_host_and_never_reaches_an_app(
+    routes: RouteTable, upstream: StartUpstream, ingress: StartIngress
+) -> None:
+    blog = await upstream("blog-r1")
+    routes.set("blog", [Backend("r1", 100, [blog.address])])
+    client = await ingress()
+    client.ingress.proxy.challenges.put("tok_en-1", "tok_en-1.thumb")  # type: ignore[attr-defined]
+    prefix = "/.well-known/acme-challenge/"
+
+    found = await client.get(prefix + "tok_en-1", headers={"host": "anything.example.test"})
+    assert (found.status_code, found.text) == (200, "tok_en-1.thumb")
+    assert found.headers["content-type"] == "text/plain"
+    for path in (prefix + "other", prefix + "tok_en-1/x", prefix):
+        missing = await client.get(path, headers=BLOG)  # an app's host: still not the app's
+        assert missing.status_code == 404
+        assert "upstream" not in missing.text
+    posted = await client.post(prefix + "tok_en-1", headers=BLOG, content=b"x")
+    assert posted.status_code == 404
+    assert (await client.get("/", headers=BLOG)).json()["upstream"] == "blog-r1"

@@ -29,7 +29,7 @@ def _log_files(log_dir: Path, name: str) -> tuple[Path, Path]:
     return log_dir / f"{name}.stdout", log_dir / f"{name}.stderr"
 
 
-def serve_command(data_dir: Path, *, dev: bool = True) -> list[str]:
+def serve_command(data_dir: Path, *, dev: bool = True, ingress_port: int = 0) -> list[str]:
     command = [
         str(appdeck_executable()),
         "serve",
@@ -39,7 +39,7 @@ def serve_command(data_dir: Path, *, dev: bool = True) -> list[str]:
         str(data_dir),
         "--with-conformance-fixtures",
         "--ingress-port",
-        "0",
+        str(ingress_port),
     ]
     return [*command, "--dev"] if dev else command
 
@@ -120,6 +120,7 @@ async def start_appdeck(
     within: float = 90.0,  # a bound for a loaded 2-core machine, not a speed
     env: dict[str, str] | None = None,
     cwd: Path | None = None,
+    ingress_port: int = 0,
 ) -> AppDeckProcess:
     """Run ``appdeck serve --port 0 --data-dir DATA_DIR --with-conformance-fixtures [--dev]``
     and wait (at most ``within`` seconds) for the line that gives its URL (and, with
@@ -127,7 +128,7 @@ async def start_appdeck(
     stdout_path, stderr_path = _log_files(log_dir, name)
     with stdout_path.open("wb") as out, stderr_path.open("wb") as err:
         process = await asyncio.create_subprocess_exec(
-            *serve_command(data_dir, dev=dev),
+            *serve_command(data_dir, dev=dev, ingress_port=ingress_port),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=out,
             stderr=err,

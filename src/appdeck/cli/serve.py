@@ -15,6 +15,7 @@ from appdeck import __version__
 from appdeck.cli import connect
 from appdeck.common.listen import ListenError, listen
 from appdeck.model import hostnames
+from appdeck.platform.tls.pem import BadCertificate
 from appdeck.runtime.sandbox import SandboxUnavailable
 
 DEV_TOKEN_TTL = 12 * 3600
@@ -81,6 +82,9 @@ def serve(
     except SandboxUnavailable as exc:  # one line: what to install or set
         typer.echo(f"appdeck serve: {exc}", err=True)
         raise typer.Exit(2) from None
+    except BadCertificate as exc:  # APPDECK_TLS_CERT / APPDECK_TLS_KEY: one line, which and why
+        typer.echo(f"appdeck serve: {exc}", err=True)
+        raise typer.Exit(1) from None
 
 
 def _run(main: Coroutine[Any, Any, None]) -> None:

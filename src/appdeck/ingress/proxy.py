@@ -61,6 +61,7 @@ import time
 from collections.abc import Callable
 
 from appdeck.common.types import Message, Receive, Scope, Send
+from appdeck.ingress.challenges import PATH_PREFIX, Challenges
 from appdeck.ingress.config import ProxyConfig
 from appdeck.ingress.errors import (
     UpstreamError,
@@ -123,6 +124,7 @@ class IngressProxy:
         *,
         netns: Callable[[str], int | None] | None = None,
         keys: KeyGate | None = None,
+        challenges: Challenges | None = None,
     ) -> None:
         self.routes = routes
         self.counters = counters
@@ -132,6 +134,8 @@ class IngressProxy:
         the runtime), or None when the instance has none (gone, or not started yet)."""
         self.keys = keys
         """The API keys of the routes that require one (None: no route does)."""
+        self.challenges = challenges if challenges is not None else Challenges()
+        """ACME HTTP-01 answers (``platform/tls`` writes them), served on any host."""
         self.closing = False
         self.inflight = 0
         """Requests being handled right now."""
@@ -163,7 +167,9 @@ class IngressProxy:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
-        if kind == "http":
+        if kind == "http" and scope["path"].startswith(PATH_PREFIX):  # ACME HTTP-01: never an app's
+            await self._acme_answer(scope, send)
+        elif kind == "http":
             self.inflight += 1
             try:
                 await self._http(scope, receive, send)
@@ -448,6 +454,20 @@ class IngressProxy:
             if watcher is not None:
                 watcher.cancel()
         return False
+
+    async def _acme_answer(self, scope: Scope, send: Send) -> None:
+        """The key authorization of a pending challenge (``text/plain``), else 404."""
+        answer = (
+            self.challenges.answer(scope["path"]) if scope["method"] in ("GET", "HEAD") else None
+        )
+        body = answer.encode() if answer is not None else b"no such challenge\n"
+        headers = [(b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode())]
+        await send(
+            {"type": "http.response.start", "status": 200 if answer else 404, "headers": headers}
+        )
+        await send(
+            {"type": "http.response.body", "body": b"" if scope["method"] == "HEAD" else body}
+        )
 
     async def _miss(self, host: bytes, accept: bytes, send: Send) -> None:
         if not host:

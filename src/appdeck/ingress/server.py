@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import uvicorn
 
 from appdeck.common.listen import listen
+from appdeck.ingress.certs import Certificates
 from appdeck.ingress.proxy import IngressProxy, ProxyConfig
 from appdeck.ingress.routes import Counters, RouteTable
 
@@ -52,6 +53,9 @@ class IngressServer:
         self.host = host
         self.port = port
         self.proxy = IngressProxy(routes, counters, config)
+        self.certificates = Certificates()
+        """The certificates the data plane serves by SNI (``platform/tls`` writes them; this
+        listener is plain HTTP: the HAProxy driver mirrors them)."""
         self.graceful_shutdown = graceful_shutdown
         self.keep_alive = keep_alive
         self.http = http

@@ -432,3 +432,60 @@ webhook_deliveries = sa.Table(
     sa.Column("received_at", sa.Double, nullable=False, index=True),
     sa.Index("uq_webhook_deliveries_app_id_delivery", "app_id", "delivery", unique=True),
 )
+
+# -- automatic TLS (migration 0016): the ACME account, certificates, pending challenges -----
+# Keys are sealed with the platform's Sealer; every replica reads the same rows.
+tls_accounts = sa.Table(  # one ACME account per directory URL (a new CA: a new account)
+    "tls_accounts",
+    metadata,
+    sa.Column("directory", sa.String(2048), primary_key=True),
+    sa.Column("key_sealed", sa.Text, nullable=False),  # the account key (PEM), sealed
+    sa.Column("uri", sa.String(2048), nullable=True),  # the account URL once registered
+    sa.Column("created_at", sa.Double, nullable=False),
+)
+
+tls_certificates = sa.Table(  # one row per certificate the platform wants (or serves)
+    "tls_certificates",
+    metadata,
+    sa.Column("name", sa.String(128), primary_key=True),  # ingress.certs.NAME
+    sa.Column("hostnames", sa.JSON, nullable=False),  # its SANs, lower case
+    sa.Column("purpose", sa.String(16), nullable=False),  # app | domain | control
+    sa.Column("tenant_id", sa.String, nullable=True),  # whose orders count (rate limit)
+    sa.Column("app_id", sa.BigInteger, nullable=True),
+    sa.Column("state", sa.String(16), nullable=False),  # none | pending | issued | failed
+    sa.Column("chain_sealed", sa.Text, nullable=True),
+    sa.Column("key_sealed", sa.Text, nullable=True),
+    sa.Column("issuer", sa.String(256), nullable=True),
+    sa.Column("not_before", sa.Double, nullable=True),
+    sa.Column("not_after", sa.Double, nullable=True),
+    sa.Column("last_error", sa.Text, nullable=True),
+    sa.Column("attempts", sa.Integer, nullable=False),  # failures in a row
+    sa.Column("next_try", sa.Double, nullable=False, index=True),  # renewal or retry time
+    sa.Column("holder", sa.String(200), nullable=True),  # the replica ordering it
+    sa.Column("held_until", sa.Double, nullable=False),  # database clock
+    sa.Column("updated_at", sa.Double, nullable=False),
+)
+
+tls_orders = sa.Table(  # orders sent to the CA: the per-tenant hourly rate limit reads it
+    "tls_orders",
+    metadata,
+    sa.Column("id", Seq, primary_key=True, autoincrement=True),
+    sa.Column("tenant_id", sa.String, nullable=True, index=True),
+    sa.Column("at", sa.Double, nullable=False, index=True),
+)
+
+tls_challenges = sa.Table(  # HTTP-01 answers while an order is pending; every replica serves
+    "tls_challenges",
+    metadata,
+    sa.Column("token", sa.String(128), primary_key=True),
+    sa.Column("key_authorization", sa.String(260), nullable=False),
+    sa.Column("certificate", sa.String(128), nullable=False),
+    sa.Column("expires_at", sa.Double, nullable=False, index=True),
+)
+
+tls_challenge_acks = sa.Table(  # which replica's data plane serves a challenge already
+    "tls_challenge_acks",
+    metadata,
+    sa.Column("token", sa.String(128), primary_key=True),
+    sa.Column("replica", sa.String(200), primary_key=True),
+)

@@ -1,0 +1,53 @@
+"""Automatic TLS as ``appdeck serve`` assembles it from its settings (docs/tls.md); the
+composition root, :mod:`appdeck.app`, starts it once the replicas' liveness is known."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from appdeck.ingress.server import IngressServer
+from appdeck.platform.crypto import Sealer
+from appdeck.platform.tls import PlatformNames, TlsConfig, TlsService
+from appdeck.platform.tls.service import LiveReplicas
+from appdeck.settings import Settings
+
+
+def tls_of(
+    settings: Settings,
+    engine: AsyncEngine,
+    ingress: IngressServer,
+    replica: str,
+    live_replicas: LiveReplicas | None,
+) -> TlsService | None:
+    """The TLS service when ACME or the operator's files are set; None otherwise."""
+    s = settings
+    if not (s.acme_directory or s.tls_cert or s.tls_key):
+        return None
+    names = PlatformNames(
+        engine,
+        apps_domain=getattr(s, "apps_domain", None),  # APPDECK_APPS_DOMAIN: the domains part
+        public_host=urlsplit(s.public_url).hostname if s.public_url else None,
+    )
+    config = TlsConfig(
+        directory=s.acme_directory,
+        email=s.acme_email,
+        ca_bundle=s.acme_ca_bundle,
+        cert_file=s.tls_cert,
+        key_file=s.tls_key,
+        max_names_per_app=s.acme_names_per_app,
+        orders_per_tenant_hour=s.acme_orders_per_tenant_hour,
+        max_waiting=s.acme_max_waiting,
+        backoff_base=s.acme_retry_seconds,
+    )
+    return TlsService(
+        engine,
+        Sealer.from_settings(s.secret_key, s.data_dir),
+        ingress.certificates,
+        ingress.proxy.challenges,
+        config,
+        names=names,
+        replica=replica,
+        live_replicas=live_replicas,
+    )
