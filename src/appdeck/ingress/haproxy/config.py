@@ -280,7 +280,7 @@ def render(
         "    mode http",
         "    option dontlognull",
         "    option redispatch 1",
-        "    retries 2",
+        "    retries 1",
         f"    timeout connect {connect_ms}ms",
         f"    timeout server {server_ms}ms",
         f"    timeout client {idle_ms}ms",

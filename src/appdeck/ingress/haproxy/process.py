@@ -178,12 +178,22 @@ class HAProxyProcess:
         await self.wait_for(marker)
 
     async def wait_for(self, marker: str) -> None:
-        """Until the worker answering the stats socket runs the config ``marker`` names."""
+        """Until the worker answering the stats socket runs the config ``marker`` names, and
+        the master answers again (it re-executes itself on a reload and listens on its
+        socket a moment after the new worker does: the next reload needs it)."""
         deadline = time.monotonic() + READY_WITHIN_S
         while await self.marker() != marker:
             if time.monotonic() > deadline:
                 raise HAProxyFailed("HAProxy's worker did not take the new configuration")
             await asyncio.sleep(0.01)
+        while True:
+            try:
+                await self.master.command("show proc")
+                return
+            except RuntimeApiError:
+                if time.monotonic() > deadline:
+                    raise HAProxyFailed("HAProxy's master socket does not answer") from None
+                await asyncio.sleep(0.01)
 
     async def stop(self) -> None:
         """Stop HAProxy (master and workers) and wait for it to be gone (bounded)."""
