@@ -105,7 +105,10 @@ async def test_a_second_serve_adopts_the_running_haproxy_without_restarting_it(
     blog = await upstream("blog")
     first.table.set("blog", [Backend("r1", 100, [blog.address])])
     assert await first.synced()
-    master, worker = first.process.master_pid(), _pids(await first.process.stats.command("show info"))
+    master, worker = (
+        first.process.master_pid(),
+        _pids(await first.process.stats.command("show info")),
+    )
     await first.stop()  # "appdeck serve" exits; HAProxy keeps serving
     assert (await client.get("/", headers=BLOG)).status_code == 200
 

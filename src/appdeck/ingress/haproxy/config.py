@@ -34,12 +34,15 @@ from pathlib import Path
 
 from appdeck.ingress.config import ProxyConfig
 from appdeck.ingress.pages import error_page
-from appdeck.ingress.routes import STOPPED, Backend, RouteTable
+from appdeck.ingress.routes import Backend, RouteTable
 
 EDGE_RULES_MARK = "# --- edge rules (custom domains, API keys, challenges) ---"
 MAX_SERVER_WEIGHT = 256
 _ROUTE = "@ROUTE@"
 _WEIGHT = re.compile(r" weight [0-9]+")
+_NO_HOST = "!{ req.hdr(host) -m found }"
+_NO_ROUTE = "!{ var(txn.route) -m found }"
+_HTML = '"text/html; charset=utf-8"'
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +152,7 @@ def _lf(text: str) -> str:
 
 def _returns(status: int, code: str, message: str, cond: str, headers: str = "") -> list[str]:
     lines = []
-    for fmt, ctype in (("json", "application/json"), ("html", '"text/html; charset=utf-8"')):
+    for fmt, ctype in (("json", "application/json"), ("html", _HTML)):
         details = {"app": _ROUTE} if _ROUTE in message else {}
         page = _lf(_page(status, code, message, fmt, **details))
         lines.append(
@@ -165,7 +168,7 @@ def _frontend(
     pattern = "|".join(d.replace(".", "[.]") for d in domains)
     retry = f" hdr retry-after {proxy.retry_after}"
     hint = f"apps are reached as <app>--<tenant>.{domains[0]}"
-    lines = [
+    return [
         "frontend fe_apps",
         f"    bind {host}:{port}",
         "    option http-keep-alive",
@@ -173,7 +176,7 @@ def _frontend(
         "    http-request set-var(txn.fmt) str(json) if { req.hdr(accept) -m sub json } "
         "!{ req.hdr(accept) -m sub text/html }",
         "    http-request set-var(txn.fmt) str(html) if !{ var(txn.fmt) -m found }",
-        *_returns(400, "bad_request", "the request has no Host header", "!{ req.hdr(host) -m found }"),
+        *_returns(400, "bad_request", "the request has no Host header", _NO_HOST),
         "    http-request del-header x-forwarded-for",
         "    http-request del-header x-forwarded-proto",
         "    http-request del-header x-forwarded-host",
@@ -189,7 +192,7 @@ def _frontend(
         "    http-request set-var(txn.state) var(txn.route),map(" + "@STATES@" + ",unknown) "
         "if { var(txn.route) -m found }",
         "    http-request set-var(txn.pk) var(txn.route),concat(:,txn.fmt,)",
-        *_returns(404, "no_such_app", f"no app at this host: {hint}", "!{ var(txn.route) -m found }"),
+        *_returns(404, "no_such_app", f"no app at this host: {hint}", _NO_ROUTE),
         *_returns(
             503,
             "stopped",
@@ -224,7 +227,6 @@ def _frontend(
         "    http-after-response del-header x-appdeck-page",
         "    use_backend be_%[var(txn.route)]",
     ]
-    return lines
 
 
 def _pages(routes: Sequence[str]) -> tuple[str, str]:
@@ -232,14 +234,10 @@ def _pages(routes: Sequence[str]) -> tuple[str, str]:
     bad, slow = [], []
     for route in routes:
         for fmt in ("json", "html"):
-            bad.append(
-                f"{route}:{fmt} "
-                + _page(502, "upstream_unavailable", f"app {route}: no instance answered", fmt, app=route)
-            )
-            slow.append(
-                f"{route}:{fmt} "
-                + _page(504, "upstream_timeout", f"app {route}: the app did not answer in time", fmt, app=route)
-            )
+            down = _page(502, "upstream_unavailable", f"app {route}: no answer", fmt, app=route)
+            late = _page(504, "upstream_timeout", f"app {route}: no answer in time", fmt, app=route)
+            bad.append(f"{route}:{fmt} {down}")
+            slow.append(f"{route}:{fmt} {late}")
     return "\n".join(bad) + "\n", "\n".join(slow) + "\n"
 
 
@@ -272,9 +270,9 @@ def render(
         "global",
         f"    stats socket {layout.stats} mode 600 level admin expose-fd listeners",
         "    stats timeout 30s",
-        f"    description appdeck-@DIGEST@",
+        "    description appdeck-@DIGEST@",
         f"    maxconn {_maxconn()}",
-        f"    tune.bufsize 65536",
+        "    tune.bufsize 65536",
         "",
         "defaults",
         "    mode http",
@@ -288,9 +286,9 @@ def render(
         "    timeout http-keep-alive 5s",
         f"    timeout tunnel {idle_ms}ms",
         "    balance roundrobin",
-        f"    http-error status 503 content-type \"text/html; charset=utf-8\" hdr x-appdeck-page 502 "
+        f"    http-error status 503 content-type {_HTML} hdr x-appdeck-page 502 "
         f"lf-string '%[var(txn.pk),map({layout.file('e502.map')})]'",
-        f"    http-error status 504 content-type \"text/html; charset=utf-8\" hdr x-appdeck-page 504 "
+        f"    http-error status 504 content-type {_HTML} hdr x-appdeck-page 504 "
         f"lf-string '%[var(txn.pk),map({layout.file('e504.map')})]'",
         "",
     ]

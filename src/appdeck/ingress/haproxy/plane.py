@@ -244,7 +244,7 @@ class HAProxyDataPlane:
 
     def _render(self) -> Rendered:
         keys: list[str] = []
-        for route in self.table.keys():
+        for route in list(self.table.keys()):
             for backend in self.table.get(route) or []:
                 keys += [u.partition("@")[0] for u in backend.upstreams if "@" in u]
         namer = None
@@ -276,7 +276,8 @@ class HAProxyDataPlane:
                 self.process.write(rendered)  # a reload or restart keeps the new weights
             for (backend, server), weight in rendered.weights.items():
                 if applied is None or applied.weights.get((backend, server)) != weight:
-                    await self.process.stats.command(f"set server {backend}/{server} weight {weight}")
+                    line = f"set server {backend}/{server} weight {weight}"
+                    await self.process.stats.command(line)
             await self._read_back(rendered)
         self._applied = rendered
         self._in_effect = version
@@ -292,7 +293,7 @@ class HAProxyDataPlane:
                 running[(fields[1], fields[3])] = int(fields[7])
         wrong = [k for k, w in rendered.weights.items() if running.get(k) != w]
         if wrong:
-            raise HAProxyFailed(f"HAProxy runs other weights than rendered for {len(wrong)} servers")
+            raise HAProxyFailed(f"HAProxy runs other weights than rendered ({len(wrong)} servers)")
 
     def _fold(self) -> None:
         """The running worker's counts become the base: the next one starts at 0."""
@@ -317,10 +318,10 @@ class HAProxyDataPlane:
         totals: dict[tuple[str, str], list[int]] = {}
         for key in {*self._base, *last}:
             route, release = key[0].removeprefix("be_"), key[1].rpartition("-")[0]
-            row = totals.setdefault((route, release), [0] * 6)
+            total = totals.setdefault((route, release), [0] * 6)
             for source in (self._base.get(key), last.get(key)):
                 for i, value in enumerate(source or ()):
-                    row[i] += value
+                    total[i] += value
         self.counters.load(totals)
 
 
