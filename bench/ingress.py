@@ -4,6 +4,7 @@ Cases (each a fresh set of processes, run in interleaved rounds; the median roun
 
 - ``direct``: wrk → the app (a raw-ASGI "Hello, world!" on uvicorn + httptools + uvloop);
 - ``ingress``: wrk → AppDeck's ingress (``IngressServer``, ``Host: hello.localhost``) → the app;
+- ``haproxy``: wrk → HAProxy as the data plane drives it (issue 21, one thread) → the app;
 - ``httpx``: wrk → a minimal ASGI proxy built on ``httpx.AsyncClient`` (streaming, pooled) →
   the app: the generic-client baseline the hand-written upstream pool was measured against.
 
@@ -156,6 +157,9 @@ async def serve(kind: str, port: int, upstream_port: int) -> None:
         finally:
             await server.stop()
         return
+    if kind == "haproxy":
+        await serve_haproxy(port, upstream_port)
+        return
     app: Any = hello if kind == "upstream" else HttpxProxy(f"{HOST}:{upstream_port}")
     config = uvicorn.Config(
         app,
@@ -167,6 +171,31 @@ async def serve(kind: str, port: int, upstream_port: int) -> None:
     )
     tune_gc()
     await uvicorn.Server(config).serve(sockets=[listen(port)])
+
+
+async def serve_haproxy(port: int, upstream_port: int) -> None:
+    """The HAProxy data plane (issue 21): HAProxy inherits this process's CPU pinning (one
+    thread); stopped with it on SIGTERM."""
+    import signal
+
+    from appdeck.ingress import Backend
+    from appdeck.ingress.haproxy.config import Layout
+    from appdeck.ingress.haproxy.plane import HAProxyCounters, HAProxyDataPlane, HAProxyTable
+
+    table = HAProxyTable()
+    plane = HAProxyDataPlane(
+        table, HAProxyCounters(), Layout(Path(tempfile.mkdtemp(prefix="hxb"))), port=port
+    )
+    table.set(APP, [Backend("r1", 100, [f"{HOST}:{upstream_port}"])])
+    await plane.start()
+    plane.settle()
+    await plane.synced()
+    done = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, done.set)
+    try:
+        await done.wait()
+    finally:
+        await plane.stop(haproxy=True)
 
 
 # -- the driver -----------------------------------------------------------------------------
@@ -279,7 +308,9 @@ def main() -> None:
     parser.add_argument("--cases", default="direct,ingress,httpx")
     parser.add_argument("--server-cpu", type=int, default=0)
     parser.add_argument("--client-cpu", type=int, default=1)
-    parser.add_argument("--serve", choices=["upstream", "ingress", "httpx"], help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--serve", choices=["upstream", "ingress", "httpx", "haproxy"], help=argparse.SUPPRESS
+    )
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--upstream-port", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()

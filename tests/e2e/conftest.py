@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -41,6 +43,7 @@ async def launch_appdeck(tmp_path: Path) -> AsyncIterator[Launcher]:
 def reap_apps(under: Path) -> None:
     """Kill app processes a test left running (the server keeps apps alive across its own
     restarts, by design): every process group whose command line names ``under``."""
+    reap_haproxy(under)
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -63,3 +66,24 @@ async def appdeck(launch_appdeck: Launcher) -> AppDeckProcess:
 def server_url(appdeck: AppDeckProcess) -> str:
     """``http://127.0.0.1:PORT/mcp`` of a running server (see ``appdeck`` for its token)."""
     return appdeck.url
+
+
+def reap_haproxy(under: Path) -> None:
+    """Stop the HAProxy data planes (issue 21) of the installs under ``under``: they outlive
+    ``appdeck serve`` by design, in ``/run/appdeck/<install>/haproxy``."""
+    ids = set()
+    for record in [*under.glob("*/install.json"), *under.glob("install.json")]:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            ids.add(json.loads(record.read_text()).get("id"))
+    marks = [f"/{i}/haproxy/".encode() for i in ids if isinstance(i, str) and i]
+    if not marks:
+        return
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            if b"haproxy" in cmdline and any(mark in cmdline for mark in marks):
+                os.kill(int(entry.name), signal.SIGKILL)
+        except (OSError, ProcessLookupError):
+            continue

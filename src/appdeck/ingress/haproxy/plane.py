@@ -149,8 +149,8 @@ class HAProxyDataPlane:
         start one with the table as it is; the port."""
         if self._task is not None:
             raise RuntimeError("the data plane is already running")
-        if self.port == 0:
-            self.port = free_port(self.host)
+        if self.port == 0:  # one data plane per install: a running one keeps its port
+            self.port = self._running_port() or free_port(self.host)
         self._loop = asyncio.get_running_loop()
         self.table.listener = self._poke
         if not self.process.running():
@@ -160,6 +160,15 @@ class HAProxyDataPlane:
             log.info("adopted the running HAProxy (%s)", self.layout.directory)
         self._task = asyncio.create_task(self._run(), name="appdeck-haproxy")
         return self.port
+
+    def _running_port(self) -> int | None:
+        if not self.process.running():
+            return None
+        with contextlib.suppress(OSError, ValueError):
+            for line in self.layout.config.read_text().splitlines():
+                if line.strip().startswith("bind ") and line.startswith("    bind "):
+                    return int(line.rsplit(":", 1)[1].split()[0])
+        return None
 
     def settle(self) -> None:
         """The table holds every route now (the platform restored them): sync from here on."""
