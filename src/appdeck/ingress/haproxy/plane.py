@@ -128,6 +128,9 @@ class HAProxyDataPlane:
         self.restarts = 0
         """How often the watchdog started a dead HAProxy again."""
         self._applied: Rendered | None = None
+        """What this process last confirmed HAProxy runs (None: unknown, apply it whole)."""
+        self._written: Rendered | None = None
+        """The last config written: what the watchdog starts a dead HAProxy with."""
         self._in_effect = -1
         """The table version HAProxy runs (read back)."""
         self._wake = asyncio.Event()
@@ -228,7 +231,7 @@ class HAProxyDataPlane:
             if not self._settled.is_set() and time.monotonic() - started > SETTLE_S:
                 self._settled.set()
             try:
-                if not self.process.running() and self._applied is not None:
+                if not self.process.running() and self._written is not None:
                     await self._restart()
                 if self._settled.is_set() and self._in_effect < self.table.version:
                     await self._sync()
@@ -243,12 +246,12 @@ class HAProxyDataPlane:
 
     async def _restart(self) -> None:
         """The watchdog: HAProxy died; start it with the last config."""
-        assert self._applied is not None
+        assert self._written is not None
         log.error("HAProxy is not running: starting it again with the last configuration")
         self._fold()
         async with self.process.locked():
             if not self.process.running():
-                await self.process.apply(self._applied)
+                await self.process.apply(self._written)
                 self.restarts += 1
 
     def _render(self) -> Rendered:
@@ -274,15 +277,18 @@ class HAProxyDataPlane:
     async def _sync(self, *, force: bool = False) -> None:
         version = self.table.version
         rendered = self._render()
-        applied = self._applied
+        applied, self._applied = self._applied, None  # unknown until read back
         async with self.process.locked():
-            if force or applied is None or applied.skeleton != rendered.skeleton:
+            whole = force or applied is None or applied.skeleton != rendered.skeleton
+            if whole or await self.process.marker() != rendered.marker:  # another replica's?
                 if self.process.running():
                     await self._poll()
                     self._fold()
                 await self.process.apply(rendered)
+                applied = None  # the config's weights, or another replica's: set them all
             else:
                 self.process.write(rendered)  # a reload or restart keeps the new weights
+            self._written = rendered
             for (backend, server), weight in rendered.weights.items():
                 if applied is None or applied.weights.get((backend, server)) != weight:
                     line = f"set server {backend}/{server} weight {weight}"
