@@ -162,3 +162,33 @@ async def test_a_sandboxed_instance_is_reached_in_its_own_namespace(
         names.clear()
         server.close()
         os.close(space)
+
+
+async def test_counters_survive_a_reload_by_another_driver(
+    plane: StartPlane, upstream: StartUpstream, run_dir: Path
+) -> None:
+    data_plane, client = await plane()
+    blog = await upstream("blog")
+    data_plane.table.set("blog", [Backend("r1", 100, [blog.address])])
+    assert await data_plane.synced()
+    for _ in range(6):
+        await client.get("/", headers=BLOG)
+    await until(lambda: data_plane.counters.get("blog", "r1").requests == 6, within=10)
+    mark = data_plane.counters.mark("blog", "r1")
+    # another replica on the host reloads HAProxy with a config of its own
+    other_table = HAProxyTable()
+    other_table.set("blog", [Backend("r1", 100, [blog.address])])
+    other_table.set("shop", [Backend("r1", 100, [blog.address])])
+    other = HAProxyDataPlane(
+        other_table, HAProxyCounters(), Layout(run_dir / "haproxy"), port=data_plane.port
+    )
+    await other.start()
+    other.settle()
+    try:
+        assert await other.synced()
+        for _ in range(4):
+            assert (await client.get("/", headers=BLOG)).status_code == 200
+        await until(lambda: data_plane.counters.get("blog", "r1").requests == 10, within=10)
+        assert data_plane.counters.since(mark).requests == 4
+    finally:
+        await other.stop()

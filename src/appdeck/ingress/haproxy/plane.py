@@ -152,15 +152,16 @@ class HAProxyDataPlane:
         start one with the table as it is; the port."""
         if self._task is not None:
             raise RuntimeError("the data plane is already running")
-        if self.port == 0:  # one data plane per install: a running one keeps its port
-            self.port = self._running_port() or free_port(self.host)
         self._loop = asyncio.get_running_loop()
         self.table.listener = self._poke
-        if not self.process.running():
-            await self._sync(force=True)
-            self._settled.set()
-        else:
-            log.info("adopted the running HAProxy (%s)", self.layout.directory)
+        async with self.process.locked():  # replicas starting at once: one starts HAProxy
+            if self.port == 0:  # one data plane per install: a running one keeps its port
+                self.port = self._running_port() or free_port(self.host)
+            if self.process.running():
+                log.info("adopted the running HAProxy (%s)", self.layout.directory)
+            else:
+                await self._sync(force=True, locked=True)
+                self._settled.set()
         self._task = asyncio.create_task(self._run(), name="appdeck-haproxy")
         return self.port
 
@@ -274,11 +275,11 @@ class HAProxyDataPlane:
             edge_sections=self.edge.sections() if self.edge is not None else (),
         )
 
-    async def _sync(self, *, force: bool = False) -> None:
+    async def _sync(self, *, force: bool = False, locked: bool = False) -> None:
         version = self.table.version
         rendered = self._render()
         applied, self._applied = self._applied, None  # unknown until read back
-        async with self.process.locked():
+        async with contextlib.nullcontext() if locked else self.process.locked():
             whole = force or applied is None or applied.skeleton != rendered.skeleton
             if whole or await self.process.marker() != rendered.marker:  # another replica's?
                 if self.process.running():
@@ -328,6 +329,11 @@ class HAProxyDataPlane:
                 continue
             counts = [_int(row.get(name)) for name in _CLASSES]
             counts.append(_int(row.get("econ")) + _int(row.get("eresp")))
+            before = self._last.get((backend, server))
+            if before is not None and any(n < o for n, o in zip(counts, before, strict=True)):
+                base = self._base.setdefault((backend, server), [0] * 6)  # a new worker (a
+                for i, value in enumerate(before):  # reload by another replica, a restart)
+                    base[i] += value
             last[(backend, server)] = counts
         self._last = last
         totals: dict[tuple[str, str], list[int]] = {}
