@@ -107,7 +107,7 @@ class HAProxyRouter(IngressRouter):
 
     async def published(self) -> None:
         await super().published()
-        if not await self.plane.synced():
+        if self.plane.settled and not await self.plane.synced():
             log.error("HAProxy did not take a route change in time")
 
 

@@ -174,6 +174,11 @@ class HAProxyDataPlane:
                     return int(line.rsplit(":", 1)[1].split()[0])
         return None
 
+    @property
+    def settled(self) -> bool:
+        """Whether route changes are pushed to HAProxy (see :meth:`settle`)."""
+        return self._settled.is_set()
+
     def settle(self) -> None:
         """The table holds every route now (the platform restored them): sync from here on."""
         self._settled.set()
@@ -195,7 +200,10 @@ class HAProxyDataPlane:
                 self.namespaces.clear()
 
     async def synced(self, within_s: float = SYNCED_WITHIN_S) -> bool:
-        """Wait (bounded) until HAProxy runs the table as it is now; whether it does."""
+        """Wait (bounded) until HAProxy runs the table as it is now; whether it does. Before
+        :meth:`settle` (the platform restoring its routes) nothing is pushed: False at once."""
+        if not self._settled.is_set():
+            return False
         wanted = self.table.version
         self._poke()
         with contextlib.suppress(TimeoutError):

@@ -138,7 +138,8 @@ class HAProxyProcess:
             async with asyncio.timeout(READY_WITHIN_S):
                 out, _ = await proc.communicate()
         except TimeoutError:
-            proc.kill()
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
             await proc.wait()
             raise HAProxyFailed("checking the HAProxy config took too long") from None
         if proc.returncode != 0:
@@ -150,30 +151,33 @@ class HAProxyProcess:
         for stale in (self.layout.master, self.layout.stats):
             with contextlib.suppress(FileNotFoundError):
                 stale.unlink()
-        proc = await asyncio.create_subprocess_exec(
-            str(self.binary),
-            "-W",
-            "-D",
-            "-S",
-            f"{self.layout.master},mode,600",
-            "-f",
-            str(self.layout.config),
-            "-p",
-            str(self.layout.pid),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,
-        )
+        log_path = self.layout.file("haproxy.log")
+        with log_path.open("ab") as output:  # a file, not a pipe: the daemon keeps its fds
+            proc = await asyncio.create_subprocess_exec(
+                str(self.binary),
+                "-W",
+                "-D",
+                "-S",
+                f"{self.layout.master},mode,600",
+                "-f",
+                str(self.layout.config),
+                "-p",
+                str(self.layout.pid),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=output,
+                stderr=output,
+                start_new_session=True,
+            )
         try:
             async with asyncio.timeout(READY_WITHIN_S):
-                _, err = await proc.communicate()
+                await proc.wait()
         except TimeoutError:
-            proc.kill()
-            await proc.wait()
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
             raise HAProxyFailed("HAProxy did not start in time") from None
         if proc.returncode != 0:
-            log.error("HAProxy did not start: %s", err.decode(errors="replace")[-2000:])
+            with contextlib.suppress(OSError):
+                log.error("HAProxy did not start: %s", log_path.read_text()[-2000:])
             raise HAProxyFailed("HAProxy did not start")
         await self.wait_for(marker)
 
