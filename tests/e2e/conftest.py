@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -11,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.appdeck_process import AppDeckProcess, start_appdeck
+from tests.support.appdeck_process import AppDeckProcess, reap_haproxy, start_appdeck
 
 Launcher = Callable[..., Awaitable[AppDeckProcess]]
 
@@ -66,24 +64,3 @@ async def appdeck(launch_appdeck: Launcher) -> AppDeckProcess:
 def server_url(appdeck: AppDeckProcess) -> str:
     """``http://127.0.0.1:PORT/mcp`` of a running server (see ``appdeck`` for its token)."""
     return appdeck.url
-
-
-def reap_haproxy(under: Path) -> None:
-    """Stop the HAProxy data planes (issue 21) of the installs under ``under``: they outlive
-    ``appdeck serve`` by design, in ``/run/appdeck/<install>/haproxy``."""
-    ids = set()
-    for record in [*under.glob("*/install.json"), *under.glob("install.json")]:
-        with contextlib.suppress(OSError, ValueError, AttributeError):
-            ids.add(json.loads(record.read_text()).get("id"))
-    marks = [f"/{i}/haproxy/".encode() for i in ids if isinstance(i, str) and i]
-    if not marks:
-        return
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-            if b"haproxy" in cmdline and any(mark in cmdline for mark in marks):
-                os.kill(int(entry.name), signal.SIGKILL)
-        except (OSError, ProcessLookupError):
-            continue

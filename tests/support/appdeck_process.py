@@ -10,6 +10,8 @@ Every wait here is bounded. The process writes stdout and stderr to files in a l
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import os
 import re
 import signal
@@ -170,3 +172,26 @@ def _tail(path: Path, lines: int) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return "(no log)"
+
+
+def reap_haproxy(under: Path) -> None:
+    """Stop the HAProxy data planes (issue 21) of the installs whose data dirs are under
+    ``under`` (up to three levels down): they outlive ``appdeck serve`` by design, in
+    ``/run/appdeck/<install>/haproxy``."""
+    ids = set()
+    for pattern in ("install.json", "*/install.json", "*/*/install.json", "*/*/*/install.json"):
+        for record in under.glob(pattern):
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                ids.add(json.loads(record.read_text()).get("id"))
+    marks = [f"/{i}/haproxy/".encode() for i in ids if isinstance(i, str) and i]
+    if not marks:
+        return
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            if b"haproxy" in cmdline and any(mark in cmdline for mark in marks):
+                os.kill(int(entry.name), signal.SIGKILL)
+        except (OSError, ProcessLookupError):
+            continue
