@@ -113,8 +113,8 @@ class HAProxyRouter(IngressRouter):
 
 def _haproxy_of(settings: Settings, driver: LocalDriver) -> tuple[HAProxyDataPlane, IngressRouter]:
     install = identify(settings.data_dir)
-    table, counters = HAProxyTable(), HAProxyCounters()
-    plane = HAProxyDataPlane(
+    table, counters, gate = HAProxyTable(), HAProxyCounters(), KeyGate()
+    plane = HAProxyDataPlane(  # edge=: the edge helper's EdgeMirror, wired by the lead
         table,
         counters,
         Layout(settings.runtime_root / install.id / "haproxy"),
@@ -122,5 +122,6 @@ def _haproxy_of(settings: Settings, driver: LocalDriver) -> tuple[HAProxyDataPla
         port=settings.ingress_port,
         namespaces=Namespaces(install.id, driver.netns_fd),
         binary=settings.haproxy_binary,
+        gate=gate,  # without the edge, a route needing an API key answers 503, unserved
     )
-    return plane, HAProxyRouter(table, counters, KeyGate(), plane)
+    return plane, HAProxyRouter(table, counters, gate, plane)

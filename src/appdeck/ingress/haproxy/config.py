@@ -126,13 +126,14 @@ def server_weights(backends: Sequence[Backend]) -> list[tuple[str, str, int]]:
     return out
 
 
-def state_of(table: RouteTable, route: str) -> str:
-    """What the frontend does with a request for ``route``."""
+def state_of(table: RouteTable, route: str, guarded: Callable[[str], bool] | None = None) -> str:
+    """What the frontend does with a request for ``route``; ``guarded``: the route needs an
+    API key this config cannot check (no edge rules): refused, never served unchecked."""
     backends = table.get(route) or []
     if table.stopped(route):
         return "stopped"
     if any(b.weight for b in backends):
-        return "live"
+        return "guarded" if guarded is not None and guarded(route) else "live"
     return "no_live_release" if table.has_served(route) else "not_deployed"
 
 
@@ -214,6 +215,13 @@ def _frontend(
             "{ var(txn.state) -m str no_live_release }",
             retry,
         ),
+        *_returns(
+            503,
+            "api_key_unchecked",
+            f"app {_ROUTE} requires an API key, and this data plane cannot check keys yet",
+            "{ var(txn.state) -m str guarded }",
+            retry,
+        ),
         *_returns(404, "no_such_app", f"no app named {_ROUTE}", "!{ var(txn.state) -m str live }"),
         *_returns(
             413,
@@ -251,12 +259,13 @@ def render(
     namespace: Callable[[str], str | None] | None = None,
     edge_rules: Sequence[str] = (),
     edge_sections: Sequence[str] = (),
+    guarded: Callable[[str], bool] | None = None,
 ) -> Rendered:
     """The whole configuration for ``table``. ``namespace`` names the ``/run/netns`` entry
     of an instance's network namespace (``"<release>.<index>"`` of an upstream
     ``"<release>.<index>@127.0.0.1:<port>"``; None: the instance is left out)."""
     routes = table.keys()
-    states = {route: state_of(table, route) for route in routes}
+    states = {route: state_of(table, route, guarded) for route in routes}
     e502, e504 = _pages(routes)
     files = {
         "states.map": "".join(f"{r} {s}\n" for r, s in states.items()),

@@ -40,6 +40,7 @@ from appdeck.ingress.haproxy.config import Layout, Rendered, render
 from appdeck.ingress.haproxy.namespaces import Namespaces
 from appdeck.ingress.haproxy.process import BINARY, HAProxyFailed, HAProxyProcess
 from appdeck.ingress.haproxy.runtime_api import RuntimeApiError
+from appdeck.ingress.keys import KeyGate
 from appdeck.ingress.routes import Backend, Counters, RouteTable
 
 log = logging.getLogger("appdeck.ingress.haproxy")
@@ -115,6 +116,7 @@ class HAProxyDataPlane:
         namespaces: Namespaces | None = None,
         edge: EdgeHook | None = None,
         binary: Path = BINARY,
+        gate: KeyGate | None = None,
     ) -> None:
         self.table = table
         self.counters = counters
@@ -124,6 +126,10 @@ class HAProxyDataPlane:
         self.proxy = proxy or ProxyConfig()
         self.namespaces = namespaces
         self.edge = edge
+        self.gate = gate
+        """Without an edge (which checks API keys in HAProxy), a route the gate says needs a
+        key answers 503 rather than serve the app unchecked."""
+        self._guarded: frozenset[str] = frozenset()
         self.process = HAProxyProcess(layout, binary=binary)
         self.restarts = 0
         """How often the watchdog started a dead HAProxy again."""
@@ -242,7 +248,10 @@ class HAProxyDataPlane:
             try:
                 if not self.process.running() and self._written is not None:
                     await self._restart()
-                if self._settled.is_set() and self._in_effect < self.table.version:
+                guarded = self._guarded_now()
+                if self._settled.is_set() and (
+                    self._in_effect < self.table.version or guarded != self._guarded
+                ):
                     await self._sync()
                 await self._poll()
                 failing = False
@@ -263,6 +272,12 @@ class HAProxyDataPlane:
                 await self.process.apply(self._written)
                 self.restarts += 1
 
+    def _guarded_now(self) -> frozenset[str]:
+        if self.gate is None or self.edge is not None:
+            return frozenset()
+        required = self.gate.required
+        return frozenset(r for r in list(self.table.keys()) if r in required)
+
     def _render(self) -> Rendered:
         keys: list[str] = []
         for route in list(self.table.keys()):
@@ -281,10 +296,12 @@ class HAProxyDataPlane:
             namespace=namer,
             edge_rules=self.edge.http_rules() if self.edge is not None else (),
             edge_sections=self.edge.sections() if self.edge is not None else (),
+            guarded=self._guarded.__contains__,
         )
 
     async def _sync(self, *, force: bool = False, locked: bool = False) -> None:
         version = self.table.version
+        self._guarded = self._guarded_now()
         rendered = self._render()
         applied, self._applied = self._applied, None  # unknown until read back
         async with contextlib.nullcontext() if locked else self.process.locked():
