@@ -19,6 +19,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from appdeck.ingress.haproxy.namespaces import Namespaces
+
 ROOT = Path(__file__).resolve().parents[2]
 URL_LINE = re.compile(r"MCP server listening on (http://\S+/mcp)\s*$", re.MULTILINE)
 LOCAL_LINE = re.compile(r"This process listens on (http://\S+/mcp)\s*$", re.MULTILINE)
@@ -183,7 +185,10 @@ def reap_haproxy(under: Path) -> None:
         for record in under.glob(pattern):
             with contextlib.suppress(OSError, ValueError, AttributeError):
                 ids.add(json.loads(record.read_text()).get("id"))
-    marks = [f"/{i}/haproxy/".encode() for i in ids if isinstance(i, str) and i]
+    ids = {i for i in ids if isinstance(i, str) and i}
+    for install in ids:  # the names its instances' namespaces had for HAProxy
+        Namespaces(install, lambda key: None).clear()
+    marks = [f"/{i}/haproxy/".encode() for i in ids]
     if not marks:
         return
     for entry in Path("/proc").iterdir():
