@@ -281,7 +281,7 @@ def render(
         "    stats timeout 30s",
         "    description appdeck-@DIGEST@",
         f"    maxconn {_maxconn()}",
-        "    tune.bufsize 65536",
+        "    tune.bufsize 65536",  # request heads up to the Python ingress's 64 KiB
         "",
         "defaults",
         "    mode http",
