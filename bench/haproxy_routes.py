@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import statistics
 import tempfile
@@ -93,6 +94,7 @@ async def main(changes: int, kills: int) -> None:
         _summary("kill -9 -> routes back", restores)
     finally:
         await plane.stop(haproxy=True)
+        shutil.rmtree(plane.layout.directory, ignore_errors=True)
         server.close()
 
 

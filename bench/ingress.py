@@ -196,6 +196,7 @@ async def serve_haproxy(port: int, upstream_port: int) -> None:
         await done.wait()
     finally:
         await plane.stop(haproxy=True)
+        shutil.rmtree(plane.layout.directory, ignore_errors=True)
 
 
 # -- the driver -----------------------------------------------------------------------------
