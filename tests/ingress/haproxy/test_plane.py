@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 import collections
 
+import httpx
 import pytest
 
 from appdeck.ingress.config import ProxyConfig
+from appdeck.ingress.haproxy.plane import addresses
 from appdeck.ingress.keys import KeyGate
 from appdeck.ingress.routes import STOPPED, Backend
 from tests.ingress.conftest import StartUpstream
@@ -245,3 +247,16 @@ async def test_without_the_edge_a_route_needing_an_api_key_is_refused_not_served
         while await served():  # noqa: ASYNC110 - a bounded poll of another process
             await asyncio.sleep(0.05)
     assert blog.seen  # served while no key was required
+
+
+async def test_a_loopback_host_is_held_on_both_loopbacks(
+    plane: StartPlane, upstream: StartUpstream
+) -> None:
+    data_plane, _ = await plane()
+    if addresses("127.0.0.1", data_plane.port) != ["127.0.0.1", "[::1]"]:
+        pytest.skip("this host has no IPv6 loopback")
+    blog = await upstream("blog-r1")
+    data_plane.table.set("blog", [Backend("r1", 100, [blog.address])])
+    assert await data_plane.synced()
+    async with httpx.AsyncClient(base_url=f"http://[::1]:{data_plane.port}", timeout=10) as v6:
+        assert (await v6.get("/", headers=BLOG)).json()["upstream"] == "blog-r1"

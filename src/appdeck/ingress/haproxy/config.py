@@ -171,7 +171,7 @@ def _frontend(
     hint = f"apps are reached as <app>--<tenant>.{domains[0]}"
     return [
         "frontend fe_apps",
-        f"    bind {host}:{port}",
+        *(f"    bind {address}:{port}" for address in host.split(",")),
         "    option http-keep-alive",
         "    option forwardfor",
         "    http-request set-var(txn.fmt) str(json) if { req.hdr(accept) -m sub json } "
@@ -261,7 +261,8 @@ def render(
     edge_sections: Sequence[str] = (),
     guarded: Callable[[str], bool] | None = None,
 ) -> Rendered:
-    """The whole configuration for ``table``. ``namespace`` names the ``/run/netns`` entry
+    """The whole configuration for ``table``, listening on ``host`` (one address, or several
+    comma-separated, IPv6 ones in brackets) at ``port``. ``namespace`` names the ``/run/netns`` entry
     of an instance's network namespace (``"<release>.<index>"`` of an upstream
     ``"<release>.<index>@127.0.0.1:<port>"``; None: the instance is left out)."""
     routes = table.keys()

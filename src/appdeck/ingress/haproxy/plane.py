@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Final, Protocol
 
+from appdeck.common.listen import LOOPBACKS, listen
 from appdeck.ingress.config import ProxyConfig
 from appdeck.ingress.haproxy.config import Layout, Rendered, render
 from appdeck.ingress.haproxy.namespaces import Namespaces
@@ -97,10 +98,33 @@ class HAProxyCounters(Counters):
 
 
 def free_port(host: str) -> int:
-    """A port free on ``host`` now (for ``ingress_port = 0``: tests)."""
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    """A port free on ``host`` now, on both loopbacks for a loopback host (for
+    ``ingress_port = 0``: tests)."""
+    socks = listen(host, 0)
+    port = int(socks[0].getsockname()[1])
+    for sock in socks:
+        sock.close()
+    return port
+
+
+def addresses(host: str, port: int) -> list[str]:
+    """Where HAProxy listens: a loopback host on both loopbacks (as the Python ingress,
+    :mod:`appdeck.common.listen`: no app can sit on the other one), when the host has both."""
+    pair = LOOPBACKS.get(host)
+    if pair is None:
+        return [_bracket(host)]
+    found = [_bracket(pair[0])]
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in pair[1] else socket.AF_INET) as probe:
+            probe.bind((pair[1], 0))
+        found.append(_bracket(pair[1]))
+    except OSError:
+        log.warning("no second loopback (%s) on this host: HAProxy listens on %s only", *pair)
+    return found
+
+
+def _bracket(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
 
 
 class HAProxyDataPlane:
@@ -290,7 +314,7 @@ class HAProxyDataPlane:
         return render(
             self.table,
             self.layout,
-            host=self.host,
+            host=",".join(addresses(self.host, self.port)),
             port=self.port,
             proxy=self.proxy,
             namespace=namer,
