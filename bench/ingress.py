@@ -4,6 +4,7 @@ Cases (each a fresh set of processes, run in interleaved rounds; the median roun
 
 - ``direct``: wrk → the app (a raw-ASGI "Hello, world!" on uvicorn + httptools + uvloop);
 - ``ingress``: wrk → AppDeck's ingress (``IngressServer``, ``Host: hello.localhost``) → the app;
+- ``haproxy``: wrk → HAProxy as the data plane drives it (issue 21, one thread) → the app;
 - ``httpx``: wrk → a minimal ASGI proxy built on ``httpx.AsyncClient`` (streaming, pooled) →
   the app: the generic-client baseline the hand-written upstream pool was measured against.
 
@@ -156,6 +157,9 @@ async def serve(kind: str, port: int, upstream_port: int) -> None:
         finally:
             await server.stop()
         return
+    if kind == "haproxy":
+        await serve_haproxy(port, upstream_port)
+        return
     app: Any = hello if kind == "upstream" else HttpxProxy(f"{HOST}:{upstream_port}")
     config = uvicorn.Config(
         app,
@@ -167,6 +171,32 @@ async def serve(kind: str, port: int, upstream_port: int) -> None:
     )
     tune_gc()
     await uvicorn.Server(config).serve(sockets=[listen(port)])
+
+
+async def serve_haproxy(port: int, upstream_port: int) -> None:
+    """The HAProxy data plane (issue 21): HAProxy inherits this process's CPU pinning (one
+    thread); stopped with it on SIGTERM."""
+    import signal
+
+    from appdeck.ingress import Backend
+    from appdeck.ingress.haproxy.config import Layout
+    from appdeck.ingress.haproxy.plane import HAProxyCounters, HAProxyDataPlane, HAProxyTable
+
+    table = HAProxyTable()
+    plane = HAProxyDataPlane(
+        table, HAProxyCounters(), Layout(Path(tempfile.mkdtemp(prefix=f"hxb{port}-"))), port=port
+    )
+    table.set(APP, [Backend("r1", 100, [f"{HOST}:{upstream_port}"])])
+    await plane.start()
+    plane.settle()
+    await plane.synced()
+    done = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, done.set)
+    try:
+        await done.wait()
+    finally:
+        await plane.stop(haproxy=True)
+        shutil.rmtree(plane.layout.directory, ignore_errors=True)
 
 
 # -- the driver -----------------------------------------------------------------------------
@@ -213,6 +243,17 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def haproxy_seconds(port: int) -> float:
+    """CPU seconds of the HAProxy processes the ``haproxy`` case on ``port`` runs (its files
+    are in ``/tmp/hxb<port>-*``)."""
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError, ValueError):
+            if entry.name.isdigit() and f"/hxb{port}-".encode() in (entry / "cmdline").read_bytes():
+                total += cpu_seconds(int(entry.name))
+    return total
+
+
 def wrk(port: int, seconds: int, connections: int, script: Path, cpu: int) -> dict[str, Any]:
     out = subprocess.run(
         [
@@ -256,8 +297,11 @@ def run_case(case: str, args: argparse.Namespace, script: Path, logs: Path) -> d
         check(port)
         wrk(port, 2, args.connections, script, args.client_cpu)  # warm-up
         before = [cpu_seconds(p.pid) for p in procs]
+        proxied = haproxy_seconds(port) if case == "haproxy" else 0.0
         result = wrk(port, args.seconds, args.connections, script, args.client_cpu)
         used = [cpu_seconds(p.pid) - b for p, b in zip(procs, before, strict=True)]
+        if case == "haproxy":  # HAProxy's own processes, beside the driver's
+            used[1] += haproxy_seconds(port) - proxied
         result["app_cpu_us"] = used[0] / result["requests"] * 1e6
         result["proxy_cpu_us"] = used[1] / result["requests"] * 1e6 if len(used) > 1 else 0.0
         return result
@@ -279,7 +323,9 @@ def main() -> None:
     parser.add_argument("--cases", default="direct,ingress,httpx")
     parser.add_argument("--server-cpu", type=int, default=0)
     parser.add_argument("--client-cpu", type=int, default=1)
-    parser.add_argument("--serve", choices=["upstream", "ingress", "httpx"], help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--serve", choices=["upstream", "ingress", "httpx", "haproxy"], help=argparse.SUPPRESS
+    )
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--upstream-port", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()

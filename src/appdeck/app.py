@@ -29,6 +29,7 @@ from appdeck.events.bus import InProcessBus, RedisBus
 from appdeck.events.cluster import Cluster
 from appdeck.events.leases import RedisLeases
 from appdeck.events.redis_log import RedisEventLog
+from appdeck.ingress.haproxy.plane import HAProxyDataPlane
 from appdeck.ingress.server import IngressServer
 from appdeck.platform.apis.shares import OutboundLimits
 from appdeck.platform.changes import Change
@@ -101,7 +102,7 @@ class Services:
     bearer: BearerAuthenticator | None = None
     authorization_server: AuthorizationServer | None = None
     platform: Platform | None = None
-    ingress: IngressServer | None = None
+    ingress: IngressServer | HAProxyDataPlane | None = None
     databases: AppDatabases | None = None
     router: IngressRouter | None = None
     port: int = 0
@@ -215,6 +216,8 @@ class Services:
             )
             await platform.ops.resync_routes(router)
             await platform.deploys.cancels.attach(self.cluster.broadcast)  # cancels sent elsewhere
+        if isinstance(self.ingress, HAProxyDataPlane):  # issue 21: every route is restored now
+            self.ingress.settle()
         if interrupted or restored:
             log.warning(
                 "after restart: %d interrupted deployment(s) failed, %d live app(s) restored",
@@ -333,7 +336,9 @@ class Services:
             await self.sweep()
         if self.platform is not None:
             await self.platform.shutdown(stop_apps=stop_apps)  # else apps keep running
-        if self.ingress is not None:
+        if isinstance(self.ingress, HAProxyDataPlane):  # issue 21: HAProxy outlives serve
+            await self.ingress.stop(haproxy=stop_apps)
+        elif self.ingress is not None:
             await self.ingress.stop()
         if self.router is not None:
             await self.router.close()

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import logging
 
+from appdeck.ingress.haproxy.config import Layout
+from appdeck.ingress.haproxy.namespaces import Namespaces
+from appdeck.ingress.haproxy.plane import HAProxyCounters, HAProxyDataPlane, HAProxyTable
 from appdeck.ingress.keys import KeyGate
 from appdeck.ingress.routes import Counters, RouteTable
 from appdeck.ingress.server import IngressServer
@@ -12,7 +15,7 @@ from appdeck.platform.deploy.ingress_router import IngressRouter
 from appdeck.runtime import sandbox
 from appdeck.runtime.disks import open_disks
 from appdeck.runtime.egress import EgressPolicy, EgressProxy
-from appdeck.runtime.install import InstallConflict, InstallLock, sandboxed
+from appdeck.runtime.install import InstallConflict, InstallLock, identify, sandboxed
 from appdeck.runtime.local import LocalDriver
 from appdeck.runtime.sandbox import Sandbox
 from appdeck.settings import Settings
@@ -48,8 +51,9 @@ def sandbox_of(settings: Settings) -> tuple[Sandbox | None, InstallLock | None]:
 
 def runtime_of(
     settings: Settings, runtime: Sandbox | None
-) -> tuple[LocalDriver, IngressServer, IngressRouter]:
-    """The runtime driver and the ingress in front of its instances (not started yet)."""
+) -> tuple[LocalDriver, IngressServer | HAProxyDataPlane, IngressRouter]:
+    """The runtime driver and the ingress in front of its instances (not started yet): the
+    Python ingress, or HAProxy (``APPDECK_DATA_PLANE=haproxy``)."""
     egress = EgressProxy(EgressPolicy(networks=tuple(settings.egress_allow)))
     disks = open_disks(  # issue 19: each app's disk, limited
         settings.data_dir / "disks",
@@ -67,6 +71,8 @@ def runtime_of(
         disks=disks,
         disk_check_s=settings.disk_check_seconds,
     )
+    if settings.data_plane == "haproxy":
+        return driver, *_haproxy_of(settings, driver)
     table, counters = RouteTable(), Counters()
     ingress = IngressServer(
         table,
@@ -80,3 +86,42 @@ def runtime_of(
     gate = KeyGate()  # closed (503) until Platform.start loads the apps' API keys
     ingress.proxy.keys = gate
     return driver, ingress, IngressRouter(table, counters, gate)
+
+
+# -- issue 21 §1: the HAProxy data plane ------------------------------------------------------
+
+
+class HAProxyRouter(IngressRouter):
+    """The platform's router over HAProxy's table: a route change counts as published once
+    the other replicas have it *and* this host's HAProxy runs it (read back)."""
+
+    def __init__(
+        self,
+        table: HAProxyTable,
+        counters: HAProxyCounters,
+        keys: KeyGate,
+        plane: HAProxyDataPlane,
+    ) -> None:
+        super().__init__(table, counters, keys)
+        self.plane = plane
+
+    async def published(self) -> None:
+        await super().published()
+        if self.plane.settled and not await self.plane.synced():
+            log.error("HAProxy did not take a route change in time")
+
+
+def _haproxy_of(settings: Settings, driver: LocalDriver) -> tuple[HAProxyDataPlane, IngressRouter]:
+    install = identify(settings.data_dir)
+    table, counters, gate = HAProxyTable(), HAProxyCounters(), KeyGate()
+    plane = HAProxyDataPlane(  # edge=: the edge helper's EdgeMirror, wired by the lead
+        table,
+        counters,
+        Layout(settings.runtime_root / install.id / "haproxy"),
+        host=settings.host,
+        port=settings.ingress_port,
+        namespaces=Namespaces(install.id, driver.netns_fd),
+        binary=settings.haproxy_binary,
+        gate=gate,  # without the edge, a route needing an API key answers 503, unserved
+    )
+    return plane, HAProxyRouter(table, counters, gate, plane)

@@ -260,6 +260,13 @@ class Settings(BaseSettings):
     runtime_root: Path = Path("/run/appdeck")
     """Where each install's runtime dir (``<root>/<install id>``: its sandboxes' stage) is."""
 
+    # -- issue 21 §1: the data plane ------------------------------------------------------
+    data_plane: Literal["python", "haproxy"] = "python"
+    """``haproxy``: HAProxy routes the apps, a process beside ``appdeck serve`` that outlives
+    it (:mod:`appdeck.ingress.haproxy`, files in ``<runtime_root>/<install>/haproxy``);
+    ``python``: the in-process ingress (until HAProxy carries everything)."""
+    haproxy_binary: Path = Path("/usr/sbin/haproxy")
+
     # -- issue 20 item 5 (git): the data dir is resolved once, at start ---------------------
     @field_validator("data_dir")
     @classmethod

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.appdeck_process import AppDeckProcess, start_appdeck
+from tests.support.appdeck_process import AppDeckProcess, reap_haproxy, start_appdeck
 
 Launcher = Callable[..., Awaitable[AppDeckProcess]]
 
@@ -41,6 +41,7 @@ async def launch_appdeck(tmp_path: Path) -> AsyncIterator[Launcher]:
 def reap_apps(under: Path) -> None:
     """Kill app processes a test left running (the server keeps apps alive across its own
     restarts, by design): every process group whose command line names ``under``."""
+    reap_haproxy(under)
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue

@@ -10,12 +10,16 @@ Every wait here is bounded. The process writes stdout and stderr to files in a l
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import os
 import re
 import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from appdeck.ingress.haproxy.namespaces import Namespaces
 
 ROOT = Path(__file__).resolve().parents[2]
 URL_LINE = re.compile(r"MCP server listening on (http://\S+/mcp)\s*$", re.MULTILINE)
@@ -52,6 +56,8 @@ def clean_env() -> dict[str, str]:
     }
     env["PYTHONUNBUFFERED"] = "1"
     env["APPDECK_SANDBOX"] = "on"  # --dev alone would fall back to unsandboxed apps
+    if os.environ.get("APPDECK_DATA_PLANE"):  # issue 21: run the e2e tests over HAProxy
+        env["APPDECK_DATA_PLANE"] = os.environ["APPDECK_DATA_PLANE"]
     return env
 
 
@@ -169,3 +175,29 @@ def _tail(path: Path, lines: int) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return "(no log)"
+
+
+def reap_haproxy(under: Path) -> None:
+    """Stop the HAProxy data planes (issue 21) of the installs whose data dirs are under
+    ``under`` (up to three levels down): they outlive ``appdeck serve`` by design, in
+    ``/run/appdeck/<install>/haproxy``."""
+    ids = set()
+    for pattern in ("install.json", "*/install.json", "*/*/install.json", "*/*/*/install.json"):
+        for record in under.glob(pattern):
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                ids.add(json.loads(record.read_text()).get("id"))
+    ids = {i for i in ids if isinstance(i, str) and i}
+    for install in ids:  # the names its instances' namespaces had for HAProxy
+        Namespaces(install, lambda key: None).clear()
+    marks = [f"/{i}/haproxy/".encode() for i in ids]
+    if not marks:
+        return
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            if b"haproxy" in cmdline and any(mark in cmdline for mark in marks):
+                os.kill(int(entry.name), signal.SIGKILL)
+        except (OSError, ProcessLookupError):
+            continue

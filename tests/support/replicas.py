@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.support.appdeck_process import AppDeckProcess, start_appdeck
+from tests.support.appdeck_process import AppDeckProcess, reap_haproxy, start_appdeck
 from tests.support.proxy import ReplicaProxy, serve_proxy
 from tests.support.redis import REDIS_URL
 
@@ -149,6 +149,7 @@ async def _run(
             for server in reversed(replicas.servers):
                 with contextlib.suppress(Exception):
                     await server.stop()
+            reap_haproxy(tmp_path)  # issue 21: the replicas' shared data plane
 
 
 def app_processes(data_dir: Path, app_id: int) -> dict[str, int]:

@@ -1,0 +1,335 @@
+"""HAProxy's configuration, rendered from the route table.
+
+One frontend on the ingress port; one backend ``be_<key>`` per route with a live release,
+one server ``<release>-<n>`` per instance. The frontend:
+
+1. answers 400 when there is no ``Host``; drops every ``X-Forwarded-*``/``Forwarded`` the
+   client sent (HAProxy sets its own; ``Host`` is kept as sent);
+2. sets ``txn.route`` to the route key the host names (``<key>.localhost`` or
+   ``<key>.<extra domain>``);
+3. **edge rules** (:data:`EDGE_RULES_MARK`): the edge helper's lines go here and may set
+   ``txn.route`` (a custom domain) before anything reads it;
+4. looks the route's state up in ``states.map`` (``live``, ``stopped``, ``not_deployed``,
+   ``no_live_release``) and answers the Python ingress's error pages (:mod:`..pages`,
+   JSON or HTML by ``Accept``) for every state but ``live``, and 413 above the body limit;
+5. ``use_backend be_%[var(txn.route)]``.
+
+The 502/504 HAProxy makes when no instance answers come from ``http-error`` pages looked up
+in ``e502.map``/``e504.map`` (one per route and format, naming the app); HAProxy says 503
+when it could not connect, turned into the ingress's 502 by a marker header.
+
+Values reaching the config come from the route table, which validated them (route keys are
+``[a-z0-9-]``, release ids ``[A-Za-z0-9._:-]``, upstreams ``[<ns>@]127.0.0.1:<port>``):
+nothing from a client is written here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import resource
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from appdeck.ingress.config import ProxyConfig
+from appdeck.ingress.pages import error_page
+from appdeck.ingress.routes import Backend, RouteTable
+
+EDGE_RULES_MARK = "# --- edge rules (custom domains, API keys, challenges) ---"
+MAX_SERVER_WEIGHT = 256
+_ROUTE = "@ROUTE@"
+_WEIGHT = re.compile(r" weight [0-9]+")
+_NO_HOST = "!{ req.hdr(host) -m found }"
+_NO_ROUTE = "!{ var(txn.route) -m found }"
+_HTML = '"text/html; charset=utf-8"'
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Where one data plane keeps its files (``/run/appdeck/<install>/haproxy``)."""
+
+    directory: Path
+
+    @property
+    def config(self) -> Path:
+        return self.directory / "haproxy.cfg"
+
+    @property
+    def pid(self) -> Path:
+        return self.directory / "haproxy.pid"
+
+    @property
+    def master(self) -> Path:
+        return self.directory / "master.sock"
+
+    @property
+    def stats(self) -> Path:
+        return self.directory / "stats.sock"
+
+    @property
+    def lock(self) -> Path:
+        return self.directory / "lock"
+
+    def file(self, name: str) -> Path:
+        return self.directory / name
+
+
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    """A whole configuration: the config text, the map files beside it, and each server's
+    weight (the part the runtime API changes without a reload)."""
+
+    config: str
+    files: dict[str, str]
+    weights: dict[tuple[str, str], int]
+    """(backend, server) -> weight."""
+    servers: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
+    """(backend, server) -> (route key, release id): how stats are summed per release."""
+    marker: str = ""
+    """The ``description`` the config gives HAProxy: ``show info`` of the worker running
+    it says so (how a reload is confirmed)."""
+
+    @property
+    def skeleton(self) -> str:
+        """Everything but the weights: when it changes, HAProxy must reload."""
+        text = _WEIGHT.sub("", self.config)
+        for name in sorted(self.files):
+            text += f"\n--- {name}\n{self.files[name]}"
+        return text
+
+    @property
+    def digest(self) -> str:
+        """The skeleton's hash, written into the config's ``description`` so that the
+        running worker's ``show info`` tells which config it runs."""
+        return hashlib.sha256(self.skeleton.encode()).hexdigest()[:16]
+
+
+def _maxconn() -> int:
+    """Connections HAProxy takes: two descriptors each, within this process's limit (which
+    HAProxy inherits and cannot raise)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return max(256, min(20_000, (soft - 200) // 2))
+
+
+def server_weights(backends: Sequence[Backend]) -> list[tuple[str, str, int]]:
+    """(server name, address, weight) for each instance: a release's share is split evenly
+    over its instances, scaled so the largest server weight is HAProxy's maximum (256)."""
+    shares = [b.weight / len(b.upstreams) for b in backends if b.weight and b.upstreams]
+    scale = MAX_SERVER_WEIGHT / max(shares) if shares else 0.0
+    out = []
+    for backend in backends:
+        per = backend.weight / len(backend.upstreams) if backend.upstreams else 0.0
+        weight = max(1, round(per * scale)) if backend.weight else 0
+        for index, upstream in enumerate(backend.upstreams):
+            out.append((f"{backend.release_id}-{index}", upstream, weight))
+    return out
+
+
+def state_of(table: RouteTable, route: str, guarded: Callable[[str], bool] | None = None) -> str:
+    """What the frontend does with a request for ``route``; ``guarded``: the route needs an
+    API key this config cannot check (no edge rules): refused, never served unchecked."""
+    backends = table.get(route) or []
+    if table.stopped(route):
+        return "stopped"
+    if any(b.weight for b in backends):
+        return "guarded" if guarded is not None and guarded(route) else "live"
+    return "no_live_release" if table.has_served(route) else "not_deployed"
+
+
+def _page(status: int, code: str, message: str, fmt: str, **details: str | int) -> str:
+    accept = b"application/json" if fmt == "json" else b"text/html"
+    _, body = error_page(status, code, message, accept, **details)
+    text = body.decode().strip("\n")
+    if "'" in text or "\n" in text:
+        raise ValueError("an error page must be one line without a single quote")
+    return text
+
+
+def _lf(text: str) -> str:
+    """A page as an HAProxy log-format string, the route key filled in at request time."""
+    return text.replace("%", "%%").replace(_ROUTE, "%[var(txn.route)]")
+
+
+def _returns(status: int, code: str, message: str, cond: str, headers: str = "") -> list[str]:
+    lines = []
+    for fmt, ctype in (("json", "application/json"), ("html", _HTML)):
+        details = {"app": _ROUTE} if _ROUTE in message else {}
+        page = _lf(_page(status, code, message, fmt, **details))
+        lines.append(
+            f"    http-request return status {status} content-type {ctype}{headers} "
+            f"lf-string '{page}' if {{ var(txn.fmt) -m str {fmt} }} {cond}"
+        )
+    return lines
+
+
+def _frontend(
+    host: str, port: int, domains: Sequence[str], proxy: ProxyConfig, edge_rules: Sequence[str]
+) -> list[str]:
+    pattern = "|".join(d.replace(".", "[.]") for d in domains)
+    retry = f" hdr retry-after {proxy.retry_after}"
+    hint = f"apps are reached as <app>--<tenant>.{domains[0]}"
+    return [
+        "frontend fe_apps",
+        *(f"    bind {address}:{port}" for address in host.split(",")),
+        "    option http-keep-alive",
+        "    option forwardfor",
+        "    http-request set-var(txn.fmt) str(json) if { req.hdr(accept) -m sub json } "
+        "!{ req.hdr(accept) -m sub text/html }",
+        "    http-request set-var(txn.fmt) str(html) if !{ var(txn.fmt) -m found }",
+        *_returns(400, "bad_request", "the request has no Host header", _NO_HOST),
+        "    http-request del-header x-forwarded-for",
+        "    http-request del-header x-forwarded-proto",
+        "    http-request del-header x-forwarded-host",
+        "    http-request del-header forwarded",
+        "    http-request set-header x-forwarded-proto http",
+        "    http-request set-header x-forwarded-host %[req.hdr(host)]",
+        "    http-request set-var(txn.host) req.hdr(host),host_only,lower,regsub([.]$,)",
+        "    http-request set-var(txn.route) var(txn.host),field(1,.) "
+        f"if {{ var(txn.host) -m reg ^[a-z0-9-]{{1,63}}[.]({pattern})$ }}",
+        EDGE_RULES_MARK.rjust(len(EDGE_RULES_MARK) + 4),
+        *(f"    {line}" for line in edge_rules),
+        "    # --- end of edge rules ---",
+        "    http-request set-var(txn.state) var(txn.route),map(" + "@STATES@" + ",unknown) "
+        "if { var(txn.route) -m found }",
+        "    http-request set-var(txn.pk) var(txn.route),concat(:,txn.fmt,)",
+        *_returns(404, "no_such_app", f"no app at this host: {hint}", _NO_ROUTE),
+        *_returns(
+            503,
+            "stopped",
+            f"app {_ROUTE} is stopped: its owner stopped it; it answers again once started",
+            "{ var(txn.state) -m str stopped }",
+            retry,
+        ),
+        *_returns(
+            503,
+            "not_deployed",
+            f"app {_ROUTE} is not deployed yet: it answers once a release of it is live",
+            "{ var(txn.state) -m str not_deployed }",
+            retry,
+        ),
+        *_returns(
+            503,
+            "no_live_release",
+            f"app {_ROUTE} has no live release",
+            "{ var(txn.state) -m str no_live_release }",
+            retry,
+        ),
+        *_returns(
+            503,
+            "api_key_unchecked",
+            f"app {_ROUTE} requires an API key, and this data plane cannot check keys yet",
+            "{ var(txn.state) -m str guarded }",
+            retry,
+        ),
+        *_returns(404, "no_such_app", f"no app named {_ROUTE}", "!{ var(txn.state) -m str live }"),
+        *_returns(
+            413,
+            "body_too_large",
+            f"the request body is larger than {proxy.max_body_size} bytes",
+            f"{{ req.hdr_val(content-length) gt {proxy.max_body_size} }}",
+        ),
+        "    http-after-response set-status 502 if { res.hdr(x-appdeck-page) -m str 502 }",
+        "    http-after-response set-header content-type application/json "
+        "if { res.hdr(x-appdeck-page) -m found } { var(txn.fmt) -m str json }",
+        "    http-after-response del-header x-appdeck-page",
+        "    use_backend be_%[var(txn.route)]",
+    ]
+
+
+def _pages(routes: Sequence[str]) -> tuple[str, str]:
+    """``e502.map`` and ``e504.map``: ``<route>:<fmt> <page>`` per route and format."""
+    bad, slow = [], []
+    for route in routes:
+        for fmt in ("json", "html"):
+            down = _page(502, "upstream_unavailable", f"app {route}: no answer", fmt, app=route)
+            late = _page(504, "upstream_timeout", f"app {route}: no answer in time", fmt, app=route)
+            bad.append(f"{route}:{fmt} {down}")
+            slow.append(f"{route}:{fmt} {late}")
+    return "\n".join(bad) + "\n", "\n".join(slow) + "\n"
+
+
+def render(
+    table: RouteTable,
+    layout: Layout,
+    *,
+    host: str,
+    port: int,
+    proxy: ProxyConfig,
+    namespace: Callable[[str], str | None] | None = None,
+    edge_rules: Sequence[str] = (),
+    edge_sections: Sequence[str] = (),
+    guarded: Callable[[str], bool] | None = None,
+) -> Rendered:
+    """The whole configuration for ``table``, listening on ``host`` (one address, or several
+    comma-separated, IPv6 ones in brackets) at ``port``. ``namespace`` names the ``/run/netns`` entry
+    of an instance's network namespace (``"<release>.<index>"`` of an upstream
+    ``"<release>.<index>@127.0.0.1:<port>"``; None: the instance is left out)."""
+    routes = table.keys()
+    states = {route: state_of(table, route, guarded) for route in routes}
+    e502, e504 = _pages(routes)
+    files = {
+        "states.map": "".join(f"{r} {s}\n" for r, s in states.items()),
+        "e502.map": e502,
+        "e504.map": e504,
+    }
+    connect_ms = int(proxy.connect_timeout * 1000)
+    server_ms = int(proxy.response_timeout * 1000)
+    idle_ms = int(proxy.idle_timeout * 1000)
+    head = [
+        "global",
+        f"    stats socket {layout.stats} mode 600 level admin expose-fd listeners",
+        "    stats timeout 30s",
+        "    description appdeck-@DIGEST@",
+        f"    maxconn {_maxconn()}",
+        "    tune.bufsize 65536",  # request heads up to the Python ingress's 64 KiB
+        "",
+        "defaults",
+        "    mode http",
+        "    option dontlognull",
+        "    option redispatch 1",
+        "    retries 1",
+        f"    timeout connect {connect_ms}ms",
+        f"    timeout server {server_ms}ms",
+        f"    timeout client {idle_ms}ms",
+        f"    timeout http-request {idle_ms}ms",
+        "    timeout http-keep-alive 5s",
+        f"    timeout tunnel {idle_ms}ms",
+        "    balance roundrobin",
+        f"    http-error status 503 content-type {_HTML} hdr x-appdeck-page 502 "
+        f"lf-string '%[var(txn.pk),map({layout.file('e502.map')})]'",
+        f"    http-error status 504 content-type {_HTML} hdr x-appdeck-page 504 "
+        f"lf-string '%[var(txn.pk),map({layout.file('e504.map')})]'",
+        "",
+    ]
+    frontend = _frontend(host, port, table.domains, proxy, edge_rules)
+    frontend = [line.replace("@STATES@", str(layout.file("states.map"))) for line in frontend]
+    body: list[str] = []
+    weights: dict[tuple[str, str], int] = {}
+    servers: dict[tuple[str, str], tuple[str, str]] = {}
+    for route in routes:
+        if states[route] != "live":
+            continue
+        name = f"be_{route}"
+        body += ["", f"backend {name}"]
+        backends = table.get(route) or []
+        release_of = {}
+        for b in backends:
+            for index in range(len(b.upstreams)):
+                release_of[f"{b.release_id}-{index}"] = b.release_id
+        for server, upstream, weight in server_weights(backends):
+            ns, _, address = upstream.rpartition("@")
+            where = ""
+            if ns:
+                named = None if namespace is None else namespace(ns)
+                if named is None:  # no namespace to reach it in: not routed (logged there)
+                    continue
+                where = f" namespace {named}"
+            body.append(f"    server {server} {address} weight {weight}{where}")
+            weights[(name, server)] = weight
+            servers[(name, server)] = (route, release_of[server])
+    tail = ["", *edge_sections] if edge_sections else []
+    text = "\n".join([*head, *frontend, *body, *tail]) + "\n"
+    draft = Rendered(text, files, weights, servers)
+    final = text.replace("@DIGEST@", draft.digest)
+    return Rendered(final, files, weights, servers, marker=f"appdeck-{draft.digest}")

@@ -1,0 +1,399 @@
+"""The HAProxy data plane: the route table the platform writes, kept in effect in HAProxy.
+
+    table, counters = HAProxyTable(), HAProxyCounters()
+    plane = HAProxyDataPlane(table, counters, Layout(run_dir / "haproxy"), host=..., port=...)
+    await plane.start()          # adopts a running HAProxy of this install, or starts one
+    table.set("blog--acme", [...])
+    await plane.synced()         # the change is in effect (read back from HAProxy)
+
+One task (every :data:`TICK_S`, or at once after a change):
+
+- **sync**: render the config from the table; when anything but weights changed, write it and
+  reload (master-worker: seamless); then set weights that differ through the runtime API and
+  read them back (``get weight``). Only then is the table's version counted as in effect.
+- **watchdog**: a dead HAProxy is started again with the last config (must-show 5: routes back
+  within 2 s of a kill -9).
+- **counters**: per-server ``show stat`` summed per (route, release) into
+  :class:`HAProxyCounters`, plus what earlier workers counted (a reload starts a worker at 0).
+
+At start the data plane holds its first sync (the table is still empty then) until
+:meth:`HAProxyDataPlane.settle` (the platform restored its routes) or :data:`SETTLE_S`: an
+adopted HAProxy keeps serving every app meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import csv
+import io
+import logging
+import random
+import socket
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Final, Protocol
+
+from appdeck.common.listen import LOOPBACKS, listen
+from appdeck.ingress.config import ProxyConfig
+from appdeck.ingress.haproxy.config import Layout, Rendered, render
+from appdeck.ingress.haproxy.namespaces import Namespaces
+from appdeck.ingress.haproxy.process import BINARY, HAProxyFailed, HAProxyProcess
+from appdeck.ingress.haproxy.runtime_api import RuntimeApiError
+from appdeck.ingress.keys import KeyGate
+from appdeck.ingress.routes import Backend, Counters, RouteTable
+
+log = logging.getLogger("appdeck.ingress.haproxy")
+
+TICK_S: Final = 0.25
+SETTLE_S: Final = 30.0
+SYNCED_WITHIN_S: Final = 15.0
+_CLASSES: Final = ("hrsp_1xx", "hrsp_2xx", "hrsp_3xx", "hrsp_4xx", "hrsp_5xx")
+
+
+class EdgeHook(Protocol):
+    """What the edge (custom domains, API keys, TLS; ``edge.py``) adds to the config."""
+
+    def http_rules(self) -> Sequence[str]: ...
+
+    def sections(self) -> Sequence[str]: ...
+
+
+class HAProxyTable(RouteTable):
+    """A :class:`RouteTable` that tells the data plane about each change (``version``)."""
+
+    def __init__(
+        self, *, extra_domains: Iterable[str] = (), rng: random.Random | None = None
+    ) -> None:
+        super().__init__(extra_domains=extra_domains, rng=rng)
+        self.version = 0
+        self.listener: Callable[[], None] | None = None
+
+    def set(self, route: str, backends: Sequence[Backend]) -> None:
+        super().set(route, backends)
+        self._changed()
+
+    def remove(self, route: str) -> None:
+        super().remove(route)
+        self._changed()
+
+    def _changed(self) -> None:
+        self.version += 1
+        if self.listener is not None:
+            self.listener()
+
+
+class HAProxyCounters(Counters):
+    """Counters loaded from HAProxy's per-server stats (see the module docs): requests by
+    status class; the requests HAProxy could not get an answer for (``econ``, ``eresp``)
+    count as 5xx and upstream errors."""
+
+    def load(self, totals: dict[tuple[str, str], list[int]]) -> None:
+        """``totals``: (route, release) -> [1xx, 2xx, 3xx, 4xx, 5xx, upstream errors]."""
+        for (route, release), row in totals.items():
+            cell = self.counter(route, release)
+            cell.by_class = [0, row[0], row[1], row[2], row[3], row[4] + row[5]]
+            cell.upstream_errors = row[5]
+
+
+def free_port(host: str) -> int:
+    """A port free on ``host`` now, on both loopbacks for a loopback host (for
+    ``ingress_port = 0``: tests)."""
+    socks = listen(host, 0)
+    port = int(socks[0].getsockname()[1])
+    for sock in socks:
+        sock.close()
+    return port
+
+
+def addresses(host: str, port: int) -> list[str]:
+    """Where HAProxy listens: a loopback host on both loopbacks (as the Python ingress,
+    :mod:`appdeck.common.listen`: no app can sit on the other one), when the host has both."""
+    pair = LOOPBACKS.get(host)
+    if pair is None:
+        return [_bracket(host)]
+    found = [_bracket(pair[0])]
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in pair[1] else socket.AF_INET) as probe:
+            probe.bind((pair[1], 0))
+        found.append(_bracket(pair[1]))
+    except OSError:
+        log.warning("no second loopback (%s) on this host: HAProxy listens on %s only", *pair)
+    return found
+
+
+def _bracket(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+class HAProxyDataPlane:
+    def __init__(
+        self,
+        table: HAProxyTable,
+        counters: HAProxyCounters,
+        layout: Layout,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 8088,
+        proxy: ProxyConfig | None = None,
+        namespaces: Namespaces | None = None,
+        edge: EdgeHook | None = None,
+        binary: Path = BINARY,
+        gate: KeyGate | None = None,
+    ) -> None:
+        self.table = table
+        self.counters = counters
+        self.layout = layout
+        self.host = host
+        self.port = port
+        self.proxy = proxy or ProxyConfig()
+        self.namespaces = namespaces
+        self.edge = edge
+        self.gate = gate
+        """Without an edge (which checks API keys in HAProxy), a route the gate says needs a
+        key answers 503 rather than serve the app unchecked."""
+        self._guarded: frozenset[str] = frozenset()
+        self.process = HAProxyProcess(layout, binary=binary)
+        self.restarts = 0
+        """How often the watchdog started a dead HAProxy again."""
+        self._applied: Rendered | None = None
+        """What this process last confirmed HAProxy runs (None: unknown, apply it whole)."""
+        self._written: Rendered | None = None
+        """The last config written: what the watchdog starts a dead HAProxy with."""
+        self._in_effect = -1
+        """The table version HAProxy runs (read back)."""
+        self._wake = asyncio.Event()
+        self._progress = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._settled = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._base: dict[tuple[str, str], list[int]] = {}
+        """(backend, server) -> what the workers before this one counted."""
+        self._last: dict[tuple[str, str], list[int]] = {}
+
+    def url_for(self, route: str) -> str:
+        return f"http://{route}.{self.table.domains[0]}:{self.port}"
+
+    # -- life ------------------------------------------------------------------------------
+
+    async def start(self) -> int:
+        """Adopt this install's running HAProxy (left as it is until :meth:`settle`), or
+        start one with the table as it is; the port."""
+        if self._task is not None:
+            raise RuntimeError("the data plane is already running")
+        self._loop = asyncio.get_running_loop()
+        self.table.listener = self._poke
+        async with self.process.locked():  # replicas starting at once: one starts HAProxy
+            if self.port == 0:  # one data plane per install: a running one keeps its port
+                self.port = self._running_port() or free_port(self.host)
+            if self.process.running():
+                log.info("adopted the running HAProxy (%s)", self.layout.directory)
+            else:
+                await self._sync(force=True, locked=True)
+                self._settled.set()
+        self._task = asyncio.create_task(self._run(), name="appdeck-haproxy")
+        return self.port
+
+    def _running_port(self) -> int | None:
+        if not self.process.running():
+            return None
+        with contextlib.suppress(OSError, ValueError):
+            for line in self.layout.config.read_text().splitlines():
+                if line.strip().startswith("bind ") and line.startswith("    bind "):
+                    return int(line.rsplit(":", 1)[1].split()[0])
+        return None
+
+    @property
+    def settled(self) -> bool:
+        """Whether route changes are pushed to HAProxy (see :meth:`settle`)."""
+        return self._settled.is_set()
+
+    def settle(self) -> None:
+        """The table holds every route now (the platform restored them): sync from here on."""
+        self._settled.set()
+        self._poke()
+
+    async def stop(self, *, haproxy: bool = False) -> None:
+        """Stop driving HAProxy; stop HAProxy too when ``haproxy`` (tests, ``appdeck serve
+        --stop-apps-on-exit``): else it keeps serving for the next start to adopt."""
+        self.table.listener = None
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if haproxy:
+            async with self.process.locked():
+                await self.process.stop()
+            if self.namespaces is not None:
+                self.namespaces.clear()
+
+    async def synced(self, within_s: float = SYNCED_WITHIN_S) -> bool:
+        """Wait (bounded) until HAProxy runs the table as it is now; whether it does. Before
+        :meth:`settle` (the platform restoring its routes) nothing is pushed: False at once."""
+        if not self._settled.is_set():
+            return False
+        wanted = self.table.version
+        self._poke()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(within_s):
+                while self._in_effect < wanted:
+                    self._progress.clear()
+                    await self._progress.wait()
+                return True
+        return False
+
+    def _poke(self) -> None:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            self._wake.set()
+        else:  # a writer on another thread
+            loop.call_soon_threadsafe(self._wake.set)
+
+    # -- the task --------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        started = time.monotonic()
+        failing = False
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(TICK_S):
+                    await self._wake.wait()
+            self._wake.clear()
+            if not self._settled.is_set() and time.monotonic() - started > SETTLE_S:
+                self._settled.set()
+            try:
+                if not self.process.running() and self._written is not None:
+                    await self._restart()
+                guarded = self._guarded_now()
+                if self._settled.is_set() and (
+                    self._in_effect < self.table.version or guarded != self._guarded
+                ):
+                    await self._sync()
+                await self._poll()
+                failing = False
+            except (HAProxyFailed, RuntimeApiError, OSError) as exc:
+                if not failing:
+                    log.error("the HAProxy data plane: %s", exc)
+                failing = True
+            except Exception:
+                log.exception("the HAProxy data plane task failed a round")
+
+    async def _restart(self) -> None:
+        """The watchdog: HAProxy died; start it with the last config."""
+        assert self._written is not None
+        log.error("HAProxy is not running: starting it again with the last configuration")
+        self._fold()
+        async with self.process.locked():
+            if not self.process.running():
+                await self.process.apply(self._written)
+                self.restarts += 1
+
+    def _guarded_now(self) -> frozenset[str]:
+        if self.gate is None or self.edge is not None:
+            return frozenset()
+        required = self.gate.required
+        return frozenset(r for r in list(self.table.keys()) if r in required)
+
+    def _render(self) -> Rendered:
+        keys: list[str] = []
+        for route in list(self.table.keys()):
+            for backend in self.table.get(route) or []:
+                keys += [u.partition("@")[0] for u in backend.upstreams if "@" in u]
+        namer = None
+        if self.namespaces is not None:
+            self.namespaces.ensure(keys)
+            namer = self.namespaces.name
+        return render(
+            self.table,
+            self.layout,
+            host=",".join(addresses(self.host, self.port)),
+            port=self.port,
+            proxy=self.proxy,
+            namespace=namer,
+            edge_rules=self.edge.http_rules() if self.edge is not None else (),
+            edge_sections=self.edge.sections() if self.edge is not None else (),
+            guarded=self._guarded.__contains__,
+        )
+
+    async def _sync(self, *, force: bool = False, locked: bool = False) -> None:
+        version = self.table.version
+        self._guarded = self._guarded_now()
+        rendered = self._render()
+        applied, self._applied = self._applied, None  # unknown until read back
+        async with contextlib.nullcontext() if locked else self.process.locked():
+            whole = force or applied is None or applied.skeleton != rendered.skeleton
+            if whole or await self.process.marker() != rendered.marker:  # another replica's?
+                if self.process.running():
+                    await self._poll()
+                    self._fold()
+                await self.process.apply(rendered)
+                applied = None  # the config's weights, or another replica's: set them all
+            else:
+                self.process.write(rendered)  # a reload or restart keeps the new weights
+            self._written = rendered
+            for (backend, server), weight in rendered.weights.items():
+                if applied is None or applied.weights.get((backend, server)) != weight:
+                    line = f"set server {backend}/{server} weight {weight}"
+                    await self.process.stats.command(line)
+            await self._read_back(rendered)
+        self._applied = rendered
+        self._in_effect = version
+        self._progress.set()
+
+    async def _read_back(self, rendered: Rendered) -> None:
+        """Every server's weight as HAProxy has it now (``show servers state``)."""
+        answer = await self.process.stats.command("show servers state")
+        running: dict[tuple[str, str], int] = {}
+        for line in answer.splitlines()[2:]:
+            fields = line.split()
+            if len(fields) > 7:
+                running[(fields[1], fields[3])] = int(fields[7])
+        wrong = [k for k, w in rendered.weights.items() if running.get(k) != w]
+        if wrong:
+            raise HAProxyFailed(f"HAProxy runs other weights than rendered ({len(wrong)} servers)")
+
+    def _fold(self) -> None:
+        """The running worker's counts become the base: the next one starts at 0."""
+        for key, row in self._last.items():
+            base = self._base.setdefault(key, [0] * 6)
+            for i, value in enumerate(row):
+                base[i] += value
+        self._last = {}
+
+    async def _poll(self) -> None:
+        answer = await self.process.stats.command("show stat -1 4 -1")
+        rows = csv.DictReader(io.StringIO(answer.lstrip("# ")))
+        last: dict[tuple[str, str], list[int]] = {}
+        for row in rows:
+            backend, server = row.get("pxname") or "", row.get("svname") or ""
+            if not backend.startswith("be_"):
+                continue
+            counts = [_int(row.get(name)) for name in _CLASSES]
+            counts.append(_int(row.get("econ")) + _int(row.get("eresp")))
+            before = self._last.get((backend, server))
+            if before is not None and any(n < o for n, o in zip(counts, before, strict=True)):
+                base = self._base.setdefault((backend, server), [0] * 6)  # a new worker (a
+                for i, value in enumerate(before):  # reload by another replica, a restart)
+                    base[i] += value
+            last[(backend, server)] = counts
+        self._last = last
+        totals: dict[tuple[str, str], list[int]] = {}
+        for key in {*self._base, *last}:
+            route, release = key[0].removeprefix("be_"), key[1].rpartition("-")[0]
+            total = totals.setdefault((route, release), [0] * 6)
+            for source in (self._base.get(key), last.get(key)):
+                for i, value in enumerate(source or ()):
+                    total[i] += value
+        self.counters.load(totals)
+
+
+def _int(value: str | None) -> int:
+    return int(value) if value and value.isdigit() else 0

@@ -1,0 +1,106 @@
+"""The rendered HAProxy configuration: weights, states, namespaces, the edge's hooks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from appdeck.ingress.config import ProxyConfig
+from appdeck.ingress.haproxy.config import (
+    EDGE_RULES_MARK,
+    Layout,
+    render,
+    server_weights,
+    state_of,
+)
+from appdeck.ingress.routes import STOPPED, Backend, RouteTable
+
+LAYOUT = Layout(Path("/run/appdeck/abc123/haproxy"))
+
+
+def test_a_release_share_is_split_over_its_instances_and_scaled_to_256() -> None:
+    weights = server_weights(
+        [
+            Backend("r1", 90, ["127.0.0.1:1001", "127.0.0.1:1002"]),
+            Backend("r2", 10, ["127.0.0.1:1003"]),
+        ]
+    )
+    assert weights == [
+        ("r1-0", "127.0.0.1:1001", 256),
+        ("r1-1", "127.0.0.1:1002", 256),
+        ("r2-0", "127.0.0.1:1003", 57),
+    ]
+    share = 57 / (256 + 256 + 57)
+    assert abs(share - 0.10) < 0.005
+
+
+def test_a_zero_weight_release_keeps_its_servers_at_weight_0() -> None:
+    weights = server_weights(
+        [Backend("r1", 100, ["127.0.0.1:1"]), Backend("r2", 0, ["127.0.0.1:2"])]
+    )
+    assert [w for _, _, w in weights] == [256, 0]
+
+
+def test_each_route_state_is_rendered_and_only_live_routes_get_a_backend() -> None:
+    table = RouteTable()
+    table.set("live", [Backend("r1", 100, ["127.0.0.1:9000"])])
+    table.set("fresh", [])
+    table.set("off", [Backend(STOPPED, 0)])
+    assert [state_of(table, k) for k in ("live", "fresh", "off")] == [
+        "live",
+        "not_deployed",
+        "stopped",
+    ]
+    rendered = render(table, LAYOUT, host="127.0.0.1", port=8088, proxy=ProxyConfig())
+    assert "backend be_live" in rendered.config
+    assert "backend be_fresh" not in rendered.config
+    assert rendered.files["states.map"] == "fresh not_deployed\nlive live\noff stopped\n"
+    assert "bind 127.0.0.1:8088" in rendered.config
+    assert f"description {rendered.marker}" in rendered.config
+
+
+def test_only_a_weight_change_keeps_the_skeleton() -> None:
+    table = RouteTable()
+    table.set("blog", [Backend("r1", 90, ["127.0.0.1:1"]), Backend("r2", 10, ["127.0.0.1:2"])])
+    first = render(table, LAYOUT, host="127.0.0.1", port=8088, proxy=ProxyConfig())
+    table.set("blog", [Backend("r1", 50, ["127.0.0.1:1"]), Backend("r2", 50, ["127.0.0.1:2"])])
+    second = render(table, LAYOUT, host="127.0.0.1", port=8088, proxy=ProxyConfig())
+    assert first.skeleton == second.skeleton
+    assert first.weights != second.weights
+    table.set("blog", [Backend("r1", 100, ["127.0.0.1:1", "127.0.0.1:3"])])
+    third = render(table, LAYOUT, host="127.0.0.1", port=8088, proxy=ProxyConfig())
+    assert third.skeleton != first.skeleton
+    assert third.marker != first.marker
+
+
+def test_an_instance_in_a_namespace_is_reached_by_its_name_or_left_out() -> None:
+    table = RouteTable()
+    table.set("blog", [Backend("r1", 100, ["r1.0@127.0.0.1:5000", "r1.1@127.0.0.1:5001"])])
+    names = {"r1.0": "appdeck-abc123-r1.0-77"}
+    rendered = render(
+        table, LAYOUT, host="127.0.0.1", port=8088, proxy=ProxyConfig(), namespace=names.get
+    )
+    assert (
+        "server r1-0 127.0.0.1:5000 weight 256 namespace appdeck-abc123-r1.0-77" in rendered.config
+    )
+    assert "127.0.0.1:5001" not in rendered.config
+
+
+def test_the_edge_rules_go_between_the_route_and_the_backend_choice() -> None:
+    table = RouteTable()
+    rendered = render(
+        table,
+        LAYOUT,
+        host="127.0.0.1",
+        port=8088,
+        proxy=ProxyConfig(),
+        edge_rules=[
+            "http-request set-var(txn.route) str(shop--t1) if { req.hdr(host) shop.example }"
+        ],
+        edge_sections=["backend be_edge_extra", "    server s 127.0.0.1:1"],
+    )
+    text = rendered.config
+    route = text.index("http-request set-var(txn.route) var(txn.host)")
+    edge = text.index("str(shop--t1)")
+    state = text.index("set-var(txn.state)")
+    assert route < text.index(EDGE_RULES_MARK) < edge < state < text.index("use_backend")
+    assert "backend be_edge_extra" in text

@@ -1,0 +1,262 @@
+"""The HAProxy data plane against a real HAProxy and real (in-process) apps: routes, canary
+weights, error pages, forwarded headers, counters."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+
+import httpx
+import pytest
+
+from appdeck.ingress.config import ProxyConfig
+from appdeck.ingress.haproxy.plane import addresses
+from appdeck.ingress.keys import KeyGate
+from appdeck.ingress.routes import STOPPED, Backend
+from tests.ingress.conftest import StartUpstream
+from tests.ingress.haproxy.conftest import StartPlane
+from tests.ingress.upstreams import dead_address
+from tests.support.wait import until
+
+BLOG = {"host": "blog.localhost"}
+JSON = {"accept": "application/json"}
+
+
+async def test_a_route_reaches_its_app_by_host(plane: StartPlane, upstream: StartUpstream) -> None:
+    data_plane, client = await plane()
+    blog, shop = await upstream("blog-r1"), await upstream("shop-r1")
+    data_plane.table.set("blog", [Backend("r1", 100, [blog.address])])
+    data_plane.table.set("shop", [Backend("r1", 100, [shop.address])])
+    assert await data_plane.synced()
+    r = await client.get("/posts?page=2", headers=BLOG)
+    assert r.status_code == 200
+    assert r.json()["upstream"] == "blog-r1"
+    assert (r.json()["path"], r.json()["query"]) == ("/posts", "page=2")
+    for host in ("SHOP.LocalHost:8088", "shop.localhost.", "shop.localhost"):
+        assert (await client.get("/", headers={"host": host})).json()["upstream"] == "shop-r1"
+
+
+async def test_an_extra_domain_names_the_same_apps(
+    plane: StartPlane, upstream: StartUpstream
+) -> None:
+    from appdeck.ingress.haproxy.plane import HAProxyTable
+
+    data_plane, client = await plane(table=HAProxyTable(extra_domains=["apps.example.com"]))
+    blog = await upstream("blog-r1")
+    data_plane.table.set("blog", [Backend("r1", 100, [blog.address])])
+    assert await data_plane.synced()
+    r = await client.get("/", headers={"host": "blog.apps.example.com"})
+    assert r.json()["upstream"] == "blog-r1"
+    r = await client.get("/", headers={"host": "blog.apps.example.org"})
+    assert r.status_code == 404
+
+
+async def test_canary_weights_are_honoured_over_2000_requests(
+    plane: StartPlane, upstream: StartUpstream
+) -> None:
+    data_plane, client = await plane()
+    old = [await upstream("old"), await upstream("old")]
+    new = await upstream("new")
+    data_plane.table.set(
+        "blog",
+        [Backend("r1", 90, [u.address for u in old]), Backend("r2", 10, [new.address])],
+    )
+    assert await data_plane.synced()
+    seen: collections.Counter[str] = collections.Counter()
+    for _ in range(2000):
+        seen[(await client.get("/", headers=BLOG)).json()["upstream"]] += 1
+    assert abs(seen["new"] / 2000 - 0.10) <= 0.03, seen
+    assert old[0].seen  # the old release's two instances share its share
+    assert old[1].seen
+
+
+async def test_a_weight_change_takes_effect_without_a_reload_and_is_read_back(
+    plane: StartPlane, upstream: StartUpstream
+) -> None:
+    data_plane, client = await plane()
+    a, b = await upstream("a"), await upstream("b")
+    data_plane.table.set("blog", [Backend("r1", 100, [a.address]), Backend("r2", 0, [b.address])])
+    assert await data_plane.synced()
+    worker = await data_plane.process.stats.command("show info")
+    data_plane.table.set("blog", [Backend("r1", 0, [a.address]), Backend("r2", 100, [b.address])])
+    assert await data_plane.synced()
+    for _ in range(20):
+        assert (await client.get("/", headers=BLOG)).json()["upstream"] == "b"
+    after = await data_plane.process.stats.command("show info")
+    pid = [line for line in worker.splitlines() if line.startswith("Pid:")]
+    assert pid == [line for line in after.splitlines() if line.startswith("Pid:")]
+    assert "weight 100" not in data_plane.process.layout.config.read_text()  # scaled
+    assert "r2-0 127.0.0.1" in data_plane.process.layout.config.read_text()
+
+
+async def test_error_pages_match_the_python_ingress(
+    plane: StartPlane, upstream: StartUpstream
+) -> None:
+    data_plane, client = await plane()
+    data_plane.table.set("fresh", [])
+    data_plane.table.set("off", [Backend(STOPPED, 0)])
+    blog = await upstream("blog-r1")
+    data_plane.table.set("gone", [Backend("r1", 100, [blog.address])])
+    data_plane.table.set("gone", [])
+    assert await data_plane.synced()
+
+    r = await client.get("/", headers={"host": "nope.localhost"})
+    assert r.status_code == 404
+    assert r.headers["content-type"].startswith("text/html")
+    assert "no app named nope" in r.text
+    r = await client.get("/", headers={"host": "nope.localhost", **JSON})
+    assert r.json()["error"] == {
+        "status": 404,
+        "code": "no_such_app",
+        "message": "no app named nope",
+        "app": "nope",
+    }
+    r = await client.get("/", headers={"host": "<b>x</b>.example.com"})
+    assert r.status_code == 404
+    assert "<b>" not in r.text
+    for host, code in (("fresh", "not_deployed"), ("off", "stopped"), ("gone", "no_live_release")):
+        r = await client.get("/", headers={"host": f"{host}.localhost", **JSON})
+        assert r.status_code == 503, host
+        assert r.headers["retry-after"] == "5"
+        assert r.json()["error"]["code"] == code
+        assert r.json()["error"]["app"] == host
+        r = await client.get("/", headers={"host": f"{host}.localhost"})
+        assert r.headers["content-type"] == "text/html; charset=utf-8"
+
+
+async def test_a_dead_upstream_gives_a_502_naming_the_app_that_is_counted(
+    plane: StartPlane,
+) -> None:
+    data_plane, client = await plane()
+    data_plane.table.set("blog", [Backend("r1", 100, [dead_address()])])
+    assert await data_plane.synced()
+    r = await client.get("/", headers={**BLOG, **JSON})
+    assert r.status_code == 502
+    assert r.headers["content-type"] == "application/json"
+    assert r.json()["error"]["app"] == "blog"
+    assert r.json()["error"]["code"] == "upstream_unavailable"
+    r = await client.get("/", headers=BLOG)
+    assert r.status_code == 502
+    assert "app blog" in r.text
+
+    await until(lambda: data_plane.counters.get("blog", "r1").status_5xx >= 2, within=10)
+
+
+async def test_a_slow_app_gets_a_504_and_a_big_body_a_413(
+    plane: StartPlane, upstream: StartUpstream
+) -> None:
+    data_plane, client = await plane(ProxyConfig(response_timeout=0.3, max_body_size=1000))
+    blog = await upstream("blog-r1")
+    data_plane.table.set("blog", [Backend("r1", 100, [blog.address])])
+    assert await data_plane.synced()
+    r = await client.get("/slow?delay=2", headers={**BLOG, **JSON})
+    assert r.status_code == 504
+    assert r.json()["error"]["code"] == "upstream_timeout"
+    r = await client.post("/", headers={**BLOG, **JSON}, content=b"x" * 1001)
+    assert r.status_code == 413
+    assert r.json()["error"]["code"] == "body_too_large"
+    r = await client.post("/", headers=BLOG, content=b"x" * 1000)
+    assert r.json()["body_length"] == 1000
+
+
+async def test_a_request_without_host_gets_a_400(plane: StartPlane) -> None:
+    data_plane, _ = await plane()
+    reader, writer = await asyncio.open_connection("127.0.0.1", data_plane.port)
+    writer.write(b"GET / HTTP/1.0\r\naccept: application/json\r\n\r\n")
+    await writer.drain()
+    async with asyncio.timeout(10):
+        answer = await reader.read()
+    writer.close()
+    assert answer.startswith(b"HTTP/1.1 400")
+    assert b'"code":"bad_request"' in answer
+
+
+async def test_forwarded_headers_are_set_by_haproxy_and_the_clients_dropped(
+    plane: StartPlane, upstream: StartUpstream
+) -> None:
+    data_plane, client = await plane()
+    blog = await upstream("blog-r1")
+    data_plane.table.set("blog", [Backend("r1", 100, [blog.address])])
+    assert await data_plane.synced()
+    r = await client.get(
+        "/",
+        headers={
+            "host": "blog.localhost:8088",
+            "x-forwarded-for": "6.6.6.6",
+            "x-forwarded-proto": "https",
+            "x-forwarded-host": "evil.example",
+            "forwarded": "for=6.6.6.6",
+            "x-kept": "yes",
+        },
+    )
+    seen: dict[str, list[str]] = {}
+    for name, value in r.json()["headers"]:
+        seen.setdefault(name, []).append(value)
+    assert "forwarded" not in seen
+    assert seen["host"] == ["blog.localhost:8088"]
+    assert seen["x-forwarded-for"] == ["127.0.0.1"]
+    assert seen["x-forwarded-proto"] == ["http"]
+    assert seen["x-forwarded-host"] == ["blog.localhost:8088"]
+    assert seen["x-kept"] == ["yes"]
+
+
+@pytest.mark.parametrize("errors", [0, 3])
+async def test_counters_count_requests_and_5xx_per_release_since_a_mark(
+    plane: StartPlane, upstream: StartUpstream, errors: int
+) -> None:
+    data_plane, client = await plane()
+    a, b = await upstream("a"), await upstream("b")
+    data_plane.table.set("blog", [Backend("r1", 50, [a.address]), Backend("r2", 50, [b.address])])
+    assert await data_plane.synced()
+    await client.get("/", headers=BLOG)
+    await asyncio.sleep(0.6)  # one stats round: the mark starts after it
+    mark = data_plane.counters.mark("blog", "r2")
+    for _ in range(10):
+        await client.get("/", headers=BLOG)
+    for _ in range(errors):
+        await client.get("/status/500", headers={**BLOG})
+
+    await until(lambda: data_plane.counters.since(mark).requests >= 5 + errors // 2, within=10)
+    stats = data_plane.counters.since(mark)
+    assert stats.status_5xx <= errors
+    assert stats.status_2xx >= 5
+
+
+async def test_without_the_edge_a_route_needing_an_api_key_is_refused_not_served(
+    plane: StartPlane, upstream: StartUpstream
+) -> None:
+    gate = KeyGate()
+    data_plane, client = await plane(gate=gate)
+    blog = await upstream("blog-r1")
+    data_plane.table.set("blog", [Backend("r1", 100, [blog.address])])
+    assert await data_plane.synced()
+    r = await client.get("/", headers={**BLOG, **JSON})  # the gate is closed until loaded
+    assert r.status_code == 503
+    assert r.json()["error"]["code"] == "api_key_unchecked"
+    gate.set_app(7, "blog", required=False)
+    gate.loaded()
+
+    async def served() -> bool:
+        return (await client.get("/", headers=BLOG)).status_code == 200
+
+    async with asyncio.timeout(10):
+        while not await served():  # noqa: ASYNC110 - a bounded poll of another process
+            await asyncio.sleep(0.05)
+    gate.set_app(7, "blog", required=True)
+    async with asyncio.timeout(10):
+        while await served():  # noqa: ASYNC110 - a bounded poll of another process
+            await asyncio.sleep(0.05)
+    assert blog.seen  # served while no key was required
+
+
+async def test_a_loopback_host_is_held_on_both_loopbacks(
+    plane: StartPlane, upstream: StartUpstream
+) -> None:
+    data_plane, _ = await plane()
+    if addresses("127.0.0.1", data_plane.port) != ["127.0.0.1", "[::1]"]:
+        pytest.skip("this host has no IPv6 loopback")
+    blog = await upstream("blog-r1")
+    data_plane.table.set("blog", [Backend("r1", 100, [blog.address])])
+    assert await data_plane.synced()
+    async with httpx.AsyncClient(base_url=f"http://[::1]:{data_plane.port}", timeout=10) as v6:
+        assert (await v6.get("/", headers=BLOG)).json()["upstream"] == "blog-r1"
