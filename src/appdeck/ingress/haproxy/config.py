@@ -262,8 +262,8 @@ def render(
     guarded: Callable[[str], bool] | None = None,
 ) -> Rendered:
     """The whole configuration for ``table``, listening on ``host`` (one address, or several
-    comma-separated, IPv6 ones in brackets) at ``port``. ``namespace`` names the ``/run/netns`` entry
-    of an instance's network namespace (``"<release>.<index>"`` of an upstream
+    comma-separated, IPv6 ones in brackets) at ``port``. ``namespace`` names the ``/run/netns``
+    entry of an instance's network namespace (``"<release>.<index>"`` of an upstream
     ``"<release>.<index>@127.0.0.1:<port>"``; None: the instance is left out)."""
     routes = table.keys()
     states = {route: state_of(table, route, guarded) for route in routes}
