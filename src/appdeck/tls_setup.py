@@ -3,21 +3,33 @@ composition root, :mod:`appdeck.app`, starts it once the replicas' liveness is k
 
 from __future__ import annotations
 
+from typing import Protocol
 from urllib.parse import urlsplit
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from appdeck.ingress.server import IngressServer
+from appdeck.ingress.certs import Certificates
+from appdeck.ingress.challenges import Challenges
 from appdeck.platform.crypto import Sealer
 from appdeck.platform.tls import PlatformNames, TlsConfig, TlsService
 from appdeck.platform.tls.service import LiveReplicas
 from appdeck.settings import Settings
 
 
+class DataPlane(Protocol):
+    """What TLS writes into either data plane: certificates by SNI, HTTP-01 answers."""
+
+    @property
+    def certificates(self) -> Certificates: ...
+
+    @property
+    def challenges(self) -> Challenges: ...
+
+
 def tls_of(
     settings: Settings,
     engine: AsyncEngine,
-    ingress: IngressServer,
+    ingress: DataPlane,
     replica: str,
     live_replicas: LiveReplicas | None,
 ) -> TlsService | None:
@@ -45,7 +57,7 @@ def tls_of(
         engine,
         Sealer.from_settings(s.secret_key, s.data_dir),
         ingress.certificates,
-        ingress.proxy.challenges,
+        ingress.challenges,
         config,
         names=names,
         replica=replica,

@@ -56,6 +56,8 @@ class IngressServer:
         self.certificates = Certificates()
         """The certificates the data plane serves by SNI (``platform/tls`` writes them; this
         listener is plain HTTP: the HAProxy driver mirrors them)."""
+        self.challenges = self.proxy.challenges
+        """The ACME HTTP-01 answers this listener serves (``platform/tls`` writes them)."""
         self.graceful_shutdown = graceful_shutdown
         self.keep_alive = keep_alive
         self.http = http

@@ -36,6 +36,8 @@ from pathlib import Path
 from typing import Final, Protocol
 
 from appdeck.common.listen import LOOPBACKS, listen
+from appdeck.ingress.certs import Certificates
+from appdeck.ingress.challenges import Challenges
 from appdeck.ingress.config import ProxyConfig
 from appdeck.ingress.haproxy.config import Layout, Rendered, render
 from appdeck.ingress.haproxy.namespaces import Namespaces
@@ -151,6 +153,10 @@ class HAProxyDataPlane:
         self.namespaces = namespaces
         self.edge = edge
         self.gate = gate
+        self.certificates = Certificates()
+        """Served by SNI once the edge mirrors them into HAProxy (``platform/tls`` writes)."""
+        self.challenges = Challenges()
+        """ACME HTTP-01 answers, mirrored into HAProxy by the edge (``platform/tls`` writes)."""
         """Without an edge (which checks API keys in HAProxy), a route the gate says needs a
         key answers 503 rather than serve the app unchecked."""
         self._guarded: frozenset[str] = frozenset()
