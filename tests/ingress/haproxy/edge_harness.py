@@ -86,12 +86,12 @@ def render(
 @asynccontextmanager
 async def running_edge(
     tmp_path: Path,
-    options: Callable[[int], edge.EdgeOptions] = lambda _: edge.EdgeOptions(),
+    options: Callable[[int, str], edge.EdgeOptions] = lambda _port, _app: edge.EdgeOptions(),
     extra: Sequence[str] = (),
     maps: dict[str, str] | None = None,
 ) -> AsyncIterator[Edge]:
     """HAProxy (master-worker) with the edge around a recording app; ``options`` gets the
-    HTTPS port chosen for the test; ``maps`` (name → content) are written before it starts."""
+    HTTPS port chosen for the test and the app's address; ``maps`` (name → content) are written before it starts."""
     binary = shutil.which("haproxy") or "/usr/sbin/haproxy"
     paths = edge.EdgePaths(tmp_path / "edge")
     edge.prepare(paths)
@@ -99,7 +99,7 @@ async def running_edge(
         paths.map(name).write_text(content)
     app = await Upstream("app").start()
     http_port, https_port = free_port(), free_port()
-    chosen = options(https_port)
+    chosen = options(https_port, app.address)
     stats, master_sock = tmp_path / "stats.sock", tmp_path / "master.sock"
     config = tmp_path / "haproxy.cfg"
     config.write_text(render(paths, chosen, stats, http_port, app.address, extra))
