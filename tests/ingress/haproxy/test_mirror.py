@@ -342,3 +342,18 @@ async def test_a_new_haproxy_restores_everything_from_the_files(tmp_path: Path) 
         mirror.api = second.api
         await mirror.resync()  # and a resync on it is a no-op that reads back
         assert (await second.api.command(f"show map {second.paths.map('gate')}")).count("open") == 1
+
+
+async def test_a_certificate_with_a_hostile_name_is_left_out_and_the_others_served(
+    mirrored: Mirrored,
+) -> None:
+    good = mirrored.ca.issue("shop.localhost")
+    bad = mirrored.ca.issue("blog.localhost")
+    mirrored.certs.put("good", good)
+    for names in (("blog.localhost\n/etc/shadow",), ("blog.localhost [verify none]",), ()):
+        mirrored.certs.put("bad", Certificate(names, bad.chain_pem, bad.key_pem, bad.not_after))
+        await mirrored.mirror.sync()
+        _, served, _ = await mirrored.tls_get("shop.localhost")
+        assert served.serial_number == x509.load_pem_x509_certificate(good.chain_pem).serial_number
+        assert not mirrored.edge.paths.cert("bad").exists()
+        assert "bad" not in mirrored.edge.paths.crt_list.read_text()

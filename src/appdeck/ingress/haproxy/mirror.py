@@ -56,6 +56,8 @@ PAYLOAD_BYTES: Final = 8 * 1024
 KEY_ID: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
 ROUTE: Final = re.compile(r"[a-z0-9-]{1,63}")
 HASH: Final = re.compile(r"[0-9a-f]{64}")
+SNI: Final = re.compile(r"(\*\.)?[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?")
+"""A name a crt-list line may carry (an exact host or a ``*.`` wildcard)."""
 MAP_LINE: Final = re.compile(r"0x[0-9a-f]+ (\S+) (\S*)")
 USE_LINE: Final = re.compile(r"key=([0-9a-f]{64}) .*gpt0=([0-9]+)")
 
@@ -144,8 +146,11 @@ class EdgeMirror:
                 self._wake.clear()
                 try:
                     await self.sync()
-                except (RuntimeApiError, MirrorError, OSError) as exc:
-                    log.warning("the data plane's edge is behind, retrying: %s", exc)
+                except Exception as exc:  # even a bug must not stop the mirror for good
+                    expected = isinstance(exc, RuntimeApiError | MirrorError | OSError)
+                    log.warning(
+                        "the data plane's edge is behind, retrying: %s", exc, exc_info=not expected
+                    )
                     await asyncio.sleep(self.retry_s)
                     self._wake.set()
             if loop.time() >= next_poll:
@@ -176,7 +181,7 @@ class EdgeMirror:
 
     def _wanted_maps(self) -> dict[str, dict[str, str]]:
         tls: dict[str, str] = {}
-        for cert in self.certs.items().values():
+        for cert in self._wanted_certs().values():
             until = str(int(cert.not_after * 1000))
             for host in cert.hostnames:
                 tls[host] = max(tls.get(host, "0"), until, key=int)
@@ -253,8 +258,19 @@ class EdgeMirror:
 
     # --- certificates ------------------------------------------------------------------------
 
+    def _wanted_certs(self) -> dict[str, Certificate]:
+        """The certificates to serve: one whose names would not fit a crt-list line is left
+        out (and said), never allowed to break the others."""
+        wanted: dict[str, Certificate] = {}
+        for name, cert in self.certs.items().items():
+            if cert.hostnames and all(SNI.fullmatch(h) for h in cert.hostnames):
+                wanted[name] = cert
+            else:
+                log.error("certificate %s not served: a name it covers is not a DNS name", name)
+        return wanted
+
     async def _apply_certs(self) -> None:
-        wanted = self.certs.items()
+        wanted = self._wanted_certs()
         held = self._certs if self._certs is not None else await self._read_certs()
         lines = [
             f"{self.paths.cert(name)} {' '.join(cert.hostnames)}\n"
