@@ -357,3 +357,18 @@ async def test_a_certificate_with_a_hostile_name_is_left_out_and_the_others_serv
         assert served.serial_number == x509.load_pem_x509_certificate(good.chain_pem).serial_number
         assert not mirrored.edge.paths.cert("bad").exists()
         assert "bad" not in mirrored.edge.paths.crt_list.read_text()
+
+
+async def test_without_https_the_tls_map_is_kept_as_a_file_only(tmp_path: Path) -> None:
+    async with running_edge(tmp_path) as plain:
+        hosts, challenges, certs, gate = HostMap(), Challenges(), Certificates(), KeyGate()
+        certs.put("shop", IssuingCa().issue("shop.localhost"))
+        hosts.set("shop.example.test", "shop")
+        gate.replace({}, [])
+        mirror = EdgeMirror(plain.api, plain.paths, hosts, challenges, certs, gate)
+        await mirror.resync()
+        assert "shop.localhost" in plain.paths.map("tls").read_text()
+        base = f"http://127.0.0.1:{plain.http_port}"
+        async with httpx.AsyncClient(base_url=base, timeout=5) as client:
+            r = await client.get("/", headers={"host": "shop.example.test"})
+        assert r.status_code == 200  # routed, and not redirected: there is no HTTPS here

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import re
 from dataclasses import dataclass
@@ -105,6 +106,10 @@ class EdgeMirror:
         """Map name → what HAProxy holds (as last read back); None or absent: unknown."""
         self._certs: dict[str, _Cert] | None = None
         """Certificate name → what HAProxy serves; None: unknown (ask HAProxy)."""
+        self._certs_given: dict[str, Certificate] | None = None
+        """The certificates that ``_certs`` was read back for."""
+        self._gate_dirty = True
+        self._gate_wanted: dict[str, dict[str, str]] | None = None
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -112,7 +117,7 @@ class EdgeMirror:
         self._used_since = 0
         for watched in (hosts, challenges, certs):
             watched.on_change(lambda _key: self._changed())
-        gate.on_change(self._changed)
+        gate.on_change(self._gate_changed)
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -128,6 +133,10 @@ class EdgeMirror:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+
+    def _gate_changed(self) -> None:
+        self._gate_dirty = True
+        self._changed()
 
     def _changed(self) -> None:
         """A listener: may be called from any thread; only wakes the task."""
@@ -164,7 +173,7 @@ class EdgeMirror:
         """Re-apply everything (after core (re)started HAProxy): nothing applied is assumed."""
         async with self._lock:
             self._maps.clear()
-            self._certs = None
+            self._certs = self._certs_given = None
         await self.sync()
 
     async def sync(self) -> None:
@@ -176,7 +185,7 @@ class EdgeMirror:
                 await self._apply_certs()
             except BaseException:
                 self._maps.clear()  # unknown now: the next pass replaces whole
-                self._certs = None
+                self._certs = self._certs_given = None
                 raise
 
     def _wanted_maps(self) -> dict[str, dict[str, str]]:
@@ -190,18 +199,27 @@ class EdgeMirror:
             "acme": self.challenges.items(),
             "tls": tls,
         }
-        state = self.gate.snapshot()
-        if state.loaded:  # a closed gate is not copied (see the module)
-            wanted["required"] = {
-                route: str(app) for route, app in state.required.items() if ROUTE.fullmatch(route)
-            }
-            wanted["keys"] = {
-                digest: _key_value(key)
-                for digest, key in state.keys.items()
-                if HASH.fullmatch(digest) and KEY_ID.fullmatch(key.key_id)
-            }
-            wanted["gate"] = {"open": "1"}
+        wanted.update(self._gate_maps())
         return wanted
+
+    def _gate_maps(self) -> dict[str, dict[str, str]]:
+        """``required``, ``keys`` and ``gate`` as the KeyGate has them (none while it is
+        closed: see the module); recomputed only after the gate changed (10,000 keys take
+        tens of milliseconds)."""
+        if self._gate_dirty or self._gate_wanted is None:
+            self._gate_dirty = False
+            state = self.gate.snapshot()
+            self._gate_wanted = {}
+            if state.loaded:
+                entries = ((digest, _entry(digest, key)) for digest, key in state.keys.items())
+                self._gate_wanted = {
+                    "required": {
+                        r: str(a) for r, a in state.required.items() if ROUTE.fullmatch(r)
+                    },
+                    "keys": {digest: value for digest, value in entries if value},
+                    "gate": {"open": "1"},
+                }
+        return self._gate_wanted
 
     # --- maps --------------------------------------------------------------------------------
 
@@ -211,21 +229,29 @@ class EdgeMirror:
             return
         path = self.paths.map(name)
         edge.write_atomic(path, "".join(f"{k} {v}\n" for k, v in sorted(wanted.items())).encode())
+        if held is None and str(path) not in await self.api.command("show map"):
+            self._maps[name] = wanted  # not in this config (tls.map without HTTPS): file only
+            return
         changes = _diff(held, wanted)
-        if changes is None or len(changes) > FEW:
+        if held is None or changes is None or len(changes) > FEW:
             await self._replace_map(str(path), wanted)
-        else:
-            for key, value in changes:
-                if value is None:
-                    await self.api.command(f"del map {path} {key}")
-                elif held is not None and key in held:
-                    await self.api.command(f"set map {path} {key} {value}")
-                else:
-                    await self.api.command(f"add map {path} {key} {value}")
-        now = await self._read_map(str(path))
-        if now != wanted:
-            raise MirrorError(f"map {name}: HAProxy holds {len(now)} entries, not the wanted")
-        self._maps[name] = now
+            now = await self._read_map(str(path))
+            if now != wanted:
+                raise MirrorError(f"map {name}: HAProxy holds {len(now)} entries, not the wanted")
+            self._maps[name] = now
+            return
+        for key, value in changes:
+            if value is None:
+                await self.api.command(f"del map {path} {key}")
+            elif key in held:
+                await self.api.command(f"set map {path} {key} {value}")
+            else:
+                await self.api.command(f"add map {path} {key} {value}")
+        self._maps[name] = None  # unknown until each change is read back
+        for key, value in changes:
+            if await self._read_key(str(path), key) != value:
+                raise MirrorError(f"map {name}: a change did not take")
+        self._maps[name] = wanted
 
     async def _replace_map(self, path: str, wanted: dict[str, str]) -> None:
         answer = await self.api.command(f"prepare map {path}")
@@ -245,6 +271,14 @@ class EdgeMirror:
         if chunk:
             await self.api.command(f"add map @{version} {path}", payload="\n".join(chunk))
         await self.api.command(f"commit map @{version} {path}")
+
+    async def _read_key(self, path: str, key: str) -> str | None:
+        """The value HAProxy holds for ``key`` (one lookup), None when it holds none."""
+        answer = await self.api.command(f"get map {path} {key}")
+        if "found=yes" not in answer:
+            return None
+        found = re.search(r'value="([^"]*)"', answer)
+        return None if found is None else found.group(1)
 
     async def _read_map(self, path: str) -> dict[str, str]:
         held: dict[str, str] = {}
@@ -271,14 +305,13 @@ class EdgeMirror:
 
     async def _apply_certs(self) -> None:
         wanted = self._wanted_certs()
+        if self._certs is not None and wanted == self._certs_given:
+            return
+        self._write_cert_files(wanted)
+        if str(self.paths.crt_list) not in await self.api.command("show ssl crt-list"):
+            self._certs, self._certs_given = {}, wanted  # no HTTPS in this config: files only
+            return
         held = self._certs if self._certs is not None else await self._read_certs()
-        lines = [
-            f"{self.paths.cert(name)} {' '.join(cert.hostnames)}\n"
-            for name, cert in sorted(wanted.items())
-        ]
-        for name, cert in wanted.items():
-            edge.write_atomic(self.paths.cert(name), _pem(cert))
-        edge.write_atomic(self.paths.crt_list, "".join(lines).encode())
         applied: dict[str, _Cert] = {}
         for name, cert in wanted.items():
             applied[name] = await self._put_cert(name, cert, held.get(name))
@@ -286,11 +319,23 @@ class EdgeMirror:
             file = self.paths.cert(name)
             await self.api.command(f"del ssl crt-list {self.paths.crt_list} {file}")
             await self.api.command(f"del ssl cert {file}")
-            file.unlink(missing_ok=True)
         now = await self._read_certs()
         if now != applied:
             raise MirrorError("HAProxy's certificates are not the wanted ones")
-        self._certs = now
+        self._certs, self._certs_given = now, wanted
+
+    def _write_cert_files(self, wanted: dict[str, Certificate]) -> None:
+        """The certificates' files and the crt-list naming them (what a restart loads)."""
+        for name, cert in wanted.items():
+            edge.write_atomic(self.paths.cert(name), _pem(cert))
+        lines = [
+            f"{self.paths.cert(name)} {' '.join(cert.hostnames)}\n"
+            for name, cert in sorted(wanted.items())
+        ]
+        edge.write_atomic(self.paths.crt_list, "".join(lines).encode())
+        for file in self.paths.certs.glob("*.pem"):
+            if file.stem not in wanted:
+                file.unlink(missing_ok=True)
 
     async def _put_cert(self, name: str, cert: Certificate, held: _Cert | None) -> _Cert:
         want = _Cert(_serial(cert.chain_pem), cert.hostnames)
@@ -351,6 +396,14 @@ class EdgeMirror:
         if used:
             self.gate.put_back(used)
         return used
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _entry(digest: str, key: GateKey) -> str | None:
+    """``keys.map``'s value for a key, None when a field would not fit a map line."""
+    if not HASH.fullmatch(digest) or not KEY_ID.fullmatch(key.key_id):
+        return None
+    return _key_value(key)
 
 
 def _key_value(key: GateKey) -> str:
