@@ -24,9 +24,11 @@ from appdeck.ingress.certs import Certificate, Certificates
 from appdeck.ingress.challenges import Challenges
 from appdeck.ingress.haproxy import edge
 from appdeck.ingress.haproxy.mirror import EdgeMirror
+from appdeck.ingress.haproxy.runtime_api import RuntimeApi
 from appdeck.ingress.hosts import HostMap
 from appdeck.ingress.keys import GateKey, KeyGate
 from tests.ingress.haproxy.edge_harness import Edge, running_edge
+from tests.support.wait import until
 
 
 class IssuingCa:
@@ -372,3 +374,37 @@ async def test_without_https_the_tls_map_is_kept_as_a_file_only(tmp_path: Path) 
         async with httpx.AsyncClient(base_url=base, timeout=5) as client:
             r = await client.get("/", headers={"host": "shop.example.test"})
         assert r.status_code == 200  # routed, and not redirected: there is no HTTPS here
+
+
+async def test_a_pass_that_failed_is_tried_again_until_haproxy_holds_the_state(
+    mirrored: Mirrored, tmp_path: Path
+) -> None:
+    real = mirrored.mirror.api
+    mirrored.mirror.retry_s = 0.05
+    mirrored.mirror.api = RuntimeApi(tmp_path / "gone.sock", timeout_s=1)  # HAProxy away
+    mirrored.hosts.set("blog.example.test", "blog")
+    await until(lambda: mirrored.edge.paths.map("hosts").read_text() != "")  # files first
+    assert (await mirrored.http.get("/", headers={"host": "blog.example.test"})).status_code == 404
+    mirrored.mirror.api = real  # back: the next retry replaces the maps whole
+    async with asyncio.timeout(30):  # a bound, not a speed
+        while True:
+            r = await mirrored.http.get("/", headers={"host": "blog.example.test"})
+            if r.is_success:
+                break
+            await asyncio.sleep(0.02)
+
+
+async def test_names_that_read_like_errors_are_applied_like_any_other(mirrored: Mirrored) -> None:
+    # HAProxy's answers echo names back: "error", "failed", "invalid" in them are not refusals
+    mirrored.hosts.set("error-failed.example.test", "shop")
+    cert = mirrored.ca.issue("invalid-error.localhost")
+    mirrored.certs.put("failed-unable-invalid", cert)
+    await mirrored.mirror.sync()
+    r = await mirrored.http.get("/", headers={"host": "error-failed.example.test"})
+    assert r.status_code == 200
+    _, served, _ = await mirrored.tls_get("invalid-error.localhost")
+    assert served.serial_number == x509.load_pem_x509_certificate(cert.chain_pem).serial_number
+    mirrored.certs.drop("failed-unable-invalid")
+    await mirrored.mirror.sync()
+    with pytest.raises(ssl.SSLCertVerificationError):
+        await mirrored.tls_get("invalid-error.localhost")

@@ -221,6 +221,20 @@ class EdgeMirror:
                 }
         return self._gate_wanted
 
+    # --- commands: answers judged here, not by words (a hostname may say "error") ---------
+
+    async def _quiet(self, line: str, payload: str | None = None) -> None:
+        """A command whose success is an empty answer (map changes)."""
+        answer = (await self.api.raw(line, payload)).strip()
+        if answer:
+            raise MirrorError(f"{line.split(' ', 2)[:2]}: {answer[:200]}")
+
+    async def _said(self, line: str, success: str, payload: str | None = None) -> None:
+        """A command whose success answer contains ``success`` (certificate changes)."""
+        answer = await self.api.raw(line, payload)
+        if success not in answer:
+            raise MirrorError(f"{line.split(' ', 3)[:3]}: {answer.strip()[:200]}")
+
     # --- maps --------------------------------------------------------------------------------
 
     async def _apply_map(self, name: str, wanted: dict[str, str]) -> None:
@@ -229,7 +243,7 @@ class EdgeMirror:
             return
         path = self.paths.map(name)
         edge.write_atomic(path, "".join(f"{k} {v}\n" for k, v in sorted(wanted.items())).encode())
-        if held is None and str(path) not in await self.api.command("show map"):
+        if held is None and str(path) not in await self.api.raw("show map"):
             self._maps[name] = wanted  # not in this config (tls.map without HTTPS): file only
             return
         changes = _diff(held, wanted)
@@ -242,11 +256,11 @@ class EdgeMirror:
             return
         for key, value in changes:
             if value is None:
-                await self.api.command(f"del map {path} {key}")
+                await self._quiet(f"del map {path} {key}")
             elif key in held:
-                await self.api.command(f"set map {path} {key} {value}")
+                await self._quiet(f"set map {path} {key} {value}")
             else:
-                await self.api.command(f"add map {path} {key} {value}")
+                await self._quiet(f"add map {path} {key} {value}")
         self._maps[name] = None  # unknown until each change is read back
         for key, value in changes:
             if await self._read_key(str(path), key) != value:
@@ -254,7 +268,7 @@ class EdgeMirror:
         self._maps[name] = wanted
 
     async def _replace_map(self, path: str, wanted: dict[str, str]) -> None:
-        answer = await self.api.command(f"prepare map {path}")
+        answer = await self.api.raw(f"prepare map {path}")
         found = re.search(r"New version created: ([0-9]+)", answer)
         if found is None:
             raise MirrorError(f"prepare map: {answer.strip()[:200]}")
@@ -264,17 +278,17 @@ class EdgeMirror:
         for key, value in wanted.items():
             line = f"{key} {value}"
             if size + len(line) > PAYLOAD_BYTES:
-                await self.api.command(f"add map @{version} {path}", payload="\n".join(chunk))
+                await self._quiet(f"add map @{version} {path}", "\n".join(chunk))
                 chunk, size = [], 0
             chunk.append(line)
             size += len(line) + 1
         if chunk:
-            await self.api.command(f"add map @{version} {path}", payload="\n".join(chunk))
-        await self.api.command(f"commit map @{version} {path}")
+            await self._quiet(f"add map @{version} {path}", "\n".join(chunk))
+        await self._quiet(f"commit map @{version} {path}")
 
     async def _read_key(self, path: str, key: str) -> str | None:
         """The value HAProxy holds for ``key`` (one lookup), None when it holds none."""
-        answer = await self.api.command(f"get map {path} {key}")
+        answer = await self.api.raw(f"get map {path} {key}")
         if "found=yes" not in answer:
             return None
         found = re.search(r'value="([^"]*)"', answer)
@@ -282,7 +296,7 @@ class EdgeMirror:
 
     async def _read_map(self, path: str) -> dict[str, str]:
         held: dict[str, str] = {}
-        for line in (await self.api.command(f"show map {path}")).splitlines():
+        for line in (await self.api.raw(f"show map {path}")).splitlines():
             found = MAP_LINE.fullmatch(line.strip())
             if found is not None:
                 if found.group(1) in held:  # a duplicate: never ours to leave
@@ -308,7 +322,7 @@ class EdgeMirror:
         if self._certs is not None and wanted == self._certs_given:
             return
         self._write_cert_files(wanted)
-        if str(self.paths.crt_list) not in await self.api.command("show ssl crt-list"):
+        if str(self.paths.crt_list) not in await self.api.raw("show ssl crt-list"):
             self._certs, self._certs_given = {}, wanted  # no HTTPS in this config: files only
             return
         held = self._certs if self._certs is not None else await self._read_certs()
@@ -317,8 +331,8 @@ class EdgeMirror:
             applied[name] = await self._put_cert(name, cert, held.get(name))
         for name in set(held) - set(wanted):
             file = self.paths.cert(name)
-            await self.api.command(f"del ssl crt-list {self.paths.crt_list} {file}")
-            await self.api.command(f"del ssl cert {file}")
+            await self._said(f"del ssl crt-list {self.paths.crt_list} {file}", "deleted")
+            await self._said(f"del ssl cert {file}", "deleted")
         now = await self._read_certs()
         if now != applied:
             raise MirrorError("HAProxy's certificates are not the wanted ones")
@@ -343,20 +357,20 @@ class EdgeMirror:
             return want
         file = self.paths.cert(name)
         if held is None:
-            await self.api.command(f"new ssl cert {file}")
-        await self.api.command(f"set ssl cert {file}", payload=_pem(cert).decode())
-        await self.api.command(f"commit ssl cert {file}")
+            await self._said(f"new ssl cert {file}", "New empty certificate store")
+        await self._said(f"set ssl cert {file}", "Transaction", _pem(cert).decode())
+        await self._said(f"commit ssl cert {file}", "Success!")
         if held is not None and held.hostnames != want.hostnames:
-            await self.api.command(f"del ssl crt-list {self.paths.crt_list} {file}")
+            await self._said(f"del ssl crt-list {self.paths.crt_list} {file}", "deleted")
             held = None
         if held is None:
             line = f"{file} {' '.join(cert.hostnames)}"
-            await self.api.command(f"add ssl crt-list {self.paths.crt_list}", payload=line)
+            await self._said(f"add ssl crt-list {self.paths.crt_list}", "Success!", line)
         return want
 
     async def _read_certs(self) -> dict[str, _Cert]:
         """What HAProxy serves from the crt-list: name → serial and names."""
-        listing = await self.api.command(f"show ssl crt-list {self.paths.crt_list}")
+        listing = await self.api.raw(f"show ssl crt-list {self.paths.crt_list}")
         held: dict[str, _Cert] = {}
         prefix = f"{self.paths.certs}/"
         for line in listing.splitlines():
@@ -365,7 +379,7 @@ class EdgeMirror:
                 continue
             name = parts[0][len(prefix) : -len(".pem")]
             names = tuple(p for p in parts[1:] if not p.startswith("["))
-            shown = await self.api.command(f"show ssl cert {parts[0]}")
+            shown = await self.api.raw(f"show ssl cert {parts[0]}")
             found = re.search(r"^Serial: ([0-9A-Fa-f]+)", shown, re.MULTILINE)
             if found is None:
                 raise MirrorError(f"certificate {name}: no serial shown")
@@ -376,7 +390,7 @@ class EdgeMirror:
 
     async def collect_key_use(self) -> dict[str, float]:
         """Hand the keys used since the last call to the gate (``put_back``); returns them."""
-        answer = await self.api.command(
+        answer = await self.api.raw(
             f"show table {edge.KEY_USE_TABLE} data.gpt0 gt {self._used_since}"
         )
         keys = self.gate.snapshot().keys
