@@ -23,10 +23,11 @@ The rules, in the order a request meets them (the HTTPS frontend runs the same o
 5. The key gate, as :class:`appdeck.ingress.keys.KeyGate` decides: ``gate.map`` holds
    ``open`` once the control plane loaded the keys (until then every routed request is 503
    ``starting``); ``required.map`` route → app id; ``keys.map`` SHA-256 hex of a key →
-   ``<app id>:<w|r>:<expiry ms or 0>:<key id>``. The Lua step (``edge.lua``) finds the one
-   key the request carries and removes the headers that carried it; the rest is map
-   converters. An admitted request goes on with ``X-AppDeck-Key-Id`` and its key's hash is
-   tracked in :data:`KEY_USE_TABLE` (``gpt0`` = the epoch second of its last use), which the
+   ``<app id>:<w|r>:<expiry ms or 0>:<key id>``. One ``X-API-Key`` and no
+   ``Authorization`` is read by the config itself; any other shape goes through the Lua
+   step (``edge.lua``), which finds the one key the request carries; the headers that
+   carried it are removed either way; the rest is map converters. An admitted request
+   goes on with ``X-AppDeck-Key-Id`` and its key's hash is tracked in :data:`KEY_USE_TABLE` (``gpt0`` = the epoch second of its last use), which the
    mirror reads for the keys' last use.
 6. HSTS on HTTPS answers when ``hsts_seconds`` is set.
 
@@ -260,7 +261,8 @@ def _gate_rules(paths: EdgePaths, options: EdgeOptions) -> list[str]:
         f"http-request set-var(txn.edge_app) var(txn.route),map({paths.map('required')}) "
         "if edge_routed",
         f"acl {gated} var(txn.edge_app) -m found",
-        f"http-request lua.appdeck_key if {gated}",
+        *_one_key_rules(gated),
+        f"http-request lua.appdeck_key if {gated} !{{ var(txn.edge_key_state) -m found }}",
         *_refuse(
             paths, options, "missing", f"{gated} {{ var(txn.edge_key_state) -m str missing }}"
         ),
@@ -294,6 +296,26 @@ def _gate_rules(paths: EdgePaths, options: EdgeOptions) -> list[str]:
         f"http-request set-header x-appdeck-key-id %[{entry},field(4,:)] if {gated}",
         f"http-request track-sc2 var(txn.edge_hash) table {KEY_USE_TABLE} if {gated}",
         f"http-request sc-set-gpt0(2) date if {gated}",
+    ]
+
+
+def _one_key_rules(gated: str) -> list[str]:
+    """The common case without Lua: one ``X-API-Key`` and no ``Authorization`` header
+    (HAProxy already trimmed the value); every other shape goes to ``edge.lua``. Measured:
+    the Lua step costs about a quarter of HAProxy's throughput on a gated route."""
+    one = f"{gated} edge_one_key edge_no_auth"
+    key = "var(txn.edge_key)"
+    return [
+        "acl edge_one_key req.fhdr_cnt(x-api-key) eq 1",
+        "acl edge_no_auth req.fhdr_cnt(authorization) eq 0",
+        f"http-request set-var(txn.edge_key) req.fhdr(x-api-key) if {one}",
+        f"http-request set-var(txn.edge_key_state) str(missing) if {one} !{{ {key},length gt 0 }}",
+        f"http-request set-var(txn.edge_key_state) str(ok) if {one} "
+        f"!{{ var(txn.edge_key_state) -m found }} {{ {key},length le {keys.MAX_KEY_BYTES} }} "
+        f"{{ {key} -m beg {keys.KEY_PREFIX.decode()} }}",
+        f"http-request set-var(txn.edge_key_state) str(invalid) if {one} "
+        "!{ var(txn.edge_key_state) -m found }",
+        f"http-request del-header x-api-key if {one}",
     ]
 
 
