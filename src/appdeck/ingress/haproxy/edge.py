@@ -27,8 +27,9 @@ The rules, in the order a request meets them (the HTTPS frontend runs the same o
    ``Authorization`` is read by the config itself; any other shape goes through the Lua
    step (``edge.lua``), which finds the one key the request carries; the headers that
    carried it are removed either way; the rest is map converters. An admitted request
-   goes on with ``X-AppDeck-Key-Id`` and its key's hash is tracked in :data:`KEY_USE_TABLE` (``gpt0`` = the epoch second of its last use), which the
-   mirror reads for the keys' last use.
+   goes on with ``X-AppDeck-Key-Id`` and its key's hash is tracked in
+   :data:`KEY_USE_TABLE` (``gpt0`` = the epoch second of its last use), which the mirror
+   reads for the keys' last use.
 6. HSTS on HTTPS answers when ``hsts_seconds`` is set.
 
 Files live under :class:`EdgePaths` (the data plane's directory core chooses);
