@@ -197,6 +197,14 @@ class Settings(BaseSettings):
     tenant_disk_mb: int = Field(8192, ge=64, le=1_073_741_824)
     """Quota: ``resources.disk_mb`` summed over a tenant's apps."""
 
+    # -- data plane edge (issue 21: HAProxy's TLS, HSTS, metrics; ingress/haproxy/edge.py) --
+    hsts_seconds: int = Field(0, ge=0, le=2**31 - 1)
+    """``Strict-Transport-Security: max-age=<n>`` on the data plane's HTTPS answers; 0 = off.
+    Once on, browsers refuse plain HTTP to those hosts for that long: raise it gradually."""
+    data_plane_metrics_port: int | None = Field(None, ge=1, le=65535)
+    """HAProxy's Prometheus exporter at ``http://127.0.0.1:<port>/metrics`` (loopback only,
+    never through an app's hostname); unset = off."""
+
     @field_validator("app_version")
     @classmethod
     def _version_or_ours(cls, value: str) -> str:

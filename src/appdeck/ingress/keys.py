@@ -37,6 +37,7 @@ __all__ = [
     "KEY_PREFIX",
     "MAX_EPHEMERAL",
     "GateKey",
+    "GateState",
     "KeyGate",
     "Refusal",
     "bearer_key",
@@ -94,6 +95,15 @@ class GateKey:
     """Its last use is recorded (False for short-lived test keys, which have no row)."""
 
 
+@dataclass(frozen=True, slots=True)
+class GateState:
+    """A copy of a :class:`KeyGate`: loaded or not, required routes, keys by SHA-256 hex."""
+
+    loaded: bool
+    required: dict[str, int]
+    keys: dict[str, GateKey]
+
+
 class _Everything(dict[str, int]):
     """``required`` of a gate not loaded yet: every route is in it."""
 
@@ -146,6 +156,7 @@ class KeyGate:
         self._ephemeral: dict[bytes, GateKey] = {}
         """Short-lived keys, oldest first (they are also in ``_keys``)."""
         self._used: dict[str, float] = {}
+        self._listeners: list[Callable[[], None]] = []
 
     # --- the proxy -----------------------------------------------------------------------
 
@@ -187,6 +198,7 @@ class KeyGate:
     def loaded(self) -> None:
         """Open the gate: from now on only the routes set as required need a key."""
         self.required = self._required
+        self._changed()
 
     def requires(self, app_id: int) -> bool:
         """Whether the app's route requires a key."""
@@ -200,6 +212,7 @@ class KeyGate:
         if required:
             self._routes[app_id] = route
             self._required[route] = app_id
+        self._changed()
 
     def move(self, old: str, new: str) -> None:
         """The route key ``old`` is now ``new`` (the app was renamed)."""
@@ -207,6 +220,7 @@ class KeyGate:
         if app_id is not None:
             self._required[new] = app_id
             self._routes[app_id] = new
+        self._changed()
 
     def forget_app(self, app_id: int) -> None:
         """The app is gone: its route and every key of it."""
@@ -215,6 +229,7 @@ class KeyGate:
             del self._required[route]
         for digest in [d for d, k in self._keys.items() if k.app_id == app_id]:
             self._drop(digest)
+        self._changed()
 
     def add(self, key_hash: str, key: GateKey) -> None:
         """Accept the key whose SHA-256 (hex, as stored) is ``key_hash``."""
@@ -225,12 +240,14 @@ class KeyGate:
             self._ephemeral[digest] = key
             self._sweep()
         self._keys[digest] = key
+        self._changed()
 
     def remove(self, key_id: str) -> None:
         """Stop accepting the key (it was revoked)."""
         digest = self._digests.get(key_id)
         if digest is not None:
             self._drop(digest)
+        self._changed()
 
     def replace(self, routes: dict[int, str], keys: Iterable[tuple[str, GateKey]]) -> None:
         """Everything at once, as the database has it (at start, and the periodic resync):
@@ -261,6 +278,21 @@ class KeyGate:
         """How many keys it accepts now (short-lived ones included). (No ``__len__``: an
         empty gate must not be falsy, ``keys or KeyGate()`` would replace it.)"""
         return len(self._keys)
+
+    # --- a data plane that copies the gate (the HAProxy driver) --------------------------
+
+    def on_change(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` after every change (synchronously: it must only take note)."""
+        self._listeners.append(listener)
+
+    def snapshot(self) -> GateState:
+        """Everything the gate holds now, for a data plane to copy."""
+        keys = {digest.hex(): key for digest, key in self._keys.items()}
+        return GateState(self.is_loaded, dict(self._required), keys)
+
+    def _changed(self) -> None:
+        for listener in list(self._listeners):
+            listener()
 
     # --- inside --------------------------------------------------------------------------
 
