@@ -314,7 +314,9 @@ async def test_a_client_resuming_after_its_replica_died_gets_its_stream_at_once(
     dead = RedisLeases(a.cluster.redis, redis_prefix)  # type: ignore[arg-type]
     assert await dead.acquire(f"{sid}:g") is not None  # C died holding the stream
     assert (await via_b.get("/mcp", headers=_get(sid))).status_code == 409  # a new GET
-    async with asyncio.timeout(5), via_b.stream("GET", "/mcp", headers=_get(sid, "g.1")) as r:
+    # "at once": before the dead holder's 10 s lease could have run out (5 s was too tight for
+    # a loaded machine running two suites side by side)
+    async with asyncio.timeout(9), via_b.stream("GET", "/mcp", headers=_get(sid, "g.1")) as r:
         assert r.status_code == 200
         events = [e async for e in sse_events(r, 1)]
     assert [(e.id, e.json()["params"]["data"]) for e in events] == [("g.2", 2)]
