@@ -20,9 +20,10 @@ log = logging.getLogger("appdeck.protocol")
 JsonObject = dict[str, Any]
 
 ACK_CHANNEL = "ack:"
-RELAY_WAITS = (0.25, 0.5, 1.0, 2.0)
-"""Seconds to wait for an ack after each publish of a forwarded message (about 4 s in all:
-past a broadcast reconnect's backoff)."""
+RELAY_WAITS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
+"""Seconds to wait for an ack after each publish of a forwarded message (about 16 s in all:
+past a broadcast reconnect's backoff, and past a starved receiver on a loaded machine: two
+suites side by side lost a cancel with the 4 s this was)."""
 MAX_RELAYED = 256
 """Forwards (and acks) in flight at once; past it a message is dropped and logged."""
 MAX_RELAY_BYTES = 1024 * 1024
