@@ -152,6 +152,7 @@ class Services:
             router=router,
             instance_id=instance_id,
             databases=databases,
+            hosts=ingress.routes.hosts,  # custom domains the data plane serves
         )
         _register(settings, registry, platform)
         server, tasks = _mcp_server(
@@ -223,6 +224,7 @@ class Services:
             log.warning("reconciled %d task(s) left working by a previous process", reconciled)
         self._background.append(asyncio.create_task(self._sweep_forever(), name="sweeper"))
         watching = self._watch_deploys(router)
+        self._background.append(asyncio.create_task(self._check_domains(), name="domains"))
         self._background.append(asyncio.create_task(watching, name="deploy-watch"))
         watch = tasks.watch(self._stopping)  # rechecks (2 s) and the orphan sweep
         self._background.append(asyncio.create_task(watch, name="tasks-watch"))
@@ -270,8 +272,23 @@ class Services:
                 await self.platform.ops.running.apply_intents()  # `appdeck app stop|start`
                 if self.cluster.shared:
                     await self.platform.ops.resync_routes(router)
+                await self.platform.domains.resync()  # custom domains, as the database says
             except Exception:
                 log.exception("deploy watch failed")
+
+    async def _check_domains(self) -> None:
+        """Every ``APPDECK_DOMAIN_CHECK_SECONDS``: look a bounded batch of pending custom
+        domains' TXT proofs up again (each lookup bounded in time)."""
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.settings.domain_check_seconds):
+                    await self._stopping.wait()
+            if self._stopping.is_set() or self.platform is None:
+                return
+            try:
+                await self.platform.domains.recheck()
+            except Exception:
+                log.exception("custom domain check failed")
 
     async def sweep(self) -> None:
         """Expire idle sessions and old tasks, trim the event log, note token use."""
@@ -554,6 +571,13 @@ def _platform_config(settings: Settings, ingress_port: int) -> PlatformConfig:
             settings.outbound_connections, settings.outbound_per_tenant, settings.outbound_wait_s
         ),
         limits=_limits(settings),
+        apps_domain=settings.apps_domain,
+        apps_public_port=settings.apps_public_port,
+        dns_resolver=settings.dns_resolver,
+        domain_check_seconds=settings.domain_check_seconds,
+        reserved_hosts=tuple(
+            h for h in [urlsplit(settings.public_url or "").hostname] if h is not None
+        ),
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 
+from appdeck.ingress.hosts import HostMap
 from appdeck.ingress.keys import KeyGate
 from appdeck.ingress.routes import Counters, RouteTable
 from appdeck.ingress.server import IngressServer
@@ -67,7 +68,8 @@ def runtime_of(
         disks=disks,
         disk_check_s=settings.disk_check_seconds,
     )
-    table, counters = RouteTable(), Counters()
+    extra = [settings.apps_domain] if settings.apps_domain else []
+    table, counters = RouteTable(extra_domains=extra, hosts=HostMap()), Counters()
     ingress = IngressServer(
         table,
         counters,
