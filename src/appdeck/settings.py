@@ -281,7 +281,11 @@ class Settings(BaseSettings):
     a replayed push still never moves a branch's deployed commit back (docs/repos.md)."""
 
     # -- public hostnames and custom domains (issue 21 §2: platform/domains) ----------------
-    apps_domain: str | None = Field(None, pattern=r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$")
+    apps_domain: str | None = Field(
+        None,
+        max_length=200,
+        pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)+$",
+    )
     """Each app also answers at ``<app>--<tenant>.<apps domain>`` (a wildcard DNS record points
     at the host); ``get_app_url`` lists that URL first. Lower case, no trailing dot."""
     apps_public_port: int | None = Field(None, ge=1, le=65535)

@@ -35,7 +35,7 @@ from collections.abc import Iterable
 from typing import Any, Final
 
 from appdeck.common.errors import Conflict
-from appdeck.ingress.hosts import HostMap
+from appdeck.ingress.hosts import HostMap, normalize
 from appdeck.model import hostnames
 from appdeck.platform.changes import Change, ChangeFeed
 from appdeck.platform.crypto import Sealer
@@ -121,6 +121,7 @@ class DomainService:
 
     async def release_all(self, app: AppRecord) -> None:
         """The app is deleted: every hostname it held is free."""
+        self._verified_at.pop(app.id, None)
         await self.store.release(app.id)
         await self.resync()
 
@@ -162,10 +163,13 @@ class DomainService:
     async def mark_verified(self, domain: str, method: Method = "acme") -> bool:
         """The ACME part's call once an HTTP-01 order for ``domain`` succeeded: its holder's
         claim is verified (False when nobody claims it)."""
-        held = (await self.store.get_many([domain])).get(domain)
+        host = normalize(domain)
+        if host is None:
+            return False
+        held = (await self.store.get_many([host])).get(host)
         if held is None:
             return False
-        done = await self.store.verify(domain, held.app_id, method)
+        done = await self.store.verify(host, held.app_id, method)
         await self.resync()
         return done
 
