@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from appdeck.ingress.hosts import HostMap
+from appdeck.platform.changes import Change, ChangeFeed
 from appdeck.platform.crypto import Sealer
 from appdeck.platform.domains import AppUrls, DomainService
 from appdeck.platform.domains.proof import LookupFailed
@@ -98,3 +99,24 @@ async def test_the_acme_call_verifies_the_holder_and_the_map_follows_renames_and
     hosts.set("stale.example.test", "gone--acme")  # what another replica released
     assert await service.resync() == 1
     assert hosts.items() == {"shop.example.test": "store--acme"}
+
+
+async def test_a_deploy_claims_what_the_spec_lists_once_the_holder_let_it_go(
+    storage: Storage, tmp_path: Path
+) -> None:
+    service = _service(storage, Dns(), HostMap(), tmp_path)
+    feed = ChangeFeed()
+    service.attach(feed)
+    holder = await _app(storage, "acme", ["shop.example.test"])
+    waiting = await _app(storage, "globex", ["shop.example.test"])
+    await service.claim(holder)
+    await feed.emit(Change("deployment.updated", "globex", waiting.id, deployment=1))
+    held = await service.store.get_many(["shop.example.test"])
+    assert held["shop.example.test"].app_id == holder.id  # still the first claimant's
+    await service.release_all(holder)
+    await feed.emit(Change("spec.updated", "globex", waiting.id))  # not a deploy: nothing
+    assert await service.store.get_many(["shop.example.test"]) == {}
+    await feed.emit(Change("deployment.updated", "globex", waiting.id, deployment=2))
+    held = await service.store.get_many(["shop.example.test"])
+    assert held["shop.example.test"].app_id == waiting.id
+    assert held["shop.example.test"].state == "pending"
