@@ -173,3 +173,20 @@ def test_acme_settings_are_checked_and_named_when_wrong(monkeypatch: pytest.Monk
         with pytest.raises(InvalidSetting) as caught:
             load(**{field: value})
         assert caught.value.name == variable
+
+
+@pytest.mark.parametrize(
+    "bad", ["a..b", "Apps.example.com", "example", "apps.example.com.", "-a.b"]
+)
+def test_the_apps_domain_is_a_lower_case_dns_name(
+    monkeypatch: pytest.MonkeyPatch, bad: str
+) -> None:
+    monkeypatch.setenv("APPDECK_APPS_DOMAIN", "apps.example.com")
+    assert load().apps_domain == "apps.example.com"
+    monkeypatch.setenv("APPDECK_APPS_DOMAIN", bad)
+    with pytest.raises(InvalidSetting, match="APPDECK_APPS_DOMAIN"):
+        load()
+    monkeypatch.setenv("APPDECK_APPS_DOMAIN", "apps.example.com")
+    monkeypatch.setenv("APPDECK_DNS_RESOLVER", "10.0.0.1:53; rm -rf /")
+    with pytest.raises(InvalidSetting, match="APPDECK_DNS_RESOLVER"):
+        load()

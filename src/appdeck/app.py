@@ -162,6 +162,7 @@ class Services:
             router=router,
             instance_id=instance_id,
             databases=databases,
+            hosts=router.table.hosts,  # custom domains the data plane serves
         )
         _register(settings, registry, platform)
         server, tasks = _mcp_server(
@@ -236,6 +237,7 @@ class Services:
             log.warning("reconciled %d task(s) left working by a previous process", reconciled)
         self._background.append(asyncio.create_task(self._sweep_forever(), name="sweeper"))
         watching = self._watch_deploys(router)
+        self._background.append(asyncio.create_task(self._check_domains(), name="domains"))
         self._background.append(asyncio.create_task(watching, name="deploy-watch"))
         watch = tasks.watch(self._stopping)  # rechecks (2 s) and the orphan sweep
         self._background.append(asyncio.create_task(watch, name="tasks-watch"))
@@ -300,8 +302,23 @@ class Services:
                 await self.platform.ops.running.apply_intents()  # `appdeck app stop|start`
                 if self.cluster.shared:
                     await self.platform.ops.resync_routes(router)
+                await self.platform.domains.resync()  # custom domains, as the database says
             except Exception:
                 log.exception("deploy watch failed")
+
+    async def _check_domains(self) -> None:
+        """Every ``APPDECK_DOMAIN_CHECK_SECONDS``: look a bounded batch of pending custom
+        domains' TXT proofs up again (each lookup bounded in time)."""
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.settings.domain_check_seconds):
+                    await self._stopping.wait()
+            if self._stopping.is_set() or self.platform is None:
+                return
+            try:
+                await self.platform.domains.recheck()
+            except Exception:
+                log.exception("custom domain check failed")
 
     async def sweep(self) -> None:
         """Expire idle sessions and old tasks, trim the event log, note token use."""
@@ -599,6 +616,13 @@ def _platform_config(settings: Settings, ingress_port: int, base_url: str) -> Pl
         else None,
         inline=InlineLimits(settings.inline_max_files, settings.inline_max_bytes),
         base_url=base_url,
+        apps_domain=settings.apps_domain,
+        apps_public_port=settings.apps_public_port,
+        dns_resolver=settings.dns_resolver,
+        domain_check_seconds=settings.domain_check_seconds,
+        reserved_hosts=tuple(
+            h for h in [urlsplit(settings.public_url or "").hostname] if h is not None
+        ),
     )
 
 

@@ -8,6 +8,7 @@ import logging
 from appdeck.ingress.haproxy.config import Layout
 from appdeck.ingress.haproxy.namespaces import Namespaces
 from appdeck.ingress.haproxy.plane import HAProxyCounters, HAProxyDataPlane, HAProxyTable
+from appdeck.ingress.hosts import HostMap
 from appdeck.ingress.keys import KeyGate
 from appdeck.ingress.routes import Counters, RouteTable
 from appdeck.ingress.server import IngressServer
@@ -73,7 +74,8 @@ def runtime_of(
     )
     if settings.data_plane == "haproxy":
         return driver, *_haproxy_of(settings, driver)
-    table, counters = RouteTable(), Counters()
+    extra = [settings.apps_domain] if settings.apps_domain else []
+    table, counters = RouteTable(extra_domains=extra, hosts=HostMap()), Counters()
     ingress = IngressServer(
         table,
         counters,
@@ -113,7 +115,9 @@ class HAProxyRouter(IngressRouter):
 
 def _haproxy_of(settings: Settings, driver: LocalDriver) -> tuple[HAProxyDataPlane, IngressRouter]:
     install = identify(settings.data_dir)
-    table, counters, gate = HAProxyTable(), HAProxyCounters(), KeyGate()
+    extra = [settings.apps_domain] if settings.apps_domain else []
+    table = HAProxyTable(extra_domains=extra, hosts=HostMap())  # the edge mirrors the hosts
+    counters, gate = HAProxyCounters(), KeyGate()
     plane = HAProxyDataPlane(  # edge=: the edge helper's EdgeMirror, wired by the lead
         table,
         counters,

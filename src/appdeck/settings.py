@@ -353,6 +353,23 @@ class Settings(BaseSettings):
             raise ValueError("must be an e-mail address (name@example.com)")
         return value
 
+    # -- public hostnames and custom domains (issue 21 §2: platform/domains) ----------------
+    apps_domain: str | None = Field(
+        None,
+        max_length=200,
+        pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)+$",
+    )
+    """Each app also answers at ``<app>--<tenant>.<apps domain>`` (a wildcard DNS record points
+    at the host); ``get_app_url`` lists that URL first. Lower case, no trailing dot."""
+    apps_public_port: int | None = Field(None, ge=1, le=65535)
+    """The port people reach the data plane's plain HTTP at under the apps domain and custom
+    domains (80 behind a forwarder); default: the ingress port."""
+    dns_resolver: str | None = Field(None, pattern=r"^[0-9A-Fa-f.:\[\]]{2,60}:[0-9]{1,5}$")
+    """``host:port`` of the DNS server custom-domain TXT proofs are looked up at (tests);
+    default: the system's resolvers."""
+    domain_check_seconds: float = Field(60.0, ge=1.0, le=86_400.0)
+    """How often pending custom domains' TXT records are looked up again (a bounded batch)."""
+
 
 class InvalidSetting(Exception):
     """A setting has a value that cannot be used; ``str()`` is one line for a person."""

@@ -6,6 +6,7 @@ from collections import Counter
 import pytest
 
 from appdeck.ingress import Backend, Counters, RouteTable
+from appdeck.ingress.hosts import HostMap
 
 A = "127.0.0.1:9001"
 B = "127.0.0.1:9002"
@@ -256,3 +257,23 @@ def test_a_routes_counters_are_listed_by_release() -> None:
     counters.record("other--a", "2-1", 200, 0.01)
     found = {release: cell.stats().status_5xx for release, cell in counters.cells("shop--a")}
     assert found == {"1-1": 0, "1-2": 1}
+
+
+def test_a_proved_custom_domain_names_its_route_before_the_suffix_rule() -> None:
+    hosts = HostMap()
+    routes = RouteTable(extra_domains=["apps.example.test"], hosts=hosts)
+    routes.set("shop--acme", [Backend("1-1", 100, [A])])
+    assert routes.route_of(b"shop.example.test") is None  # not proved: nobody's
+    assert routes.resolve(b"shop.example.test") is None
+    hosts.set("shop.example.test", "shop--acme")
+    for header in (b"shop.example.test", b"SHOP.Example.Test:8088", b"shop.example.test."):
+        assert routes.route_of(header) == "shop--acme"  # the cached miss is forgotten
+    resolved = routes.resolve(b"shop.example.test")
+    assert resolved is not None
+    assert resolved.upstream == A
+    assert routes.route_of(b"shop--acme.apps.example.test") == "shop--acme"
+    hosts.remove("shop.example.test")
+    assert routes.route_of(b"shop.example.test") is None  # released: at once
+    hosts.replace({"www.example.test": "shop--acme"})
+    assert routes.route_of(b"www.example.test") == "shop--acme"
+    assert routes.route_of(b"www.example.test:bad") is None

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from appdeck.auth.admin import IdentityAdmin
 from appdeck.common.identity import Principal
+from appdeck.ingress.hosts import HostMap
 from appdeck.ingress.keys import KeyGate
 from appdeck.platform.apis.client import AppHttp
 from appdeck.platform.apis.services import ApiServices
@@ -21,6 +22,7 @@ from appdeck.platform.deploy import states
 from appdeck.platform.deploy.deployments import Deployments
 from appdeck.platform.deploy.engine import DeployService, Operations
 from appdeck.platform.deploy.preflight import PreflightService
+from appdeck.platform.domains import DnsTxtResolver, DomainService
 from appdeck.platform.env import EnvService
 from appdeck.platform.logs import LogService
 from appdeck.platform.oauth_clients import AppClientService
@@ -39,6 +41,7 @@ from appdeck.storage import Storage, default_sqlite_url
 from appdeck.storage.apps import AppStore
 from appdeck.storage.ci import CIStore
 from appdeck.storage.deployments import DeploymentStore
+from appdeck.storage.domains import DomainStore
 from appdeck.storage.identity import IdentityStore
 from appdeck.storage.oauth import OAuthStore
 from appdeck.storage.repos import RepoStore
@@ -211,6 +214,14 @@ async def platform_on_fakes(
         oauth_clients=AppClientService(apps, OAuthStore(storage.engine)),
         apis=ApiServices.build(
             storage.engine, apps, repos, feed, gate=KeyGate(), http=AppHttp("127.0.0.1", 9)
+        ),
+        domains=DomainService(  # custom domains (issue 21): nothing looked up here
+            DomainStore(storage.engine),
+            HostMap(),
+            apps=apps.store,
+            sealer=sealer,
+            resolver=DnsTxtResolver("127.0.0.1:9"),
+            urls=config.urls(),
         ),
         _driver=driver,  # type: ignore[arg-type]
         _router=router,  # type: ignore[arg-type]

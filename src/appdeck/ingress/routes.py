@@ -25,6 +25,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from appdeck.ingress.hosts import HostMap
+
 ROUTE_KEY = re.compile(r"[a-z0-9-]{1,63}")
 """A route key: one DNS label (see :mod:`appdeck.model.hostnames` for an app's)."""
 _ROUTE_KEY_BYTES = re.compile(rb"[a-z0-9-]{1,63}")
@@ -117,7 +119,9 @@ class _Route:
 class RouteTable:
     """Route key → weighted backends, and ``Host`` header → upstream.
 
-    A host matches ``<key>.localhost`` or ``<key>.<domain>`` for each of ``extra_domains``;
+    A host is first looked up in ``hosts`` (custom domains their owners proved: an exact
+    hostname → route key), then matches ``<key>.localhost`` or ``<key>.<domain>`` for each of
+    ``extra_domains``;
     case-insensitive, with any ``:port`` and a trailing dot ignored. ``<key>`` is one DNS
     label, ``[a-z0-9-]{1,63}``: an app's is ``<app>--<tenant>``
     (:mod:`appdeck.model.hostnames`). ``rng`` chooses among canary backends (inject a seeded
@@ -125,7 +129,11 @@ class RouteTable:
     """
 
     def __init__(
-        self, *, extra_domains: Iterable[str] = (), rng: random.Random | None = None
+        self,
+        *,
+        extra_domains: Iterable[str] = (),
+        rng: random.Random | None = None,
+        hosts: HostMap | None = None,
     ) -> None:
         domains = ["localhost"]
         for domain in extra_domains:
@@ -140,6 +148,12 @@ class RouteTable:
         self._routes: dict[str, _Route] = {}
         self._lock = threading.Lock()
         self._names: dict[bytes, str | None] = {}
+        self.hosts = hosts if hosts is not None else HostMap()
+        self.hosts.on_change(self._forget_names)
+
+    def _forget_names(self, _host: str) -> None:
+        """A custom domain came or went: the ``Host`` → key cache starts over."""
+        self._names = {}
 
     # --- writers -------------------------------------------------------------------------
 
@@ -205,10 +219,11 @@ class RouteTable:
             return self._names[host_header]
         except KeyError:
             pass
+        names = self._names
         name = self._parse(host_header)
-        if len(self._names) >= _HOST_CACHE_SIZE:
-            self._names.clear()
-        self._names[host_header] = name
+        if len(names) >= _HOST_CACHE_SIZE:
+            names.clear()
+        names[host_header] = name
         return name
 
     def _parse(self, host_header: bytes) -> str | None:
@@ -221,6 +236,9 @@ class RouteTable:
                 return None
             host = head
         host = host.removesuffix(b".")
+        custom = self.hosts.get(host.decode("ascii", "replace"))
+        if custom is not None:
+            return custom
         for suffix in self._suffixes:
             if host.endswith(suffix):
                 label = host[: -len(suffix)]

@@ -13,6 +13,8 @@ from appdeck.common.errors import InvalidArgument
 
 RUNTIMES: Final = ("python", "node", "static", "command")
 STRATEGIES: Final = ("recreate", "rolling", "blue_green", "canary")
+MAX_DOMAINS: Final = 20
+"""Custom hostnames one app's spec may list (``domains``)."""
 API_AUTH: Final = ("none", "required")
 """``api_auth``: whether the ingress asks for one of the app's API keys."""
 ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
@@ -113,6 +115,17 @@ SPEC_SCHEMA: Final[dict[str, Any]] = {
             "X-AppDeck-Key-Id. none (the default): the ingress lets every request through. "
             "Takes effect at once, without a deploy.",
         },
+        "domains": {
+            "type": "array",
+            "maxItems": MAX_DOMAINS,
+            "uniqueItems": True,
+            "items": {"type": "string", "minLength": 1, "maxLength": 253},
+            "description": "Custom hostnames the app also answers at (shop.example.com): public "
+            "DNS names, never under the platform's apps domain. Each belongs to one app across "
+            "the platform and is served only once you prove you control it: get_app_url lists "
+            "each with its state and the DNS TXT record to create (_appdeck-challenge.<domain>), "
+            "and verify: true checks it now. [] removes them all.",
+        },
         "canary": {
             "type": "object",
             "additionalProperties": False,
@@ -182,6 +195,7 @@ DEFAULTS: Final[dict[str, Any]] = {
     "default_strategy": "rolling",
     "ci": {"secrets": False},
     "api_auth": "none",
+    "domains": [],
     "canary": {
         "percent": 10,
         "steps": [10, 50, 100],

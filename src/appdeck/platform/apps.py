@@ -7,7 +7,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from appdeck.common.errors import (
     ConfirmationRequired,
@@ -27,6 +27,17 @@ APP_NAME: Final = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,38}[a-z0-9])?")
 ROLE_TTL: Final = 30.0
 
 DeleteHook = Callable[[AppRecord], Awaitable[None]]
+
+
+class SpecDomains(Protocol):
+    """The spec's ``domains`` (``platform/domains``): checked and normalized, guarded against
+    hostnames another app holds for good, then claimed once the spec is saved."""
+
+    def check(self, names: list[str]) -> list[str]: ...
+    async def guard(self, app_id: int | None, names: list[str]) -> None: ...
+    async def claim(self, app: AppRecord) -> None: ...
+
+
 RenameHook = Callable[[AppRecord, AppRecord], None]
 
 
@@ -75,6 +86,7 @@ class AppService:
         url_of: Callable[[str, str], str],
         limits: quotas.Limits = quotas.Limits(),  # noqa: B008 - frozen
         clock: Callable[[], float] = time.monotonic,
+        domains: SpecDomains | None = None,
     ) -> None:
         self.store = store
         self._identities = identities
@@ -84,6 +96,7 @@ class AppService:
         self.limits = limits
         self._url_of = url_of
         self._clock = clock
+        self._domains = domains
         self._roles: dict[tuple[str, str], tuple[str | None, float]] = {}
         self._delete_hooks: list[DeleteHook] = []
         self._rename_hooks: list[RenameHook] = []
@@ -140,6 +153,7 @@ class AppService:
         _check_description(description)
         complete = self._validate(spec or {})
         self._check_source(principal.tenant, complete.get("source_path"))
+        await self._guard_domains(None, complete)
         app = await self.store.create(
             principal.tenant,
             name,
@@ -149,6 +163,8 @@ class AppService:
             max_apps=self._max_apps,  # checked in the insert's transaction, as the quotas
             check=quotas.guard(self.limits, None, complete),
         )
+        if self._domains is not None and complete.get("domains"):
+            await self._domains.claim(app)
         await self._feed.emit(Change("app.created", app.tenant_id, app.id))
         return AppView(app, "owner", self._url(app))
 
@@ -236,7 +252,10 @@ class AppService:
                 check(await self.store.held(view.app.tenant_id))
             shown = AppRecord(**{**_fields(view.app), "spec": complete}) if dry_run else view.app
             return AppView(shown, view.role, view.url), changes
+        await self._guard_domains(app_id, complete)
         app = await self.store.update_spec(view.app, complete, check)  # one transaction
+        if self._domains is not None:
+            await self._domains.claim(app)
         await self._feed.emit(Change("spec.updated", app.tenant_id, app.id))
         return AppView(app, view.role, view.url), changes
 
@@ -249,10 +268,16 @@ class AppService:
         quotas.guard(self.limits, app.id, complete)(await self.store.held(app.tenant_id))
 
     def _validate(self, spec: Any) -> dict[str, Any]:
-        """The complete spec, within the operator's ceilings."""
+        """The complete spec, within the operator's ceilings, its domains normalized."""
         complete = specs.validate(spec, disk_mb=self.limits.default_disk_mb)
         quotas.check_ceilings(complete, self.limits)
+        if self._domains is not None:
+            complete["domains"] = self._domains.check(complete["domains"])
         return complete
+
+    async def _guard_domains(self, app_id: int | None, spec: dict[str, Any]) -> None:
+        if self._domains is not None and spec.get("domains"):
+            await self._domains.guard(app_id, spec["domains"])
 
     def _check_source(self, tenant: str, path: object) -> None:
         """A spec's source must be in the tenant's own roots (the rule: platform/sources.py)."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import hmac
 import os
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from appdeck.common.errors import Internal
 class Sealer:
     def __init__(self, key: bytes) -> None:
         self._fernet = Fernet(key)
+        self._mac_key = hashlib.sha256(b"appdeck-mac\0" + key).digest()
 
     @classmethod
     def from_settings(cls, secret_key: str | None, data_dir: Path) -> Sealer:
@@ -36,6 +38,11 @@ class Sealer:
 
     def seal(self, value: str) -> str:
         return self._fernet.encrypt(value.encode()).decode()
+
+    def mac(self, message: str) -> str:
+        """A stable keyed digest of ``message`` (hex): the same on every replica sharing the
+        key, unguessable without it (custom-domain proof tokens: ``platform/domains``)."""
+        return hmac.new(self._mac_key, message.encode(), hashlib.sha256).hexdigest()
 
     def open(self, sealed: str) -> str:
         try:

@@ -11,6 +11,7 @@ from pathlib import Path
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from appdeck.common.identity import Principal
+from appdeck.ingress.hosts import HostMap
 from appdeck.model import hostnames
 from appdeck.platform.advice.service import AdviceService
 from appdeck.platform.apis.client import AppHttp
@@ -27,6 +28,7 @@ from appdeck.platform.deploy.engine import DeployService, Operations
 from appdeck.platform.deploy.ingress_router import IngressRouter
 from appdeck.platform.deploy.local_runtime import LocalRuntime
 from appdeck.platform.deploy.preflight import PreflightService
+from appdeck.platform.domains import AppUrls, DnsTxtResolver, DomainService, NoTls, TlsStatus
 from appdeck.platform.env import EnvService
 from appdeck.platform.imports.service import ImportService
 from appdeck.platform.logs import LogService
@@ -48,6 +50,7 @@ from appdeck.runtime.egress import EgressPolicy
 from appdeck.storage.apps import AppRecord, AppStore
 from appdeck.storage.ci import CIStore
 from appdeck.storage.deployments import DeploymentStore
+from appdeck.storage.domains import DomainStore
 from appdeck.storage.identity import IdentityStore
 from appdeck.storage.oauth import OAuthStore
 from appdeck.storage.repos import RepoStore
@@ -76,10 +79,22 @@ class PlatformConfig:
     inline: InlineLimits = field(default_factory=InlineLimits)
     base_url: str = ""
     """The control plane's public URL: where the apps' git remotes are."""
+    apps_domain: str | None = None
+    """``APPDECK_APPS_DOMAIN``: apps also answer at ``<app>--<tenant>.<apps domain>``."""
+    apps_public_port: int | None = None
+    dns_resolver: str | None = None
+    """``host:port`` custom domains' TXT proofs are looked up at (default: the system's)."""
+    domain_check_seconds: float = 60.0
+    reserved_hosts: tuple[str, ...] = ()
+    """The platform's own hostnames (the control plane's public URL): never a custom domain."""
 
     def url_of(self, app_name: str, tenant: str) -> str:
         """Where the app is served (the hostname rule is :mod:`appdeck.model.hostnames`)."""
         return hostnames.url(app_name, tenant, self.ingress_port)
+
+    def urls(self, tls: TlsStatus | None = None) -> AppUrls:
+        """Where apps answer, the public URL first (``platform/domains/urls.py``)."""
+        return AppUrls(self.ingress_port, self.apps_domain, self.apps_public_port, tls or NoTls())
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +118,8 @@ class Platform:
     oauth_clients: AppClientService
     apis: ApiServices
     """The API catalogue: keys, documents, test calls."""
+    domains: DomainService
+    """Custom domains: claims, proofs, the data plane's host map."""
     _driver: RuntimeDriver
     _router: IngressRouter
     hosting: HostedService | None = None
@@ -131,19 +148,33 @@ class Platform:
         router: IngressRouter,
         instance_id: str,
         databases: AppDatabases,
+        hosts: HostMap | None = None,
+        tls: TlsStatus | None = None,
     ) -> Platform:
         feed = ChangeFeed()
         sources = SourceRoots(config.source_roots, data_dir=config.data_dir)
+        sealer = Sealer.from_settings(config.secret_key, config.data_dir)
+        urls = config.urls(tls)
+        domains = DomainService(
+            DomainStore(engine),
+            hosts if hosts is not None else HostMap(),
+            apps=AppStore(engine),
+            sealer=sealer,
+            resolver=DnsTxtResolver(config.dns_resolver),
+            urls=urls,
+            reserved=config.reserved_hosts,
+            recheck_seconds=config.domain_check_seconds,
+        )
         apps = AppService(
             AppStore(engine),
             identities,
             feed,
             sources=sources,
             max_apps=config.max_apps_per_tenant,
-            url_of=config.url_of,
+            url_of=urls.primary,
             limits=config.limits,
+            domains=domains,
         )
-        sealer = Sealer.from_settings(config.secret_key, config.data_dir)
         env = EnvService(apps, sealer, feed)
         deployments = DeploymentStore(engine, transitions=states.check)
         deploys = DeployService(
@@ -217,6 +248,7 @@ class Platform:
                 gate=router.keys,
                 http=AppHttp(config.ingress_host, config.ingress_port, config.outbound),
             ),
+            domains=domains,
             _driver=driver,
             _router=router,
             hosting=HostedService(
@@ -233,6 +265,9 @@ class Platform:
         apps.on_delete(lambda app: databases.drop(app.id))  # after its processes stopped
         apps.on_delete(lambda app: repos.forget(app.id))
         AppRoutes(apps, router).attach(feed)  # after: the processes stop, then the route goes
+        apps.on_delete(domains.release_all)
+        apps.on_rename(domains.moved)
+        domains.attach(feed)  # a deploy (re)claims the spec's domains
         return platform
 
     async def start(self, *, sole: bool = True) -> tuple[int, int]:
@@ -242,6 +277,7 @@ class Platform:
         it ends now, not when its lease runs out)."""
         await self.apis.start()  # the ingress's API keys: it answers 503 until they are in
         await AppRoutes(self.apps, self._router).restore()
+        await self.domains.resync()  # verified custom domains route to their apps
         done = await self.ops.reconcile(sole=sole)
         await self.ci.start()  # runs a dead server process left unfinished end as errors
         self.repos.poller.start()  # repositories with poll_seconds

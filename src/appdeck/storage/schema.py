@@ -489,3 +489,20 @@ tls_challenge_acks = sa.Table(  # which replica's data plane serves a challenge 
     sa.Column("token", sa.String(128), primary_key=True),
     sa.Column("replica", sa.String(200), primary_key=True),
 )
+
+# -- custom domains (migration 0015): one app holds a hostname, platform-wide ---------------
+app_domains = sa.Table(
+    "app_domains",
+    metadata,
+    sa.Column("host", sa.String(253), primary_key=True),  # the unique key: one holder
+    sa.Column(
+        "app_id", sa.BigInteger, sa.ForeignKey("apps.id", ondelete="CASCADE"), nullable=False
+    ),
+    sa.Column("state", sa.String(16), nullable=False),  # pending | verified
+    sa.Column("method", sa.String(16), nullable=True),  # txt | acme (how it was proved)
+    sa.Column("created_at", sa.Double, nullable=False),
+    sa.Column("verified_at", sa.Double, nullable=True),
+    sa.Column("checked_at", sa.Double, nullable=True),  # the last TXT lookup
+    sa.Column("last_error", sa.String(300), nullable=True),  # what that lookup found
+    sa.Index("ix_app_domains_app_id", "app_id"),
+)

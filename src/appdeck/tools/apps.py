@@ -89,9 +89,13 @@ async def _list(args: ListMyApps, call: Call) -> Reply:
 get_app_url = Tool(
     "get_app_url",
     title="Get an app's URL",
-    description="The URL the ingress serves the app at (http://<name>--<tenant>.localhost:"
-    "<port>/), to check a deployed app answers. It answers 404 until a first deploy goes live "
-    "(to a stranger, a never-deployed app is no app) and 503 while its live release is down.",
+    description="The URLs the ingress serves the app at, the public one first "
+    "(https://<name>--<tenant>.<apps domain>/ when the operator set one; always "
+    "http://<name>--<tenant>.localhost:<port>/), and each custom domain of its spec (domains) "
+    "with its state: verified (served, with its tls state), pending (create the DNS TXT record "
+    "shown, then call again with verify: true) or refused (the reason). It answers 404 until a "
+    "first deploy goes live (to a stranger, a never-deployed app is no app) and 503 while its "
+    "live release is down.",
     scope="apps:read",
     hints=READS,
 )
@@ -99,19 +103,54 @@ get_app_url = Tool(
 
 class GetAppUrl(Arguments):
     app_id: AppId
+    verify: bool = Field(
+        default=False,
+        description="Claim the spec's custom domains and look their TXT records up now "
+        "(needs the right to change the app's spec); they are also looked up periodically.",
+    )
+
+
+class TxtRecord(Output):
+    name: str = Field(description="Where to create the TXT record.")
+    value: str
+
+
+class DomainState(Output):
+    host: str
+    state: Literal["verified", "pending", "refused"]
+    url: str | None = None
+    method: str | None = Field(default=None, description="How it was proved: txt or acme.")
+    tls: dict[str, Any] | None = Field(default=None, description="Its certificate, if any.")
+    txt: TxtRecord | None = Field(default=None, description="The record that proves control.")
+    reason: str | None = Field(default=None, description="Why it is refused.")
+    last_check: str | None = Field(default=None, description="What the last lookup found.")
 
 
 class AppUrl(Output):
     app_id: int
     name: str
-    url: str
+    url: str = Field(description="The URL to use: the public one when there is one.")
+    urls: list[str] = Field(default_factory=list, description="Every URL, the public first.")
+    domains: list[DomainState] = Field(default_factory=list)
 
 
 @get_app_url.handles(GetAppUrl, AppUrl)
 async def _url(args: GetAppUrl, call: Call) -> Reply:
-    view = await call.platform.apps.get(call.principal, args.app_id)
-    data = AppUrl(app_id=view.app.id, name=view.app.name, url=view.url)
-    return Reply(f"{view.app.name} is served at {view.url}", data)
+    action = "spec.write" if args.verify else "app.read"
+    view = await call.platform.apps.load(call.principal, args.app_id, action)
+    app = view.app
+    states = await call.platform.domains.describe(app, verify=args.verify)
+    data = AppUrl(
+        app_id=app.id,
+        name=app.name,
+        url=view.url,
+        urls=call.platform.domains.urls.all(app.name, app.tenant_id),
+        domains=[DomainState.model_validate(s) for s in states],
+    )
+    text = f"{app.name} is served at {view.url}"
+    if states:
+        text += "; domains: " + ", ".join(f"{s['host']} {s['state']}" for s in states)
+    return Reply(text, data)
 
 
 set_app_spec = Tool(

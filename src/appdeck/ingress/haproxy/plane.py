@@ -43,6 +43,7 @@ from appdeck.ingress.haproxy.config import Layout, Rendered, render
 from appdeck.ingress.haproxy.namespaces import Namespaces
 from appdeck.ingress.haproxy.process import BINARY, HAProxyFailed, HAProxyProcess
 from appdeck.ingress.haproxy.runtime_api import RuntimeApiError
+from appdeck.ingress.hosts import HostMap
 from appdeck.ingress.keys import KeyGate
 from appdeck.ingress.routes import Backend, Counters, RouteTable
 
@@ -66,9 +67,13 @@ class HAProxyTable(RouteTable):
     """A :class:`RouteTable` that tells the data plane about each change (``version``)."""
 
     def __init__(
-        self, *, extra_domains: Iterable[str] = (), rng: random.Random | None = None
+        self,
+        *,
+        extra_domains: Iterable[str] = (),
+        rng: random.Random | None = None,
+        hosts: HostMap | None = None,
     ) -> None:
-        super().__init__(extra_domains=extra_domains, rng=rng)
+        super().__init__(extra_domains=extra_domains, rng=rng, hosts=hosts)
         self.version = 0
         self.listener: Callable[[], None] | None = None
 

@@ -1,0 +1,122 @@
+"""The domain service on a real database with a resolver made of a dict: the periodic round
+proves pending claims in bounded batches, lookups that fail are noted, the ACME call, and the
+host map following the database (resync, renames)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from appdeck.ingress.hosts import HostMap
+from appdeck.platform.changes import Change, ChangeFeed
+from appdeck.platform.crypto import Sealer
+from appdeck.platform.domains import AppUrls, DomainService
+from appdeck.platform.domains.proof import LookupFailed
+from appdeck.storage import Storage
+from appdeck.storage.apps import AppRecord, AppStore
+from appdeck.storage.domains import DomainStore
+
+
+class Dns:
+    """TXT records by name; a name in ``broken`` fails its lookup; every lookup counted."""
+
+    def __init__(self) -> None:
+        self.records: dict[str, list[str]] = {}
+        self.broken: set[str] = set()
+        self.asked: list[str] = []
+
+    async def txt(self, name: str) -> list[str]:
+        self.asked.append(name)
+        if name in self.broken:
+            raise LookupFailed("DNS gave no answer within 3 s")
+        return self.records.get(name, [])
+
+
+def _service(storage: Storage, dns: Dns, hosts: HostMap, tmp_path: Path) -> DomainService:
+    return DomainService(
+        DomainStore(storage.engine),
+        hosts,
+        apps=AppStore(storage.engine),
+        sealer=Sealer.from_settings("test-secret", tmp_path),
+        resolver=dns,
+        urls=AppUrls(8088, "apps.example.test"),
+        recheck_seconds=60.0,
+    )
+
+
+async def _app(storage: Storage, tenant: str, domains: list[str]) -> AppRecord:
+    return await AppStore(storage.engine).create(tenant, "shop", None, {"domains": domains}, "u")
+
+
+async def test_the_periodic_round_proves_pending_claims_in_bounded_batches(
+    storage: Storage, tmp_path: Path
+) -> None:
+    dns, hosts = Dns(), HostMap()
+    service = _service(storage, dns, hosts, tmp_path)
+    names = [f"d{i}.example.test" for i in range(5)]
+    app = await _app(storage, "acme", names)
+    await service.claim(app)
+    for name in names:
+        dns.records[f"_appdeck-challenge.{name}"] = [service.token(name, app.id)]
+    dns.broken.add("_appdeck-challenge.d4.example.test")
+    assert await service.recheck(limit=2) == 2  # the batch bound
+    assert len(dns.asked) == 2
+    assert await service.recheck(limit=10) == 2  # the rest, not the ones just checked
+    assert len(hosts.items()) == 4
+    assert set(hosts.items().values()) == {"shop--acme"}
+    held = await service.store.get_many(["d4.example.test"])
+    assert held["d4.example.test"].last_error == (
+        "the TXT lookup of _appdeck-challenge.d4.example.test failed: DNS gave no answer within 3 s"
+    )
+    assert await service.recheck(limit=10) == 0  # checked within the period: not again
+    assert len(dns.asked) == 5
+
+
+async def test_tokens_are_per_app_and_per_host_and_stable(storage: Storage, tmp_path: Path) -> None:
+    service = _service(storage, Dns(), HostMap(), tmp_path)
+    again = _service(storage, Dns(), HostMap(), tmp_path)  # another replica, same secret
+    token = service.token("shop.example.test", 1)
+    assert token == again.token("shop.example.test", 1)
+    assert token != service.token("shop.example.test", 2)
+    assert token != service.token("www.example.test", 1)
+    assert token.startswith("appdeck-")
+    assert len(token) == len("appdeck-") + 32
+
+
+async def test_the_acme_call_verifies_the_holder_and_the_map_follows_renames_and_resyncs(
+    storage: Storage, tmp_path: Path
+) -> None:
+    hosts = HostMap()
+    service = _service(storage, Dns(), hosts, tmp_path)
+    app = await _app(storage, "acme", ["shop.example.test"])
+    await service.claim(app)
+    assert hosts.items() == {}
+    assert await service.mark_verified("SHOP.example.test.")  # normalized like a Host header
+    assert not await service.mark_verified("not a host")
+    assert hosts.items() == {"shop.example.test": "shop--acme"}
+    renamed = await AppStore(storage.engine).update(app.id, name="store")
+    service.moved(app, renamed)
+    assert hosts.items() == {"shop.example.test": "store--acme"}
+    hosts.set("stale.example.test", "gone--acme")  # what another replica released
+    assert await service.resync() == 1
+    assert hosts.items() == {"shop.example.test": "store--acme"}
+
+
+async def test_a_deploy_claims_what_the_spec_lists_once_the_holder_let_it_go(
+    storage: Storage, tmp_path: Path
+) -> None:
+    service = _service(storage, Dns(), HostMap(), tmp_path)
+    feed = ChangeFeed()
+    service.attach(feed)
+    holder = await _app(storage, "acme", ["shop.example.test"])
+    waiting = await _app(storage, "globex", ["shop.example.test"])
+    await service.claim(holder)
+    await feed.emit(Change("deployment.updated", "globex", waiting.id, deployment=1))
+    held = await service.store.get_many(["shop.example.test"])
+    assert held["shop.example.test"].app_id == holder.id  # still the first claimant's
+    await service.release_all(holder)
+    await feed.emit(Change("spec.updated", "globex", waiting.id))  # not a deploy: nothing
+    assert await service.store.get_many(["shop.example.test"]) == {}
+    await feed.emit(Change("deployment.updated", "globex", waiting.id, deployment=2))
+    held = await service.store.get_many(["shop.example.test"])
+    assert held["shop.example.test"].app_id == waiting.id
+    assert held["shop.example.test"].state == "pending"

@@ -1,0 +1,46 @@
+"""Where an app answers: the apps domain's URL first, https once a certificate is live."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from appdeck.platform.domains.urls import AppUrls
+
+
+class Live:
+    def __init__(self, hosts: dict[str, dict[str, Any]]) -> None:
+        self.hosts = hosts
+
+    def status_of(self, host: str) -> dict[str, Any] | None:
+        return self.hosts.get(host)
+
+
+def test_without_an_apps_domain_only_the_local_url() -> None:
+    urls = AppUrls(8088)
+    assert urls.all("shop", "acme") == ["http://shop--acme.localhost:8088/"]
+    assert urls.primary("shop", "acme") == "http://shop--acme.localhost:8088/"
+
+
+def test_the_public_url_comes_first_on_the_public_port() -> None:
+    urls = AppUrls(8088, "apps.example.com")
+    assert urls.all("shop", "acme") == [
+        "http://shop--acme.apps.example.com:8088/",
+        "http://shop--acme.localhost:8088/",
+    ]
+    assert AppUrls(8088, "apps.example.com", 80).primary("shop", "acme") == (
+        "http://shop--acme.apps.example.com/"
+    )
+
+
+def test_https_once_a_certificate_is_live_for_the_host() -> None:
+    tls = Live(
+        {
+            "shop--acme.apps.example.com": {"live": True},
+            "blog--acme.apps.example.com": {"live": False, "state": "ordering"},
+            "shop.example.com": {"live": True, "port": 8443},
+        }
+    )
+    urls = AppUrls(8088, "apps.example.com", 80, tls)
+    assert urls.primary("shop", "acme") == "https://shop--acme.apps.example.com/"
+    assert urls.primary("blog", "acme") == "http://blog--acme.apps.example.com/"
+    assert urls.of_host("shop.example.com") == "https://shop.example.com:8443/"
