@@ -29,6 +29,7 @@ from appdeck.events.bus import InProcessBus, RedisBus
 from appdeck.events.cluster import Cluster
 from appdeck.events.leases import RedisLeases
 from appdeck.events.redis_log import RedisEventLog
+from appdeck.ingress.haproxy.edge import control_secret
 from appdeck.ingress.haproxy.plane import HAProxyDataPlane
 from appdeck.ingress.server import IngressServer
 from appdeck.platform.apis.shares import OutboundLimits
@@ -63,6 +64,7 @@ from appdeck.storage.replicas import ReplicaStore
 from appdeck.storage.signing_keys import SigningKeyStore
 from appdeck.tls_setup import tls_of
 from appdeck.tools import register_all as register_tools
+from appdeck.transport.edge_forwarded import TrustEdge
 from appdeck.transport.git_hooks import git_hook_route
 from appdeck.transport.git_remote import git_remote_route
 from appdeck.transport.guard import Guard
@@ -142,7 +144,7 @@ class Services:
         hub = _hub(settings, storage, cluster)
         registry = Registry()
         instance_id = cluster.instance_id
-        driver, ingress, router = setup.runtime_of(settings, runtime)
+        driver, ingress, router = setup.runtime_of(settings, runtime, control_port=port)
         ingress_port = await ingress.start()
         databases = await open_databases(
             settings.database(),
@@ -230,6 +232,8 @@ class Services:
             beat = self.replicas.beat_forever(self._stopping)
             self._background.append(asyncio.create_task(beat, name="heartbeat"))
         await self._start_tls()
+        if isinstance(router, setup.HAProxyRouter):  # issue 21: keys, TLS, hosts loaded now
+            await router.edge.start()  # (the mirror copies exactly what it is given)
         await tasks.attach(self.cluster.broadcast)
         reconciled = await tasks.reconcile({})
         if reconciled:
@@ -336,6 +340,8 @@ class Services:
             await self.sweep()
         if self.platform is not None:
             await self.platform.shutdown(stop_apps=stop_apps)  # else apps keep running
+        if isinstance(self.router, setup.HAProxyRouter):
+            await self.router.edge.stop()
         if isinstance(self.ingress, HAProxyDataPlane):  # issue 21: HAProxy outlives serve
             await self.ingress.stop(haproxy=stop_apps)
         elif self.ingress is not None:
@@ -413,7 +419,11 @@ class Services:
             if self.platform.hosting is not None:  # each app's git remote (issue 21 §4)
                 throttle = FailureThrottle(free=s.auth_failures_per_ip, window=MCP_WINDOW)
                 routes.append(git_remote_route(self.platform.hosting, self.authenticator, throttle))
-        return SpelledChallenges(Router(mcp, control_plane(health, routes)), self.urls)
+        app: ASGIApp = SpelledChallenges(Router(mcp, control_plane(health, routes)), self.urls)
+        edge = self.router.edge if isinstance(self.router, setup.HAProxyRouter) else None
+        if edge is not None and edge.options.control_servers:  # served through HAProxy
+            app = TrustEdge(app, control_secret(edge.paths))  # its X-Forwarded-* only
+        return app
 
 
 def public_urls(settings: Settings, base_url: str) -> PublicUrls:

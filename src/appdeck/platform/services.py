@@ -215,6 +215,7 @@ class Platform:
                 repos,
                 feed,
                 gate=router.keys,
+                keys_published=router.keys_published,
                 http=AppHttp(config.ingress_host, config.ingress_port, config.outbound),
             ),
             _driver=driver,

@@ -41,7 +41,8 @@ MAX_SERVER_WEIGHT = 256
 _ROUTE = "@ROUTE@"
 _WEIGHT = re.compile(r" weight [0-9]+")
 _NO_HOST = "!{ req.hdr(host) -m found }"
-_NO_ROUTE = "!{ var(txn.route) -m found }"
+_NO_ROUTE = "!{ var(txn.route),length gt 0 }"
+_EDGE_ROUTE = "{ var(txn.route) -m beg _ }"
 _HTML = '"text/html; charset=utf-8"'
 
 
@@ -157,7 +158,7 @@ def _returns(status: int, code: str, message: str, cond: str, headers: str = "")
         details = {"app": _ROUTE} if _ROUTE in message else {}
         page = _lf(_page(status, code, message, fmt, **details))
         lines.append(
-            f"    http-request return status {status} content-type {ctype}{headers} "
+            f"http-request return status {status} content-type {ctype}{headers} "
             f"lf-string '{page}' if {{ var(txn.fmt) -m str {fmt} }} {cond}"
         )
     return lines
@@ -166,33 +167,51 @@ def _returns(status: int, code: str, message: str, cond: str, headers: str = "")
 def _frontend(
     host: str, port: int, domains: Sequence[str], proxy: ProxyConfig, edge_rules: Sequence[str]
 ) -> list[str]:
-    pattern = "|".join(d.replace(".", "[.]") for d in domains)
-    retry = f" hdr retry-after {proxy.retry_after}"
-    hint = f"apps are reached as <app>--<tenant>.{domains[0]}"
     return [
         "frontend fe_apps",
         *(f"    bind {address}:{port}" for address in host.split(",")),
         "    option http-keep-alive",
         "    option forwardfor",
-        "    http-request set-var(txn.fmt) str(json) if { req.hdr(accept) -m sub json } "
-        "!{ req.hdr(accept) -m sub text/html }",
-        "    http-request set-var(txn.fmt) str(html) if !{ var(txn.fmt) -m found }",
-        *_returns(400, "bad_request", "the request has no Host header", _NO_HOST),
-        "    http-request del-header x-forwarded-for",
-        "    http-request del-header x-forwarded-proto",
-        "    http-request del-header x-forwarded-host",
-        "    http-request del-header forwarded",
-        "    http-request set-header x-forwarded-proto http",
-        "    http-request set-header x-forwarded-host %[req.hdr(host)]",
-        "    http-request set-var(txn.host) req.hdr(host),host_only,lower,regsub([.]$,)",
-        "    http-request set-var(txn.route) var(txn.host),field(1,.) "
-        f"if {{ var(txn.host) -m reg ^[a-z0-9-]{{1,63}}[.]({pattern})$ }}",
+        *(f"    {line}" for line in route_lines(domains)),
         EDGE_RULES_MARK.rjust(len(EDGE_RULES_MARK) + 4),
         *(f"    {line}" for line in edge_rules),
         "    # --- end of edge rules ---",
-        "    http-request set-var(txn.state) var(txn.route),map(" + "@STATES@" + ",unknown) "
+        *(f"    {line}" for line in backend_lines(domains, proxy)),
+    ]
+
+
+def route_lines(domains: Sequence[str]) -> list[str]:
+    """The frontend's lines before the edge rules (format, Host, forwarded headers, the route
+    key): the edge's HTTPS frontend runs them too."""
+    pattern = "|".join(d.replace(".", "[.]") for d in domains)
+    return [
+        "http-request set-var(txn.fmt) str(json) if { req.hdr(accept) -m sub json } "
+        "!{ req.hdr(accept) -m sub text/html }",
+        "http-request set-var(txn.fmt) str(html) if !{ var(txn.fmt) -m found }",
+        *_returns(400, "bad_request", "the request has no Host header", _NO_HOST),
+        "http-request del-header x-forwarded-for",
+        "http-request del-header x-forwarded-proto",
+        "http-request del-header x-forwarded-host",
+        "http-request del-header forwarded",
+        "http-request set-header x-forwarded-proto http",
+        "http-request set-header x-forwarded-host %[req.hdr(host)]",
+        "http-request set-var(txn.host) req.hdr(host),host_only,lower,regsub([.]$,)",
+        "http-request set-var(txn.route) var(txn.host),field(1,.) "
+        f"if {{ var(txn.host) -m reg ^[a-z0-9-]{{1,63}}[.]({pattern})$ }}",
+    ]
+
+
+def backend_lines(domains: Sequence[str], proxy: ProxyConfig) -> list[str]:
+    """The frontend's lines after the edge rules: the route's state and error pages, the body
+    limit, ``use_backend``. A route key the edge set outside the keys' alphabet (``_control``:
+    the control plane) is the edge's own backend: no state, no app body limit."""
+    retry = f" hdr retry-after {proxy.retry_after}"
+    hint = f"apps are reached as <app>--<tenant>.{domains[0]}"
+    return [
+        "http-request set-var(txn.state) var(txn.route),map(" + "@STATES@" + ",unknown) "
         "if { var(txn.route) -m found }",
-        "    http-request set-var(txn.pk) var(txn.route),concat(:,txn.fmt,)",
+        f"http-request set-var(txn.state) str(live) if {_EDGE_ROUTE}",
+        "http-request set-var(txn.pk) var(txn.route),concat(:,txn.fmt,)",
         *_returns(404, "no_such_app", f"no app at this host: {hint}", _NO_ROUTE),
         *_returns(
             503,
@@ -227,13 +246,13 @@ def _frontend(
             413,
             "body_too_large",
             f"the request body is larger than {proxy.max_body_size} bytes",
-            f"{{ req.hdr_val(content-length) gt {proxy.max_body_size} }}",
+            f"{{ req.hdr_val(content-length) gt {proxy.max_body_size} }} !{_EDGE_ROUTE}",
         ),
-        "    http-after-response set-status 502 if { res.hdr(x-appdeck-page) -m str 502 }",
-        "    http-after-response set-header content-type application/json "
+        "http-after-response set-status 502 if { res.hdr(x-appdeck-page) -m str 502 }",
+        "http-after-response set-header content-type application/json "
         "if { res.hdr(x-appdeck-page) -m found } { var(txn.fmt) -m str json }",
-        "    http-after-response del-header x-appdeck-page",
-        "    use_backend be_%[var(txn.route)]",
+        "http-after-response del-header x-appdeck-page",
+        "use_backend be_%[var(txn.route)]",
     ]
 
 
@@ -260,6 +279,8 @@ def render(
     edge_rules: Sequence[str] = (),
     edge_sections: Sequence[str] = (),
     guarded: Callable[[str], bool] | None = None,
+    edge_global: Sequence[str] = (),
+    edge_sections_of: Callable[[Sequence[str], Sequence[str]], Sequence[str]] | None = None,
 ) -> Rendered:
     """The whole configuration for ``table``, listening on ``host`` (one address, or several
     comma-separated, IPv6 ones in brackets) at ``port``. ``namespace`` names the ``/run/netns``
@@ -283,6 +304,7 @@ def render(
         "    description appdeck-@DIGEST@",
         f"    maxconn {_maxconn()}",
         "    tune.bufsize 65536",  # request heads up to the Python ingress's 64 KiB
+        *(f"    {line}" for line in edge_global),
         "",
         "defaults",
         "    mode http",
@@ -328,6 +350,10 @@ def render(
             body.append(f"    server {server} {address} weight {weight}{where}")
             weights[(name, server)] = weight
             servers[(name, server)] = (route, release_of[server])
+    if edge_sections_of is not None:  # the edge's HTTPS frontend runs core's lines too
+        where = str(layout.file("states.map"))
+        after = [line.replace("@STATES@", where) for line in backend_lines(table.domains, proxy)]
+        edge_sections = [*edge_sections, *edge_sections_of(route_lines(table.domains), after)]
     tail = ["", *edge_sections] if edge_sections else []
     text = "\n".join([*head, *frontend, *body, *tail]) + "\n"
     draft = Rendered(text, files, weights, servers)

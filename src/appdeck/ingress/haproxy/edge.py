@@ -363,6 +363,8 @@ def extra_sections(
         lines += [
             "frontend fe_edge_https",
             "  mode http",
+            "  option http-keep-alive",
+            "  option forwardfor",
             f"  bind {options.https_bind} ssl crt {paths.default_cert} "
             f"crt-list {paths.crt_list} alpn h2,http/1.1",
             *(f"  {line}" for line in (*route_lines, *http_rules(paths, options), *backend_lines)),

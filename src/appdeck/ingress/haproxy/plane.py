@@ -43,6 +43,7 @@ from appdeck.ingress.haproxy.config import Layout, Rendered, render
 from appdeck.ingress.haproxy.namespaces import Namespaces
 from appdeck.ingress.haproxy.process import BINARY, HAProxyFailed, HAProxyProcess
 from appdeck.ingress.haproxy.runtime_api import RuntimeApiError
+from appdeck.ingress.hosts import HostMap
 from appdeck.ingress.keys import KeyGate
 from appdeck.ingress.routes import Backend, Counters, RouteTable
 
@@ -55,11 +56,22 @@ _CLASSES: Final = ("hrsp_1xx", "hrsp_2xx", "hrsp_3xx", "hrsp_4xx", "hrsp_5xx")
 
 
 class EdgeHook(Protocol):
-    """What the edge (custom domains, API keys, TLS; ``edge.py``) adds to the config."""
+    """What the edge (custom domains, API keys, TLS; ``joined.py``) adds to the config, and
+    what it needs around a (re)start of HAProxy."""
+
+    def global_lines(self) -> Sequence[str]: ...
 
     def http_rules(self) -> Sequence[str]: ...
 
-    def sections(self) -> Sequence[str]: ...
+    def sections(
+        self, route_lines: Sequence[str], backend_lines: Sequence[str]
+    ) -> Sequence[str]: ...
+
+    def prepare(self) -> None:
+        """Create the files the config names (before HAProxy starts or reloads)."""
+
+    async def restarted(self) -> None:
+        """HAProxy was started again by the watchdog: re-apply the edge's state."""
 
 
 class HAProxyTable(RouteTable):
@@ -157,6 +169,9 @@ class HAProxyDataPlane:
         """Served by SNI once the edge mirrors them into HAProxy (``platform/tls`` writes)."""
         self.challenges = Challenges()
         """ACME HTTP-01 answers, mirrored into HAProxy by the edge (``platform/tls`` writes)."""
+        self.hosts = HostMap()
+        """Custom domains → route keys, mirrored into HAProxy by the edge (the domains work
+        writes)."""
         """Without an edge (which checks API keys in HAProxy), a route the gate says needs a
         key answers 503 rather than serve the app unchecked."""
         self._guarded: frozenset[str] = frozenset()
@@ -299,8 +314,12 @@ class HAProxyDataPlane:
         self._fold()
         async with self.process.locked():
             if not self.process.running():
+                if self.edge is not None:
+                    self.edge.prepare()
                 await self.process.apply(self._written)
                 self.restarts += 1
+        if self.edge is not None:
+            await self.edge.restarted()
 
     def _guarded_now(self) -> frozenset[str]:
         if self.gate is None or self.edge is not None:
@@ -325,7 +344,8 @@ class HAProxyDataPlane:
             proxy=self.proxy,
             namespace=namer,
             edge_rules=self.edge.http_rules() if self.edge is not None else (),
-            edge_sections=self.edge.sections() if self.edge is not None else (),
+            edge_global=self.edge.global_lines() if self.edge is not None else (),
+            edge_sections_of=self.edge.sections if self.edge is not None else None,
             guarded=self._guarded.__contains__,
         )
 
@@ -340,6 +360,8 @@ class HAProxyDataPlane:
                 if self.process.running():
                     await self._poll()
                     self._fold()
+                if self.edge is not None:
+                    self.edge.prepare()
                 await self.process.apply(rendered)
                 applied = None  # the config's weights, or another replica's: set them all
             else:
