@@ -148,7 +148,6 @@ def _haproxy_of(
         port=settings.ingress_port,
         namespaces=Namespaces(install.id, driver.netns_fd),
         binary=settings.haproxy_binary,
-        gate=gate,
     )
     plane.edge = edge = JoinedEdge(  # API keys, custom domains, ACME, TLS, the control plane
         EdgePaths(layout.directory / "edge"),

@@ -127,14 +127,13 @@ def server_weights(backends: Sequence[Backend]) -> list[tuple[str, str, int]]:
     return out
 
 
-def state_of(table: RouteTable, route: str, guarded: Callable[[str], bool] | None = None) -> str:
-    """What the frontend does with a request for ``route``; ``guarded``: the route needs an
-    API key this config cannot check (no edge rules): refused, never served unchecked."""
+def state_of(table: RouteTable, route: str) -> str:
+    """What the frontend does with a request for ``route`` (API keys: the edge's rules)."""
     backends = table.get(route) or []
     if table.stopped(route):
         return "stopped"
     if any(b.weight for b in backends):
-        return "guarded" if guarded is not None and guarded(route) else "live"
+        return "live"
     return "no_live_release" if table.has_served(route) else "not_deployed"
 
 
@@ -234,13 +233,6 @@ def backend_lines(domains: Sequence[str], proxy: ProxyConfig) -> list[str]:
             "{ var(txn.state) -m str no_live_release }",
             retry,
         ),
-        *_returns(
-            503,
-            "api_key_unchecked",
-            f"app {_ROUTE} requires an API key, and this data plane cannot check keys yet",
-            "{ var(txn.state) -m str guarded }",
-            retry,
-        ),
         *_returns(404, "no_such_app", f"no app named {_ROUTE}", "!{ var(txn.state) -m str live }"),
         *_returns(
             413,
@@ -278,7 +270,6 @@ def render(
     namespace: Callable[[str], str | None] | None = None,
     edge_rules: Sequence[str] = (),
     edge_sections: Sequence[str] = (),
-    guarded: Callable[[str], bool] | None = None,
     edge_global: Sequence[str] = (),
     edge_sections_of: Callable[[Sequence[str], Sequence[str]], Sequence[str]] | None = None,
 ) -> Rendered:
@@ -287,7 +278,7 @@ def render(
     entry of an instance's network namespace (``"<release>.<index>"`` of an upstream
     ``"<release>.<index>@127.0.0.1:<port>"``; None: the instance is left out)."""
     routes = table.keys()
-    states = {route: state_of(table, route, guarded) for route in routes}
+    states = {route: state_of(table, route) for route in routes}
     e502, e504 = _pages(routes)
     files = {
         "states.map": "".join(f"{r} {s}\n" for r, s in states.items()),

@@ -44,7 +44,6 @@ from appdeck.ingress.haproxy.namespaces import Namespaces
 from appdeck.ingress.haproxy.process import BINARY, HAProxyFailed, HAProxyProcess
 from appdeck.ingress.haproxy.runtime_api import RuntimeApiError
 from appdeck.ingress.hosts import HostMap
-from appdeck.ingress.keys import KeyGate
 from appdeck.ingress.routes import Backend, Counters, RouteTable
 
 log = logging.getLogger("appdeck.ingress.haproxy")
@@ -154,7 +153,6 @@ class HAProxyDataPlane:
         namespaces: Namespaces | None = None,
         edge: EdgeHook | None = None,
         binary: Path = BINARY,
-        gate: KeyGate | None = None,
     ) -> None:
         self.table = table
         self.counters = counters
@@ -164,7 +162,6 @@ class HAProxyDataPlane:
         self.proxy = proxy or ProxyConfig()
         self.namespaces = namespaces
         self.edge = edge
-        self.gate = gate
         self.certificates = Certificates()
         """Served by SNI once the edge mirrors them into HAProxy (``platform/tls`` writes)."""
         self.challenges = Challenges()
@@ -172,9 +169,6 @@ class HAProxyDataPlane:
         self.hosts = HostMap()
         """Custom domains → route keys, mirrored into HAProxy by the edge (the domains work
         writes)."""
-        """Without an edge (which checks API keys in HAProxy), a route the gate says needs a
-        key answers 503 rather than serve the app unchecked."""
-        self._guarded: frozenset[str] = frozenset()
         self.process = HAProxyProcess(layout, binary=binary)
         self.restarts = 0
         """How often the watchdog started a dead HAProxy again."""
@@ -293,10 +287,7 @@ class HAProxyDataPlane:
             try:
                 if not self.process.running() and self._written is not None:
                     await self._restart()
-                guarded = self._guarded_now()
-                if self._settled.is_set() and (
-                    self._in_effect < self.table.version or guarded != self._guarded
-                ):
+                if self._settled.is_set() and self._in_effect < self.table.version:
                     await self._sync()
                 await self._poll()
                 failing = False
@@ -321,12 +312,6 @@ class HAProxyDataPlane:
         if self.edge is not None:
             await self.edge.restarted()
 
-    def _guarded_now(self) -> frozenset[str]:
-        if self.gate is None or self.edge is not None:
-            return frozenset()
-        required = self.gate.required
-        return frozenset(r for r in list(self.table.keys()) if r in required)
-
     def _render(self) -> Rendered:
         keys: list[str] = []
         for route in list(self.table.keys()):
@@ -346,12 +331,10 @@ class HAProxyDataPlane:
             edge_rules=self.edge.http_rules() if self.edge is not None else (),
             edge_global=self.edge.global_lines() if self.edge is not None else (),
             edge_sections_of=self.edge.sections if self.edge is not None else None,
-            guarded=self._guarded.__contains__,
         )
 
     async def _sync(self, *, force: bool = False, locked: bool = False) -> None:
         version = self.table.version
-        self._guarded = self._guarded_now()
         rendered = self._render()
         applied, self._applied = self._applied, None  # unknown until read back
         async with contextlib.nullcontext() if locked else self.process.locked():
