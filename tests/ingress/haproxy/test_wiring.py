@@ -3,8 +3,11 @@ platform's router over HAProxy, a route change in effect once ``published`` retu
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import os
 import shutil
+import signal
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -141,6 +144,12 @@ async def test_the_control_plane_at_an_https_public_url_is_served_through_haprox
         secret = control_secret(router.edge.paths)
         assert seen.header(b"x-appdeck-edge") == secret.encode()
         assert seen.header(b"x-forwarded-for") == b"127.0.0.1"  # the peer, not the client's
+        assert seen.header(b"x-forwarded-proto") == b"http"
+        https = f"https://127.0.0.1:{settings.https_port}"
+        async with httpx.AsyncClient(base_url=https, verify=False, timeout=10) as client:
+            r = await client.get("/healthz", headers={"host": "appdeck.example.test"})
+        assert r.status_code == 200  # TLS ends at HAProxy (its default certificate here)
+        assert control.seen[-1].header(b"x-forwarded-proto") == b"https"
 
 
 def test_the_edge_options_come_from_the_settings(tmp_path: Path) -> None:
@@ -159,3 +168,47 @@ def test_the_edge_options_come_from_the_settings(tmp_path: Path) -> None:
     assert options.control_servers == ("127.0.0.1:8080",)
     http_public = Settings(data_dir=tmp_path, public_url="http://deck.example.com")
     assert edge_options(http_public, 8080).control_servers == ()
+
+
+async def test_a_killed_haproxy_is_started_again_with_the_edge_and_keys_are_still_checked(
+    tmp_path: Path, short_root: Path, upstream: StartUpstream
+) -> None:
+    settings = Settings(
+        data_dir=tmp_path / "data",
+        runtime_root=short_root,
+        data_plane="haproxy",
+        ingress_port=0,
+        sandbox="off",
+    )
+    async with _serving(settings) as router:
+        app = await upstream("shop-r1")
+        router.keys.replace({7: "shop--acme"}, [])
+        await router.edge.start()
+        router.route("shop--acme", [Backend("r1", 100, (app.address,))])
+        await published(router)
+        secret = "adk_key_" + "y" * 43
+        router.keys.add(token_hash(secret), GateKey(7, "key1", write=True, expires_at=None))
+        await router.keys_published()
+        pid = router.plane.process.master_pid()
+        assert pid is not None
+        workers = (Path("/proc") / str(pid) / "task" / str(pid) / "children").read_bytes().split()
+        for victim in (pid, *map(int, workers)):  # kill -9, master and workers
+            os.kill(victim, signal.SIGKILL)
+        host = {"host": "shop--acme.localhost"}
+        url = f"http://127.0.0.1:{router.plane.port}"
+        async with httpx.AsyncClient(base_url=url, timeout=5) as client:
+
+            async def served() -> bool:
+                with contextlib.suppress(httpx.HTTPError):
+                    r = await client.get("/", headers={**host, "x-api-key": secret})
+                    return r.status_code == 200
+                return False
+
+            async with asyncio.timeout(30):  # the watchdog: every route, the edge's files
+                while router.plane.restarts < 1 or not await served():  # noqa: ASYNC110 - a bounded poll of another process
+                    await asyncio.sleep(0.05)
+            assert (await client.get("/", headers=host)).status_code == 401
+            later = "adk_key_" + "z" * 43  # the mirror keeps applying after the restart
+            router.keys.add(token_hash(later), GateKey(7, "key2", write=True, expires_at=None))
+            await router.keys_published()
+            assert (await client.get("/", headers={**host, "x-api-key": later})).status_code == 200
