@@ -29,7 +29,6 @@ from appdeck.events.bus import InProcessBus, RedisBus
 from appdeck.events.cluster import Cluster
 from appdeck.events.leases import RedisLeases
 from appdeck.events.redis_log import RedisEventLog
-from appdeck.ingress.haproxy.edge import control_secret
 from appdeck.ingress.haproxy.plane import HAProxyDataPlane
 from appdeck.ingress.server import IngressServer
 from appdeck.platform.apis.shares import OutboundLimits
@@ -64,7 +63,6 @@ from appdeck.storage.replicas import ReplicaStore
 from appdeck.storage.signing_keys import SigningKeyStore
 from appdeck.tls_setup import tls_of
 from appdeck.tools import register_all as register_tools
-from appdeck.transport.edge_forwarded import TrustEdge
 from appdeck.transport.git_hooks import git_hook_route
 from appdeck.transport.git_remote import git_remote_route
 from appdeck.transport.guard import Guard
@@ -419,11 +417,8 @@ class Services:
             if self.platform.hosting is not None:  # each app's git remote (issue 21 §4)
                 throttle = FailureThrottle(free=s.auth_failures_per_ip, window=MCP_WINDOW)
                 routes.append(git_remote_route(self.platform.hosting, self.authenticator, throttle))
-        app: ASGIApp = SpelledChallenges(Router(mcp, control_plane(health, routes)), self.urls)
-        edge = self.router.edge if isinstance(self.router, setup.HAProxyRouter) else None
-        if edge is not None and edge.options.control_servers:  # served through HAProxy
-            app = TrustEdge(app, control_secret(edge.paths))  # its X-Forwarded-* only
-        return app
+        app = SpelledChallenges(Router(mcp, control_plane(health, routes)), self.urls)
+        return setup.behind_edge(app, self.router)  # HAProxy's X-Forwarded-* believed
 
 
 def public_urls(settings: Settings, base_url: str) -> PublicUrls:

@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 from appdeck.common.errors import Unavailable
 from appdeck.ingress.haproxy.config import Layout
-from appdeck.ingress.haproxy.edge import EdgeOptions, EdgePaths
+from appdeck.ingress.haproxy.edge import EdgeOptions, EdgePaths, control_secret
 from appdeck.ingress.haproxy.joined import JoinedEdge
 from appdeck.ingress.haproxy.mirror import MirrorError
 from appdeck.ingress.haproxy.namespaces import Namespaces
@@ -26,7 +26,9 @@ from appdeck.runtime.install import InstallConflict, InstallLock, identify, sand
 from appdeck.runtime.local import LocalDriver
 from appdeck.runtime.sandbox import Sandbox
 from appdeck.settings import Settings
+from appdeck.transport.edge_forwarded import TrustEdge
 from appdeck.transport.http11 import bounded_protocol, http_limits
+from appdeck.transport.responses import ASGIApp
 
 log = logging.getLogger("appdeck")
 KEYS_WITHIN_S = 10.0
@@ -188,3 +190,11 @@ def edge_options(settings: Settings, control_port: int) -> EdgeOptions:
         control_servers=(f"{_loopback(s.host)}:{control_port}",) if served else (),
         metrics_port=s.data_plane_metrics_port,
     )
+
+
+def behind_edge(app: ASGIApp, router: IngressRouter | None) -> ASGIApp:
+    """``app`` as served: when HAProxy serves the control plane (an https public URL), it
+    believes HAProxy's ``X-Forwarded-For``/``-Proto`` (and only HAProxy's: the secret)."""
+    if isinstance(router, HAProxyRouter) and router.edge.options.control_servers:
+        return TrustEdge(app, control_secret(router.edge.paths))
+    return app

@@ -21,8 +21,9 @@ from appdeck.ingress.haproxy.plane import HAProxyDataPlane
 from appdeck.ingress.keys import GateKey
 from appdeck.platform.deploy.ingress_router import published
 from appdeck.platform.deploy.ports import Backend
-from appdeck.runtime_setup import HAProxyRouter, edge_options, runtime_of
+from appdeck.runtime_setup import HAProxyRouter, behind_edge, edge_options, runtime_of
 from appdeck.settings import Settings
+from appdeck.transport.edge_forwarded import TrustEdge
 from tests.ingress.conftest import StartUpstream
 from tests.support.mcp import free_port
 
@@ -97,6 +98,7 @@ async def test_a_route_that_requires_a_key_is_served_with_it_and_a_revoked_key_s
     async with _serving(settings) as router:
         app = await upstream("shop-r1")
         router.keys.replace({7: "shop--acme"}, [])  # loaded: app 7 requires a key
+        assert behind_edge(app.app, router) == app.app  # no control plane through HAProxy
         await router.edge.start()
         router.route("shop--acme", [Backend("r1", 100, (app.address,))])
         await published(router)
@@ -133,6 +135,7 @@ async def test_the_control_plane_at_an_https_public_url_is_served_through_haprox
         router.keys.loaded()
         await router.edge.start()
         assert router.edge.options.control_servers == (f"127.0.0.1:{control.port}",)
+        assert isinstance(behind_edge(control.app, router), TrustEdge)  # believes HAProxy only
         port = router.plane.port
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
             r = await client.get(
