@@ -17,6 +17,7 @@ import pytest
 
 from tests.e2e.conftest import Launcher
 from tests.e2e.helpers import official_client
+from tests.support.mcp import free_port
 
 HELLO = Path(__file__).resolve().parents[1] / "fixtures" / "apps" / "hello"
 
@@ -78,3 +79,29 @@ async def test_an_app_that_requires_a_key_is_served_through_haproxy_with_it_only
         assert (await http.get("/", headers={"x-api-key": other["api_key"]})).status_code == 200
         assert (await http.get("/")).status_code == 401
         assert (await http.get("/", headers={"x-api-key": made["api_key"]})).status_code == 401
+
+
+@pytest.mark.e2e
+async def test_the_control_plane_at_its_https_public_url_is_served_through_haproxy(
+    launch_appdeck: Launcher,
+) -> None:
+    https_port = free_port()
+    public = f"https://appdeck.example.test:{https_port}"
+    server = await launch_appdeck(
+        env={
+            "APPDECK_DATA_PLANE": "haproxy",
+            "APPDECK_PUBLIC_URL": public,
+            "APPDECK_HTTPS_PORT": str(https_port),
+        }
+    )
+    async with httpx.AsyncClient(
+        base_url=f"https://127.0.0.1:{https_port}",
+        headers={"host": f"appdeck.example.test:{https_port}"},
+        verify=False,  # HAProxy's default certificate: nothing issued in this test
+        timeout=10,
+    ) as http:
+        r = await http.get("/.well-known/oauth-protected-resource")
+        assert r.status_code == 200, r.text  # at once: uvicorn through HAProxy (TLS ends there)
+        assert r.json()["resource"] == f"{public}/mcp"
+        assert (await http.get("/healthz")).json()["status"] == "ok"
+    assert server.running

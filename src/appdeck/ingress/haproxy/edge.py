@@ -374,12 +374,21 @@ def extra_sections(
             f"backend {CONTROL_BACKEND}",
             "  mode http",
             "  balance roundrobin",
-            "  option httpchk GET /healthz",
+            "  option httpchk",  # with the public Host: the control plane refuses others
+            f"  http-check send meth GET uri /healthz ver HTTP/1.1 hdr host {options.control_host}",
             "  http-request set-header x-forwarded-for %[src]",
             f"  http-request set-header x-forwarded-host {options.control_host}",
             f"  http-request set-header {EDGE_HEADER} {control_secret(paths)}",
+            "  option allbackups",
             *(
                 f"  server cp{i} {address} check inter 2s"
+                for i, address in enumerate(options.control_servers)
+            ),
+            # the same listeners unchecked, as backups: a check that failed while serve was
+            # starting (its socket queues connections from the first moment, before it
+            # answers) marks a server DOWN until two checks pass; no 503 in that window
+            *(
+                f"  server cp{i}b {address} backup"
                 for i, address in enumerate(options.control_servers)
             ),
         ]
