@@ -380,6 +380,10 @@ def extra_sections(
             f"  http-request set-header x-forwarded-host {options.control_host}",
             f"  http-request set-header {EDGE_HEADER} {control_secret(paths)}",
             "  option allbackups",
+            # MCP's event streams sit idle up to APPDECK_KEEPALIVE_SECONDS between pings: the
+            # apps' 30 s response timeout would cut them; the control plane bounds its own
+            "  timeout server 10m",
+            "  timeout tunnel 1h",
             *(
                 f"  server cp{i} {address} check inter 2s"
                 for i, address in enumerate(options.control_servers)
