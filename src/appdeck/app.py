@@ -142,7 +142,7 @@ class Services:
         hub = _hub(settings, storage, cluster)
         registry = Registry()
         instance_id = cluster.instance_id
-        driver, ingress, router = setup.runtime_of(settings, runtime)
+        driver, ingress, router = setup.runtime_of(settings, runtime, control_port=port)
         ingress_port = await ingress.start()
         databases = await open_databases(
             settings.database(),
@@ -231,6 +231,8 @@ class Services:
             beat = self.replicas.beat_forever(self._stopping)
             self._background.append(asyncio.create_task(beat, name="heartbeat"))
         await self._start_tls()
+        if isinstance(router, setup.HAProxyRouter):  # issue 21: keys, TLS, hosts loaded now
+            await router.edge.start()  # (the mirror copies exactly what it is given)
         await tasks.attach(self.cluster.broadcast)
         reconciled = await tasks.reconcile({})
         if reconciled:
@@ -353,6 +355,8 @@ class Services:
             await self.sweep()
         if self.platform is not None:
             await self.platform.shutdown(stop_apps=stop_apps)  # else apps keep running
+        if isinstance(self.router, setup.HAProxyRouter):
+            await self.router.edge.stop()
         if isinstance(self.ingress, HAProxyDataPlane):  # issue 21: HAProxy outlives serve
             await self.ingress.stop(haproxy=stop_apps)
         elif self.ingress is not None:
@@ -430,7 +434,8 @@ class Services:
             if self.platform.hosting is not None:  # each app's git remote (issue 21 §4)
                 throttle = FailureThrottle(free=s.auth_failures_per_ip, window=MCP_WINDOW)
                 routes.append(git_remote_route(self.platform.hosting, self.authenticator, throttle))
-        return SpelledChallenges(Router(mcp, control_plane(health, routes)), self.urls)
+        app = SpelledChallenges(Router(mcp, control_plane(health, routes)), self.urls)
+        return setup.behind_edge(app, self.router)  # HAProxy's X-Forwarded-* believed
 
 
 def public_urls(settings: Settings, base_url: str) -> PublicUrls:

@@ -3,11 +3,18 @@ composition root, :mod:`appdeck.app`, calls these first)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from urllib.parse import urlsplit
 
+from appdeck.common.errors import Unavailable
 from appdeck.ingress.haproxy.config import Layout
+from appdeck.ingress.haproxy.edge import EdgeOptions, EdgePaths, control_secret
+from appdeck.ingress.haproxy.joined import JoinedEdge
+from appdeck.ingress.haproxy.mirror import MirrorError
 from appdeck.ingress.haproxy.namespaces import Namespaces
 from appdeck.ingress.haproxy.plane import HAProxyCounters, HAProxyDataPlane, HAProxyTable
+from appdeck.ingress.haproxy.runtime_api import RuntimeApiError
 from appdeck.ingress.hosts import HostMap
 from appdeck.ingress.keys import KeyGate
 from appdeck.ingress.routes import Counters, RouteTable
@@ -20,9 +27,13 @@ from appdeck.runtime.install import InstallConflict, InstallLock, identify, sand
 from appdeck.runtime.local import LocalDriver
 from appdeck.runtime.sandbox import Sandbox
 from appdeck.settings import Settings
+from appdeck.transport.edge_forwarded import TrustEdge
 from appdeck.transport.http11 import bounded_protocol, http_limits
+from appdeck.transport.responses import ASGIApp
 
 log = logging.getLogger("appdeck")
+KEYS_WITHIN_S = 10.0
+"""A key made or revoked is in HAProxy within this, or the call says it is not yet."""
 
 
 def sandbox_of(settings: Settings) -> tuple[Sandbox | None, InstallLock | None]:
@@ -51,7 +62,7 @@ def sandbox_of(settings: Settings) -> tuple[Sandbox | None, InstallLock | None]:
 
 
 def runtime_of(
-    settings: Settings, runtime: Sandbox | None
+    settings: Settings, runtime: Sandbox | None, *, control_port: int = 0
 ) -> tuple[LocalDriver, IngressServer | HAProxyDataPlane, IngressRouter]:
     """The runtime driver and the ingress in front of its instances (not started yet): the
     Python ingress, or HAProxy (``APPDECK_DATA_PLANE=haproxy``)."""
@@ -73,7 +84,7 @@ def runtime_of(
         disk_check_s=settings.disk_check_seconds,
     )
     if settings.data_plane == "haproxy":
-        return driver, *_haproxy_of(settings, driver)
+        return driver, *_haproxy_of(settings, driver, control_port)
     extra = [settings.apps_domain] if settings.apps_domain else []
     table, counters = RouteTable(extra_domains=extra, hosts=HostMap()), Counters()
     ingress = IngressServer(
@@ -103,9 +114,23 @@ class HAProxyRouter(IngressRouter):
         counters: HAProxyCounters,
         keys: KeyGate,
         plane: HAProxyDataPlane,
+        edge: JoinedEdge,
     ) -> None:
         super().__init__(table, counters, keys)
         self.plane = plane
+        self.edge = edge
+
+    async def keys_published(self) -> None:
+        """HAProxy checks keys as the gate says now (its maps read back)."""
+        try:
+            async with asyncio.timeout(KEYS_WITHIN_S):
+                await self.edge.sync()
+        except (TimeoutError, MirrorError, RuntimeApiError, OSError) as exc:
+            log.error("HAProxy did not take an API key change: %s", exc)
+            raise Unavailable(
+                "the data plane did not take the API key change yet",
+                hint="it is retried in the background; try again in a few seconds",
+            ) from None
 
     async def published(self) -> None:
         await super().published()
@@ -113,19 +138,67 @@ class HAProxyRouter(IngressRouter):
             log.error("HAProxy did not take a route change in time")
 
 
-def _haproxy_of(settings: Settings, driver: LocalDriver) -> tuple[HAProxyDataPlane, IngressRouter]:
+def _haproxy_of(
+    settings: Settings, driver: LocalDriver, control_port: int
+) -> tuple[HAProxyDataPlane, IngressRouter]:
     install = identify(settings.data_dir)
     extra = [settings.apps_domain] if settings.apps_domain else []
     table = HAProxyTable(extra_domains=extra, hosts=HostMap())  # the edge mirrors the hosts
     counters, gate = HAProxyCounters(), KeyGate()
-    plane = HAProxyDataPlane(  # edge=: the edge helper's EdgeMirror, wired by the lead
+    layout = Layout(settings.runtime_root / install.id / "haproxy")
+    plane = HAProxyDataPlane(
         table,
         counters,
-        Layout(settings.runtime_root / install.id / "haproxy"),
+        layout,
         host=settings.host,
         port=settings.ingress_port,
         namespaces=Namespaces(install.id, driver.netns_fd),
         binary=settings.haproxy_binary,
-        gate=gate,  # without the edge, a route needing an API key answers 503, unserved
     )
-    return plane, HAProxyRouter(table, counters, gate, plane)
+    plane.edge = edge = JoinedEdge(  # API keys, custom domains, ACME, TLS, the control plane
+        EdgePaths(layout.directory / "edge"),
+        edge_options(settings, control_port),
+        plane.process.stats,
+        hosts=plane.hosts,
+        challenges=plane.challenges,
+        certs=plane.certificates,
+        gate=gate,
+    )
+    return plane, HAProxyRouter(table, counters, gate, plane, edge)
+
+
+def _loopback(host: str) -> str:
+    """Where this host's own listeners are reached from HAProxy (a wildcard: loopback)."""
+    if host in ("0.0.0.0", ""):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host else host
+
+
+def edge_options(settings: Settings, control_port: int) -> EdgeOptions:
+    """The edge's options from the settings: HTTPS on ``APPDECK_HTTPS_PORT``; the control
+    plane at an https ``APPDECK_PUBLIC_URL`` when it is served through HAProxy (the listener
+    of this ``appdeck serve``: ``control_port``, 0 = none)."""
+    s = settings
+    public = urlsplit(s.public_url) if s.public_url else None
+    served = public is not None and public.scheme == "https" and s.https_port and control_port
+    wild = s.host in ("0.0.0.0", "::", "")
+    return EdgeOptions(
+        https_bind=None
+        if s.https_port is None
+        else f"{'' if wild else _loopback(s.host)}:{s.https_port}",
+        https_port=s.https_port or 443,
+        hsts_seconds=s.hsts_seconds,
+        control_host=(public.hostname or None) if served and public is not None else None,
+        control_servers=(f"{_loopback(s.host)}:{control_port}",) if served else (),
+        metrics_port=s.data_plane_metrics_port,
+    )
+
+
+def behind_edge(app: ASGIApp, router: IngressRouter | None) -> ASGIApp:
+    """``app`` as served: when HAProxy serves the control plane (an https public URL), it
+    believes HAProxy's ``X-Forwarded-For``/``-Proto`` (and only HAProxy's: the secret)."""
+    if isinstance(router, HAProxyRouter) and router.edge.options.control_servers:
+        return TrustEdge(app, control_secret(router.edge.paths))
+    return app

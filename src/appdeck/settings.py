@@ -204,6 +204,10 @@ class Settings(BaseSettings):
     data_plane_metrics_port: int | None = Field(None, ge=1, le=65535)
     """HAProxy's Prometheus exporter at ``http://127.0.0.1:<port>/metrics`` (loopback only,
     never through an app's hostname); unset = off."""
+    https_port: int | None = Field(None, ge=1, le=65535)
+    """The data plane's HTTPS listener (``APPDECK_DATA_PLANE=haproxy``), on ``host`` at this
+    port: certificates by SNI, the redirect from HTTP once a host's certificate is live, and
+    the control plane at an https ``APPDECK_PUBLIC_URL``; unset = no HTTPS frontend."""
 
     @field_validator("app_version")
     @classmethod

@@ -22,7 +22,7 @@ from pathlib import Path
 from appdeck.ingress.haproxy.namespaces import Namespaces
 
 ROOT = Path(__file__).resolve().parents[2]
-URL_LINE = re.compile(r"MCP server listening on (http://\S+/mcp)\s*$", re.MULTILINE)
+URL_LINE = re.compile(r"MCP server listening on (https?://\S+/mcp)\s*$", re.MULTILINE)
 LOCAL_LINE = re.compile(r"This process listens on (http://\S+/mcp)\s*$", re.MULTILINE)
 """Printed after the URL line when a public URL is set (the proxy's): the process itself."""
 DEV_TOKEN = re.compile(r"^Dev access token[^\n]*:\n(\S+)\n", re.MULTILINE)

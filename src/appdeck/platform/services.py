@@ -246,6 +246,7 @@ class Platform:
                 repos,
                 feed,
                 gate=router.keys,
+                keys_published=router.keys_published,
                 http=AppHttp(config.ingress_host, config.ingress_port, config.outbound),
             ),
             domains=domains,

@@ -11,7 +11,6 @@ import pytest
 
 from appdeck.ingress.config import ProxyConfig
 from appdeck.ingress.haproxy.plane import addresses
-from appdeck.ingress.keys import KeyGate
 from appdeck.ingress.routes import STOPPED, Backend
 from tests.ingress.conftest import StartUpstream
 from tests.ingress.haproxy.conftest import StartPlane
@@ -220,33 +219,6 @@ async def test_counters_count_requests_and_5xx_per_release_since_a_mark(
     stats = data_plane.counters.since(mark)
     assert stats.status_5xx <= errors
     assert stats.status_2xx >= 5
-
-
-async def test_without_the_edge_a_route_needing_an_api_key_is_refused_not_served(
-    plane: StartPlane, upstream: StartUpstream
-) -> None:
-    gate = KeyGate()
-    data_plane, client = await plane(gate=gate)
-    blog = await upstream("blog-r1")
-    data_plane.table.set("blog", [Backend("r1", 100, [blog.address])])
-    assert await data_plane.synced()
-    r = await client.get("/", headers={**BLOG, **JSON})  # the gate is closed until loaded
-    assert r.status_code == 503
-    assert r.json()["error"]["code"] == "api_key_unchecked"
-    gate.set_app(7, "blog", required=False)
-    gate.loaded()
-
-    async def served() -> bool:
-        return (await client.get("/", headers=BLOG)).status_code == 200
-
-    async with asyncio.timeout(10):
-        while not await served():  # noqa: ASYNC110 - a bounded poll of another process
-            await asyncio.sleep(0.05)
-    gate.set_app(7, "blog", required=True)
-    async with asyncio.timeout(10):
-        while await served():  # noqa: ASYNC110 - a bounded poll of another process
-            await asyncio.sleep(0.05)
-    assert blog.seen  # served while no key was required
 
 
 async def test_a_loopback_host_is_held_on_both_loopbacks(

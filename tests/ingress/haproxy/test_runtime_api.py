@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from appdeck.ingress.haproxy.runtime_api import RuntimeApi, RuntimeApiError
+from appdeck.ingress.haproxy.runtime_api import RuntimeApi, RuntimeApiError, refused
 from tests.support.mcp import free_port
 
 CONFIG = """global
@@ -79,3 +79,26 @@ async def test_a_command_line_carries_exactly_one_command(line: str, tmp_path: P
 async def test_an_absent_socket_is_an_error_not_a_hang(tmp_path: Path) -> None:
     with pytest.raises(RuntimeApiError, match="did not answer"):
         await RuntimeApi(tmp_path / "none.sock", timeout_s=2).command("show info")
+
+
+def test_an_answer_that_echoes_a_name_like_error_is_no_refusal() -> None:
+    # hosts and routes named like refusals, as ``get map``/``show map``/crt-list echo them
+    for echoed in (
+        'type=str, unique=0, case=1, found=yes, idx=tree, key="error-pages.example.com", '
+        'value="shop", type="str", value="shop"',
+        "0x55d1c1b0 invalid-shop.example.com shop--acme",
+        "0x55d1c1b0 unable.example.com no-such-app--acme",
+        "/run/appdeck/x/edge/certs/failed.example.com.pem:0",
+        "no-such-app--acme unknown",
+    ):
+        assert not refused(echoed), echoed
+    for refusal in (
+        "No such server.",
+        "Unknown command. Please enter one of the following commands only :",
+        "'set map' expects three parameters: map identifier, key and value.",
+        "Entry not found.",
+        "Can't create a new ssl cert: already exists",
+        "Permission denied",
+        "Missing certificate name.",
+    ):
+        assert refused(refusal), refusal

@@ -378,3 +378,31 @@ async def test_a_restarted_server_loads_the_keys_and_closes_the_gate_until_then(
         )
     finally:
         await restarted.close()
+
+
+async def test_every_key_change_waits_for_the_data_plane_before_reporting_done(
+    storage: Storage, tmp_path: Path
+) -> None:
+    on = await platform_on_fakes(storage, tmp_path)
+    gate = KeyGate()
+    seen: list[int] = []  # the gate's key count each time the data plane is awaited
+
+    async def published() -> None:  # HAProxy's mirror: returns once its maps read back
+        seen.append(gate.key_count())
+
+    service = ApiKeyService(
+        on.platform.apps, ApiKeyStore(storage.engine), gate, on.platform.feed, published=published
+    )
+    await service.start()
+    try:
+        app_id = (await on.platform.apps.register(on.alice, "shop", {"api_auth": "required"})).app
+        made = await service.create(on.alice, app_id.id, name="k")
+        assert seen == [1]  # awaited with the new key already in the gate
+        assert await service.test_credential(on.alice, app_id.id) is not None
+        assert seen == [1, 2]
+        rotated = await service.rotate(on.alice, app_id.id, made.key.row.id)
+        assert seen == [1, 2, 2]
+        await service.revoke(on.alice, app_id.id, rotated.key.row.id, confirmed=True)
+        assert seen == [1, 2, 2, 1]
+    finally:
+        await service.close()

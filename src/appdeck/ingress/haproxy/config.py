@@ -41,7 +41,8 @@ MAX_SERVER_WEIGHT = 256
 _ROUTE = "@ROUTE@"
 _WEIGHT = re.compile(r" weight [0-9]+")
 _NO_HOST = "!{ req.hdr(host) -m found }"
-_NO_ROUTE = "!{ var(txn.route) -m found }"
+_NO_ROUTE = "!{ var(txn.route),length gt 0 }"
+_EDGE_ROUTE = "{ var(txn.route) -m beg _ }"
 _HTML = '"text/html; charset=utf-8"'
 
 
@@ -126,14 +127,13 @@ def server_weights(backends: Sequence[Backend]) -> list[tuple[str, str, int]]:
     return out
 
 
-def state_of(table: RouteTable, route: str, guarded: Callable[[str], bool] | None = None) -> str:
-    """What the frontend does with a request for ``route``; ``guarded``: the route needs an
-    API key this config cannot check (no edge rules): refused, never served unchecked."""
+def state_of(table: RouteTable, route: str) -> str:
+    """What the frontend does with a request for ``route`` (API keys: the edge's rules)."""
     backends = table.get(route) or []
     if table.stopped(route):
         return "stopped"
     if any(b.weight for b in backends):
-        return "guarded" if guarded is not None and guarded(route) else "live"
+        return "live"
     return "no_live_release" if table.has_served(route) else "not_deployed"
 
 
@@ -157,7 +157,7 @@ def _returns(status: int, code: str, message: str, cond: str, headers: str = "")
         details = {"app": _ROUTE} if _ROUTE in message else {}
         page = _lf(_page(status, code, message, fmt, **details))
         lines.append(
-            f"    http-request return status {status} content-type {ctype}{headers} "
+            f"http-request return status {status} content-type {ctype}{headers} "
             f"lf-string '{page}' if {{ var(txn.fmt) -m str {fmt} }} {cond}"
         )
     return lines
@@ -166,33 +166,51 @@ def _returns(status: int, code: str, message: str, cond: str, headers: str = "")
 def _frontend(
     host: str, port: int, domains: Sequence[str], proxy: ProxyConfig, edge_rules: Sequence[str]
 ) -> list[str]:
-    pattern = "|".join(d.replace(".", "[.]") for d in domains)
-    retry = f" hdr retry-after {proxy.retry_after}"
-    hint = f"apps are reached as <app>--<tenant>.{domains[0]}"
     return [
         "frontend fe_apps",
         *(f"    bind {address}:{port}" for address in host.split(",")),
         "    option http-keep-alive",
         "    option forwardfor",
-        "    http-request set-var(txn.fmt) str(json) if { req.hdr(accept) -m sub json } "
-        "!{ req.hdr(accept) -m sub text/html }",
-        "    http-request set-var(txn.fmt) str(html) if !{ var(txn.fmt) -m found }",
-        *_returns(400, "bad_request", "the request has no Host header", _NO_HOST),
-        "    http-request del-header x-forwarded-for",
-        "    http-request del-header x-forwarded-proto",
-        "    http-request del-header x-forwarded-host",
-        "    http-request del-header forwarded",
-        "    http-request set-header x-forwarded-proto http",
-        "    http-request set-header x-forwarded-host %[req.hdr(host)]",
-        "    http-request set-var(txn.host) req.hdr(host),host_only,lower,regsub([.]$,)",
-        "    http-request set-var(txn.route) var(txn.host),field(1,.) "
-        f"if {{ var(txn.host) -m reg ^[a-z0-9-]{{1,63}}[.]({pattern})$ }}",
+        *(f"    {line}" for line in route_lines(domains)),
         EDGE_RULES_MARK.rjust(len(EDGE_RULES_MARK) + 4),
         *(f"    {line}" for line in edge_rules),
         "    # --- end of edge rules ---",
-        "    http-request set-var(txn.state) var(txn.route),map(" + "@STATES@" + ",unknown) "
+        *(f"    {line}" for line in backend_lines(domains, proxy)),
+    ]
+
+
+def route_lines(domains: Sequence[str]) -> list[str]:
+    """The frontend's lines before the edge rules (format, Host, forwarded headers, the route
+    key): the edge's HTTPS frontend runs them too."""
+    pattern = "|".join(d.replace(".", "[.]") for d in domains)
+    return [
+        "http-request set-var(txn.fmt) str(json) if { req.hdr(accept) -m sub json } "
+        "!{ req.hdr(accept) -m sub text/html }",
+        "http-request set-var(txn.fmt) str(html) if !{ var(txn.fmt) -m found }",
+        *_returns(400, "bad_request", "the request has no Host header", _NO_HOST),
+        "http-request del-header x-forwarded-for",
+        "http-request del-header x-forwarded-proto",
+        "http-request del-header x-forwarded-host",
+        "http-request del-header forwarded",
+        "http-request set-header x-forwarded-proto http",
+        "http-request set-header x-forwarded-host %[req.hdr(host)]",
+        "http-request set-var(txn.host) req.hdr(host),host_only,lower,regsub([.]$,)",
+        "http-request set-var(txn.route) var(txn.host),field(1,.) "
+        f"if {{ var(txn.host) -m reg ^[a-z0-9-]{{1,63}}[.]({pattern})$ }}",
+    ]
+
+
+def backend_lines(domains: Sequence[str], proxy: ProxyConfig) -> list[str]:
+    """The frontend's lines after the edge rules: the route's state and error pages, the body
+    limit, ``use_backend``. A route key the edge set outside the keys' alphabet (``_control``:
+    the control plane) is the edge's own backend: no state, no app body limit."""
+    retry = f" hdr retry-after {proxy.retry_after}"
+    hint = f"apps are reached as <app>--<tenant>.{domains[0]}"
+    return [
+        "http-request set-var(txn.state) var(txn.route),map(" + "@STATES@" + ",unknown) "
         "if { var(txn.route) -m found }",
-        "    http-request set-var(txn.pk) var(txn.route),concat(:,txn.fmt,)",
+        f"http-request set-var(txn.state) str(live) if {_EDGE_ROUTE}",
+        "http-request set-var(txn.pk) var(txn.route),concat(:,txn.fmt,)",
         *_returns(404, "no_such_app", f"no app at this host: {hint}", _NO_ROUTE),
         *_returns(
             503,
@@ -215,25 +233,18 @@ def _frontend(
             "{ var(txn.state) -m str no_live_release }",
             retry,
         ),
-        *_returns(
-            503,
-            "api_key_unchecked",
-            f"app {_ROUTE} requires an API key, and this data plane cannot check keys yet",
-            "{ var(txn.state) -m str guarded }",
-            retry,
-        ),
         *_returns(404, "no_such_app", f"no app named {_ROUTE}", "!{ var(txn.state) -m str live }"),
         *_returns(
             413,
             "body_too_large",
             f"the request body is larger than {proxy.max_body_size} bytes",
-            f"{{ req.hdr_val(content-length) gt {proxy.max_body_size} }}",
+            f"{{ req.hdr_val(content-length) gt {proxy.max_body_size} }} !{_EDGE_ROUTE}",
         ),
-        "    http-after-response set-status 502 if { res.hdr(x-appdeck-page) -m str 502 }",
-        "    http-after-response set-header content-type application/json "
+        "http-after-response set-status 502 if { res.hdr(x-appdeck-page) -m str 502 }",
+        "http-after-response set-header content-type application/json "
         "if { res.hdr(x-appdeck-page) -m found } { var(txn.fmt) -m str json }",
-        "    http-after-response del-header x-appdeck-page",
-        "    use_backend be_%[var(txn.route)]",
+        "http-after-response del-header x-appdeck-page",
+        "use_backend be_%[var(txn.route)]",
     ]
 
 
@@ -259,14 +270,15 @@ def render(
     namespace: Callable[[str], str | None] | None = None,
     edge_rules: Sequence[str] = (),
     edge_sections: Sequence[str] = (),
-    guarded: Callable[[str], bool] | None = None,
+    edge_global: Sequence[str] = (),
+    edge_sections_of: Callable[[Sequence[str], Sequence[str]], Sequence[str]] | None = None,
 ) -> Rendered:
     """The whole configuration for ``table``, listening on ``host`` (one address, or several
     comma-separated, IPv6 ones in brackets) at ``port``. ``namespace`` names the ``/run/netns``
     entry of an instance's network namespace (``"<release>.<index>"`` of an upstream
     ``"<release>.<index>@127.0.0.1:<port>"``; None: the instance is left out)."""
     routes = table.keys()
-    states = {route: state_of(table, route, guarded) for route in routes}
+    states = {route: state_of(table, route) for route in routes}
     e502, e504 = _pages(routes)
     files = {
         "states.map": "".join(f"{r} {s}\n" for r, s in states.items()),
@@ -283,6 +295,7 @@ def render(
         "    description appdeck-@DIGEST@",
         f"    maxconn {_maxconn()}",
         "    tune.bufsize 65536",  # request heads up to the Python ingress's 64 KiB
+        *(f"    {line}" for line in edge_global),
         "",
         "defaults",
         "    mode http",
@@ -328,6 +341,10 @@ def render(
             body.append(f"    server {server} {address} weight {weight}{where}")
             weights[(name, server)] = weight
             servers[(name, server)] = (route, release_of[server])
+    if edge_sections_of is not None:  # the edge's HTTPS frontend runs core's lines too
+        where = str(layout.file("states.map"))
+        after = [line.replace("@STATES@", where) for line in backend_lines(table.domains, proxy)]
+        edge_sections = [*edge_sections, *edge_sections_of(route_lines(table.domains), after)]
     tail = ["", *edge_sections] if edge_sections else []
     text = "\n".join([*head, *frontend, *body, *tail]) + "\n"
     draft = Rendered(text, files, weights, servers)

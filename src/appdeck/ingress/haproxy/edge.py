@@ -363,6 +363,8 @@ def extra_sections(
         lines += [
             "frontend fe_edge_https",
             "  mode http",
+            "  option http-keep-alive",
+            "  option forwardfor",
             f"  bind {options.https_bind} ssl crt {paths.default_cert} "
             f"crt-list {paths.crt_list} alpn h2,http/1.1",
             *(f"  {line}" for line in (*route_lines, *http_rules(paths, options), *backend_lines)),
@@ -372,12 +374,25 @@ def extra_sections(
             f"backend {CONTROL_BACKEND}",
             "  mode http",
             "  balance roundrobin",
-            "  option httpchk GET /healthz",
+            "  option httpchk",  # with the public Host: the control plane refuses others
+            f"  http-check send meth GET uri /healthz ver HTTP/1.1 hdr host {options.control_host}",
             "  http-request set-header x-forwarded-for %[src]",
             f"  http-request set-header x-forwarded-host {options.control_host}",
             f"  http-request set-header {EDGE_HEADER} {control_secret(paths)}",
+            "  option allbackups",
+            # MCP's event streams sit idle up to APPDECK_KEEPALIVE_SECONDS between pings: the
+            # apps' 30 s response timeout would cut them; the control plane bounds its own
+            "  timeout server 10m",
+            "  timeout tunnel 1h",
             *(
                 f"  server cp{i} {address} check inter 2s"
+                for i, address in enumerate(options.control_servers)
+            ),
+            # the same listeners unchecked, as backups: a check that failed while serve was
+            # starting (its socket queues connections from the first moment, before it
+            # answers) marks a server DOWN until two checks pass; no 503 in that window
+            *(
+                f"  server cp{i}b {address} backup"
                 for i, address in enumerate(options.control_servers)
             ),
         ]

@@ -44,7 +44,6 @@ from appdeck.ingress.haproxy.namespaces import Namespaces
 from appdeck.ingress.haproxy.process import BINARY, HAProxyFailed, HAProxyProcess
 from appdeck.ingress.haproxy.runtime_api import RuntimeApiError
 from appdeck.ingress.hosts import HostMap
-from appdeck.ingress.keys import KeyGate
 from appdeck.ingress.routes import Backend, Counters, RouteTable
 
 log = logging.getLogger("appdeck.ingress.haproxy")
@@ -56,11 +55,22 @@ _CLASSES: Final = ("hrsp_1xx", "hrsp_2xx", "hrsp_3xx", "hrsp_4xx", "hrsp_5xx")
 
 
 class EdgeHook(Protocol):
-    """What the edge (custom domains, API keys, TLS; ``edge.py``) adds to the config."""
+    """What the edge (custom domains, API keys, TLS; ``joined.py``) adds to the config, and
+    what it needs around a (re)start of HAProxy."""
+
+    def global_lines(self) -> Sequence[str]: ...
 
     def http_rules(self) -> Sequence[str]: ...
 
-    def sections(self) -> Sequence[str]: ...
+    def sections(
+        self, route_lines: Sequence[str], backend_lines: Sequence[str]
+    ) -> Sequence[str]: ...
+
+    def prepare(self) -> None:
+        """Create the files the config names (before HAProxy starts or reloads)."""
+
+    async def restarted(self) -> None:
+        """HAProxy was started again by the watchdog: re-apply the edge's state."""
 
 
 class HAProxyTable(RouteTable):
@@ -147,7 +157,6 @@ class HAProxyDataPlane:
         namespaces: Namespaces | None = None,
         edge: EdgeHook | None = None,
         binary: Path = BINARY,
-        gate: KeyGate | None = None,
     ) -> None:
         self.table = table
         self.counters = counters
@@ -157,14 +166,13 @@ class HAProxyDataPlane:
         self.proxy = proxy or ProxyConfig()
         self.namespaces = namespaces
         self.edge = edge
-        self.gate = gate
         self.certificates = Certificates()
         """Served by SNI once the edge mirrors them into HAProxy (``platform/tls`` writes)."""
         self.challenges = Challenges()
         """ACME HTTP-01 answers, mirrored into HAProxy by the edge (``platform/tls`` writes)."""
-        """Without an edge (which checks API keys in HAProxy), a route the gate says needs a
-        key answers 503 rather than serve the app unchecked."""
-        self._guarded: frozenset[str] = frozenset()
+        self.hosts = table.hosts
+        """Custom domains → route keys (the route table's: the domains service writes it, the
+        edge mirrors it into HAProxy)."""
         self.process = HAProxyProcess(layout, binary=binary)
         self.restarts = 0
         """How often the watchdog started a dead HAProxy again."""
@@ -283,10 +291,7 @@ class HAProxyDataPlane:
             try:
                 if not self.process.running() and self._written is not None:
                     await self._restart()
-                guarded = self._guarded_now()
-                if self._settled.is_set() and (
-                    self._in_effect < self.table.version or guarded != self._guarded
-                ):
+                if self._settled.is_set() and self._in_effect < self.table.version:
                     await self._sync()
                 await self._poll()
                 failing = False
@@ -304,14 +309,12 @@ class HAProxyDataPlane:
         self._fold()
         async with self.process.locked():
             if not self.process.running():
+                if self.edge is not None:
+                    self.edge.prepare()
                 await self.process.apply(self._written)
                 self.restarts += 1
-
-    def _guarded_now(self) -> frozenset[str]:
-        if self.gate is None or self.edge is not None:
-            return frozenset()
-        required = self.gate.required
-        return frozenset(r for r in list(self.table.keys()) if r in required)
+        if self.edge is not None:
+            await self.edge.restarted()
 
     def _render(self) -> Rendered:
         keys: list[str] = []
@@ -330,13 +333,12 @@ class HAProxyDataPlane:
             proxy=self.proxy,
             namespace=namer,
             edge_rules=self.edge.http_rules() if self.edge is not None else (),
-            edge_sections=self.edge.sections() if self.edge is not None else (),
-            guarded=self._guarded.__contains__,
+            edge_global=self.edge.global_lines() if self.edge is not None else (),
+            edge_sections_of=self.edge.sections if self.edge is not None else None,
         )
 
     async def _sync(self, *, force: bool = False, locked: bool = False) -> None:
         version = self.table.version
-        self._guarded = self._guarded_now()
         rendered = self._render()
         applied, self._applied = self._applied, None  # unknown until read back
         async with contextlib.nullcontext() if locked else self.process.locked():
@@ -345,6 +347,8 @@ class HAProxyDataPlane:
                 if self.process.running():
                     await self._poll()
                     self._fold()
+                if self.edge is not None:
+                    self.edge.prepare()
                 await self.process.apply(rendered)
                 applied = None  # the config's weights, or another replica's: set them all
             else:

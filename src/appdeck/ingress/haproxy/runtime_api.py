@@ -15,6 +15,7 @@ never reaches a command line unchecked (a newline there would be a second comman
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 from typing import Final
 
@@ -22,20 +23,17 @@ TIMEOUT_S: Final = 10.0
 """A bound on one command (a loaded machine; a healthy HAProxy answers in microseconds)."""
 MAX_ANSWER: Final = 64 * 1024 * 1024
 """``show stat`` of a big config stays far below this."""
-_ERRORS: Final = (
-    "unknown command",
-    "no such",
-    "unknown ",
-    "not found",
-    "error",
-    "can't ",
-    "cannot ",
-    "require",
-    "invalid",
-    "failed",
-    "unable",
-    "permission denied",
+_REFUSAL: Final = re.compile(
+    r"(unknown command|unknown|no such|can't|cannot|require[sd]?|invalid|failed|unable"
+    r"|permission denied|error|missing|this command|not enough|too many|wrong)(?=[\s.:,!']|$)"
+    r"|'[a-z -]{1,40}' (expects|only)\b"
+    r"|[a-z]{1,20}( [a-z]{1,20}){0,3} not found(?=[\s.:,!]|$)",
+    re.IGNORECASE,
 )
+"""HAProxy's refusals, by how their first line *starts* (``No such server.``, ``Unknown
+command``, ``'set map' expects...``, ``Entry not found.``). Never a word anywhere in the line:
+answers echo names back (``get map`` says ``key="error-pages.example.com"``), and a tenant's
+hostname or route is no refusal."""
 
 
 class RuntimeApiError(RuntimeError):
@@ -88,7 +86,12 @@ class RuntimeApi:
     async def command(self, line: str, payload: str | None = None) -> str:
         """Send one command; :class:`RuntimeApiError` when HAProxy's answer is an error."""
         answer = await self.raw(line, payload)
-        head = answer.strip().splitlines()[0].lower() if answer.strip() else ""
-        if any(head.startswith(e) or e in head for e in _ERRORS) and not head.startswith("#"):
+        if refused(answer):
             raise RuntimeApiError(f"{line.split(' ', 3)[:3]}: {answer.strip()[:300]}")
         return answer
+
+
+def refused(answer: str) -> bool:
+    """Whether HAProxy's ``answer`` is one of its refusals (judged by its first line's start)."""
+    head = answer.strip().splitlines()[0] if answer.strip() else ""
+    return _REFUSAL.match(head) is not None

@@ -34,7 +34,7 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -121,7 +121,11 @@ class ApiKeyService:
         *,
         clock: Callable[[], float] = time.time,
         resync_s: float = RESYNC_S,
+        published: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
+        self._published = published
+        """Awaited after a key is made or revoked: returns once the data plane checks keys so
+        (HAProxy's maps read back), so a key reported made works and a revoked one stops."""
         self._apps = apps
         self._store = store
         self._gate = gate
@@ -215,6 +219,10 @@ class ApiKeyService:
         self._renames += 1
         self._gate.move(_route(old), _route(new))
 
+    async def _in_effect(self) -> None:
+        if self._published is not None:
+            await self._published()
+
     # -- for test_api ---------------------------------------------------------------------
 
     async def requires_key(self, app_id: int) -> bool:
@@ -232,6 +240,7 @@ class ApiKeyService:
         expires = self._clock() + TEST_KEY_SECONDS
         key = GateKey(app_id, TEST_KEY_ID, write=True, expires_at=expires, tracked=False)
         self._gate.add(token_hash(secret), key)
+        await self._in_effect()
         return secret
 
     # -- manage_api_key ---------------------------------------------------------------------
@@ -261,6 +270,7 @@ class ApiKeyService:
         async with self._lock:
             await self._store.insert(row, max_active=MAX_ACTIVE, now=now)
             self._gate.add(row.key_hash, _gate_key(row))
+        await self._in_effect()
         return MadeKey(self._view(row), secret, _requires(view.app))
 
     async def list(
@@ -296,6 +306,7 @@ class ApiKeyService:
         async with self._lock:
             await self._store.revoke(row.id, at=self._clock())
             self._gate.remove(row.id)
+        await self._in_effect()
         return self._view(await self._own(app_id, row.id))
 
     async def rotate(self, principal: Principal, app_id: int, key_id: str) -> MadeKey:
@@ -325,6 +336,7 @@ class ApiKeyService:
                 )
             self._gate.remove(old.id)
             self._gate.add(row.key_hash, _gate_key(row))
+        await self._in_effect()
         return MadeKey(self._view(row), secret, _requires(view.app), self._view(replaced))
 
     # -- inside ---------------------------------------------------------------------------

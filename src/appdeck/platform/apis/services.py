@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -39,8 +40,9 @@ class ApiServices:
         *,
         gate: KeyGate,
         http: AppHttp,
+        keys_published: Callable[[], Awaitable[None]] | None = None,
     ) -> ApiServices:
-        keys = ApiKeyService(apps, ApiKeyStore(engine), gate, feed)
+        keys = ApiKeyService(apps, ApiKeyStore(engine), gate, feed, published=keys_published)
         catalog = ApiCatalog(
             apps, ApiDocumentStore(engine), http, repos, feed, credentials=keys
         )  # an app that requires a key is read with a short-lived one

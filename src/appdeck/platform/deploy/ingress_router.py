@@ -210,6 +210,11 @@ class IngressRouter:
         if self._share is not None:
             await self._share.published()
 
+    async def keys_published(self) -> None:
+        """Wait (bounded) until this host's data plane checks keys as :attr:`keys` says now
+        (the API-key service awaits it before reporting a key made or revoked): at once
+        here, where the in-process ingress reads :attr:`keys` itself."""
+
     async def close(self) -> None:
         if self._share is not None:
             share, self._share = self._share, None

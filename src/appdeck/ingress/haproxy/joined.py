@@ -1,0 +1,84 @@
+"""The edge (:mod:`.edge`, :mod:`.mirror`) joined to core's data plane (:mod:`.plane`).
+
+    joined = JoinedEdge(EdgePaths(layout.directory / "edge"), options, plane.process.stats,
+                        hosts=plane.hosts, challenges=plane.challenges,
+                        certs=plane.certificates, gate=gate)
+    plane.edge = joined            # its lines in every rendered config, its files prepared
+    await plane.start(); ...       # the platform loads keys, TLS loads certificates
+    await joined.start()           # only then: the mirror copies exactly what it is given
+
+The plane renders :meth:`global_lines`, :meth:`http_rules` and :meth:`sections` into every
+config, calls :meth:`prepare` before HAProxy starts or reloads, and :meth:`restarted` after
+its watchdog started a dead HAProxy again (the mirror assumes nothing HAProxy held).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from appdeck.ingress.certs import Certificates
+from appdeck.ingress.challenges import Challenges
+from appdeck.ingress.haproxy import edge
+from appdeck.ingress.haproxy.mirror import EdgeMirror
+from appdeck.ingress.haproxy.runtime_api import RuntimeApi
+from appdeck.ingress.hosts import HostMap
+from appdeck.ingress.keys import KeyGate
+
+log = logging.getLogger("appdeck.ingress.haproxy")
+
+
+class JoinedEdge:
+    """The edge as the plane's ``EdgeHook``, and the mirror that keeps its maps in step."""
+
+    def __init__(
+        self,
+        paths: edge.EdgePaths,
+        options: edge.EdgeOptions,
+        api: RuntimeApi,
+        *,
+        hosts: HostMap,
+        challenges: Challenges,
+        certs: Certificates,
+        gate: KeyGate,
+    ) -> None:
+        self.paths = paths
+        self.options = options
+        self.mirror = EdgeMirror(api, paths, hosts, challenges, certs, gate)
+        self.started = False
+
+    # -- what the plane renders and calls ----------------------------------------------------
+
+    def global_lines(self) -> Sequence[str]:
+        return edge.global_lines(self.paths)
+
+    def http_rules(self) -> Sequence[str]:
+        return edge.http_rules(self.paths, self.options)
+
+    def sections(self, route_lines: Sequence[str], backend_lines: Sequence[str]) -> Sequence[str]:
+        return edge.extra_sections(self.paths, self.options, route_lines, backend_lines)
+
+    def prepare(self) -> None:
+        edge.prepare(self.paths)
+
+    async def restarted(self) -> None:
+        """HAProxy was started again from the files: apply everything again, assume nothing."""
+        if self.started:
+            await self.mirror.resync()
+
+    # -- the mirror --------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start copying (call once hosts, challenges, certificates and keys are loaded)."""
+        await self.mirror.start()
+        self.started = True
+
+    async def stop(self) -> None:
+        self.started = False
+        await self.mirror.stop()
+
+    async def sync(self) -> None:
+        """Returns once HAProxy holds the current state (read back); before :meth:`start`,
+        nothing to wait for (HAProxy gets it all at start)."""
+        if self.started:
+            await self.mirror.sync()
