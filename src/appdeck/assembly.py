@@ -1,0 +1,246 @@
+"""Assembly of ``appdeck serve``'s parts from its settings: authentication, the OAuth
+server, the event hub, the MCP server and the platform's configuration. The composition root,
+:mod:`appdeck.app`, calls these in order."""
+
+from __future__ import annotations
+
+import logging
+from urllib.parse import urlsplit
+
+from appdeck.auth.audit import AuditLog
+from appdeck.auth.bearer import BearerAuthenticator, ClaimNames, LocalJwtVerifier
+from appdeck.auth.external import JwksVerifier
+from appdeck.auth.keys import ALGORITHM, SigningKeys
+from appdeck.auth.server import AuthorizationServer
+from appdeck.auth.server.pending import TRIM_EVERY
+from appdeck.auth.tokens import TokenIssuer, TokenVerifier
+from appdeck.auth.urls import PublicUrls
+from appdeck.events.bus import InProcessBus, RedisBus
+from appdeck.events.cluster import Cluster
+from appdeck.events.leases import RedisLeases
+from appdeck.events.redis_log import RedisEventLog
+from appdeck.platform.apis.shares import OutboundLimits
+from appdeck.platform.crypto import Sealer
+from appdeck.platform.quotas import Limits
+from appdeck.platform.repos.hosted import HostedLimits
+from appdeck.platform.repos.inline import InlineLimits
+from appdeck.platform.services import Platform, PlatformConfig
+from appdeck.prompts.deploy import register as register_deploy_prompts
+from appdeck.protocol.registry import Registry
+from appdeck.protocol.server import McpServer, ServerInfo
+from appdeck.protocol.sessions import SessionManager
+from appdeck.protocol.task_model import TaskLimits
+from appdeck.protocol.tasks import TaskManager
+from appdeck.resources.apps import register as register_app_resources
+from appdeck.resources.tables import register as register_table_resources
+from appdeck.settings import Settings
+from appdeck.storage import Storage
+from appdeck.storage.consents import ConsentStore
+from appdeck.storage.identity import IdentityStore
+from appdeck.storage.oauth import OAuthStore
+from appdeck.storage.signing_keys import SigningKeyStore
+from appdeck.tools import register_all as register_tools
+from appdeck.transport.hub import StreamHub
+
+log = logging.getLogger("appdeck")
+SESSION_RECHECK_SECONDS = 5.0
+"""Replica mode: a cached session is re-read from the store at most this long after its last
+read (the backstop for a lost invalidation)."""
+
+
+def public_urls(settings: Settings, base_url: str) -> PublicUrls:
+    """``base_url`` and, when no public URL is set, its other loopback spellings."""
+    return PublicUrls.build(base_url, loopback_aliases=not settings.public_url)
+
+
+async def authentication(
+    settings: Settings,
+    base_url: str,
+    identities: IdentityStore,
+    storage: Storage,
+    cluster: Cluster,
+) -> tuple[SigningKeys | None, TokenIssuer | None, BearerAuthenticator]:
+    """The embedded authorization server's keys and issuer (unless an external IdP is set),
+    and the resource server's bearer authenticator."""
+    resource = f"{base_url}/mcp"
+    audience = settings.audience or resource
+    keys: SigningKeys | None = None
+    issuer: TokenIssuer | None = None
+    if settings.external_idp:
+        assert settings.issuer is not None
+        assert settings.jwks_url is not None
+        verifier: JwksVerifier | LocalJwtVerifier = JwksVerifier(
+            jwks_url=settings.jwks_url,
+            issuer=settings.issuer,
+            audience=audience,
+            algorithms=settings.jwt_algorithms,
+            refetch_after=settings.jwks_refetch_seconds,
+        )
+    else:
+        if cluster.shared:  # replicas: the keys in the database, sealed with the secret key
+            keys = await SigningKeys.shared(
+                SigningKeyStore(storage.engine),
+                Sealer.from_settings(settings.secret_key, settings.data_dir),
+            )
+        else:
+            keys = SigningKeys.load_or_create(settings.data_dir)
+        issuer = TokenIssuer(keys, base_url, resource, settings.access_token_ttl_seconds)
+        verifier = LocalJwtVerifier(
+            TokenVerifier(keys.public_set, base_url, audience, [ALGORITHM]).verify,
+            keys.refresh_for,
+        )
+    bearer = BearerAuthenticator(
+        verifier=verifier,
+        identities=identities,
+        resource_metadata_url=f"{base_url}/.well-known/oauth-protected-resource",
+        claims=ClaimNames(tenant=settings.tenant_claim, user=settings.user_claim),
+        trust_seconds=settings.auth_trust_seconds,
+        broadcast=cluster.broadcast if cluster.shared else None,
+    )
+    await bearer.start()  # revoked jti read; other replicas' revocations heard
+    return keys, issuer, bearer
+
+
+def authorization_server(
+    settings: Settings,
+    base_url: str,
+    storage: Storage,
+    identities: IdentityStore,
+    keys: SigningKeys | None,
+    token_issuer: TokenIssuer | None,
+    bearer: BearerAuthenticator,
+    audit: AuditLog,
+) -> AuthorizationServer | None:
+    """The embedded OAuth server, unless an external IdP issues the tokens."""
+    if keys is None or token_issuer is None:
+        return None
+    return AuthorizationServer(
+        base_url,
+        f"{base_url}/mcp",
+        token_issuer,
+        keys,
+        identities,
+        OAuthStore(storage.engine),
+        bearer.revoke_jti,
+        audit,
+        settings,
+        forget_pat=bearer.forget_pat,
+        urls=public_urls(settings, base_url),
+        consents=ConsentStore(storage.engine, trim_every=TRIM_EVERY),
+    )
+
+
+def hub_of(settings: Settings, storage: Storage, cluster: Cluster) -> StreamHub:
+    """The event log, live bus and stream leases: the database and this process, or (replica
+    mode) Redis streams, doorbells and leases that every replica shares."""
+    if cluster.redis is None:
+        return StreamHub(storage.events, InProcessBus())
+    return StreamHub(
+        RedisEventLog(
+            cluster.redis, cluster.prefix, retention_seconds=settings.event_retention_seconds
+        ),
+        RedisBus(cluster.broadcast),
+        RedisLeases(cluster.redis, cluster.prefix, ttl_seconds=settings.stream_lease_seconds),
+    )
+
+
+def register_everything(settings: Settings, registry: Registry, platform: Platform) -> None:
+    """Every tool, resource and prompt (and the conformance suite's, when asked for)."""
+    register_tools(registry, platform)
+    register_app_resources(registry, platform)
+    register_table_resources(registry, platform)
+    register_deploy_prompts(registry, platform)
+    if settings.with_conformance_fixtures:
+        from appdeck.fixtures.conformance import register as register_fixtures
+
+        register_fixtures(registry)
+
+
+def mcp_server_of(
+    settings: Settings,
+    *,
+    storage: Storage,
+    hub: StreamHub,
+    registry: Registry,
+    audit: AuditLog,
+    cluster: Cluster,
+    base_url: str,
+) -> tuple[McpServer, TaskManager]:
+    """The protocol core: sessions, tasks and dispatch over the registry. In replica mode the
+    sessions' caches and client-bound requests go through the cluster's broadcast; in one
+    process there is nobody to tell (a local broadcast would only make a cancel for a finished
+    call retry itself)."""
+    broadcast = cluster.broadcast if cluster.shared else None
+    instance_id = cluster.instance_id
+    sessions = SessionManager(
+        storage.sessions,
+        idle_timeout=settings.session_idle_seconds,
+        max_sessions=settings.max_sessions,
+        max_per_user=settings.max_sessions_per_user,
+        max_per_token=settings.max_sessions_per_token,
+        broadcast=broadcast,
+        instance_id=instance_id,
+        recheck_seconds=SESSION_RECHECK_SECONDS if cluster.shared else None,
+    )
+    tasks = TaskManager(
+        storage.tasks,
+        hub,
+        instance_id=instance_id,
+        limits=TaskLimits(
+            default_ttl_ms=settings.task_default_ttl_ms,
+            max_ttl_ms=settings.task_max_ttl_ms,
+            default_poll_ms=settings.task_poll_ms,
+        ),
+    )
+    server = McpServer(
+        registry=registry,
+        sessions=sessions,
+        tasks=tasks,
+        outbox=hub,
+        info=ServerInfo(version=settings.app_version),
+        client_request_timeout=settings.client_request_timeout,
+        audit=audit,
+        resource_metadata_url=f"{base_url}/.well-known/oauth-protected-resource",
+        broadcast=broadcast,
+        instance_id=instance_id,
+    )
+    return server, tasks
+
+
+def platform_config(settings: Settings, ingress_port: int, base_url: str) -> PlatformConfig:
+    return PlatformConfig(
+        data_dir=settings.data_dir,
+        secret_key=settings.secret_key,
+        source_roots=settings.source_roots,
+        max_apps_per_tenant=settings.max_apps_per_tenant,
+        ingress_host=settings.host,
+        ingress_port=ingress_port,
+        egress_allow=tuple(settings.egress_allow),
+        webhook_replay_window_s=settings.webhook_replay_window_s,
+        outbound=OutboundLimits(
+            settings.outbound_connections, settings.outbound_per_tenant, settings.outbound_wait_s
+        ),
+        limits=limits_of(settings),
+        hosted=HostedLimits(
+            settings.hosted_max_push_bytes,
+            settings.hosted_max_repo_bytes,
+            settings.hosted_timeout_s,
+            settings.hosted_max_pushes_per_app,
+        )
+        if settings.hosted_repos
+        else None,
+        inline=InlineLimits(settings.inline_max_files, settings.inline_max_bytes),
+        base_url=base_url,
+        apps_domain=settings.apps_domain,
+        apps_public_port=settings.apps_public_port,
+        dns_resolver=settings.dns_resolver,
+        domain_check_seconds=settings.domain_check_seconds,
+        reserved_hosts=tuple(
+            h for h in [urlsplit(settings.public_url or "").hostname] if h is not None
+        ),
+    )
+
+
+def limits_of(settings: Settings) -> Limits:
+    """The operator's ceilings and tenant quotas (``APPDECK_MAX_*``, ``APPDECK_TENANT_*``)."""
+    return Limits(**{f: getattr(settings, f) for f in Limits.__dataclass_fields__})
