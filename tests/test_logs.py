@@ -21,11 +21,25 @@ def restored() -> Iterator[None]:
     root = logging.getLogger()
     ours = logging.getLogger(logs.OURS)
     saved = (root.handlers[:], root.level, ours.level)
+    # another test in this worker may have run uvicorn with its own logging config (its
+    # loggers' levels, handlers, propagate): these tests judge logs.configure alone
+    names = [*LIBRARIES, "uvicorn", "sqlalchemy", "sqlalchemy.engine"]
+    libraries = {n: logging.getLogger(n) for n in names}
+    kept = {n: (g.level, g.handlers[:], g.propagate, g.disabled) for n, g in libraries.items()}
+    for logger in libraries.values():
+        logger.setLevel(logging.NOTSET)
+        logger.handlers[:] = []
+        logger.propagate, logger.disabled = True, False
     try:
         yield
     finally:
         root.handlers[:], root.level = saved[0], saved[1]
         ours.setLevel(saved[2])
+        for name, (level, handlers, propagate, disabled) in kept.items():
+            logger = libraries[name]
+            logger.setLevel(level)
+            logger.handlers[:] = handlers
+            logger.propagate, logger.disabled = propagate, disabled
         structlog.reset_defaults()
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from appdeck.events.signals import LocalBroadcast
 from appdeck.protocol.call import Call
+from appdeck.protocol.relay import RELAY_WAITS
 from appdeck.protocol.server import CANCEL_CHANNEL, REPLY_CHANNEL
 
 from .conftest import ALICE
@@ -171,7 +172,7 @@ async def test_a_cancel_nobody_runs_gives_up_after_a_few_seconds_and_counts(
     session = await b.init(ALICE)
     cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}}
     await b.server.handle_notification(cancel, Call(ALICE, session))
-    await until(lambda: b.server.relay_dropped == 1, seconds=10)
+    await until(lambda: b.server.relay_dropped == 1, seconds=sum(RELAY_WAITS) + 15)
 
 
 async def test_malformed_messages_from_other_replicas_are_dropped_and_readers_go_on(

@@ -7,6 +7,7 @@ import re
 
 import sqlalchemy as sa
 
+from appdeck.auth.scopes import SCOPES
 from appdeck.auth.server.authorize import BAD_LOGIN
 from appdeck.storage.schema import users
 
@@ -181,7 +182,7 @@ async def test_unknown_scopes_are_ignored_and_with_none_known_every_scope_is_off
     assert "scope" not in client  # nothing AppDeck knows was registered
     _, challenge = pkce_pair()
     page = await authz.http.get(authorize_url(client["client_id"], challenge, scope="claudeai"))
-    assert len(parse_consent(page.text).scopes) == 9
+    assert len(parse_consent(page.text).scopes) == len(SCOPES)
     page = await authz.http.get(
         authorize_url(client["client_id"], challenge, scope="openid apps:read")
     )
