@@ -155,16 +155,7 @@ class Platform:
         sources = SourceRoots(config.source_roots, data_dir=config.data_dir)
         sealer = Sealer.from_settings(config.secret_key, config.data_dir)
         urls = config.urls(tls)
-        domains = DomainService(
-            DomainStore(engine),
-            hosts if hosts is not None else HostMap(),
-            apps=AppStore(engine),
-            sealer=sealer,
-            resolver=DnsTxtResolver(config.dns_resolver),
-            urls=urls,
-            reserved=config.reserved_hosts,
-            recheck_seconds=config.domain_check_seconds,
-        )
+        domains = _domain_service(engine, config, hosts, sealer, urls)
         apps = AppService(
             AppStore(engine),
             identities,
@@ -190,22 +181,7 @@ class Platform:
         )
         logs = LogService(apps, env, deployments, driver, sealer)
         ops = Operations(deploys)
-        sandbox = getattr(driver, "sandbox", None)  # git on local repos runs in it
-        git = Git(
-            config.data_dir / "repos",
-            policy=EgressPolicy(networks=config.egress_allow),
-            sandbox=sandbox,
-        )
-        hosted = (
-            HostedRepos(  # on each app's disk when disks are kernel-backed
-                config.data_dir / "hosted",
-                sandbox,
-                config.hosted,
-                disks=getattr(driver, "disks", None),
-            )
-            if config.hosted is not None
-            else None
-        )
+        git, hosted = _git_of(config, driver)
         repos = RepoService(
             apps,
             RepoStore(engine),
@@ -259,17 +235,24 @@ class Platform:
             else None,
         )
         connect_repos(platform)
+        platform._follow_apps(hosted, databases, router)
+        return platform
+
+    def _follow_apps(
+        self, hosted: HostedRepos | None, databases: AppDatabases, router: IngressRouter
+    ) -> None:
+        """What an app's delete and rename take with them, in order."""
+        apps = self.apps
         if hosted is not None:
             apps.on_delete(lambda app: asyncio.to_thread(hosted.remove, app.id))
-        apps.on_delete(lambda app: platform.ci.cancel_all(app.id))  # before its workspaces go
-        apps.on_delete(platform._remove_app)
+        apps.on_delete(lambda app: self.ci.cancel_all(app.id))  # before its workspaces go
+        apps.on_delete(self._remove_app)
         apps.on_delete(lambda app: databases.drop(app.id))  # after its processes stopped
-        apps.on_delete(lambda app: repos.forget(app.id))
-        AppRoutes(apps, router).attach(feed)  # after: the processes stop, then the route goes
-        apps.on_delete(domains.release_all)
-        apps.on_rename(domains.moved)
-        domains.attach(feed)  # a deploy (re)claims the spec's domains
-        return platform
+        apps.on_delete(lambda app: self.repos.forget(app.id))
+        AppRoutes(apps, router).attach(self.feed)  # after: the processes stop, then the route
+        apps.on_delete(self.domains.release_all)
+        apps.on_rename(self.domains.moved)
+        self.domains.attach(self.feed)  # a deploy (re)claims the spec's domains
 
     async def start(self, *, sole: bool = True) -> tuple[int, int]:
         """After a restart: load the API keys, route every app (404 until its live release is
@@ -328,3 +311,42 @@ def connect_repos(platform: Platform) -> None:
     platform.repos.handle_pushes_with(platform.ci.on_push)  # CI sees every received commit
     platform.deploys.gate = platform.ci.gate  # require_green
     platform.repos.keep_with(functools.partial(kept_commits, platform.deploys.store))
+
+
+def _domain_service(
+    engine: AsyncEngine,
+    config: PlatformConfig,
+    hosts: HostMap | None,
+    sealer: Sealer,
+    urls: AppUrls,
+) -> DomainService:
+    """Custom domains: claims, TXT proofs, the data plane's host map."""
+    return DomainService(
+        DomainStore(engine),
+        hosts if hosts is not None else HostMap(),
+        apps=AppStore(engine),
+        sealer=sealer,
+        resolver=DnsTxtResolver(config.dns_resolver),
+        urls=urls,
+        reserved=config.reserved_hosts,
+        recheck_seconds=config.domain_check_seconds,
+    )
+
+
+def _git_of(config: PlatformConfig, driver: RuntimeDriver) -> tuple[Git, HostedRepos | None]:
+    """Git on local repositories (in the app's sandbox) and each app's hosted repository."""
+    sandbox = getattr(driver, "sandbox", None)
+    git = Git(
+        config.data_dir / "repos",
+        policy=EgressPolicy(networks=config.egress_allow),
+        sandbox=sandbox,
+    )
+    if config.hosted is None:
+        return git, None
+    hosted = HostedRepos(  # on each app's disk when disks are kernel-backed
+        config.data_dir / "hosted",
+        sandbox,
+        config.hosted,
+        disks=getattr(driver, "disks", None),
+    )
+    return git, hosted
