@@ -150,6 +150,7 @@ class Services:
             instance_id=instance_id,
             databases=databases,
             hosts=router.table.hosts,  # custom domains the data plane serves
+            tls=setup.served_certificates(settings, ingress),  # https once a certificate is served
         )
         register_everything(settings, registry, platform)
         server, tasks = mcp_server_of(

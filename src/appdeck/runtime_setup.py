@@ -20,6 +20,7 @@ from appdeck.ingress.keys import KeyGate
 from appdeck.ingress.routes import Counters, RouteTable
 from appdeck.ingress.server import IngressServer
 from appdeck.platform.deploy.ingress_router import IngressRouter
+from appdeck.platform.domains.proof import ServedCertificates
 from appdeck.runtime import sandbox
 from appdeck.runtime.disks import open_disks
 from appdeck.runtime.egress import EgressPolicy, EgressProxy
@@ -202,3 +203,13 @@ def behind_edge(app: ASGIApp, router: IngressRouter | None) -> ASGIApp:
     if isinstance(router, HAProxyRouter) and router.edge.options.control_servers:
         return TrustEdge(app, control_secret(router.edge.paths))
     return app
+
+
+def served_certificates(
+    settings: Settings, ingress: IngressServer | HAProxyDataPlane
+) -> ServedCertificates | None:
+    """The TLS state ``get_app_url`` shows: only HAProxy with an HTTPS listener serves
+    certificates (the Python ingress is plain HTTP: every app URL stays ``http://``)."""
+    if settings.data_plane != "haproxy" or settings.https_port is None:
+        return None
+    return ServedCertificates(ingress.certificates, settings.https_port)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from appdeck.ingress.certs import Certificate, Certificates
+from appdeck.platform.domains.proof import ServedCertificates
 from appdeck.platform.domains.urls import AppUrls
 
 
@@ -43,4 +45,31 @@ def test_https_once_a_certificate_is_live_for_the_host() -> None:
     urls = AppUrls(8088, "apps.example.com", 80, tls)
     assert urls.primary("shop", "acme") == "https://shop--acme.apps.example.com/"
     assert urls.primary("blog", "acme") == "http://blog--acme.apps.example.com/"
+    assert urls.of_host("shop.example.com") == "https://shop.example.com:8443/"
+
+
+def _certificate(hosts: tuple[str, ...], not_after: float) -> Certificate:
+    return Certificate(hosts, b"chain", b"key", not_after)
+
+
+def test_the_served_certificates_make_a_host_https_while_they_are_valid() -> None:
+    certificates = Certificates()
+    now = [1_000_000.0]
+    tls = ServedCertificates(certificates, 443, clock=lambda: now[0])
+    urls = AppUrls(8088, "apps.example.com", 80, tls)
+    assert urls.primary("shop", "acme") == "http://shop--acme.apps.example.com/"
+    certificates.put("wild", _certificate(("*.apps.example.com",), now[0] + 3600))
+    assert urls.primary("shop", "acme") == "https://shop--acme.apps.example.com/"
+    status = tls.status_of("shop--acme.apps.example.com")
+    assert status is not None
+    assert status["state"] == "issued"
+    now[0] += 7200  # expired: served by nobody's choice, not shown as https
+    assert urls.primary("shop", "acme") == "http://shop--acme.apps.example.com/"
+    assert tls.status_of("x" * 10_000) is None
+
+
+def test_a_served_certificate_on_another_https_port_names_it() -> None:
+    certificates = Certificates()
+    certificates.put("shop", _certificate(("shop.example.com",), 2e9))
+    urls = AppUrls(8088, "apps.example.com", 80, ServedCertificates(certificates, 8443, lambda: 0))
     assert urls.of_host("shop.example.com") == "https://shop.example.com:8443/"

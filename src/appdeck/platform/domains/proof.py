@@ -8,13 +8,18 @@ is what the ACME part tells about a hostname's certificate (``get_app_url``'s ``
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Final, Protocol
 
 import dns.asyncresolver
 import dns.exception
 import dns.rdatatype
 import dns.resolver
+
+from appdeck.ingress.certs import Certificates
 
 CHALLENGE_LABEL: Final = "_appdeck-challenge"
 LOOKUP_SECONDS: Final = 3.0
@@ -104,3 +109,30 @@ def mismatch(name: str, found: list[str]) -> str:
         shown.append(repr(clean + ("…" if len(value) > MAX_VALUE_SHOWN else "")))
     more = f" and {len(found) - MAX_VALUES} more" if len(found) > MAX_VALUES else ""
     return f"the TXT record at {name} has the wrong value: found {', '.join(shown)}{more}"
+
+
+class ServedCertificates:
+    """:class:`TlsStatus` from the certificates the data plane serves right now (what TLS
+    loaded into it: ACME-issued or the operator's): a hostname is ``live`` while a certificate
+    covering it is served and not expired. Only a data plane with an HTTPS listener makes one
+    (HAProxy with ``APPDECK_HTTPS_PORT``); ``https_port`` other than 443 goes into the URL."""
+
+    def __init__(
+        self, certificates: Certificates, https_port: int, clock: Callable[[], float] = time.time
+    ) -> None:
+        self._certificates = certificates
+        self._port = https_port
+        self._clock = clock
+
+    def status_of(self, host: str) -> dict[str, Any] | None:
+        found = self._certificates.for_host(host) if len(host) <= 300 else None
+        if found is None:
+            return None
+        _, certificate = found
+        not_after = datetime.fromtimestamp(certificate.not_after, UTC).isoformat()
+        if certificate.not_after <= self._clock():
+            return {"live": False, "state": "expired", "not_after": not_after}
+        status: dict[str, Any] = {"live": True, "state": "issued", "not_after": not_after}
+        if self._port != 443:
+            status["port"] = self._port
+        return status
