@@ -244,7 +244,10 @@ class Services:
         if self.ingress is None:
             return
         live = self.replicas.live if self.replicas is not None else None
-        self.tls = tls_of(self.settings, self.storage.engine, self.ingress, self.instance_id, live)
+        domains = self.platform.domains if self.platform is not None else None
+        self.tls = tls_of(
+            self.settings, self.storage.engine, self.ingress, self.instance_id, live, domains
+        )
         if self.tls is None:
             return
         await self.tls.start()

@@ -3,6 +3,7 @@ composition root, :mod:`appdeck.app`, starts it once the replicas' liveness is k
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 from urllib.parse import urlsplit
 
@@ -11,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from appdeck.ingress.certs import Certificates
 from appdeck.ingress.challenges import Challenges
 from appdeck.platform.crypto import Sealer
+from appdeck.platform.domains import DomainService
 from appdeck.platform.tls import PlatformNames, TlsConfig, TlsService
 from appdeck.platform.tls.service import LiveReplicas
 from appdeck.settings import Settings
@@ -32,6 +34,7 @@ def tls_of(
     ingress: DataPlane,
     replica: str,
     live_replicas: LiveReplicas | None,
+    domains: DomainService | None = None,
 ) -> TlsService | None:
     """The TLS service when ACME or the operator's files are set; None otherwise."""
     s = settings
@@ -41,6 +44,7 @@ def tls_of(
         engine,
         apps_domain=getattr(s, "apps_domain", None),  # APPDECK_APPS_DOMAIN: the domains part
         public_host=urlsplit(s.public_url).hostname if s.public_url else None,
+        domains=domains,  # custom domains: a certificate issued for one proves it
     )
     config = TlsConfig(
         directory=s.acme_directory,
@@ -62,4 +66,14 @@ def tls_of(
         names=names,
         replica=replica,
         live_replicas=live_replicas,
+        domain_verified=_proved_by_acme(domains) if domains is not None else None,
     )
+
+
+def _proved_by_acme(domains: DomainService) -> Callable[[str, str], Awaitable[None]]:
+    """A certificate issued for a custom domain verifies its claim (``method="acme"``)."""
+
+    async def proved(domain: str, method: str) -> None:
+        await domains.mark_verified(domain, "acme")
+
+    return proved

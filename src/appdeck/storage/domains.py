@@ -190,14 +190,16 @@ class DomainStore:
         async with self._engine.connect() as conn:
             return [_record(r) for r in (await conn.execute(query)).all()]
 
-    async def served(self) -> list[Served]:
-        """Every verified host with its app: what the data plane's host map must hold."""
+    async def served(self, *, verified_only: bool = True) -> list[Served]:
+        """Every verified host with its app: what the data plane's host map must hold (every
+        claimed one with ``verified_only=False``: what TLS may order a certificate for)."""
         query = (
             sa.select(app_domains.c.host, apps.c.id, apps.c.name, apps.c.tenant_id)
             .join(apps, apps.c.id == app_domains.c.app_id)
-            .where(app_domains.c.state == VERIFIED)
             .order_by(app_domains.c.host)
         )
+        if verified_only:
+            query = query.where(app_domains.c.state == VERIFIED)
         async with self._engine.connect() as conn:
             rows = (await conn.execute(query)).all()
         return [Served(r.host, r.id, r.name, r.tenant_id) for r in rows]

@@ -6,14 +6,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from appdeck.ingress.certs import Certificates
+from appdeck.ingress.challenges import Challenges
 from appdeck.ingress.hosts import HostMap
 from appdeck.platform.changes import Change, ChangeFeed
 from appdeck.platform.crypto import Sealer
 from appdeck.platform.domains import AppUrls, DomainService
 from appdeck.platform.domains.proof import LookupFailed
+from appdeck.platform.tls import PlatformNames
+from appdeck.settings import load
 from appdeck.storage import Storage
 from appdeck.storage.apps import AppRecord, AppStore
 from appdeck.storage.domains import DomainStore
+from appdeck.tls_setup import _proved_by_acme, tls_of
 
 
 class Dns:
@@ -120,3 +125,31 @@ async def test_a_deploy_claims_what_the_spec_lists_once_the_holder_let_it_go(
     held = await service.store.get_many(["shop.example.test"])
     assert held["shop.example.test"].app_id == waiting.id
     assert held["shop.example.test"].state == "pending"
+
+
+async def test_tls_is_told_every_claim_and_its_certificate_proves_the_domain(
+    storage: Storage, tmp_path: Path
+) -> None:
+    hosts = HostMap()
+    service = _service(storage, Dns(), hosts, tmp_path)
+    app = await _app(storage, "acme", ["shop.example.test", "www.example.test"])
+    await service.claim(app)
+    assert sorted(await service.claimed()) == [
+        (app.id, "acme", "shop.example.test"),
+        (app.id, "acme", "www.example.test"),
+    ]
+    settings = load(data_dir=tmp_path, acme_directory="https://acme.example.test/dir")
+    assert tls_of(settings, storage.engine, IngressPlane(), "r1", None, service) is not None
+    names = PlatformNames(storage.engine, apps_domain=None, public_host=None, domains=service)
+    wanted = {h for row in await names.wanted() for h in row.hostnames}
+    assert wanted == {"shop.example.test", "www.example.test"}  # TLS orders for the claims
+    proved = _proved_by_acme(service)
+    await proved("shop.example.test", "acme")
+    assert hosts.items() == {"shop.example.test": "shop--acme"}
+    assert {h for _, _, h in await service.claimed()} == {"shop.example.test", "www.example.test"}
+
+
+class IngressPlane:
+    def __init__(self) -> None:
+        self.certificates = Certificates()
+        self.challenges = Challenges()

@@ -160,6 +160,13 @@ class DomainService:
         """The TXT value that proves ``app_id``'s owner controls ``host``."""
         return "appdeck-" + self._sealer.mac(f"custom-domain\0{host}\0{app_id}")[:32]
 
+    async def claimed(self) -> list[tuple[int, str, str]]:
+        """(app id, tenant id, domain) of every claimed domain, proved or not: the names TLS
+        orders certificates for (an issued one proves its domain: :meth:`mark_verified`)."""
+        return [
+            (s.app_id, s.tenant_id, s.host) for s in await self.store.served(verified_only=False)
+        ]
+
     async def mark_verified(self, domain: str, method: Method = "acme") -> bool:
         """The ACME part's call once an HTTP-01 order for ``domain`` succeeded: its holder's
         claim is verified (False when nobody claims it)."""
