@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,6 +113,8 @@ class CIService:
         self._locks: dict[int, asyncio.Lock] = {}
         self._running: dict[tuple[int, int], asyncio.Task[CIRunRecord]] = {}
         self._making: dict[int, int] = {}
+        self._cancelled: weakref.WeakSet[asyncio.Task[CIRunRecord]] = weakref.WeakSet()
+        """Runs cancel_all cancelled (see there)."""
 
     def deploy_with(self, deploy: DeployCommit) -> None:
         """What a green run with auto_deploy calls (the composition root wires Deployments)."""
@@ -293,9 +296,12 @@ class CIService:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     async def cancel_all(self, app_id: int) -> None:
-        """Stop the app's runs (its deletion): the sandbox kills what they started."""
+        """Stop the app's runs (its deletion): the sandbox kills what they started. The run is
+        remembered too: a cancel that lands in a database call can be swallowed by the
+        driver (seen on PostgreSQL under load), and the run must still not start its tests."""
         for (run_app, _), task in list(self._running.items()):
             if run_app == app_id:
+                self._cancelled.add(task)
                 task.cancel()
 
     # -- the run itself -----------------------------------------------------------------
@@ -345,7 +351,9 @@ class CIService:
         await self._repos.report_status(
             app.id, record.commit, "pending", "appdeck/ci", f"CI run #{record.number} running"
         )
-        current = await self._apps.store.get(app.id) or app
+        current = await self._apps.store.get(app.id)
+        if current is None:  # deleted meanwhile (its cancel may have been lost in a query)
+            return Outcome("cancelled", None, "the app was deleted", "")
         source = await self._repos.source(current, record.commit)
         if source is None:
             return Outcome("error", None, "the repository was disconnected", "")
@@ -365,7 +373,10 @@ class CIService:
             test_command=config.test_command,
             timeout_s=float(config.timeout_seconds),
         )
-        return await self._runner.run(job, await self._masks(app.id))
+        masks = await self._masks(app.id)
+        if asyncio.current_task() in self._cancelled:  # a cancel a driver swallowed
+            raise asyncio.CancelledError
+        return await self._runner.run(job, masks)
 
     async def _end(self, record: CIRunRecord, outcome: Outcome) -> CIRunRecord:
         await self._store.update(
