@@ -52,10 +52,10 @@ async def test_reloads_lose_no_request_under_a_probe(
                 except httpx.HTTPError as exc:
                     failures.append(repr(exc))
                 answered += 1
-                await asyncio.sleep(0.005)
+                await asyncio.sleep(0)
 
     task = asyncio.create_task(probe())
-    others = [await upstream(f"other{i}") for i in range(5)]
+    others = [await upstream(f"other{i}") for i in range(10)]
     for i, other in enumerate(others):  # each new route is a reload
         data_plane.table.set(f"other{i}", [Backend("r1", 100, [other.address])])
         assert await data_plane.synced()
@@ -186,8 +186,11 @@ async def test_counters_survive_a_reload_by_another_driver(
     other.settle()
     try:
         assert await other.synced()
-        for _ in range(4):
-            assert (await client.get("/", headers=BLOG)).status_code == 200
+        # a new connection: the old worker answers one last request on each connection it
+        # kept (idle-close-on-response) and exits before a poll reads it (the documented loss)
+        async with httpx.AsyncClient(base_url=str(client.base_url), timeout=10) as fresh:
+            for _ in range(4):
+                assert (await fresh.get("/", headers=BLOG)).status_code == 200
         await until(lambda: data_plane.counters.get("blog", "r1").requests == 10, within=10)
         assert data_plane.counters.since(mark).requests == 4
     finally:

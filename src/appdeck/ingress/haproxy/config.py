@@ -306,7 +306,11 @@ def render(
         f"    timeout server {server_ms}ms",
         f"    timeout client {idle_ms}ms",
         f"    timeout http-request {idle_ms}ms",
-        "    timeout http-keep-alive 5s",
+        "    timeout http-keep-alive 15s",  # the Python ingress's; above clients' 5 s pools
+        # a reload's old worker keeps idle client connections and answers the next request
+        # on each with "Connection: close" (by default it closes them, racing the client's
+        # next request: "server disconnected without sending a response")
+        "    option idle-close-on-response",
         f"    timeout tunnel {idle_ms}ms",
         "    balance roundrobin",
         f"    http-error status 503 content-type {_HTML} hdr x-appdeck-page 502 "
