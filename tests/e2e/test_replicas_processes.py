@@ -52,11 +52,14 @@ async def replicas(
 
 
 @contextlib.asynccontextmanager
-async def two_instance_app(replicas: Replicas, on: Replica, **more: Any) -> AsyncIterator[int]:
-    """The hello fixture with ``instances: 2``, deleted at the end (its processes belong to
-    the host and outlive the replicas)."""
+async def two_instance_app(
+    replicas: Replicas, on: Replica, cleanup: Replica | None = None, **more: Any
+) -> AsyncIterator[int]:
+    """The hello fixture with ``instances: 2``, deleted at the end through ``cleanup`` (a
+    replica still alive then; default ``on``): its processes belong to the host and outlive
+    the replicas."""
     source = replicas.data_dir.parent / "src" / "hello"
-    async with registered_hello(source, on, on, instances=2, **more) as app_id:
+    async with registered_hello(source, on, cleanup or on, instances=2, **more) as app_id:
         yield app_id
 
 
@@ -173,7 +176,10 @@ async def test_a_killed_replicas_canary_is_cleaned_up_without_one_failed_request
         asyncio.timeout(240),
         three(replicas) as (a, b, c),
         two_instance_app(
-            replicas, on=a, canary={"percent": 50, "steps": [50, 100], "analysis_window_s": 600}
+            replicas,
+            on=a,
+            cleanup=b,  # A is killed below: deleting through it left the app's shims running
+            canary={"percent": 50, "steps": [50, 100], "analysis_window_s": 600},
         ) as app_id,
     ):
         await deploy(b, app_id)  # rolling

@@ -6,8 +6,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import os
 import re
 import secrets
+import signal
+import sys
 import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -150,6 +153,30 @@ async def _run(
                 with contextlib.suppress(Exception):
                     await server.stop()
             reap_haproxy(tmp_path)  # issue 21: the replicas' shared data plane
+            reap_shims(replicas.data_dir)
+
+
+def reap_shims(data_dir: Path) -> None:
+    """Kill what a test left running of its apps (each instance's shim leads its process
+    group): apps outlive the replicas by design, and a test that could not delete its app (its
+    replica died) must not leave the app's processes on the host. Said on stderr: a leak is
+    the test's bug to fix, not a normal end."""
+    runtime = str((data_dir / "runtime").resolve()) + "/"
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            words = [
+                a.decode(errors="replace") for a in (entry / "cmdline").read_bytes().split(b"\0")
+            ]
+        except OSError:
+            continue
+        if not any(w.endswith("/shim.py") for w in words) or "--log" not in words[:-1]:
+            continue
+        if words[words.index("--log") + 1].startswith(runtime):
+            print(f"test left app instance {entry.name} running: killed", file=sys.stderr)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(int(entry.name), signal.SIGKILL)
 
 
 def app_processes(data_dir: Path, app_id: int) -> dict[str, int]:
