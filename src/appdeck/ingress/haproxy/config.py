@@ -188,10 +188,19 @@ def route_lines(domains: Sequence[str]) -> list[str]:
         "!{ req.hdr(accept) -m sub text/html }",
         "http-request set-var(txn.fmt) str(html) if !{ var(txn.fmt) -m found }",
         *_returns(400, "bad_request", "the request has no Host header", _NO_HOST),
+        "http-request disable-l7-retry unless METH_GET or METH_HEAD or METH_OPTIONS "
+        "or { method PUT DELETE }",
         "http-request del-header x-forwarded-for",
         "http-request del-header x-forwarded-proto",
         "http-request del-header x-forwarded-host",
         "http-request del-header forwarded",
+        # hop-by-hop headers (RFC 9110 7.6.1), as the Python ingress dropped them; Upgrade
+        # only when Connection does not ask for it (a websocket's is passed on)
+        "http-request del-header keep-alive",
+        "http-request del-header te",
+        "http-request del-header proxy-authorization",
+        "http-request del-header proxy-connection",
+        "http-request del-header upgrade unless { req.hdr(connection) -m sub -i upgrade }",
         "http-request set-header x-forwarded-proto http",
         "http-request set-header x-forwarded-host %[req.hdr(host)]",
         "http-request set-var(txn.host) req.hdr(host),host_only,lower,regsub([.]$,)",
@@ -240,6 +249,10 @@ def backend_lines(domains: Sequence[str], proxy: ProxyConfig) -> list[str]:
             f"the request body is larger than {proxy.max_body_size} bytes",
             f"{{ req.hdr_val(content-length) gt {proxy.max_body_size} }} !{_EDGE_ROUTE}",
         ),
+        # an app's hop-by-hop headers stop here (HAProxy writes its own Connection)
+        "http-response del-header connection",
+        "http-response del-header keep-alive",
+        "http-response del-header proxy-authenticate",
         "http-after-response set-status 502 if { res.hdr(x-appdeck-page) -m str 502 }",
         "http-after-response set-header content-type application/json "
         "if { res.hdr(x-appdeck-page) -m found } { var(txn.fmt) -m str json }",
@@ -286,7 +299,10 @@ def render(
         "e504.map": e504,
     }
     connect_ms = int(proxy.connect_timeout * 1000)
-    server_ms = int(proxy.response_timeout * 1000)
+    # one inactivity timer toward the app in HAProxy 2.6 (to the headers and between body
+    # pieces alike; no http-response set-timeout): the longer limit, so an event stream or a
+    # long poll silent for less than idle_timeout is never cut (docs/data-plane-edge.md)
+    server_ms = int(max(proxy.response_timeout, proxy.idle_timeout) * 1000)
     idle_ms = int(proxy.idle_timeout * 1000)
     head = [
         "global",
@@ -302,6 +318,9 @@ def render(
         "    option dontlognull",
         "    option redispatch 1",
         "    retries 1",
+        # a kept-alive connection the app closed as the request arrived: an idempotent
+        # request goes again (the frontend turns retries off for the others)
+        "    retry-on conn-failure empty-response",
         f"    timeout connect {connect_ms}ms",
         f"    timeout server {server_ms}ms",
         f"    timeout client {idle_ms}ms",
