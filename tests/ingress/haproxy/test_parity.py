@@ -211,7 +211,9 @@ async def test_a_dead_instance_is_skipped_for_the_next_one_of_the_release(
 async def test_a_slow_upstream_gets_a_504_and_its_request_is_dropped(
     plane: StartPlane, upstream: StartUpstream
 ) -> None:
-    app, client = await blog_on(plane, upstream, ProxyConfig(response_timeout=0.3, idle_timeout=0.3))
+    app, client = await blog_on(
+        plane, upstream, ProxyConfig(response_timeout=0.3, idle_timeout=0.3)
+    )
     start = time.monotonic()
     r = await client.get("/slow?delay=60", headers=BLOG)
     assert r.status_code == 504
@@ -366,7 +368,10 @@ async def test_switching_blue_to_green_keeps_in_flight_requests_whole(
                 if not received:  # mid-stream: switch the live release
                     data_plane.table.set(
                         "blog",
-                        [Backend("blue", 0, [blue.address]), Backend("green", 100, [green.address])],
+                        [
+                            Backend("blue", 0, [blue.address]),
+                            Backend("green", 100, [green.address]),
+                        ],
                     )
                     assert await data_plane.synced()
                     after = await client.get("/", headers=BLOG)
@@ -424,3 +429,47 @@ async def test_bytes_after_a_whole_response_retire_the_connection(plane: StartPl
         for _ in range(3):
             r = await client.get("/", headers=BLOG)
             assert (r.status_code, r.text) == (200, "ok")
+
+
+async def test_a_websocket_upgrade_reaches_the_app_and_carries_both_ways(
+    plane: StartPlane,
+) -> None:
+    """Apps may serve websockets (the Python ingress refused them): the Upgrade passes, then
+    bytes flow both ways until one side closes or ``timeout tunnel`` (idle_timeout) passes."""
+    heads: list[bytes] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            heads.append(await reader.readuntil(b"\r\n\r\n"))
+            writer.write(
+                b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                b"Connection: Upgrade\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n"
+            )
+            while data := await reader.read(1024):
+                writer.write(b"echo:" + data)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    data_plane, _ = await plane()
+    async for address in raw_app(handle):
+        data_plane.table.set("blog", [Backend("r1", 100, [address])])
+        assert await data_plane.synced()
+        reader, writer = await asyncio.open_connection("127.0.0.1", data_plane.port)
+        try:
+            writer.write(
+                b"GET /ws HTTP/1.1\r\nHost: blog.localhost\r\nConnection: Upgrade\r\n"
+                b"Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
+                b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+            )
+            async with asyncio.timeout(10):
+                answer = await reader.readuntil(b"\r\n\r\n")
+                assert answer.startswith(b"HTTP/1.1 101")
+                for word in (b"one", b"two"):
+                    writer.write(word)
+                    assert await reader.readexactly(5 + len(word)) == b"echo:" + word
+        finally:
+            writer.close()
+    assert b"upgrade: websocket" in heads[0].lower()

@@ -144,7 +144,9 @@ async def test_a_dead_upstream_gives_a_502_naming_the_app_that_is_counted(
 async def test_a_slow_app_gets_a_504_and_a_big_body_a_413(
     plane: StartPlane, upstream: StartUpstream
 ) -> None:
-    data_plane, client = await plane(ProxyConfig(response_timeout=0.3, idle_timeout=0.3, max_body_size=1000))
+    data_plane, client = await plane(
+        ProxyConfig(response_timeout=0.3, idle_timeout=0.3, max_body_size=1000)
+    )
     blog = await upstream("blog-r1")
     data_plane.table.set("blog", [Backend("r1", 100, [blog.address])])
     assert await data_plane.synced()

@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Final, Protocol
 
-from appdeck.common.listen import LOOPBACKS, listen
+from appdeck.common.listen import LOOPBACKS, ListenError, listen
 from appdeck.ingress.certs import Certificates
 from appdeck.ingress.challenges import Challenges
 from appdeck.ingress.config import ProxyConfig
@@ -201,14 +201,23 @@ class HAProxyDataPlane:
 
     async def start(self) -> int:
         """Adopt this install's running HAProxy (left as it is until :meth:`settle`), or
-        start one with the table as it is; the port."""
+        start one with the table as it is; the port. :class:`ListenError` when the running
+        HAProxy listens on another port than this one's (0: take the running one's)."""
         if self._task is not None:
             raise RuntimeError("the data plane is already running")
-        self._loop = asyncio.get_running_loop()
-        self.table.listener = self._poke
         async with self.process.locked():  # replicas starting at once: one starts HAProxy
+            running = self._running_port()
             if self.port == 0:  # one data plane per install: a running one keeps its port
-                self.port = self._running_port() or free_port(self.host)
+                self.port = running or free_port(self.host)
+            elif running is not None and running != self.port:
+                # a reload with this port would take the other replicas' port away
+                raise ListenError(
+                    f"port {self.port} is not where this host's data plane listens: the "
+                    f"HAProxy every replica shares is on port {running}",
+                    port=self.port,
+                )
+            self._loop = asyncio.get_running_loop()
+            self.table.listener = self._poke
             if self.process.running():
                 log.info("adopted the running HAProxy (%s)", self.layout.directory)
             else:
