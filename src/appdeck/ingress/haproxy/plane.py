@@ -17,7 +17,8 @@ One task (every :data:`TICK_S`, or at once after a change):
   :class:`HAProxyCounters`, plus what earlier workers counted (a reload starts a worker at 0).
   A reload's old worker answers one last request on each client connection it kept open
   (``idle-close-on-response``) and exits: those requests are not counted (at most one per
-  open connection per reload).
+  open connection per reload). Latency: the requests new since the last poll times the
+  server's mean time to response headers then (``qtime + ctime + rtime``).
 
 At start the data plane holds its first sync (the table is still empty then) until
 :meth:`HAProxyDataPlane.settle` (the platform restored its routes) or :data:`SETTLE_S`: an
@@ -107,14 +108,21 @@ class HAProxyTable(RouteTable):
 class HAProxyCounters(Counters):
     """Counters loaded from HAProxy's per-server stats (see the module docs): requests by
     status class; the requests HAProxy could not get an answer for (``econ``, ``eresp``)
-    count as 5xx and upstream errors."""
+    count as 5xx and upstream errors; ``latency_sum`` is estimated (see ``_poll``)."""
 
-    def load(self, totals: dict[tuple[str, str], list[int]]) -> None:
-        """``totals``: (route, release) -> [1xx, 2xx, 3xx, 4xx, 5xx, upstream errors]."""
+    def load(
+        self,
+        totals: dict[tuple[str, str], list[int]],
+        latency: dict[tuple[str, str], float] | None = None,
+    ) -> None:
+        """``totals``: (route, release) -> [1xx, 2xx, 3xx, 4xx, 5xx, upstream errors];
+        ``latency``: (route, release) -> the seconds to response headers, summed."""
         for (route, release), row in totals.items():
             cell = self.counter(route, release)
             cell.by_class = [0, row[0], row[1], row[2], row[3], row[4] + row[5]]
             cell.upstream_errors = row[5]
+            if latency is not None:
+                cell.latency_sum = latency.get((route, release), 0.0)
 
 
 def free_port(host: str) -> int:
@@ -193,6 +201,8 @@ class HAProxyDataPlane:
         self._base: dict[tuple[str, str], list[int]] = {}
         """(backend, server) -> what the workers before this one counted."""
         self._last: dict[tuple[str, str], list[int]] = {}
+        self._latency: dict[tuple[str, str], float] = {}
+        """(backend, server) -> seconds to response headers, summed over every worker."""
 
     def url_for(self, route: str) -> str:
         return f"http://{route}.{self.table.domains[0]}:{self.port}"
@@ -406,20 +416,40 @@ class HAProxyDataPlane:
             counts = [_int(row.get(name)) for name in _CLASSES]
             counts.append(_int(row.get("econ")) + _int(row.get("eresp")))
             before = self._last.get((backend, server))
-            if before is not None and any(n < o for n, o in zip(counts, before, strict=True)):
+            new_worker = before is not None and any(
+                n < o for n, o in zip(counts, before, strict=True)
+            )
+            if before is not None and new_worker:
                 base = self._base.setdefault((backend, server), [0] * 6)  # a new worker (a
                 for i, value in enumerate(before):  # reload by another replica, a restart)
                     base[i] += value
+            fresh = sum(counts[:5]) - (sum(before[:5]) if before and not new_worker else 0)
+            if fresh > 0:
+                self._latency[(backend, server)] = self._latency.get(
+                    (backend, server), 0.0
+                ) + fresh * _to_headers(row)
             last[(backend, server)] = counts
         self._last = last
         totals: dict[tuple[str, str], list[int]] = {}
+        latency: dict[tuple[str, str], float] = {}
         for key in {*self._base, *last}:
             route, release = key[0].removeprefix("be_"), key[1].rpartition("-")[0]
             total = totals.setdefault((route, release), [0] * 6)
             for source in (self._base.get(key), last.get(key)):
                 for i, value in enumerate(source or ()):
                     total[i] += value
-        self.counters.load(totals)
+            latency[(route, release)] = latency.get((route, release), 0.0) + self._latency.get(
+                key, 0.0
+            )
+        self.counters.load(totals, latency)
+
+
+def _to_headers(row: dict[str, str]) -> float:
+    """A server's mean seconds from a request's arrival to its response headers: HAProxy's
+    averages over its last 1024 requests of queue, connect and response time (``qtime``,
+    ``ctime``, ``rtime``, ms). Requests answered between two polls count at the mean of when
+    they were read: an estimate, exact for a steady release (what canary analysis compares)."""
+    return sum(_int(row.get(name)) for name in ("qtime", "ctime", "rtime")) / 1000
 
 
 def _int(value: str | None) -> int:
