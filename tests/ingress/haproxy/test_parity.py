@@ -473,3 +473,25 @@ async def test_a_websocket_upgrade_reaches_the_app_and_carries_both_ways(
         finally:
             writer.close()
     assert b"upgrade: websocket" in heads[0].lower()
+
+
+async def test_a_reloads_old_worker_holding_a_stream_is_stopped_after_the_drain_limit(
+    plane: StartPlane, upstream: StartUpstream
+) -> None:
+    """Old workers do not pile up: ``hard-stop-after`` ends the streams they still hold."""
+    data_plane, client = await plane(ProxyConfig(reload_drain_timeout=1))
+    app = await upstream("r1")
+    data_plane.table.set("blog", [Backend("r1", 100, [app.address])])
+    assert await data_plane.synced()
+    events: list[str] = []
+    with pytest.raises(httpx.RemoteProtocolError):
+        async with asyncio.timeout(30):
+            async with client.stream("GET", "/sse?n=200&delay=0.1", headers=BLOG) as r:
+                async for line in r.aiter_lines():
+                    if line and not events:
+                        data_plane.table.set("shop", [Backend("r1", 100, [app.address])])
+                        assert await data_plane.synced()
+                    if line:
+                        events.append(line)
+    assert 1 <= len(events) < 200
+    assert "hard-stop-after 1000ms" in data_plane.layout.config.read_text()

@@ -311,6 +311,9 @@ def render(
         "    description appdeck-@DIGEST@",
         f"    maxconn {_maxconn()}",
         "    tune.bufsize 65536",  # request heads up to the Python ingress's 64 KiB
+        # every new route reloads: an old worker lives on while clients hold streams on it;
+        # bounded, so reloads cannot pile up workers (docs/data-plane-edge.md)
+        f"    hard-stop-after {int(proxy.reload_drain_timeout * 1000)}ms",
         *(f"    {line}" for line in edge_global),
         "",
         "defaults",
