@@ -411,7 +411,7 @@ class HAProxyDataPlane:
         last: dict[tuple[str, str], list[int]] = {}
         for row in rows:
             backend, server = row.get("pxname") or "", row.get("svname") or ""
-            if not backend.startswith("be_"):
+            if not backend.startswith(("be_", "bc_")):  # a route's, or its body-limited twin
                 continue
             counts = [_int(row.get(name)) for name in _CLASSES]
             counts.append(_int(row.get("econ")) + _int(row.get("eresp")))
@@ -433,7 +433,7 @@ class HAProxyDataPlane:
         totals: dict[tuple[str, str], list[int]] = {}
         latency: dict[tuple[str, str], float] = {}
         for key in {*self._base, *last}:
-            route, release = key[0].removeprefix("be_"), key[1].rpartition("-")[0]
+            route, release = key[0][3:], key[1].rpartition("-")[0]
             total = totals.setdefault((route, release), [0] * 6)
             for source in (self._base.get(key), last.get(key)):
                 for i, value in enumerate(source or ()):
