@@ -293,7 +293,7 @@ async def test_an_upstream_silent_mid_body_longer_than_the_idle_timeout_is_cut_o
 # --- headers ---------------------------------------------------------------------------------
 
 
-async def test_hop_by_hop_request_headers_are_dropped(
+async def test_hop_by_hop_and_a_clients_x_appdeck_request_headers_are_dropped(
     plane: StartPlane, upstream: StartUpstream
 ) -> None:
     _, client = await blog_on(plane, upstream)
@@ -308,11 +308,14 @@ async def test_hop_by_hop_request_headers_are_dropped(
             "proxy-authorization": "Basic eDp5",
             "upgrade": "h2c",
             "x-kept": "yes",
+            "x-appdeck-release": "r0",
+            "X-AppDeck-Anything": "spoofed",
         },
     )
     seen = headers_of(r.json())
     for name in ("keep-alive", "te", "proxy-authorization", "upgrade"):
         assert name not in seen, name
+    assert [name for name in seen if name.startswith("x-appdeck-")] == []
     assert seen["x-kept"] == ["yes"]
     # headers the Connection header names are passed on (HAProxy cannot drop a header whose
     # name comes from the request): harmless to the app, documented in data-plane-edge.md

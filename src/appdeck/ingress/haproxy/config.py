@@ -198,6 +198,7 @@ def route_lines(domains: Sequence[str]) -> list[str]:
         "http-request del-header forwarded",
         # hop-by-hop headers (RFC 9110 7.6.1), as the Python ingress dropped them; Upgrade
         # only when Connection does not ask for it (a websocket's is passed on)
+        "http-request del-header x-appdeck- -m beg",  # ours to set, never a client's
         "http-request del-header keep-alive",
         "http-request del-header te",
         "http-request del-header proxy-authorization",
