@@ -18,6 +18,9 @@ class ProxyConfig:
     and for the upstream to take more of a request body."""
     max_body_size: int = 10 * 1024 * 1024
     """Largest request body forwarded; above it, 413."""
+    reload_drain_timeout: float = 900.0
+    """HAProxy: how long a reload's old worker may go on serving the streams, websockets and
+    downloads it holds before it is stopped (``hard-stop-after``; a route change reloads)."""
     retry_after: int = 5
     """``Retry-After`` seconds on the 503 page of an app with no live release."""
     max_idle_per_upstream: int = 64

@@ -104,3 +104,28 @@ def test_the_edge_rules_go_between_the_route_and_the_backend_choice() -> None:
     state = text.index("set-var(txn.state)")
     assert route < text.index(EDGE_RULES_MARK) < edge < state < text.index("use_backend")
     assert "backend be_edge_extra" in text
+
+
+def test_a_live_route_has_a_body_limited_twin_with_the_same_servers_and_weights() -> None:
+    table = RouteTable()
+    table.set("blog", [Backend("r1", 90, ["127.0.0.1:1"]), Backend("r2", 10, ["127.0.0.1:2"])])
+    rendered = render(
+        table, LAYOUT, host="127.0.0.1", port=8088, proxy=ProxyConfig(max_body_size=4096)
+    )
+    twin = rendered.config.split("backend bc_blog\n")[1].split("\n\n")[0].splitlines()
+    assert twin[0] == "    filter lua.appdeck_body_limit 4096"
+    assert twin[1:] == rendered.config.split("backend be_blog\n")[1].split("\n\n")[0].splitlines()
+    for server in ("r1-0", "r2-0"):
+        assert rendered.weights[("bc_blog", server)] == rendered.weights[("be_blog", server)]
+        assert rendered.servers[("bc_blog", server)] == rendered.servers[("be_blog", server)]
+    assert f"lua-load {LAYOUT.file('body.lua')}" in rendered.config
+    assert "AppDeckBodyLimit" in rendered.files["body.lua"]
+    assert rendered.files["e413.map"].startswith('413:json {"error":{"status":413')
+
+
+def test_the_app_timeout_is_the_longer_of_response_and_idle_and_old_workers_are_bounded() -> None:
+    proxy = ProxyConfig(response_timeout=30, idle_timeout=60, reload_drain_timeout=120)
+    config = render(RouteTable(), LAYOUT, host="127.0.0.1", port=8088, proxy=proxy).config
+    assert "    timeout server 60000ms" in config
+    assert "    timeout tunnel 60000ms" in config  # websockets: idle_timeout between frames
+    assert "    hard-stop-after 120000ms" in config

@@ -1,7 +1,8 @@
-"""The API-key gate in HAProxy (edge.py's rules and edge.lua) against a real HAProxy: the same
-contract as KeyGate (tests/ingress/test_api_keys.py): 401 without a valid key, 403 for a
-read-only key on another method, 503 ``starting`` while the gate is closed; the app never sees
-a key, only its id; the key's last use lands in the stick table."""
+"""The API-key gate in HAProxy (edge.py's rules and edge.lua) against a real HAProxy: the
+contract the Python ingress's KeyGate had (its tests went with it): 401 without a valid key,
+403 for a read-only key on another method, 503 ``starting`` while the gate is closed; the app
+never sees a key, only its id; the key's last use lands in the stick table. A revoked key:
+test_wiring.py."""
 
 from __future__ import annotations
 

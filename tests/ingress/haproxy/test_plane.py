@@ -144,7 +144,9 @@ async def test_a_dead_upstream_gives_a_502_naming_the_app_that_is_counted(
 async def test_a_slow_app_gets_a_504_and_a_big_body_a_413(
     plane: StartPlane, upstream: StartUpstream
 ) -> None:
-    data_plane, client = await plane(ProxyConfig(response_timeout=0.3, max_body_size=1000))
+    data_plane, client = await plane(
+        ProxyConfig(response_timeout=0.3, idle_timeout=0.3, max_body_size=1000)
+    )
     blog = await upstream("blog-r1")
     data_plane.table.set("blog", [Backend("r1", 100, [blog.address])])
     assert await data_plane.synced()
@@ -232,3 +234,46 @@ async def test_a_loopback_host_is_held_on_both_loopbacks(
     assert await data_plane.synced()
     async with httpx.AsyncClient(base_url=f"http://[::1]:{data_plane.port}", timeout=10) as v6:
         assert (await v6.get("/", headers=BLOG)).json()["upstream"] == "blog-r1"
+
+
+async def test_a_slow_release_shows_a_higher_mean_latency_than_a_fast_one(
+    plane: StartPlane, upstream: StartUpstream
+) -> None:
+    """Canary analysis may compare releases' mean latency: HAProxy's per-server times fill
+    it (the time to response headers, as the Python ingress counted)."""
+
+    async def slow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while await reader.readuntil(b"\r\n\r\n"):
+                await asyncio.sleep(0.3)
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nslow")
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    data_plane, client = await plane()
+    fast = await upstream("fast")
+    server = await asyncio.start_server(slow, "127.0.0.1", 0)
+    try:
+        slow_address = f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        data_plane.table.set(
+            "blog", [Backend("r1", 50, [fast.address]), Backend("r2", 50, [slow_address])]
+        )
+        assert await data_plane.synced()
+        for _ in range(12):
+            await client.get("/", headers=BLOG)
+        counters = data_plane.counters
+        await until(
+            lambda: counters.get("blog", "r1").requests + counters.get("blog", "r2").requests >= 12,
+            within=10,
+        )
+    finally:
+        server.close()
+        await server.wait_closed()
+    quick, late = counters.get("blog", "r1"), counters.get("blog", "r2")
+    assert quick.requests >= 3
+    assert late.requests >= 3
+    assert late.mean_latency >= 0.25  # the app's 0.3 s before its headers
+    assert late.mean_latency > quick.mean_latency

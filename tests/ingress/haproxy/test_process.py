@@ -13,10 +13,17 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
+from appdeck.common.listen import ListenError
 from appdeck.ingress.haproxy.config import Layout
 from appdeck.ingress.haproxy.namespaces import NETNS_DIR, Namespaces
-from appdeck.ingress.haproxy.plane import HAProxyCounters, HAProxyDataPlane, HAProxyTable
+from appdeck.ingress.haproxy.plane import (
+    HAProxyCounters,
+    HAProxyDataPlane,
+    HAProxyTable,
+    free_port,
+)
 from appdeck.ingress.routes import Backend
 from appdeck.runtime import netns
 from tests.ingress.conftest import StartUpstream
@@ -127,6 +134,28 @@ async def test_a_second_serve_adopts_the_running_haproxy_without_restarting_it(
         assert (await client.get("/", headers=BLOG)).json()["upstream"] == "blog"
     finally:
         await second.stop()
+
+
+async def test_a_replica_with_another_ingress_port_is_refused_and_the_running_one_kept(
+    plane: StartPlane, upstream: StartUpstream, run_dir: Path
+) -> None:
+    """Replicas on one host share one HAProxy: one started with another port would move
+    everyone's listener; it is refused at start, naming the port in use."""
+    first, client = await plane()
+    blog = await upstream("blog")
+    first.table.set("blog", [Backend("r1", 100, [blog.address])])
+    assert await first.synced()
+    other = free_port("127.0.0.1")
+    second = HAProxyDataPlane(
+        HAProxyTable(), HAProxyCounters(), Layout(run_dir / "haproxy"), port=other
+    )
+    with pytest.raises(ListenError, match=f"port {other} .* on port {first.port}") as refused:
+        await second.start()
+    assert refused.value.port == other
+    assert (await client.get("/", headers=BLOG)).json()["upstream"] == "blog"
+    third = HAProxyDataPlane(HAProxyTable(), HAProxyCounters(), Layout(run_dir / "haproxy"), port=0)
+    assert await third.start() == first.port  # 0: the running one's
+    await third.stop()
 
 
 async def test_a_sandboxed_instance_is_reached_in_its_own_namespace(

@@ -155,6 +155,51 @@ async def test_the_control_plane_at_an_https_public_url_is_served_through_haprox
         assert control.seen[-1].header(b"x-forwarded-proto") == b"https"
 
 
+async def test_replicas_on_one_host_each_serve_the_control_plane_until_one_stops(
+    tmp_path: Path, short_root: Path, upstream: StartUpstream
+) -> None:
+    """Replicas share one HAProxy: each one's listener is a server of the control plane's
+    backend (added, not replaced by the last to reload), and leaves it when it stops."""
+    first_cp, second_cp = await upstream("cp-1"), await upstream("cp-2")
+    settings = Settings(
+        data_dir=tmp_path / "data",
+        runtime_root=short_root,
+        data_plane="haproxy",
+        ingress_port=0,
+        sandbox="off",
+        public_url="https://appdeck.example.test",
+        https_port=free_port(),
+    )
+    host = {"host": "appdeck.example.test"}
+    async with _serving(settings, control_port=first_cp.port) as first:
+        first.keys.loaded()
+        await first.edge.start()
+        port = first.plane.port
+        second_settings = settings.model_copy(update={"ingress_port": port})
+        _, ingress, second = runtime_of(second_settings, None, control_port=second_cp.port)
+        assert isinstance(ingress, HAProxyDataPlane)
+        assert isinstance(second, HAProxyRouter)
+        await ingress.start()
+        ingress.settle()
+        assert await ingress.synced()  # the second replica's reload
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
+            for _ in range(6):
+                assert (await client.get("/healthz", headers=host)).status_code == 200
+            assert first_cp.seen
+            assert second_cp.seen  # both replicas serve, not only the last to reload
+            await second.edge.stop()
+            await ingress.stop()  # the second replica exits; HAProxy stays
+            before = len(second_cp.seen)
+            for _ in range(6):
+                assert (await client.get("/healthz", headers=host)).status_code == 200
+            assert len(second_cp.seen) == before
+            first.route("blog--acme", [Backend("r1", 100, (first_cp.address,))])
+            await published(first)  # the first replica reloads: the second is gone for good
+            config = first.plane.layout.config.read_text()
+            assert f"127.0.0.1:{first_cp.port} check" in config
+            assert f":{second_cp.port}" not in config
+
+
 def test_the_edge_options_come_from_the_settings(tmp_path: Path) -> None:
     plain = Settings(data_dir=tmp_path, hsts_seconds=60, data_plane_metrics_port=9100)
     options = edge_options(plain, 8080)

@@ -30,12 +30,16 @@ import re
 import resource
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 
 from appdeck.ingress.config import ProxyConfig
 from appdeck.ingress.pages import error_page
 from appdeck.ingress.routes import Backend, RouteTable
 
+BODY_LUA = "body.lua"
+BODY_FILTER = "appdeck_body_limit"
+"""The Lua filter (``body.lua``) that limits a body of unannounced size."""
 EDGE_RULES_MARK = "# --- edge rules (custom domains, API keys, challenges) ---"
 MAX_SERVER_WEIGHT = 256
 _ROUTE = "@ROUTE@"
@@ -192,6 +196,14 @@ def route_lines(domains: Sequence[str]) -> list[str]:
         "http-request del-header x-forwarded-proto",
         "http-request del-header x-forwarded-host",
         "http-request del-header forwarded",
+        # hop-by-hop headers (RFC 9110 7.6.1), as the Python ingress dropped them; Upgrade
+        # only when Connection does not ask for it (a websocket's is passed on)
+        "http-request del-header x-appdeck- -m beg",  # ours to set, never a client's
+        "http-request del-header keep-alive",
+        "http-request del-header te",
+        "http-request del-header proxy-authorization",
+        "http-request del-header proxy-connection",
+        "http-request del-header upgrade unless { req.hdr(connection) -m sub -i upgrade }",
         "http-request set-header x-forwarded-proto http",
         "http-request set-header x-forwarded-host %[req.hdr(host)]",
         "http-request set-var(txn.host) req.hdr(host),host_only,lower,regsub([.]$,)",
@@ -240,12 +252,30 @@ def backend_lines(domains: Sequence[str], proxy: ProxyConfig) -> list[str]:
             f"the request body is larger than {proxy.max_body_size} bytes",
             f"{{ req.hdr_val(content-length) gt {proxy.max_body_size} }} !{_EDGE_ROUTE}",
         ),
+        "http-after-response set-status 413 if { var(txn.too_big) -m found }",
+        # an app's hop-by-hop headers stop here (HAProxy writes its own Connection)
+        "http-response del-header connection",
+        "http-response del-header keep-alive",
+        "http-response del-header proxy-authenticate",
         "http-after-response set-status 502 if { res.hdr(x-appdeck-page) -m str 502 }",
         "http-after-response set-header content-type application/json "
         "if { res.hdr(x-appdeck-page) -m found } { var(txn.fmt) -m str json }",
         "http-after-response del-header x-appdeck-page",
+        # a body whose size is not announced goes through the body-limit filter
+        "use_backend bc_%[var(txn.route)] if { req.hdr(transfer-encoding) -m found } "
+        f"!{_EDGE_ROUTE}",
+        "use_backend bc_%[var(txn.route)] if !{ req.hdr(content-length) -m found } "
+        f"!METH_GET !METH_HEAD !METH_OPTIONS !{_EDGE_ROUTE}",
         "use_backend be_%[var(txn.route)]",
     ]
+
+
+def _too_large(proxy: ProxyConfig) -> str:
+    """``e413.map``: the 413 page per format, keyed as the body-limit filter marks it."""
+    message = f"the request body is larger than {proxy.max_body_size} bytes"
+    return "".join(
+        f"413:{fmt} {_page(413, 'body_too_large', message, fmt)}\n" for fmt in ("json", "html")
+    )
 
 
 def _pages(routes: Sequence[str]) -> tuple[str, str]:
@@ -258,6 +288,34 @@ def _pages(routes: Sequence[str]) -> tuple[str, str]:
             bad.append(f"{route}:{fmt} {down}")
             slow.append(f"{route}:{fmt} {late}")
     return "\n".join(bad) + "\n", "\n".join(slow) + "\n"
+
+
+def _servers(
+    route: str,
+    backends: Sequence[Backend],
+    namespace: Callable[[str], str | None] | None,
+    weights: dict[tuple[str, str], int],
+    servers: dict[tuple[str, str], tuple[str, str]],
+) -> list[str]:
+    """The server lines of ``route``'s backend; each server's weight and release noted."""
+    name = f"be_{route}"
+    release_of = {}
+    for b in backends:
+        for index in range(len(b.upstreams)):
+            release_of[f"{b.release_id}-{index}"] = b.release_id
+    lines = []
+    for server, upstream, weight in server_weights(backends):
+        ns, _, address = upstream.rpartition("@")
+        where = ""
+        if ns:
+            named = None if namespace is None else namespace(ns)
+            if named is None:  # no namespace to reach it in: not routed (logged there)
+                continue
+            where = f" namespace {named}"
+        lines.append(f"    server {server} {address} weight {weight}{where}")
+        weights[(name, server)] = weight
+        servers[(name, server)] = (route, release_of[server])
+    return lines
 
 
 def render(
@@ -284,9 +342,14 @@ def render(
         "states.map": "".join(f"{r} {s}\n" for r, s in states.items()),
         "e502.map": e502,
         "e504.map": e504,
+        "e413.map": _too_large(proxy),
+        BODY_LUA: resources.files(__package__).joinpath(BODY_LUA).read_text(),
     }
     connect_ms = int(proxy.connect_timeout * 1000)
-    server_ms = int(proxy.response_timeout * 1000)
+    # one inactivity timer toward the app in HAProxy 2.6 (to the headers and between body
+    # pieces alike; no http-response set-timeout): the longer limit, so an event stream or a
+    # long poll silent for less than idle_timeout is never cut (docs/data-plane-edge.md)
+    server_ms = int(max(proxy.response_timeout, proxy.idle_timeout) * 1000)
     idle_ms = int(proxy.idle_timeout * 1000)
     head = [
         "global",
@@ -295,6 +358,10 @@ def render(
         "    description appdeck-@DIGEST@",
         f"    maxconn {_maxconn()}",
         "    tune.bufsize 65536",  # request heads up to the Python ingress's 64 KiB
+        # every new route reloads: an old worker lives on while clients hold streams on it;
+        # bounded, so reloads cannot pile up workers (docs/data-plane-edge.md)
+        f"    hard-stop-after {int(proxy.reload_drain_timeout * 1000)}ms",
+        f"    lua-load {layout.file(BODY_LUA)}",
         *(f"    {line}" for line in edge_global),
         "",
         "defaults",
@@ -317,6 +384,9 @@ def render(
         f"lf-string '%[var(txn.pk),map({layout.file('e502.map')})]'",
         f"    http-error status 504 content-type {_HTML} hdr x-appdeck-page 504 "
         f"lf-string '%[var(txn.pk),map({layout.file('e504.map')})]'",
+        # what HAProxy answers when the body-limit filter failed a request (else empty)
+        f"    http-error status 400 content-type {_HTML} hdr x-appdeck-page 413 "
+        f"lf-string '%[var(txn.too_big),concat(:,txn.fmt,),map({layout.file('e413.map')})]'",
         "",
     ]
     frontend = _frontend(host, port, table.domains, proxy, edge_rules)
@@ -327,24 +397,15 @@ def render(
     for route in routes:
         if states[route] != "live":
             continue
-        name = f"be_{route}"
-        body += ["", f"backend {name}"]
-        backends = table.get(route) or []
-        release_of = {}
-        for b in backends:
-            for index in range(len(b.upstreams)):
-                release_of[f"{b.release_id}-{index}"] = b.release_id
-        for server, upstream, weight in server_weights(backends):
-            ns, _, address = upstream.rpartition("@")
-            where = ""
-            if ns:
-                named = None if namespace is None else namespace(ns)
-                if named is None:  # no namespace to reach it in: not routed (logged there)
-                    continue
-                where = f" namespace {named}"
-            body.append(f"    server {server} {address} weight {weight}{where}")
-            weights[(name, server)] = weight
-            servers[(name, server)] = (route, release_of[server])
+        lines = _servers(route, table.get(route) or [], namespace, weights, servers)
+        body += ["", f"backend be_{route}", *lines]
+        # the same servers for a body of unannounced size: counted by the body-limit filter
+        body += ["", f"backend bc_{route}", f"    filter lua.{BODY_FILTER} {proxy.max_body_size}"]
+        body += lines
+        for (name, server), weight in list(weights.items()):
+            if name == f"be_{route}":
+                weights[(f"bc_{route}", server)] = weight
+                servers[(f"bc_{route}", server)] = servers[(name, server)]
     if edge_sections_of is not None:  # the edge's HTTPS frontend runs core's lines too
         where = str(layout.file("states.map"))
         after = [line.replace("@STATES@", where) for line in backend_lines(table.domains, proxy)]

@@ -41,6 +41,7 @@ and must run before HAProxy (re)starts. The mirror (:mod:`.mirror`) keeps them i
 from __future__ import annotations
 
 import datetime
+import hashlib
 import os
 import re
 import secrets
@@ -346,15 +347,25 @@ def _hsts_rules(options: EdgeOptions) -> list[str]:
     ]
 
 
+def control_server_name(address: str) -> str:
+    """A control plane listener's server name: the same in every replica's config."""
+    return "cp-" + hashlib.sha256(address.encode()).hexdigest()[:12]
+
+
 def extra_sections(
     paths: EdgePaths,
     options: EdgeOptions,
     route_lines: Sequence[str] = (),
     backend_lines: Sequence[str] = (),
+    control_servers: Sequence[str] | None = None,
 ) -> list[str]:
     """Whole sections: the key-use table, and when configured the HTTPS frontend (``route_lines``
     and ``backend_lines`` are core's, around :func:`http_rules`, as in its HTTP frontend), the
-    control plane's backend and the metrics frontend."""
+    control plane's backend (``control_servers``: every replica's listener, see
+    :mod:`.control`; default: this one's) and the metrics frontend."""
+    servers = options.control_servers if control_servers is None else tuple(control_servers)
+    if any(not ADDRESS.fullmatch(s) for s in servers):
+        raise ValueError("a control plane server is ip:port")
     lines = [
         f"backend {KEY_USE_TABLE}",
         "  stick-table type string len 64 size 200k expire 24d store gpt0",
@@ -385,16 +396,13 @@ def extra_sections(
             "  timeout server 10m",
             "  timeout tunnel 1h",
             *(
-                f"  server cp{i} {address} check inter 2s"
-                for i, address in enumerate(options.control_servers)
+                f"  server {control_server_name(address)} {address} check inter 2s"
+                for address in servers
             ),
             # the same listeners unchecked, as backups: a check that failed while serve was
             # starting (its socket queues connections from the first moment, before it
             # answers) marks a server DOWN until two checks pass; no 503 in that window
-            *(
-                f"  server cp{i}b {address} backup"
-                for i, address in enumerate(options.control_servers)
-            ),
+            *(f"  server {control_server_name(address)}b {address} backup" for address in servers),
         ]
     if options.metrics_port is not None:
         lines += [

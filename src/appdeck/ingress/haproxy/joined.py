@@ -20,8 +20,9 @@ from collections.abc import Sequence
 from appdeck.ingress.certs import Certificates
 from appdeck.ingress.challenges import Challenges
 from appdeck.ingress.haproxy import edge
+from appdeck.ingress.haproxy.control import ControlServers
 from appdeck.ingress.haproxy.mirror import EdgeMirror
-from appdeck.ingress.haproxy.runtime_api import RuntimeApi
+from appdeck.ingress.haproxy.runtime_api import RuntimeApi, RuntimeApiError
 from appdeck.ingress.hosts import HostMap
 from appdeck.ingress.keys import KeyGate
 
@@ -44,7 +45,10 @@ class JoinedEdge:
     ) -> None:
         self.paths = paths
         self.options = options
+        self.api = api
         self.mirror = EdgeMirror(api, paths, hosts, challenges, certs, gate)
+        self.control = ControlServers(paths.root / "control.servers", options.control_servers)
+        """Every replica's control plane listener (replicas on a host share HAProxy)."""
         self.started = False
 
     # -- what the plane renders and calls ----------------------------------------------------
@@ -56,10 +60,12 @@ class JoinedEdge:
         return edge.http_rules(self.paths, self.options)
 
     def sections(self, route_lines: Sequence[str], backend_lines: Sequence[str]) -> Sequence[str]:
-        return edge.extra_sections(self.paths, self.options, route_lines, backend_lines)
+        servers = self.control.all()
+        return edge.extra_sections(self.paths, self.options, route_lines, backend_lines, servers)
 
     def prepare(self) -> None:
         edge.prepare(self.paths)
+        self.control.register()
 
     async def restarted(self) -> None:
         """HAProxy was started again from the files: apply everything again, assume nothing."""
@@ -74,8 +80,21 @@ class JoinedEdge:
         self.started = True
 
     async def stop(self) -> None:
+        """Stop the mirror; this replica's control plane listener leaves HAProxy (the file
+        for the next reload, maintenance mode in the running one at once)."""
         self.started = False
         await self.mirror.stop()
+        self.control.unregister()
+        if self.options.control_host:
+            for address in self.control.own:
+                name = edge.control_server_name(address)
+                for server in (name, f"{name}b"):
+                    try:
+                        await self.api.command(
+                            f"set server {edge.CONTROL_BACKEND}/{server} state maint"
+                        )
+                    except (RuntimeApiError, OSError) as exc:  # HAProxy gone: nothing to do
+                        log.debug("control server %s left as is: %s", server, exc)
 
     async def sync(self) -> None:
         """Returns once HAProxy holds the current state (read back); before :meth:`start`,

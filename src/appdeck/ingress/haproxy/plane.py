@@ -17,7 +17,8 @@ One task (every :data:`TICK_S`, or at once after a change):
   :class:`HAProxyCounters`, plus what earlier workers counted (a reload starts a worker at 0).
   A reload's old worker answers one last request on each client connection it kept open
   (``idle-close-on-response``) and exits: those requests are not counted (at most one per
-  open connection per reload).
+  open connection per reload). Latency: the requests new since the last poll times the
+  server's mean time to response headers then (``qtime + ctime + rtime``).
 
 At start the data plane holds its first sync (the table is still empty then) until
 :meth:`HAProxyDataPlane.settle` (the platform restored its routes) or :data:`SETTLE_S`: an
@@ -38,7 +39,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Final, Protocol
 
-from appdeck.common.listen import LOOPBACKS, listen
+from appdeck.common.listen import LOOPBACKS, ListenError, listen
 from appdeck.ingress.certs import Certificates
 from appdeck.ingress.challenges import Challenges
 from appdeck.ingress.config import ProxyConfig
@@ -107,14 +108,21 @@ class HAProxyTable(RouteTable):
 class HAProxyCounters(Counters):
     """Counters loaded from HAProxy's per-server stats (see the module docs): requests by
     status class; the requests HAProxy could not get an answer for (``econ``, ``eresp``)
-    count as 5xx and upstream errors."""
+    count as 5xx and upstream errors; ``latency_sum`` is estimated (see ``_poll``)."""
 
-    def load(self, totals: dict[tuple[str, str], list[int]]) -> None:
-        """``totals``: (route, release) -> [1xx, 2xx, 3xx, 4xx, 5xx, upstream errors]."""
+    def load(
+        self,
+        totals: dict[tuple[str, str], list[int]],
+        latency: dict[tuple[str, str], float] | None = None,
+    ) -> None:
+        """``totals``: (route, release) -> [1xx, 2xx, 3xx, 4xx, 5xx, upstream errors];
+        ``latency``: (route, release) -> the seconds to response headers, summed."""
         for (route, release), row in totals.items():
             cell = self.counter(route, release)
             cell.by_class = [0, row[0], row[1], row[2], row[3], row[4] + row[5]]
             cell.upstream_errors = row[5]
+            if latency is not None:
+                cell.latency_sum = latency.get((route, release), 0.0)
 
 
 def free_port(host: str) -> int:
@@ -193,6 +201,8 @@ class HAProxyDataPlane:
         self._base: dict[tuple[str, str], list[int]] = {}
         """(backend, server) -> what the workers before this one counted."""
         self._last: dict[tuple[str, str], list[int]] = {}
+        self._latency: dict[tuple[str, str], float] = {}
+        """(backend, server) -> seconds to response headers, summed over every worker."""
 
     def url_for(self, route: str) -> str:
         return f"http://{route}.{self.table.domains[0]}:{self.port}"
@@ -201,14 +211,23 @@ class HAProxyDataPlane:
 
     async def start(self) -> int:
         """Adopt this install's running HAProxy (left as it is until :meth:`settle`), or
-        start one with the table as it is; the port."""
+        start one with the table as it is; the port. :class:`ListenError` when the running
+        HAProxy listens on another port than this one's (0: take the running one's)."""
         if self._task is not None:
             raise RuntimeError("the data plane is already running")
-        self._loop = asyncio.get_running_loop()
-        self.table.listener = self._poke
         async with self.process.locked():  # replicas starting at once: one starts HAProxy
+            running = self._running_port()
             if self.port == 0:  # one data plane per install: a running one keeps its port
-                self.port = self._running_port() or free_port(self.host)
+                self.port = running or free_port(self.host)
+            elif running is not None and running != self.port:
+                # a reload with this port would take the other replicas' port away
+                raise ListenError(
+                    f"port {self.port} is not where this host's data plane listens: the "
+                    f"HAProxy every replica shares is on port {running}",
+                    port=self.port,
+                )
+            self._loop = asyncio.get_running_loop()
+            self.table.listener = self._poke
             if self.process.running():
                 log.info("adopted the running HAProxy (%s)", self.layout.directory)
             else:
@@ -392,25 +411,45 @@ class HAProxyDataPlane:
         last: dict[tuple[str, str], list[int]] = {}
         for row in rows:
             backend, server = row.get("pxname") or "", row.get("svname") or ""
-            if not backend.startswith("be_"):
+            if not backend.startswith(("be_", "bc_")):  # a route's, or its body-limited twin
                 continue
             counts = [_int(row.get(name)) for name in _CLASSES]
             counts.append(_int(row.get("econ")) + _int(row.get("eresp")))
             before = self._last.get((backend, server))
-            if before is not None and any(n < o for n, o in zip(counts, before, strict=True)):
+            new_worker = before is not None and any(
+                n < o for n, o in zip(counts, before, strict=True)
+            )
+            if before is not None and new_worker:
                 base = self._base.setdefault((backend, server), [0] * 6)  # a new worker (a
                 for i, value in enumerate(before):  # reload by another replica, a restart)
                     base[i] += value
+            fresh = sum(counts[:5]) - (sum(before[:5]) if before and not new_worker else 0)
+            if fresh > 0:
+                self._latency[(backend, server)] = self._latency.get(
+                    (backend, server), 0.0
+                ) + fresh * _to_headers(row)
             last[(backend, server)] = counts
         self._last = last
         totals: dict[tuple[str, str], list[int]] = {}
+        latency: dict[tuple[str, str], float] = {}
         for key in {*self._base, *last}:
-            route, release = key[0].removeprefix("be_"), key[1].rpartition("-")[0]
+            route, release = key[0][3:], key[1].rpartition("-")[0]
             total = totals.setdefault((route, release), [0] * 6)
             for source in (self._base.get(key), last.get(key)):
                 for i, value in enumerate(source or ()):
                     total[i] += value
-        self.counters.load(totals)
+            latency[(route, release)] = latency.get((route, release), 0.0) + self._latency.get(
+                key, 0.0
+            )
+        self.counters.load(totals, latency)
+
+
+def _to_headers(row: dict[str, str]) -> float:
+    """A server's mean seconds from a request's arrival to its response headers: HAProxy's
+    averages over its last 1024 requests of queue, connect and response time (``qtime``,
+    ``ctime``, ``rtime``, ms). Requests answered between two polls count at the mean of when
+    they were read: an estimate, exact for a steady release (what canary analysis compares)."""
+    return sum(_int(row.get(name)) for name in ("qtime", "ctime", "rtime")) / 1000
 
 
 def _int(value: str | None) -> int:
