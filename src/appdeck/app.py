@@ -41,6 +41,7 @@ from appdeck.platform.services import Platform
 from appdeck.platform.tables.databases import AppDatabases, open_databases
 from appdeck.platform.tls import TlsService
 from appdeck.platform.tls.pem import load_operator_files
+from appdeck.platform.tls.states import TlsStates
 from appdeck.protocol.registry import Registry
 from appdeck.protocol.server import McpServer
 from appdeck.protocol.tasks import TaskManager
@@ -95,6 +96,7 @@ class Services:
     port: int = 0
     install: InstallLock | None = None  # the hold on its install's uids, released at stop
     tls: TlsService | None = None  # automatic TLS (issue 21 §3), when set
+    tls_states: TlsStates | None = None  # its orders' states, read by get_app_url
     _background: list[asyncio.Task[None]] = field(default_factory=list, repr=False)
     _stopping: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
 
@@ -141,6 +143,7 @@ class Services:
         )
         driver.databases = databases  # instances get DATABASE_URL for their app's own
         databases.place = driver.place_data  # on the app's disk (issue 19)
+        tls_states = TlsStates(acme=bool(settings.acme_directory))  # filled once TLS starts
         platform = Platform.build(
             storage.engine,
             identities,
@@ -150,7 +153,7 @@ class Services:
             instance_id=instance_id,
             databases=databases,
             hosts=router.table.hosts,  # custom domains the data plane serves
-            tls=setup.served_certificates(settings, ingress),  # https once a certificate is served
+            tls=setup.served_certificates(settings, ingress, tls_states),  # served + order state
         )
         register_everything(settings, registry, platform)
         server, tasks = mcp_server_of(
@@ -186,6 +189,7 @@ class Services:
             router=router,
             port=port,
             install=install,
+            tls_states=tls_states,
         )
         await services._begin(platform, router, tasks)
         return services
@@ -246,7 +250,13 @@ class Services:
         live = self.replicas.live if self.replicas is not None else None
         domains = self.platform.domains if self.platform is not None else None
         self.tls = tls_of(
-            self.settings, self.storage.engine, self.ingress, self.instance_id, live, domains
+            self.settings,
+            self.storage.engine,
+            self.ingress,
+            self.instance_id,
+            live,
+            domains,
+            states=self.tls_states,
         )
         if self.tls is None:
             return
