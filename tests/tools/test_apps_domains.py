@@ -190,3 +190,13 @@ async def test_verifying_needs_the_right_to_change_the_spec_and_deleting_release
     await alice.ok("manage_app", app_id=app_id, action="delete", confirm=True)
     assert dworld.served(SHOP) is None
     assert await domains.store.get_many([SHOP]) == {}
+
+
+async def test_get_app_url_is_not_announced_read_only_since_verify_claims_domains(
+    dworld: DomainWorld,
+) -> None:
+    reader = await dworld.caller("alice", scope="apps:read")
+    listed = await reader.rpc("tools/list")
+    [tool] = [t for t in listed["result"]["tools"] if t["name"] == "get_app_url"]
+    assert tool["annotations"]["readOnlyHint"] is False
+    assert tool["annotations"]["idempotentHint"] is True

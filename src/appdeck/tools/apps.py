@@ -97,7 +97,8 @@ get_app_url = Tool(
     "first deploy goes live (to a stranger, a never-deployed app is no app) and 503 while its "
     "live release is down.",
     scope="apps:read",
-    hints=READS,
+    # not read-only: verify: true claims the domains (writes); claiming twice changes nothing
+    hints=Hints(read_only=False, idempotent=True),
 )
 
 
