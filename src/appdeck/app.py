@@ -33,6 +33,7 @@ from appdeck.auth.throttle import MCP_WINDOW, FailureThrottle
 from appdeck.auth.tokens import TokenIssuer
 from appdeck.auth.urls import PublicUrls
 from appdeck.events.cluster import Cluster
+from appdeck.events.leases import RedisLeases
 from appdeck.ingress.haproxy.plane import HAProxyDataPlane
 from appdeck.ingress.server import IngressServer
 from appdeck.platform.changes import Change
@@ -67,6 +68,8 @@ from appdeck.transport.spellings import SpelledChallenges
 
 log = logging.getLogger("appdeck")
 DEPLOY_WATCH_SECONDS = 5.0
+PUSH_LEASE_MARGIN_S = 30.0
+"""A push's lease outlives its time limit by this much (a dead replica's runs out after it)."""
 """How often a replica ends deployments nobody drives and re-syncs its routes."""
 
 
@@ -155,6 +158,9 @@ class Services:
             hosts=router.table.hosts,  # custom domains the data plane serves
             tls=setup.served_certificates(settings, ingress, tls_states),  # served + order state
         )
+        if cluster.redis is not None and platform.hosting is not None:  # one push limit for all
+            limit = platform.hosting.limits.timeout_s + PUSH_LEASE_MARGIN_S
+            platform.hosting.leases = RedisLeases(cluster.redis, cluster.prefix, ttl_seconds=limit)
         register_everything(settings, registry, platform)
         server, tasks = mcp_server_of(
             settings,
