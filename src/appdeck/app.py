@@ -33,6 +33,7 @@ from appdeck.auth.throttle import MCP_WINDOW, FailureThrottle
 from appdeck.auth.tokens import TokenIssuer
 from appdeck.auth.urls import PublicUrls
 from appdeck.events.cluster import Cluster
+from appdeck.events.leases import RedisLeases
 from appdeck.ingress.haproxy.plane import HAProxyDataPlane
 from appdeck.ingress.server import IngressServer
 from appdeck.platform.changes import Change
@@ -41,6 +42,7 @@ from appdeck.platform.services import Platform
 from appdeck.platform.tables.databases import AppDatabases, open_databases
 from appdeck.platform.tls import TlsService
 from appdeck.platform.tls.pem import load_operator_files
+from appdeck.platform.tls.states import TlsStates
 from appdeck.protocol.registry import Registry
 from appdeck.protocol.server import McpServer
 from appdeck.protocol.tasks import TaskManager
@@ -66,6 +68,8 @@ from appdeck.transport.spellings import SpelledChallenges
 
 log = logging.getLogger("appdeck")
 DEPLOY_WATCH_SECONDS = 5.0
+PUSH_LEASE_MARGIN_S = 30.0
+"""A push's lease outlives its time limit by this much (a dead replica's runs out after it)."""
 """How often a replica ends deployments nobody drives and re-syncs its routes."""
 
 
@@ -95,6 +99,7 @@ class Services:
     port: int = 0
     install: InstallLock | None = None  # the hold on its install's uids, released at stop
     tls: TlsService | None = None  # automatic TLS (issue 21 §3), when set
+    tls_states: TlsStates | None = None  # its orders' states, read by get_app_url
     _background: list[asyncio.Task[None]] = field(default_factory=list, repr=False)
     _stopping: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
 
@@ -141,6 +146,7 @@ class Services:
         )
         driver.databases = databases  # instances get DATABASE_URL for their app's own
         databases.place = driver.place_data  # on the app's disk (issue 19)
+        tls_states = TlsStates(acme=bool(settings.acme_directory))  # filled once TLS starts
         platform = Platform.build(
             storage.engine,
             identities,
@@ -150,8 +156,11 @@ class Services:
             instance_id=instance_id,
             databases=databases,
             hosts=router.table.hosts,  # custom domains the data plane serves
-            tls=setup.served_certificates(settings, ingress),  # https once a certificate is served
+            tls=setup.served_certificates(settings, ingress, tls_states),  # served + order state
         )
+        if cluster.redis is not None and platform.hosting is not None:  # one push limit for all
+            limit = platform.hosting.limits.timeout_s + PUSH_LEASE_MARGIN_S
+            platform.hosting.leases = RedisLeases(cluster.redis, cluster.prefix, ttl_seconds=limit)
         register_everything(settings, registry, platform)
         server, tasks = mcp_server_of(
             settings,
@@ -186,6 +195,7 @@ class Services:
             router=router,
             port=port,
             install=install,
+            tls_states=tls_states,
         )
         await services._begin(platform, router, tasks)
         return services
@@ -246,7 +256,13 @@ class Services:
         live = self.replicas.live if self.replicas is not None else None
         domains = self.platform.domains if self.platform is not None else None
         self.tls = tls_of(
-            self.settings, self.storage.engine, self.ingress, self.instance_id, live, domains
+            self.settings,
+            self.storage.engine,
+            self.ingress,
+            self.instance_id,
+            live,
+            domains,
+            states=self.tls_states,
         )
         if self.tls is None:
             return

@@ -235,6 +235,8 @@ def platform_config(settings: Settings, ingress_port: int, base_url: str) -> Pla
         apps_public_port=settings.apps_public_port,
         dns_resolver=settings.dns_resolver,
         domain_check_seconds=settings.domain_check_seconds,
+        domain_claim_ttl_seconds=settings.domain_claim_ttl_seconds,
+        domain_txt_grace_seconds=settings.domain_txt_grace_seconds,
         reserved_hosts=tuple(
             h for h in [urlsplit(settings.public_url or "").hostname] if h is not None
         ),

@@ -20,7 +20,7 @@ from appdeck.ingress.keys import KeyGate
 from appdeck.ingress.routes import Counters, RouteTable
 from appdeck.ingress.server import IngressServer
 from appdeck.platform.deploy.ingress_router import IngressRouter
-from appdeck.platform.domains.proof import ServedCertificates
+from appdeck.platform.domains.proof import ServedCertificates, TlsStatus
 from appdeck.runtime import sandbox
 from appdeck.runtime.disks import open_disks
 from appdeck.runtime.egress import EgressPolicy, EgressProxy
@@ -206,10 +206,13 @@ def behind_edge(app: ASGIApp, router: IngressRouter | None) -> ASGIApp:
 
 
 def served_certificates(
-    settings: Settings, ingress: IngressServer | HAProxyDataPlane
+    settings: Settings,
+    ingress: IngressServer | HAProxyDataPlane,
+    orders: TlsStatus | None = None,
 ) -> ServedCertificates | None:
     """The TLS state ``get_app_url`` shows: only HAProxy with an HTTPS listener serves
-    certificates (the Python ingress is plain HTTP: every app URL stays ``http://``)."""
+    certificates (the Python ingress is plain HTTP: every app URL stays ``http://``);
+    ``orders`` (the TLS service's states) adds what each certificate's order is doing."""
     if settings.data_plane != "haproxy" or settings.https_port is None:
         return None
-    return ServedCertificates(ingress.certificates, settings.https_port)
+    return ServedCertificates(ingress.certificates, settings.https_port, orders=orders)

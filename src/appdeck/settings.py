@@ -373,6 +373,11 @@ class Settings(BaseSettings):
     default: the system's resolvers."""
     domain_check_seconds: float = Field(60.0, ge=1.0, le=86_400.0)
     """How often pending custom domains' TXT records are looked up again (a bounded batch)."""
+    domain_claim_ttl_seconds: float = Field(7 * 86_400.0, ge=60.0, le=365 * 86_400.0)
+    """How long a custom domain's claim may stay unproved before it expires (the name is
+    free for another app again): nobody squats a name by claiming it and never proving it."""
+    domain_txt_grace_seconds: float = Field(3 * 86_400.0, ge=0.0, le=90 * 86_400.0)
+    """How long a TXT-verified domain keeps being served after its record is found missing."""
 
 
 class InvalidSetting(Exception):

@@ -15,6 +15,7 @@ from appdeck.platform.crypto import Sealer
 from appdeck.platform.domains import DomainService
 from appdeck.platform.tls import PlatformNames, TlsConfig, TlsService
 from appdeck.platform.tls.service import LiveReplicas
+from appdeck.platform.tls.states import TlsStates
 from appdeck.settings import Settings
 
 
@@ -35,6 +36,8 @@ def tls_of(
     replica: str,
     live_replicas: LiveReplicas | None,
     domains: DomainService | None = None,
+    *,
+    states: TlsStates | None = None,
 ) -> TlsService | None:
     """The TLS service when ACME or the operator's files are set; None otherwise."""
     s = settings
@@ -67,6 +70,7 @@ def tls_of(
         replica=replica,
         live_replicas=live_replicas,
         domain_verified=_proved_by_acme(domains) if domains is not None else None,
+        states=states,  # get_app_url reads it synchronously
     )
 
 

@@ -5,6 +5,7 @@ releases; the ACME proof and the takeover it gives way to."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -13,7 +14,12 @@ import pytest
 
 from appdeck.app import Services
 from appdeck.auth.admin import IdentityAdmin
+from appdeck.ingress.certs import Certificates
+from appdeck.platform.domains import AppUrls
+from appdeck.platform.domains.proof import ServedCertificates
+from appdeck.platform.tls.states import TlsStates, iso
 from appdeck.settings import Settings
+from appdeck.storage.tls import CertRow
 from tests.support.challtestsrv import ChallTestSrv, challtestsrv
 
 from .conftest import Caller, World, _drop_app_databases
@@ -190,3 +196,37 @@ async def test_verifying_needs_the_right_to_change_the_spec_and_deleting_release
     await alice.ok("manage_app", app_id=app_id, action="delete", confirm=True)
     assert dworld.served(SHOP) is None
     assert await domains.store.get_many([SHOP]) == {}
+
+
+async def test_get_app_url_is_not_announced_read_only_since_verify_claims_domains(
+    dworld: DomainWorld,
+) -> None:
+    reader = await dworld.caller("alice", scope="apps:read")
+    listed = await reader.rpc("tools/list")
+    [tool] = [t for t in listed["result"]["tools"] if t["name"] == "get_app_url"]
+    assert tool["annotations"]["readOnlyHint"] is False
+    assert tool["annotations"]["idempotentHint"] is True
+
+
+async def test_get_app_url_shows_the_public_urls_certificate_order_failed_with_its_reason(
+    dworld: DomainWorld,
+) -> None:
+    platform = dworld.services.platform
+    assert platform is not None
+    host, retry = f"shop--acme.{APPS}", time.time() + 600
+    states = TlsStates(acme=True)  # what the TLS service keeps current on every replica
+    states.put(
+        CertRow(host, (host,), "app", "acme", 1, "failed", None, None, None, None, None,
+                f"validation failed: {host}: connection refused", 2, retry)
+    )  # fmt: skip
+    before = platform.domains.urls
+    platform.domains.urls = AppUrls(
+        before.ingress_port, APPS, None, ServedCertificates(Certificates(), 443, orders=states)
+    )
+    alice = await dworld.caller("alice")
+    got = await alice.ok("get_app_url", app_id=await _shop(alice))
+    assert got["tls"]["state"] == "failed"
+    assert got["tls"]["live"] is False
+    assert got["tls"]["error"] == f"validation failed: {host}: connection refused"
+    assert got["tls"]["next_try"] == iso(retry)
+    assert got["url"].startswith("http://")  # no certificate served: not https

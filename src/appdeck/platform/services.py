@@ -85,6 +85,8 @@ class PlatformConfig:
     dns_resolver: str | None = None
     """``host:port`` custom domains' TXT proofs are looked up at (default: the system's)."""
     domain_check_seconds: float = 60.0
+    domain_claim_ttl_seconds: float = 7 * 86_400.0
+    domain_txt_grace_seconds: float = 3 * 86_400.0
     reserved_hosts: tuple[str, ...] = ()
     """The platform's own hostnames (the control plane's public URL): never a custom domain."""
 
@@ -330,6 +332,8 @@ def _domain_service(
         urls=urls,
         reserved=config.reserved_hosts,
         recheck_seconds=config.domain_check_seconds,
+        claim_ttl=config.domain_claim_ttl_seconds,
+        txt_grace=config.domain_txt_grace_seconds,
     )
 
 

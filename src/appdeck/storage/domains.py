@@ -38,6 +38,8 @@ class DomainRecord:
     verified_at: float | None
     checked_at: float | None
     last_error: str | None
+    failing_since: float | None = None
+    """A verified TXT proof found missing since then (None: it was there at the last check)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,9 +81,12 @@ class DomainStore:
             rows = (await conn.execute(query)).all()
         return {r.host: _record(r) for r in rows}
 
-    async def claim(self, app_id: int, hosts: Iterable[str]) -> dict[str, DomainRecord]:
+    async def claim(
+        self, app_id: int, hosts: Iterable[str], *, stale_before: float | None = None
+    ) -> dict[str, DomainRecord]:
         """Claim each free host for ``app_id`` (pending); every host's holder after it, which
-        may be another app (the host was taken: nothing changes for it)."""
+        may be another app (the host was taken: nothing changes for it). Another app's pending
+        claim made before ``stale_before`` has expired: it gives way, in the same transaction."""
         names = sorted(set(hosts))
         if names:
             now = time.time()
@@ -89,8 +94,34 @@ class DomainStore:
                 {"host": h, "app_id": app_id, "state": PENDING, "created_at": now} for h in names
             ]
             async with writing(self._engine) as conn:
+                if stale_before is not None:  # another app's, never this one's: no refresh
+                    others = self._stale(stale_before).where(
+                        app_domains.c.host.in_(names), app_domains.c.app_id != app_id
+                    )
+                    await conn.execute(others)
                 await conn.execute(self._insert_free(rows))
         return await self.get_many(names)
+
+    @staticmethod
+    def _stale(stale_before: float) -> sa.Delete:
+        table = app_domains
+        return sa.delete(table).where(table.c.state == PENDING, table.c.created_at < stale_before)
+
+    async def expire(self, stale_before: float, limit: int) -> list[str]:
+        """Drop at most ``limit`` pending claims made before ``stale_before`` (never proved:
+        the name is free for anyone again); the hosts let go."""
+        table = app_domains
+        oldest = (
+            sa.select(table.c.host)
+            .where(table.c.state == PENDING, table.c.created_at < stale_before)
+            .order_by(table.c.created_at)
+            .limit(limit)
+        )
+        async with writing(self._engine) as conn:
+            hosts = [r.host for r in (await conn.execute(oldest)).all()]
+            if hosts:
+                await conn.execute(self._stale(stale_before).where(table.c.host.in_(hosts)))
+        return sorted(hosts)
 
     async def release(self, app_id: int, keep: Iterable[str] = ()) -> list[str]:
         """Drop the app's claims on every host but ``keep``; the hosts let go."""
@@ -120,6 +151,7 @@ class DomainStore:
                 verified_at=sa.func.coalesce(table.c.verified_at, now),
                 checked_at=now,
                 last_error=None,
+                failing_since=None,
             )
         )
         async with writing(self._engine) as conn:
@@ -160,6 +192,7 @@ class DomainStore:
                     verified_at=now,
                     checked_at=now,
                     last_error=None,
+                    failing_since=None,
                 )
             )
         return True
@@ -175,13 +208,55 @@ class DomainStore:
         async with writing(self._engine) as conn:
             await conn.execute(statement)
 
-    async def due(self, checked_before: float, limit: int) -> list[DomainRecord]:
-        """Pending claims not looked at since ``checked_before``, longest-waiting first."""
+    async def still_proved(self, host: str, app_id: int, error: str | None, now: float) -> None:
+        """Note a re-check of a verified TXT proof: found (``error`` None: any failure is
+        forgotten) or missing since its first miss (``failing_since`` kept)."""
         table = app_domains
+        values: dict[str, object] = {"checked_at": now, "last_error": error}
+        if error is None:
+            values["failing_since"] = None
+        else:
+            values["last_error"] = error[:MAX_ERROR]
+            values["failing_since"] = sa.func.coalesce(table.c.failing_since, now)
+        statement = (
+            sa.update(table)
+            .where(table.c.host == host, table.c.app_id == app_id, table.c.state == VERIFIED)
+            .values(**values)
+        )
+        async with writing(self._engine) as conn:
+            await conn.execute(statement)
+
+    async def unverify(self, host: str, app_id: int, reason: str) -> bool:
+        """The verified claim's proof is gone: pending again (no longer served), ``reason``
+        kept for the agent. False when the app holds no verified claim on ``host``."""
+        table = app_domains
+        statement = (
+            sa.update(table)
+            .where(table.c.host == host, table.c.app_id == app_id, table.c.state == VERIFIED)
+            .values(
+                state=PENDING,
+                method=None,
+                verified_at=None,
+                failing_since=None,
+                created_at=time.time(),
+                last_error=reason[:MAX_ERROR],
+            )
+        )
+        async with writing(self._engine) as conn:
+            return (await conn.execute(statement)).rowcount > 0
+
+    async def due(
+        self, checked_before: float, limit: int, *, state: str = PENDING
+    ) -> list[DomainRecord]:
+        """Claims in ``state`` not looked at since ``checked_before``, longest-waiting first
+        (verified ones: only those proved by TXT, the proof that can be looked up again)."""
+        table = app_domains
+        extra = [table.c.method == "txt"] if state == VERIFIED else []
         query = (
             sa.select(table)
             .where(
-                table.c.state == PENDING,
+                table.c.state == state,
+                *extra,
                 sa.or_(table.c.checked_at.is_(None), table.c.checked_at < checked_before),
             )
             .order_by(sa.func.coalesce(table.c.checked_at, 0.0), table.c.host)

@@ -504,5 +504,6 @@ app_domains = sa.Table(
     sa.Column("verified_at", sa.Double, nullable=True),
     sa.Column("checked_at", sa.Double, nullable=True),  # the last TXT lookup
     sa.Column("last_error", sa.String(300), nullable=True),  # what that lookup found
+    sa.Column("failing_since", sa.Double, nullable=True),  # a verified TXT proof gone since
     sa.Index("ix_app_domains_app_id", "app_id"),
 )

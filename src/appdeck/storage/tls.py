@@ -42,6 +42,9 @@ class CertRow:
     last_error: str | None
     attempts: int
     next_try: float
+    holder: str | None = None
+    """The replica ordering it now (its lease runs to ``held_until``, database clock)."""
+    held_until: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +74,8 @@ def _row(row: Any) -> CertRow:
         last_error=row.last_error,
         attempts=int(row.attempts),
         next_try=float(row.next_try),
+        holder=row.holder,
+        held_until=float(row.held_until),
     )
 
 

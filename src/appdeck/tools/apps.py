@@ -91,13 +91,14 @@ get_app_url = Tool(
     title="Get an app's URL",
     description="The URLs the ingress serves the app at, the public one first "
     "(https://<name>--<tenant>.<apps domain>/ when the operator set one; always "
-    "http://<name>--<tenant>.localhost:<port>/), and each custom domain of its spec (domains) "
-    "with its state: verified (served, with its tls state), pending (create the DNS TXT record "
-    "shown, then call again with verify: true) or refused (the reason). It answers 404 until a "
-    "first deploy goes live (to a stranger, a never-deployed app is no app) and 503 while its "
-    "live release is down.",
+    "http://<name>--<tenant>.localhost:<port>/; tls: the public URL's certificate state), "
+    "and each custom domain of its spec (domains) with its state: verified (served, with its "
+    "tls state), pending (create the DNS TXT record shown, then call again with verify: true) "
+    "or refused (the reason). It answers 404 until a first deploy goes live (to a stranger, a "
+    "never-deployed app is no app) and 503 while its live release is down.",
     scope="apps:read",
-    hints=READS,
+    # not read-only: verify: true claims the domains (writes); claiming twice changes nothing
+    hints=Hints(read_only=False, idempotent=True),
 )
 
 
@@ -132,6 +133,11 @@ class AppUrl(Output):
     url: str = Field(description="The URL to use: the public one when there is one.")
     urls: list[str] = Field(default_factory=list, description="Every URL, the public first.")
     domains: list[DomainState] = Field(default_factory=list)
+    tls: dict[str, Any] | None = Field(
+        default=None,
+        description="The public URL's certificate: state (pending, issuing, issued, renewing, "
+        "failed, expired), live, not_after, renew_at, error, next_try; null when none is known.",
+    )
 
 
 @get_app_url.handles(GetAppUrl, AppUrl)
@@ -140,12 +146,15 @@ async def _url(args: GetAppUrl, call: Call) -> Reply:
     view = await call.platform.apps.load(call.principal, args.app_id, action)
     app = view.app
     states = await call.platform.domains.describe(app, verify=args.verify)
+    urls = call.platform.domains.urls
+    public = urls.public_host(app.name, app.tenant_id)
     data = AppUrl(
         app_id=app.id,
         name=app.name,
         url=view.url,
-        urls=call.platform.domains.urls.all(app.name, app.tenant_id),
+        urls=urls.all(app.name, app.tenant_id),
         domains=[DomainState.model_validate(s) for s in states],
+        tls=urls.tls.status_of(public) if public is not None else None,
     )
     text = f"{app.name} is served at {view.url}"
     if states:

@@ -4,7 +4,9 @@ host map following the database (resync, renames)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
+from typing import Any
 
 from appdeck.ingress.certs import Certificates
 from appdeck.ingress.challenges import Challenges
@@ -36,7 +38,9 @@ class Dns:
         return self.records.get(name, [])
 
 
-def _service(storage: Storage, dns: Dns, hosts: HostMap, tmp_path: Path) -> DomainService:
+def _service(
+    storage: Storage, dns: Dns, hosts: HostMap, tmp_path: Path, **options: Any
+) -> DomainService:
     return DomainService(
         DomainStore(storage.engine),
         hosts,
@@ -45,6 +49,7 @@ def _service(storage: Storage, dns: Dns, hosts: HostMap, tmp_path: Path) -> Doma
         resolver=dns,
         urls=AppUrls(8088, "apps.example.test"),
         recheck_seconds=60.0,
+        **options,
     )
 
 
@@ -153,3 +158,116 @@ class IngressPlane:
     def __init__(self) -> None:
         self.certificates = Certificates()
         self.challenges = Challenges()
+
+
+DAY = 86_400.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_an_unproved_claim_expires_and_another_tenant_may_claim_the_name(
+    storage: Storage, tmp_path: Path
+) -> None:
+    clock = Clock()
+    service = _service(storage, Dns(), HostMap(), tmp_path, claim_ttl=7 * DAY, clock=clock)
+    squatter = await _app(storage, "acme", ["shop.example.test"])
+    other = await _app(storage, "globex", ["shop.example.test"])
+    await service.claim(squatter)
+    await service.claim(other)  # refused meanwhile: the name is held
+    held = await service.store.get_many(["shop.example.test"])
+    assert held["shop.example.test"].app_id == squatter.id
+    [state] = await service.describe(other)
+    assert state["state"] == "refused"
+
+    clock.now += 6 * DAY
+    await service.claim(squatter)  # claiming again never refreshes a claim
+    await service.claim(other)
+    held = await service.store.get_many(["shop.example.test"])
+    assert held["shop.example.test"].app_id == squatter.id
+
+    clock.now += 2 * DAY  # past the TTL: another app's claim takes its place at once
+    await service.claim(other)
+    held = await service.store.get_many(["shop.example.test"])
+    assert held["shop.example.test"].app_id == other.id
+    [state] = await service.describe(squatter)
+    assert state["state"] == "refused"
+
+
+async def test_the_periodic_round_drops_expired_claims_in_bounded_batches(
+    storage: Storage, tmp_path: Path
+) -> None:
+    clock = Clock()
+    service = _service(storage, Dns(), HostMap(), tmp_path, claim_ttl=DAY, clock=clock)
+    names = [f"d{i}.example.test" for i in range(3)]
+    await service.claim(await _app(storage, "acme", names))
+    await service.recheck(limit=10)
+    assert len(await service.store.get_many(names)) == 3  # young: kept
+    clock.now += 2 * DAY
+    await service.recheck(limit=2)
+    assert len(await service.store.get_many(names)) == 1
+    await service.recheck(limit=2)
+    assert await service.store.get_many(names) == {}
+
+
+async def test_a_txt_verified_domain_whose_record_is_gone_past_the_grace_stops_being_served(
+    storage: Storage, tmp_path: Path
+) -> None:
+    clock, dns, hosts = Clock(), Dns(), HostMap()
+    service = _service(storage, dns, hosts, tmp_path, txt_grace=DAY, clock=clock)
+    app = await _app(storage, "acme", ["shop.example.test"])
+    record = "_appdeck-challenge.shop.example.test"
+    dns.records[record] = [service.token("shop.example.test", app.id)]
+    [state] = await service.describe(app, verify=True)
+    assert state["state"] == "verified"
+    assert hosts.items() == {"shop.example.test": "shop--acme"}
+
+    clock.now += 2 * 3600  # re-checked, still there
+    await service.recheck()
+    assert dns.asked.count(record) == 2
+    del dns.records[record]
+    clock.now += 2 * 3600  # gone: still served during the grace, the agent told why
+    await service.recheck()
+    [state] = await service.describe(app)
+    assert state["state"] == "verified"
+    assert state["last_check"] == f"no TXT record at {record}"
+    assert hosts.items() == {"shop.example.test": "shop--acme"}
+
+    clock.now += DAY  # gone for longer than the grace: pending again, not served
+    await service.recheck()
+    assert hosts.items() == {}
+    [state] = await service.describe(app)
+    assert state["state"] == "pending"
+    assert state["last_check"].startswith("no longer served: its TXT proof has failed since ")
+    assert state["last_check"].endswith(f"(no TXT record at {record})")
+
+
+async def test_a_txt_record_back_within_the_grace_clears_the_failure(
+    storage: Storage, tmp_path: Path
+) -> None:
+    clock, dns, hosts = Clock(), Dns(), HostMap()
+    service = _service(storage, dns, hosts, tmp_path, txt_grace=DAY, clock=clock)
+    app = await _app(storage, "acme", ["shop.example.test"])
+    record = "_appdeck-challenge.shop.example.test"
+    token = service.token("shop.example.test", app.id)
+    dns.records[record] = [token]
+    await service.describe(app, verify=True)
+    dns.broken.add(record)
+    clock.now += 2 * 3600
+    await service.recheck()
+    assert (await service.store.get_many(["shop.example.test"]))[
+        "shop.example.test"
+    ].failing_since is not None
+    dns.broken.clear()
+    clock.now += 20 * 3600  # back before the grace ended
+    await service.recheck()
+    held = (await service.store.get_many(["shop.example.test"]))["shop.example.test"]
+    assert (held.state, held.failing_since, held.last_error) == ("verified", None, None)
+    clock.now += 2 * DAY
+    await service.recheck()
+    assert hosts.items() == {"shop.example.test": "shop--acme"}

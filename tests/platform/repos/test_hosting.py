@@ -1,6 +1,6 @@
 """HostedService in the app's real sandbox: inline files committed as the caller (quoted
 paths, deletions, the same files twice make no new commit), who may commit, an app connected
-elsewhere refused, one push at a time per app."""
+elsewhere refused, one push at a time per app (across replicas too, through Redis)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ import os
 from pathlib import Path
 
 import pytest
+from redis.asyncio import Redis
 
 from appdeck.common.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
+from appdeck.events.leases import RedisLeases
 from appdeck.platform.repos.hosted import HostedLimits
 from appdeck.platform.repos.hosting import HostedService, PushBusy
 from appdeck.platform.repos.inline import InlineFile
@@ -113,3 +115,27 @@ async def test_one_push_at_a_time_per_app(on: OnFakes) -> None:
     again.kill()
     await again.close()
     await hosting.done(app, write=True, ok=False)
+
+
+async def test_the_push_limit_holds_across_replicas_through_shared_leases(
+    on: OnFakes, redis: Redis, redis_prefix: str
+) -> None:
+    hosting = _hosting(on)
+    hosting.leases = RedisLeases(redis, redis_prefix, ttl_seconds=150)
+    other_replica = RedisLeases(redis, redis_prefix, ttl_seconds=150)
+    app = (await on.platform.apps.register(on.alice, "shop", SPEC)).app
+    elsewhere = await other_replica.acquire(f"push:{app.id}:0")  # a push on another replica
+    assert elsewhere is not None
+    with pytest.raises(PushBusy):
+        await hosting.serve(app, REFS, write=True)
+    await other_replica.release(elsewhere)
+    first = await hosting.serve(app, REFS, write=True)
+    try:
+        assert await other_replica.acquire(f"push:{app.id}:0") is None  # held from here
+    finally:
+        first.kill()
+        await first.close()
+        await hosting.done(app, write=True, ok=False)
+    taken = await other_replica.acquire(f"push:{app.id}:0")  # released with the push
+    assert taken is not None
+    await other_replica.release(taken)

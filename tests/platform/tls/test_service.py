@@ -189,6 +189,8 @@ async def test_a_failed_validation_backs_off_and_shows_failed_with_the_reason(
     assert status is not None
     assert status["state"] == "failed"
     assert status["error"].startswith(f"validation failed: {HOST}: ")
+    assert status["next_try"] is not None  # when it is tried again, backed off
+    assert service.states.status_of(HOST) == status  # what get_app_url reads, synchronously
     row = await service.store.get(HOST)
     assert row is not None
     assert row.attempts == 1

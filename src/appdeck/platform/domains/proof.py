@@ -115,17 +115,37 @@ class ServedCertificates:
     """:class:`TlsStatus` from the certificates the data plane serves right now (what TLS
     loaded into it: ACME-issued or the operator's): a hostname is ``live`` while a certificate
     covering it is served and not expired. Only a data plane with an HTTPS listener makes one
-    (HAProxy with ``APPDECK_HTTPS_PORT``); ``https_port`` other than 443 goes into the URL."""
+    (HAProxy with ``APPDECK_HTTPS_PORT``); ``https_port`` other than 443 goes into the URL.
+    ``orders`` (the TLS service's states) adds what the ACME order is doing: its state
+    (pending, issuing, issued, renewing, failed, expired), error, expiry and next try."""
 
     def __init__(
-        self, certificates: Certificates, https_port: int, clock: Callable[[], float] = time.time
+        self,
+        certificates: Certificates,
+        https_port: int,
+        clock: Callable[[], float] = time.time,
+        orders: TlsStatus | None = None,
     ) -> None:
         self._certificates = certificates
         self._port = https_port
         self._clock = clock
+        self._orders = orders
 
     def status_of(self, host: str) -> dict[str, Any] | None:
-        found = self._certificates.for_host(host) if len(host) <= 300 else None
+        if len(host) > 300:
+            return None
+        served = self._served(host)
+        order = self._orders.status_of(host) if self._orders is not None else None
+        if order is None:
+            return served
+        status = dict(order)
+        status["live"] = served is not None and served["live"] is True
+        if status["live"] and served is not None and "port" in served:
+            status["port"] = served["port"]
+        return status
+
+    def _served(self, host: str) -> dict[str, Any] | None:
+        found = self._certificates.for_host(host)
         if found is None:
             return None
         _, certificate = found

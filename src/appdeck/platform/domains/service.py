@@ -22,6 +22,13 @@ The life of a hostname an app's spec lists (``domains``)::
   from another app of the platform). So a TXT proof by another app's owner takes over a
   hostname held by a pending claim or an ACME-only proof; only a TXT-proved hold is final (the
   DNS owner can still move it by changing the record to the other app's token).
+- A pending claim expires after ``claim_ttl`` (``APPDECK_DOMAIN_CLAIM_TTL_SECONDS``, 7 days):
+  nobody squats a name by claiming it and never proving it. Another app's claim takes an
+  expired one's place at once; the periodic round drops the rest.
+- A domain proved by TXT is looked up again every :data:`VERIFIED_EVERY`; once its record has
+  been missing longer than ``txt_grace`` (``APPDECK_DOMAIN_TXT_GRACE_SECONDS``, 3 days) it is
+  pending again, no longer served, the reason shown to the agent. (A domain proved by ACME is
+  proved again by every renewal's HTTP-01 challenge.)
 - Every replica follows the database: the composition root calls :meth:`resync` on its deploy
   watch loop, and every change here resyncs this replica at once.
 """
@@ -31,7 +38,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from appdeck.common.errors import Conflict
@@ -57,6 +65,10 @@ VERIFY_EVERY: Final = 2.0
 RECHECK_BATCH: Final = 10
 """Pending claims looked up again per periodic round."""
 TAKEN: Final = "taken by another app"
+VERIFIED_EVERY: Final = 3600.0
+"""How often a domain proved by TXT is looked up again (a bounded batch per round)."""
+CLAIM_TTL: Final = 7 * 86_400.0
+TXT_GRACE: Final = 3 * 86_400.0
 
 
 def _spec_domains(app: AppRecord) -> list[str]:
@@ -76,6 +88,9 @@ class DomainService:
         urls: AppUrls,
         reserved: Iterable[str] = (),
         recheck_seconds: float = 60.0,
+        claim_ttl: float = CLAIM_TTL,
+        txt_grace: float = TXT_GRACE,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
         self.hosts = hosts
@@ -85,6 +100,9 @@ class DomainService:
         self.urls = urls
         self._reserved = frozenset(reserved)
         self._recheck_seconds = recheck_seconds
+        self._claim_ttl = claim_ttl
+        self._txt_grace = txt_grace
+        self._clock = clock
         self._verified_at: dict[int, float] = {}
 
     # -- the spec's side (AppService calls these) ---------------------------------------------
@@ -113,7 +131,7 @@ class DomainService:
         """Make the app's claims what its spec lists: claim the free hostnames (pending),
         release the ones no longer listed; then this replica's host map follows."""
         listed = [h for h in _spec_domains(app) if self._refusal(h) is None]
-        await self.store.claim(app.id, listed)
+        await self.store.claim(app.id, listed, stale_before=self._clock() - self._claim_ttl)
         released = await self.store.release(app.id, keep=listed)
         if released:
             log.info("app %s released %s", app.id, ", ".join(released))
@@ -199,16 +217,47 @@ class DomainService:
         return reason
 
     async def recheck(self, limit: int = RECHECK_BATCH) -> int:
-        """The periodic round: look up a bounded batch of pending claims again; how many got
-        verified."""
-        due = await self.store.due(time.time() - self._recheck_seconds, limit)
+        """The periodic round, each step a bounded batch: drop pending claims older than the
+        claim TTL, look pending claims up again, and re-check domains proved by TXT (one gone
+        longer than the grace period stops being served). How many got verified."""
+        now = self._clock()
+        expired = await self.store.expire(now - self._claim_ttl, limit)
+        if expired:
+            log.info("unproved claims expired: %s", ", ".join(expired))
+        due = await self.store.due(now - self._recheck_seconds, limit)
         proved = 0
         for claim in due:
             if await self.prove(claim.host, claim.app_id) is None:
                 proved += 1
-        if proved:
+        lost = 0
+        for claim in await self.store.due(now - VERIFIED_EVERY, limit, state=VERIFIED):
+            lost += await self._still_proved(claim, now)
+        if proved or lost or expired:
             await self.resync()
         return proved
+
+    async def _still_proved(self, claim: DomainRecord, now: float) -> int:
+        """Look a TXT-verified claim's record up again; 1 when it stopped being served."""
+        name = challenge_name(claim.host)
+        try:
+            found = await self._resolver.txt(name)
+        except LookupFailed as exc:
+            reason = f"the TXT lookup of {name} failed: {exc}"
+        else:
+            if self.token(claim.host, claim.app_id) in found:
+                await self.store.still_proved(claim.host, claim.app_id, None, now)
+                return 0
+            reason = mismatch(name, found)
+        since = claim.failing_since
+        if since is None or now - since < self._txt_grace:
+            await self.store.still_proved(claim.host, claim.app_id, reason, now)
+            return 0
+        began = datetime.fromtimestamp(since, UTC).isoformat(timespec="seconds")
+        why = f"no longer served: its TXT proof has failed since {began} ({reason})"
+        if await self.store.unverify(claim.host, claim.app_id, why):
+            log.warning("domain %s of app %s: %s", claim.host, claim.app_id, why)
+            return 1
+        return 0
 
     # -- what the agent sees ----------------------------------------------------------------
 
@@ -248,13 +297,16 @@ class DomainService:
             return {"host": host, "state": "refused", "reason": f"{host} is {refused}"}
         txt = {"name": challenge_name(host), "value": self.token(host, app.id)}
         if held is not None and held.app_id == app.id and held.state == VERIFIED:
-            return {
+            verified: dict[str, Any] = {
                 "host": host,
                 "state": "verified",
                 "method": held.method,
                 "url": self.urls.of_host(host),
                 "tls": self.urls.tls.status_of(host),
             }
+            if held.failing_since is not None and held.last_error:  # served until the grace ends
+                verified["last_check"] = held.last_error
+            return verified
         if held is not None and held.app_id != app.id:
             if held.method == "txt":
                 return {"host": host, "state": "refused", "reason": f"{TAKEN} (proved by DNS)"}

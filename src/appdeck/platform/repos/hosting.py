@@ -15,7 +15,7 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final, Protocol
 
 from appdeck.common.errors import FailedPrecondition, NotFound, PermissionDenied, Unavailable
 from appdeck.common.identity import Principal
@@ -44,6 +44,17 @@ class PushBusy(Unavailable):
     """Another push to this app's repository is under way."""
 
 
+class Leases(Protocol):
+    """Expiring leases every replica shares (the cluster's Redis:
+    ``appdeck.events.leases.RedisLeases``), for the per-app push limit across replicas."""
+
+    async def acquire(self, key: str) -> Any | None:
+        """The lease on ``key``, or None when someone holds it."""
+        ...
+
+    async def release(self, lease: Any) -> None: ...
+
+
 class HostedService:
     def __init__(
         self,
@@ -62,6 +73,10 @@ class HostedService:
         self.base_url = base_url.rstrip("/")
         self.inline_limits = inline_limits or inline.InlineLimits()
         self._pushing: dict[int, int] = {}
+        self.leases: Leases | None = None
+        """Replica mode: the push limit holds across replicas (one lease per push slot, which
+        outlives a push's time limit; a dead replica's runs out)."""
+        self._held: dict[int, list[Any]] = {}
 
     @property
     def limits(self) -> HostedLimits:
@@ -102,29 +117,53 @@ class HostedService:
         """``git http-backend`` for one request (a push: at most ``max_pushes_per_app`` at
         once, refused when the repository is at its size cap). Call :meth:`done` after."""
         if write:
-            if self._pushing.get(app.id, 0) >= self.limits.max_pushes_per_app:
-                raise PushBusy(
-                    "another push to this app is under way", hint="push again in a moment"
-                )
-            await self.hosted.ensure(app.id)
-            size = await asyncio.to_thread(self.hosted.size, app.id)
+            await self._take_slot(app.id)
+            try:
+                await self.hosted.ensure(app.id)
+                size = await asyncio.to_thread(self.hosted.size, app.id)
+            except BaseException:
+                await self._release(app.id, write)
+                raise
             if size >= self.limits.max_repo_bytes:
+                await self._release(app.id, write)
                 raise FailedPrecondition(
                     f"the app's repository is at its size cap ({self.limits.max_repo_bytes} "
                     "bytes): pushes are refused",
                     hint="ask the operator to raise APPDECK_HOSTED_MAX_REPO_BYTES",
                 )
-            self._pushing[app.id] = self._pushing.get(app.id, 0) + 1
         try:
             return await self.hosted.serve(app.id, cgi, write=write)
         except BaseException:
-            self._release(app.id, write)
+            await self._release(app.id, write)
             raise
+
+    async def _take_slot(self, app_id: int) -> None:
+        """One of the app's ``max_pushes_per_app`` push slots (on every replica with
+        :attr:`leases`, else on this one), or :class:`PushBusy`."""
+        busy = PushBusy("another push to this app is under way", hint="push again in a moment")
+        if self._pushing.get(app_id, 0) >= self.limits.max_pushes_per_app:
+            raise busy
+        if self.leases is not None:
+            lease = None
+            try:
+                for slot in range(self.limits.max_pushes_per_app):
+                    lease = await self.leases.acquire(f"push:{app_id}:{slot}")
+                    if lease is not None:
+                        break
+            except Exception:  # Redis away: this replica's own limit still holds
+                log.warning(
+                    "push leases unreachable: app %s limited on this replica", app_id, exc_info=True
+                )
+            else:
+                if lease is None:
+                    raise busy
+                self._held.setdefault(app_id, []).append(lease)
+        self._pushing[app_id] = self._pushing.get(app_id, 0) + 1
 
     async def done(self, app: AppRecord, *, write: bool, ok: bool) -> PushOutcome | None:
         """After a request: a push that went through and moved the connected branch is a
         push event (:meth:`pushed`)."""
-        self._release(app.id, write)
+        await self._release(app.id, write)
         if not (write and ok):
             return None
         try:
@@ -133,13 +172,24 @@ class HostedService:
             log.exception("the push to app %s was taken but not acted on", app.id)
             return None
 
-    def _release(self, app_id: int, write: bool) -> None:
-        if write:
-            left = self._pushing.get(app_id, 1) - 1
-            if left > 0:
-                self._pushing[app_id] = left
-            else:
-                self._pushing.pop(app_id, None)
+    async def _release(self, app_id: int, write: bool) -> None:
+        if not write:
+            return
+        left = self._pushing.get(app_id, 1) - 1
+        if left > 0:
+            self._pushing[app_id] = left
+        else:
+            self._pushing.pop(app_id, None)
+        held = self._held.get(app_id)
+        if held:
+            lease = held.pop()
+            if not held:
+                del self._held[app_id]
+            if self.leases is not None:
+                try:
+                    await self.leases.release(lease)
+                except Exception:  # it runs out by itself
+                    log.warning("the push lease of app %s was not released", app_id, exc_info=True)
 
     async def pushed(self, app: AppRecord) -> PushOutcome | None:
         """The connected branch's head, read in the sandbox: a new one is received as a

@@ -23,7 +23,6 @@ a tenant's orders per hour are capped, and so are the names per app and the name
 from __future__ import annotations
 
 import asyncio
-import datetime
 import logging
 import random
 import time
@@ -40,6 +39,7 @@ from appdeck.ingress.hosts import normalize
 from appdeck.platform.crypto import Sealer
 from appdeck.platform.tls import ca, metrics, pem
 from appdeck.platform.tls.names import NamesSource, cert_name
+from appdeck.platform.tls.states import TlsStates, describe, iso
 from appdeck.storage.tls import CertRow, TlsStore, WantedRow
 
 log = logging.getLogger("appdeck.tls")
@@ -97,12 +97,6 @@ def backoff(attempts: int, base: float, cap: float, rng: random.Random) -> float
     return delay * (0.5 + rng.random() / 2)
 
 
-def _iso(epoch: float | None) -> str | None:
-    return (
-        None if epoch is None else datetime.datetime.fromtimestamp(epoch, datetime.UTC).isoformat()
-    )
-
-
 class TlsService:
     def __init__(
         self,
@@ -117,6 +111,7 @@ class TlsService:
         live_replicas: LiveReplicas | None = None,
         domain_verified: DomainVerified | None = None,
         clock: Callable[[], float] = time.time,
+        states: TlsStates | None = None,
     ) -> None:
         self.store = TlsStore(engine)
         self.config = config
@@ -128,6 +123,8 @@ class TlsService:
         self._live = live_replicas
         self._verified = domain_verified
         self._clock = clock
+        self.states = states if states is not None else TlsStates(acme=bool(config.directory))
+        """What ``get_app_url`` reads synchronously: refreshed by :meth:`load` and orders."""
         self._rng = random.Random()  # noqa: S311 - jitter, not a secret
         self._slots = asyncio.Semaphore(max(1, config.concurrency))
         self._loaded: dict[str, str] = {}  # name → sealed chain last put in the data plane
@@ -167,11 +164,10 @@ class TlsService:
         """Put every issued certificate in this replica's data plane (and drop the ones
         gone); returns how many are served."""
         rows = await self.store.all()
+        self.states.replace(rows)
         served: dict[str, str] = {}
-        states: dict[str, int] = {}
         soonest: float | None = None
         for row in rows:
-            states[row.state] = states.get(row.state, 0) + 1
             if row.chain_sealed is None or row.key_sealed is None or row.not_after is None:
                 continue
             served[row.name] = row.chain_sealed
@@ -184,8 +180,8 @@ class TlsService:
         for name in set(self._loaded) - set(served):
             self.certificates.drop(name)
         self._loaded = served
-        for state in ("none", "pending", "issued", "failed"):
-            metrics.CERTIFICATES.labels(state).set(states.get(state, 0))
+        for state, count in self.states.counts().items():
+            metrics.CERTIFICATES.labels(state).set(count)
         if soonest is not None:
             metrics.SOONEST_EXPIRY.set(soonest - self._clock())
         return len(served)
@@ -261,6 +257,7 @@ class TlsService:
         row = await self.store.get(name)
         if row is None:
             return
+        self.states.put(row)  # ``issuing`` (or ``renewing``) here at once
         now = self._clock()
         if row.next_try > now:  # another replica renewed it since this one looked
             await self.store.settle(name, self.replica)
@@ -297,10 +294,14 @@ class TlsService:
                     log.exception("marking %s verified after its certificate failed", host)
 
     async def _order_logged(self, name: str) -> None:
-        """:meth:`order` as a background task: a failure is logged, never left unseen."""
+        """:meth:`order` as a background task: a failure is logged, never left unseen; the
+        outcome is in :attr:`states` at once (other replicas see it at their next load)."""
         try:
             async with self._slots:  # before the lease: a queued order holds none
                 await self.order(name)
+            row = await self.store.get(name)
+            if row is not None:
+                self.states.put(row)
         except Exception:
             log.exception("the order of certificate %s failed", name)
 
@@ -398,7 +399,7 @@ class TlsService:
         self.certificates.put(row.name, Certificate(row.hostnames, chain.pem, key, chain.not_after))
         self._loaded[row.name] = chain_sealed
         log.info(
-            "certificate %s issued by %s until %s", row.name, chain.issuer, _iso(chain.not_after)
+            "certificate %s issued by %s until %s", row.name, chain.issuer, iso(chain.not_after)
         )
 
     async def _failed(self, row: CertRow, reason: str) -> None:
@@ -432,22 +433,15 @@ class TlsService:
             if chain is not None and pem.covers(chain.hostnames, host):
                 return {
                     "state": "issued",
-                    "not_after": _iso(chain.not_after),
+                    "not_after": iso(chain.not_after),
                     "renew_at": None,
                     "issuer": chain.issuer,
                     "error": None,
+                    "next_try": None,
                 }
             return None
-        state = row.state
-        if state == "none":  # not tried yet: waiting for its order when ACME is on
-            state = "pending" if self.config.directory else "none"
-        return {
-            "state": state,
-            "not_after": _iso(row.not_after),
-            "renew_at": _iso(row.next_try) if row.state == "issued" else None,
-            "issuer": row.issuer,
-            "error": row.last_error,
-        }
+        self.states.put(row)
+        return describe(row, self._clock(), bool(self.config.directory))
 
     # -- the loop ---------------------------------------------------------------------------
     async def run_forever(self, stopping: asyncio.Event) -> None:
