@@ -25,6 +25,7 @@ from appdeck.auth.throttle import FailureThrottle
 from appdeck.auth.tokens import InvalidToken
 from appdeck.platform.deploy import states
 from appdeck.platform.repos.hosted import HostedLimits
+from appdeck.platform.repos.inline import InlineFile
 from appdeck.storage import Storage
 from appdeck.storage.identity import IdentityStore
 from appdeck.transport.git_remote import git_remote_route
@@ -354,3 +355,23 @@ async def test_only_branches_and_tags_within_bounds_are_pushed(
     assert sorted(line.split("\t")[1] for line in listed.splitlines()) == [
         "HEAD", "refs/heads/main", "refs/tags/v1",
     ]  # fmt: skip
+
+
+async def test_git_asking_before_a_push_is_no_push_event_only_the_push_is(
+    remote: Remote, tmp_path: Path
+) -> None:
+    """The branch holds a commit no push brought (inline files): git's GET info/refs before a
+    push does not deploy it; the push deploys the pushed commit, once."""
+    on = remote.on
+    app_id = await connected(remote)
+    assert on.platform.hosting is not None
+    first = [InlineFile("app.py", "print('v1')\n", "utf-8")]
+    await on.platform.hosting.commit_files(on.alice, app_id, first)
+    await on.platform.repos.connect(on.alice, app_id, "hosted", auto_deploy=True)
+    work = tmp_path / "work"
+    await git("clone", "-q", remote.url(remote.alice), str(work), cwd=tmp_path)
+    sha = await commit(work, {"app.py": "print('v2')\n"}, "v2")
+    await git("push", "-q", remote.url(remote.alice), "main", cwd=work)
+    await on.platform.repos.settle()
+    [record] = await deployments(on, app_id)
+    assert (record.state, record.source["commit"]) == (states.LIVE, sha)

@@ -201,7 +201,10 @@ async def _answer(
         finally:
             timer.cancel()
             code = await run.close()
-            outcome = await hosting.done(app, write=write, ok=ok and code == 0)
+            # only a POST moves refs: git's GET info/refs before it is no push event (it
+            # would deploy whatever the branch held, and the real push would find it building)
+            pushed = ok and code == 0 and request.method == "POST"
+            outcome = await hosting.done(app, write=write, ok=pushed)
             if outcome is not None:
                 log.info("push to app %s: %s %s", app.id, outcome.status, outcome.commit or "")
 
