@@ -374,10 +374,10 @@ def render(
         f"    timeout client {idle_ms}ms",
         f"    timeout http-request {idle_ms}ms",
         "    timeout http-keep-alive 15s",  # the Python ingress's; above clients' 5 s pools
-        # a reload's old worker keeps idle client connections and answers the next request
-        # on each with "Connection: close" (by default it closes them, racing the client's
-        # next request: "server disconnected without sending a response")
-        "    option idle-close-on-response",
+        # not "option idle-close-on-response": a soft-stopping worker closes its network
+        # namespaces (HAProxy's netns_sig_stop), so the last request it would answer on a
+        # kept connection could not reach a sandboxed instance (502). Idle client connections
+        # are closed at a reload instead; see docs/data-plane-edge.md "Reloads".
         f"    timeout tunnel {idle_ms}ms",
         "    balance roundrobin",
         f"    http-error status 503 content-type {_HTML} hdr x-appdeck-page 502 "

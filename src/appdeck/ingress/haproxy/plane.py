@@ -15,9 +15,8 @@ One task (every :data:`TICK_S`, or at once after a change):
   within 2 s of a kill -9).
 - **counters**: per-server ``show stat`` summed per (route, release) into
   :class:`HAProxyCounters`, plus what earlier workers counted (a reload starts a worker at 0).
-  A reload's old worker answers one last request on each client connection it kept open
-  (``idle-close-on-response``) and exits: those requests are not counted (at most one per
-  open connection per reload). Latency: the requests new since the last poll times the
+  What an old worker answers after a poll and before it exits (requests in flight at a
+  reload) is not counted. Latency: the requests new since the last poll times the
   server's mean time to response headers then (``qtime + ctime + rtime``).
 
 At start the data plane holds its first sync (the table is still empty then) until
