@@ -146,3 +146,6 @@ def _app_disks_unmounted(request: pytest.FixtureRequest) -> Iterator[None]:
     from appdeck.runtime.disks import unmount_under
 
     unmount_under(root)
+    from tests.support.appdeck_process import reap_haproxy
+
+    reap_haproxy(Path(root))  # issue 21: the data plane outlives a server by design

@@ -35,7 +35,7 @@ class DomainWorld(World):
     def served(self, host: str) -> str | None:
         ingress = self.services.ingress
         assert ingress is not None
-        return ingress.routes.route_of(host.encode())
+        return ingress.table.route_of(host.encode())
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ import httpx
 import orjson
 import pytest
 
-from tests.support.appdeck_process import AppDeckProcess, start_appdeck
+from tests.support.appdeck_process import AppDeckProcess, reap_haproxy, start_appdeck
 
 pytestmark = pytest.mark.e2e
 
@@ -53,6 +53,7 @@ async def server(module_tmp: Path, request: pytest.FixtureRequest) -> AsyncItera
         yield proc
     finally:
         await proc.stop()
+        reap_haproxy(module_tmp / name)  # issue 21: the data plane outlives the server
 
 
 def _hostport(url: str) -> tuple[str, int]:

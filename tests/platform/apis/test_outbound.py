@@ -17,7 +17,6 @@ import pytest
 
 from appdeck.common.errors import Unavailable
 from appdeck.common.identity import Principal
-from appdeck.ingress import Counters, IngressServer, RouteTable
 from appdeck.ingress.routes import Backend
 from appdeck.platform.apis.client import AppHttp
 from appdeck.platform.apis.tester import ApiCall, ApiTester
@@ -25,6 +24,7 @@ from appdeck.platform.apis.validation import Exchange, Verdict, verdict
 from appdeck.storage import Storage
 from tests.ingress.upstreams import Upstream
 from tests.platform.on_fakes import OnFakes, platform_on_fakes
+from tests.support.data_plane import haproxy_plane
 
 ANSWERED: dict[str, Any] = {"200": {"description": "an answer"}}
 DOC: dict[str, Any] = {
@@ -78,19 +78,20 @@ async def rig(storage: Storage, tmp_path: Path) -> AsyncIterator[Rig]:
     shop = (await on.platform.apps.register(on.alice, "shop")).app.id
     slowpoke = (await on.platform.apps.register(on.eve, "slowpoke")).app.id
     fast, slow = await Upstream("fast").start(), await Upstream("slow").start()
-    routes = RouteTable()
-    routes.set("shop--acme", [Backend("r1", 100, [fast.address])])
-    routes.set("slowpoke--globex", [Backend("r1", 100, [slow.address])])
-    ingress = IngressServer(routes, Counters(), port=0, graceful_shutdown=1)
-    port = await ingress.start()
-    http = AppHttp("127.0.0.1", port)  # the default pool and shares
-    tester = ApiTester(on.platform.apps, OneDocument(), NoKeys(), http)  # type: ignore[arg-type]
-    tester.checker = InProcess()  # type: ignore[assignment]
     try:
-        yield Rig(on, http, tester, fast, slow, shop, slowpoke)
+        async with haproxy_plane(tmp_path / "plane") as router:
+            plane = router.plane
+            plane.table.set("shop--acme", [Backend("r1", 100, [fast.address])])
+            plane.table.set("slowpoke--globex", [Backend("r1", 100, [slow.address])])
+            assert await plane.synced()
+            http = AppHttp("127.0.0.1", plane.port)  # the default pool and shares
+            tester = ApiTester(on.platform.apps, OneDocument(), NoKeys(), http)  # type: ignore[arg-type]
+            tester.checker = InProcess()  # type: ignore[assignment]
+            try:
+                yield Rig(on, http, tester, fast, slow, shop, slowpoke)
+            finally:
+                await http.aclose()
     finally:
-        await http.aclose()
-        await ingress.stop()
         await asyncio.gather(fast.stop(), slow.stop())
 
 

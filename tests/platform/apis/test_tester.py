@@ -1,4 +1,4 @@
-"""ApiTester on a real ingress in front of the hello fixture app (its request handler, served
+"""ApiTester on a real data plane (HAProxy) in front of the hello fixture app (its request handler, served
 in-process), with the document and the key service faked: what is sent, what comes back,
 and that nothing but the app's own route is ever reached.
 
@@ -30,7 +30,7 @@ from appdeck.common.errors import (
 )
 from appdeck.common.identity import Principal
 from appdeck.common.tokens import new_secret
-from appdeck.ingress import Counters, IngressServer, RouteTable
+from appdeck.ingress.haproxy.plane import HAProxyDataPlane
 from appdeck.ingress.routes import Backend
 from appdeck.platform.apis.client import AppHttp, AppResponse
 from appdeck.platform.apis.tester import (
@@ -44,6 +44,7 @@ from appdeck.platform.apis.validation import Exchange, ResponseChecker, Verdict,
 from appdeck.storage import Storage
 from tests.ingress.upstreams import Upstream
 from tests.platform.on_fakes import OnFakes, platform_on_fakes
+from tests.support.data_plane import haproxy_plane
 
 HELLO = Path(__file__).resolve().parents[2] / "fixtures" / "apps" / "hello" / "app.py"
 APP_HOST = "shop--acme.localhost"
@@ -110,7 +111,7 @@ class Rig:
     tester: ApiTester
     catalog: FakeCatalog
     keys: FakeKeys
-    routes: RouteTable
+    plane: HAProxyDataPlane
     trap: Upstream
     app_id: int
     seen: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
@@ -155,22 +156,23 @@ async def rig(storage: Storage, tmp_path: Path) -> AsyncIterator[Rig]:
     thread.start()
     slow = await Upstream("slow").start()
     trap = await Upstream("trap").start()
-    routes, counters = RouteTable(), Counters()
-    routes.set("shop--acme", [Backend("r1", 100, [f"127.0.0.1:{server.server_address[1]}"])])
-    routes.set("slowpoke--acme", [Backend("r1", 100, [slow.address])])
-    ingress = IngressServer(routes, counters, port=0, graceful_shutdown=1)
-    port = await ingress.start()
-    http = AppHttp("127.0.0.1", port)
-    catalog, keys = FakeCatalog(DOC), FakeKeys()
-    tester = ApiTester(on.platform.apps, catalog, keys, http)  # type: ignore[arg-type]
-    real_checker = tester.checker
-    tester.checker = InProcess()  # type: ignore[assignment]
-    rig = Rig(on, tester, catalog, keys, routes, trap, app_id, seen, real_checker)
     try:
-        yield rig
+        async with haproxy_plane(tmp_path / "plane") as router:
+            plane = router.plane
+            app = f"127.0.0.1:{server.server_address[1]}"
+            plane.table.set("shop--acme", [Backend("r1", 100, [app])])
+            plane.table.set("slowpoke--acme", [Backend("r1", 100, [slow.address])])
+            assert await plane.synced()
+            http = AppHttp("127.0.0.1", plane.port)
+            catalog, keys = FakeCatalog(DOC), FakeKeys()
+            tester = ApiTester(on.platform.apps, catalog, keys, http)  # type: ignore[arg-type]
+            real_checker = tester.checker
+            tester.checker = InProcess()  # type: ignore[assignment]
+            try:
+                yield Rig(on, tester, catalog, keys, plane, trap, app_id, seen, real_checker)
+            finally:
+                await http.aclose()
     finally:
-        await http.aclose()
-        await ingress.stop()
         await asyncio.gather(slow.stop(), trap.stop())
         server.shutdown()
         thread.join(timeout=5)
@@ -415,10 +417,11 @@ async def test_an_operation_the_document_does_not_have_is_not_found(rig: Rig) ->
 async def test_an_app_without_a_live_release_is_a_failed_precondition(rig: Rig) -> None:
     for state in ("never live", "live once"):
         if state == "never live":
-            rig.routes.remove("shop--acme")  # the ingress's 404 no_such_app
+            rig.plane.table.remove("shop--acme")  # the data plane's 404 no_such_app
         else:
-            rig.routes.set("shop--acme", [Backend("gone", 100, ["127.0.0.1:9"])])
-            rig.routes.set("shop--acme", [])  # its 503 no_live_release
+            rig.plane.table.set("shop--acme", [Backend("gone", 100, ["127.0.0.1:9"])])
+            rig.plane.table.set("shop--acme", [])  # its 503 no_live_release
+        assert await rig.plane.synced()
         for method, accept in (("GET", "application/json"), ("GET", "text/html"), ("HEAD", "")):
             headers = {"Accept": accept} if accept else {}
             with pytest.raises(FailedPrecondition, match="no live release"):

@@ -1,9 +1,10 @@
-"""Automatic TLS against a real CA: Debian's Pebble, validating HTTP-01 through the Python
-ingress, on SQLite and PostgreSQL (nothing mocked)."""
+"""Automatic TLS against a real CA: Debian's Pebble, validating HTTP-01 through the HAProxy
+data plane, on SQLite and PostgreSQL (nothing mocked)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import time
 from collections.abc import AsyncIterator
@@ -17,9 +18,9 @@ from cryptography import x509
 from cryptography.x509.verification import PolicyBuilder, Store
 
 from appdeck.events.cluster import Cluster
-from appdeck.ingress import Counters, IngressServer, RouteTable
 from appdeck.ingress.certs import Certificates
 from appdeck.ingress.challenges import Challenges
+from appdeck.ingress.haproxy.plane import HAProxyDataPlane
 from appdeck.platform.crypto import Sealer
 from appdeck.platform.tls import BadCertificate, TlsConfig, TlsService
 from appdeck.storage import Storage
@@ -27,6 +28,7 @@ from appdeck.storage.schema import tls_accounts, tls_certificates
 from appdeck.storage.tls import WantedRow
 from tests.platform.tls.test_pem import self_signed
 from tests.support.challtestsrv import challtestsrv
+from tests.support.data_plane import haproxy_plane
 from tests.support.mcp import free_port
 from tests.support.pebble import Pebble, pebble
 from tests.support.redis import REDIS_URL
@@ -54,7 +56,7 @@ class World:
     storage: Storage
     tmp_path: Path
     ca: Pebble
-    ingress: IngressServer
+    ingress: HAProxyDataPlane
     sealer: Sealer
 
     def service(
@@ -71,7 +73,7 @@ class World:
             self.storage.engine,
             self.sealer,
             certificates if certificates is not None else Certificates(),
-            challenges if challenges is not None else self.ingress.proxy.challenges,
+            challenges if challenges is not None else self.ingress.challenges,
             settings,
             names=names,
             replica=replica,
@@ -80,16 +82,13 @@ class World:
 
 @pytest.fixture
 async def world(storage: Storage, tmp_path: Path) -> AsyncIterator[World]:
-    ingress = IngressServer(RouteTable(), Counters(), port=0, graceful_shutdown=1)
-    port = await ingress.start()
-    try:
-        async with (
-            challtestsrv() as dns,
-            pebble(tmp_path, http_port=port, dns=dns.dns_address) as ca,
-        ):
-            yield World(storage, tmp_path, ca, ingress, Sealer.from_settings("s3cret", tmp_path))
-    finally:
-        await ingress.stop()
+    async with (
+        haproxy_plane(tmp_path / "plane") as router,
+        challtestsrv() as dns,
+        pebble(tmp_path, http_port=router.plane.port, dns=dns.dns_address) as ca,
+    ):
+        sealer = Sealer.from_settings("s3cret", tmp_path)
+        yield World(storage, tmp_path, ca, router.plane, sealer)
 
 
 async def issue(service: TlsService) -> list[str]:
@@ -133,7 +132,7 @@ async def test_an_apps_hostname_gets_a_certificate_from_the_ca_through_the_ingre
     assert status["not_after"] == leaf.not_valid_after_utc.isoformat()
     assert abs((renew - datetime.datetime.fromisoformat(status["renew_at"])).total_seconds()) < 1
     # the challenge is gone from every data plane once the order ended
-    assert world.ingress.proxy.challenges.items() == {}
+    assert world.ingress.challenges.items() == {}
 
 
 async def test_certificate_and_keys_are_stored_sealed_and_a_second_platform_serves_them(
@@ -209,10 +208,10 @@ async def test_a_challenge_published_by_one_replica_is_answered_by_anothers_data
     storage: Storage, tmp_path: Path
 ) -> None:
     # the CA reaches only replica B's data plane; replica A orders
-    a_plane = IngressServer(RouteTable(), Counters(), port=0, graceful_shutdown=1)
-    b_plane = IngressServer(RouteTable(), Counters(), port=0, graceful_shutdown=1)
-    await a_plane.start()
-    b_port = await b_plane.start()
+    planes = contextlib.AsyncExitStack()  # each replica's own data plane
+    a_plane = (await planes.enter_async_context(haproxy_plane(tmp_path / "a"))).plane
+    b_plane = (await planes.enter_async_context(haproxy_plane(tmp_path / "b"))).plane
+    b_port = b_plane.port
     verified: list[tuple[str, str]] = []
 
     async def mark_verified(domain: str, how: str) -> None:
@@ -233,7 +232,7 @@ async def test_a_challenge_published_by_one_replica_is_answered_by_anothers_data
                 storage.engine,
                 sealer,
                 Certificates(),
-                a_plane.proxy.challenges,
+                a_plane.challenges,
                 config,
                 names=Fixed(domain),
                 replica="a",
@@ -244,7 +243,7 @@ async def test_a_challenge_published_by_one_replica_is_answered_by_anothers_data
                 storage.engine,
                 sealer,
                 Certificates(),
-                b_plane.proxy.challenges,
+                b_plane.challenges,
                 TlsConfig(),  # no directory: b orders nothing, it only follows
                 names=Fixed(domain),  # every replica wants the same names
                 replica="b",
@@ -262,8 +261,7 @@ async def test_a_challenge_published_by_one_replica_is_answered_by_anothers_data
             assert status["state"] == "issued", status
             assert verified == [("shop.example.test", "acme")]  # the proof the domains take
     finally:
-        await a_plane.stop()
-        await b_plane.stop()
+        await planes.aclose()
 
 
 async def test_an_unreachable_ca_fails_with_a_short_reason_and_tenants_are_rate_limited(
@@ -371,10 +369,10 @@ async def test_replicas_hear_new_challenges_on_the_cluster_broadcast_at_once(
     storage: Storage, tmp_path: Path, redis_prefix: str
 ) -> None:
     # b looks at the database only once an hour: only the doorbell can make it serve in time
-    a_plane = IngressServer(RouteTable(), Counters(), port=0, graceful_shutdown=1)
-    b_plane = IngressServer(RouteTable(), Counters(), port=0, graceful_shutdown=1)
-    await a_plane.start()
-    b_port = await b_plane.start()
+    planes = contextlib.AsyncExitStack()  # each replica's own data plane
+    a_plane = (await planes.enter_async_context(haproxy_plane(tmp_path / "a"))).plane
+    b_plane = (await planes.enter_async_context(haproxy_plane(tmp_path / "b"))).plane
+    b_port = b_plane.port
     clusters = [await Cluster.connect(REDIS_URL, redis_prefix) for _ in range(2)]
 
     async def live() -> set[str]:
@@ -392,7 +390,7 @@ async def test_replicas_hear_new_challenges_on_the_cluster_broadcast_at_once(
                 storage.engine,
                 sealer,
                 Certificates(),
-                a_plane.proxy.challenges,
+                a_plane.challenges,
                 config,
                 names=names,
                 replica="a",
@@ -402,7 +400,7 @@ async def test_replicas_hear_new_challenges_on_the_cluster_broadcast_at_once(
                 storage.engine,
                 sealer,
                 Certificates(),
-                b_plane.proxy.challenges,
+                b_plane.challenges,
                 TlsConfig(follow_seconds=3600, check_seconds=3600),
                 names=names,
                 replica="b",
@@ -423,8 +421,7 @@ async def test_replicas_hear_new_challenges_on_the_cluster_broadcast_at_once(
     finally:
         for cluster in clusters:
             await cluster.close()
-        await a_plane.stop()
-        await b_plane.stop()
+        await planes.aclose()
 
 
 async def test_a_replica_that_saw_a_name_due_orders_nothing_once_another_renewed_it(

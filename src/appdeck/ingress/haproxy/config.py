@@ -161,7 +161,8 @@ def _returns(status: int, code: str, message: str, cond: str, headers: str = "")
         details = {"app": _ROUTE} if _ROUTE in message else {}
         page = _lf(_page(status, code, message, fmt, **details))
         lines.append(
-            f"http-request return status {status} content-type {ctype}{headers} "
+            f"http-request return status {status} content-type {ctype} "
+            f"hdr cache-control no-store{headers} "  # as error_page: never cached
             f"lf-string '{page}' if {{ var(txn.fmt) -m str {fmt} }} {cond}"
         )
     return lines

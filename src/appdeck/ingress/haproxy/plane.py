@@ -150,6 +150,13 @@ def addresses(host: str, port: int) -> list[str]:
     return found
 
 
+def _probe(host: str, port: int) -> None:
+    """:class:`ListenError` (its one line names the address) when HAProxy could not bind."""
+    for address in host.split(","):
+        for sock in listen(address.strip(), port):
+            sock.close()
+
+
 def _bracket(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
@@ -230,6 +237,7 @@ class HAProxyDataPlane:
             if self.process.running():
                 log.info("adopted the running HAProxy (%s)", self.layout.directory)
             else:
+                _probe(self.host, self.port)  # a taken port: one line, not HAProxy's log
                 await self._sync(force=True, locked=True)
                 self._settled.set()
         self._task = asyncio.create_task(self._run(), name="appdeck-haproxy")

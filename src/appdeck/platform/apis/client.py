@@ -70,9 +70,10 @@ class AppHttp:
             self._client = httpx.AsyncClient(
                 follow_redirects=False,
                 trust_env=False,  # never a proxy from the environment
+                # no kept connections: after a route change reloads HAProxy, a kept one
+                # reaches the old worker, which answers its next request with the old routes
                 limits=httpx.Limits(
-                    max_connections=self.shares.limits.total,
-                    max_keepalive_connections=min(10, self.shares.limits.total),
+                    max_connections=self.shares.limits.total, max_keepalive_connections=0
                 ),
             )
         return self._client

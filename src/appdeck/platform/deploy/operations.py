@@ -18,7 +18,7 @@ from appdeck.common.errors import AppDeckError, FailedPrecondition, NotFound
 from appdeck.common.identity import Principal
 from appdeck.model import hostnames
 from appdeck.platform.deploy import rollout, states
-from appdeck.platform.deploy.ingress_router import apply_here
+from appdeck.platform.deploy.ingress_router import apply_here, published
 from appdeck.platform.deploy.locks import Hold
 from appdeck.platform.deploy.ports import Backend, BuildFailed, Instance, Release
 from appdeck.platform.deploy.running import STOPPED_ROUTE, Running, fenced, refuse_if_stopped
@@ -95,6 +95,7 @@ class Operations:
                 release.route,
                 [Backend(release.release_id, 100, tuple(i.upstream for i in instances))],
             )
+            await published(s.router)  # issue 21: in effect (HAProxy too) before it is reported
             how = "instantly (it was still warm)" if warm else "after starting it again"
             with fenced(app_id):
                 held.check()
