@@ -263,6 +263,7 @@ class Services:
             live,
             domains,
             states=self.tls_states,
+            served=self.router.edge.sync if isinstance(self.router, setup.HAProxyRouter) else None,
         )
         if self.tls is None:
             return

@@ -38,6 +38,7 @@ def tls_of(
     domains: DomainService | None = None,
     *,
     states: TlsStates | None = None,
+    served: Callable[[], Awaitable[None]] | None = None,
 ) -> TlsService | None:
     """The TLS service when ACME or the operator's files are set; None otherwise."""
     s = settings
@@ -71,6 +72,7 @@ def tls_of(
         live_replicas=live_replicas,
         domain_verified=_proved_by_acme(domains) if domains is not None else None,
         states=states,  # get_app_url reads it synchronously
+        served=served,  # HAProxy: challenges acknowledged once its maps hold them
     )
 
 

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import datetime
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,6 +58,8 @@ class World:
     ca: Pebble
     ingress: HAProxyDataPlane
     sealer: Sealer
+    served: Callable[[], Awaitable[None]] | None = None
+    """The data plane's "challenges are served now" (HAProxy's edge sync), as app.py wires it."""
 
     def service(
         self,
@@ -77,6 +79,7 @@ class World:
             settings,
             names=names,
             replica=replica,
+            served=self.served if challenges is None else None,
         )
 
 
@@ -88,7 +91,7 @@ async def world(storage: Storage, tmp_path: Path) -> AsyncIterator[World]:
         pebble(tmp_path, http_port=router.plane.port, dns=dns.dns_address) as ca,
     ):
         sealer = Sealer.from_settings("s3cret", tmp_path)
-        yield World(storage, tmp_path, ca, router.plane, sealer)
+        yield World(storage, tmp_path, ca, router.plane, sealer, router.edge.sync)
 
 
 async def issue(service: TlsService) -> list[str]:
@@ -443,3 +446,34 @@ async def test_a_replica_that_saw_a_name_due_orders_nothing_once_another_renewed
     assert row is not None
     assert (row.attempts, row.last_error) == (0, None)
     assert await late.store.claim(HOST, "another", 60)  # and it let the lease go
+
+
+async def test_a_challenge_is_acknowledged_only_once_the_data_plane_serves_it(
+    storage: Storage, tmp_path: Path
+) -> None:
+    """Another replica published a challenge: this one acknowledges it (the CA is told to
+    validate once every replica did) only after its data plane took it, not when it is merely
+    in memory: else the CA can come first and find a 404 (seen with HAProxy's async copy)."""
+    serving = False
+
+    async def served() -> None:
+        if not serving:
+            raise RuntimeError("HAProxy's maps are not updated yet")
+
+    service = TlsService(
+        storage.engine,
+        Sealer.from_settings("s3cret", tmp_path),
+        Certificates(),
+        Challenges(),
+        TlsConfig(directory="https://ca.invalid/dir"),
+        names=Fixed(),
+        replica="r2",
+        served=served,
+    )
+    await service.store.publish(HOST, {"tok-1": "tok-1.thumb"}, time.time() + 60)
+    await service.follow()
+    assert service.challenges.items() == {"tok-1": "tok-1.thumb"}  # in memory already
+    assert await service.store.acked(["tok-1"]) == {"tok-1": set()}  # not acknowledged
+    serving = True
+    await service.follow()  # the next turn
+    assert await service.store.acked(["tok-1"]) == {"tok-1": {"r2"}}

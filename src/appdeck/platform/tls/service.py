@@ -97,6 +97,10 @@ def backoff(attempts: int, base: float, cap: float, rng: random.Random) -> float
     return delay * (0.5 + rng.random() / 2)
 
 
+SERVED_WITHIN_S = 10.0
+"""How long a data plane may take to serve new challenges before the wait is logged."""
+
+
 class TlsService:
     def __init__(
         self,
@@ -112,8 +116,12 @@ class TlsService:
         domain_verified: DomainVerified | None = None,
         clock: Callable[[], float] = time.time,
         states: TlsStates | None = None,
+        served: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.store = TlsStore(engine)
+        self._served = served
+        """Returns once this host's data plane serves what ``challenges`` holds (HAProxy copies
+        it asynchronously): a challenge is acknowledged only then, or the CA may come first."""
         self.config = config
         self.certificates = certificates
         self.challenges = challenges
@@ -192,8 +200,22 @@ class TlsService:
         self.challenges.replace(pending)
         new = set(pending) - self._acked
         if new:
+            if not await self._in_data_plane():
+                return  # acknowledged at a later turn, once served
             await self.store.ack(new, self.replica)
         self._acked = set(pending)
+
+    async def _in_data_plane(self) -> bool:
+        """Whether the data plane serves the challenges now (bounded wait)."""
+        if self._served is None:
+            return True
+        try:
+            async with asyncio.timeout(SERVED_WITHIN_S):
+                await self._served()
+        except Exception as exc:  # noqa: BLE001 - the data plane's own errors; retried
+            log.warning("the data plane did not take the ACME challenges yet: %r", exc)
+            return False
+        return True
 
     # -- which names ------------------------------------------------------------------------
     async def reconcile(self) -> list[str]:
@@ -357,7 +379,8 @@ class TlsService:
         await self.store.publish(name, answers, expires)
         for token, key_authorization in answers.items():
             self.challenges.put(token, key_authorization)
-        await self.store.ack(answers, self.replica)
+        if await self._in_data_plane():  # else the wait below runs out (logged there)
+            await self.store.ack(answers, self.replica)
         if self._broadcast is not None:
             try:
                 await self._broadcast.publish(CHANNEL, b"")
