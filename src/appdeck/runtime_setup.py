@@ -8,6 +8,7 @@ import logging
 from urllib.parse import urlsplit
 
 from appdeck.common.errors import Unavailable
+from appdeck.ingress.config import ProxyConfig
 from appdeck.ingress.haproxy.config import Layout
 from appdeck.ingress.haproxy.edge import EdgeOptions, EdgePaths, control_secret
 from appdeck.ingress.haproxy.joined import JoinedEdge
@@ -155,6 +156,9 @@ def _haproxy_of(
         port=settings.ingress_port,
         namespaces=Namespaces(install.id, driver.netns_fd),
         binary=settings.haproxy_binary,
+        proxy=ProxyConfig(  # the client limits the control plane's listener has too
+            header_timeout=settings.header_timeout_seconds, max_headers=settings.max_headers
+        ),
     )
     plane.edge = edge = JoinedEdge(  # API keys, custom domains, ACME, TLS, the control plane
         EdgePaths(layout.directory / "edge"),

@@ -16,6 +16,10 @@ class ProxyConfig:
     idle_timeout: float = 60.0
     """Between two pieces of a response body (an SSE stream must send something this often),
     and for the upstream to take more of a request body."""
+    header_timeout: float = 10.0
+    """For a client to send a whole request head (``APPDECK_HEADER_TIMEOUT_SECONDS``); 408."""
+    max_headers: int = 100
+    """Header lines in a request head (``APPDECK_MAX_HEADERS``); above it, 400 from HAProxy."""
     max_body_size: int = 10 * 1024 * 1024
     """Largest request body forwarded; above it, 413."""
     reload_drain_timeout: float = 900.0

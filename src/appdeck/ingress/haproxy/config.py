@@ -359,6 +359,7 @@ def render(
         "    description appdeck-@DIGEST@",
         f"    maxconn {_maxconn()}",
         "    tune.bufsize 65536",  # request heads up to the Python ingress's 64 KiB
+        f"    tune.http.maxhdr {max(1, min(32767, proxy.max_headers))}",
         # every new route reloads: an old worker lives on while clients hold streams on it;
         # bounded, so reloads cannot pile up workers (docs/data-plane-edge.md)
         f"    hard-stop-after {int(proxy.reload_drain_timeout * 1000)}ms",
@@ -373,7 +374,7 @@ def render(
         f"    timeout connect {connect_ms}ms",
         f"    timeout server {server_ms}ms",
         f"    timeout client {idle_ms}ms",
-        f"    timeout http-request {idle_ms}ms",
+        f"    timeout http-request {int(proxy.header_timeout * 1000)}ms",
         "    timeout http-keep-alive 15s",  # the Python ingress's; above clients' 5 s pools
         # not "option idle-close-on-response": a soft-stopping worker closes its network
         # namespaces (HAProxy's netns_sig_stop), so the last request it would answer on a
