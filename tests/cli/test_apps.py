@@ -109,6 +109,11 @@ async def test_the_operator_lists_stops_starts_and_reads_the_logs_of_an_app(
     assert await _until(services, 503) == 503  # applied by the server, not by the CLI
     assert json.loads(await _cli(data, "list", "--json"))["apps"][0]["state"] == "stopped"
     runtime = services.platform.deploys.runtime
+    # the route says "stopped" first (HAProxy has it), then the instances stop
+    for _ in range(100):
+        if not await runtime.running(f"{app_id}-1"):
+            break
+        await asyncio.sleep(0.1)
     assert await runtime.running(f"{app_id}-1") == []
 
     await _cli(data, "start", str(app_id))

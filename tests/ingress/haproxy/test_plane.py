@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import random
 
 import httpx
 import pytest
 
 from appdeck.ingress.config import ProxyConfig
-from appdeck.ingress.haproxy.plane import addresses
+from appdeck.ingress.haproxy.plane import _ephemeral, addresses, free_port
 from appdeck.ingress.routes import STOPPED, Backend
 from tests.ingress.conftest import StartUpstream
 from tests.ingress.haproxy.conftest import StartPlane
@@ -277,3 +278,12 @@ async def test_a_slow_release_shows_a_higher_mean_latency_than_a_fast_one(
     assert late.requests >= 3
     assert late.mean_latency >= 0.25  # the app's 0.3 s before its headers
     assert late.mean_latency > quick.mean_latency
+
+
+def test_a_free_port_for_a_test_plane_is_taken_outside_the_ephemeral_range() -> None:
+    """The watchdog starts HAProxy again on the same port after a kill -9: an ephemeral port
+    could meanwhile be handed to another process's bind(0) (seen in CI: "Address already in
+    use")."""
+    low, high = _ephemeral()
+    ports = [free_port("127.0.0.1", random.Random(seed)) for seed in range(5)]
+    assert all(not low <= port <= high for port in ports), (low, high, ports)

@@ -124,14 +124,37 @@ class HAProxyCounters(Counters):
                 cell.latency_sum = latency.get((route, release), 0.0)
 
 
-def free_port(host: str) -> int:
+def free_port(host: str, rng: random.Random | None = None) -> int:
     """A port free on ``host`` now, on both loopbacks for a loopback host (for
-    ``ingress_port = 0``: tests)."""
+    ``ingress_port = 0``: tests). Taken outside the kernel's ephemeral range when it can: the
+    port stays HAProxy's across restarts, and an ephemeral one freed by a kill -9 can be
+    handed to another process's ``bind(0)`` before the watchdog starts HAProxy again."""
+    pick = rng or random.Random()  # noqa: S311 - a port, not a secret
+    low, high = _ephemeral()
+    ranges = [r for r in ((10_000, low - 1), (high + 1, 65_535)) if r[1] - r[0] > 1000]
+    for _ in range(50 if ranges else 0):
+        first, last = pick.choice(ranges)
+        port = pick.randint(first, last)
+        try:
+            socks = listen(host, port)
+        except (ListenError, OSError):
+            continue
+        for sock in socks:
+            sock.close()
+        return port
     socks = listen(host, 0)
     port = int(socks[0].getsockname()[1])
     for sock in socks:
         sock.close()
     return port
+
+
+def _ephemeral() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
 
 
 def addresses(host: str, port: int) -> list[str]:
