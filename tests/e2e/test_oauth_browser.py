@@ -30,10 +30,11 @@ import pytest
 from mcp import Client
 from mcp.client.auth import AuthorizationCodeResult, OAuthClientProvider
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
+from mcp.shared.auth import OAuthClientMetadata
 from playwright.async_api import BrowserContext, Page, Route, async_playwright
 
 from tests.support.appdeck_process import AppDeckProcess
+from tests.support.laptop_agent import MemoryStorage
 
 from .conftest import Launcher
 
@@ -53,26 +54,6 @@ CALLBACK = "http://127.0.0.1:45999/callback"
 DEV_PASSWORD = re.compile(r"admin user 'dev', password: (\S+)")
 STEP_MS = 15_000
 """Every browser action and wait (navigation, typing, the redirect) is bounded by this."""
-
-
-class MemoryStorage:
-    """The SDK's token storage, in memory."""
-
-    def __init__(self) -> None:
-        self.tokens: OAuthToken | None = None
-        self.client: OAuthClientInformationFull | None = None
-
-    async def get_tokens(self) -> OAuthToken | None:
-        return self.tokens
-
-    async def set_tokens(self, tokens: OAuthToken) -> None:
-        self.tokens = tokens
-
-    async def get_client_info(self) -> OAuthClientInformationFull | None:
-        return self.client
-
-    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
-        self.client = client_info
 
 
 class Browser:

@@ -36,6 +36,8 @@ LIMIT_S = 240.0
 
 
 class MemoryStorage:
+    """The SDK's token storage, in memory (the browser OAuth test uses it too)."""
+
     def __init__(self) -> None:
         self.tokens: OAuthToken | None = None
         self.client: OAuthClientInformationFull | None = None
