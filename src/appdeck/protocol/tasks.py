@@ -26,6 +26,7 @@ from dataclasses import replace
 from typing import Any, Final
 
 from appdeck.common.identity import Principal
+from appdeck.common.unwinding import to_the_end
 from appdeck.protocol import jsonrpc
 from appdeck.protocol.errors import InvalidParams, McpError, ServerBusy, error_response
 from appdeck.protocol.pagination import decode, encode
@@ -209,7 +210,7 @@ class TaskManager:
         except asyncio.CancelledError:
             self._ending.add(task_id)
             if not task.terminal and not self._stopping:
-                await self._finish(task, CANCELLED, "The task was cancelled.")
+                await to_the_end(self._finish(task, CANCELLED, "The task was cancelled."))
             raise
         except McpError as exc:
             self._ending.add(task_id)

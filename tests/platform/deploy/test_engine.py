@@ -738,3 +738,39 @@ async def test_a_restart_runs_the_apps_current_env_and_records_it(rig: Rig) -> N
     app = (await rig.apps.get(rig.alice, rig.app_id)).app
     assert rig.deploys.release_of(app, record).env.get("GREETING") == "hello again"
     assert not app.needs_restart
+
+
+async def test_a_deploy_cancelled_again_while_it_unwinds_still_ends_cancelled(rig: Rig) -> None:
+    """A replica's deploy can be cancelled twice (the task's cancel and the relayed deploy
+    cancel): the second must not cut the unwinding short, or the deployment is left in
+    progress and ends ``failed`` as an orphan once the lease is let go."""
+    await rig.deploy()
+    starting, stopping, let_stop = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    stop = rig.runtime.stop
+
+    async def never_healthy(release: Release, instance: Instance, within_s: float) -> bool:
+        starting.set()
+        await asyncio.Event().wait()
+        return False
+
+    async def slow_stop(release_id: str, index: int | None = None) -> None:
+        stopping.set()
+        await let_stop.wait()
+        await stop(release_id, index)
+
+    rig.runtime.wait_healthy = never_healthy  # type: ignore[method-assign]
+    rig.runtime.stop = slow_stop  # type: ignore[method-assign]
+    app, record = await rig.deploys.create(rig.alice, rig.app_id, "rolling")
+    run = asyncio.ensure_future(rig.deploys.run(app, record))
+    async with asyncio.timeout(10):
+        await starting.wait()
+        run.cancel()
+        await stopping.wait()  # unwinding: the new release is being stopped
+        run.cancel()  # the second cancel
+        await asyncio.sleep(0)
+        let_stop.set()
+        with pytest.raises(asyncio.CancelledError):
+            await run
+    assert await rig.states() == {1: "live", 2: "cancelled"}
+    assert rig.router.weights(SHOP) == {f"{rig.app_id}-1": 100}
+    assert await rig.runtime.running(f"{rig.app_id}-2") == []

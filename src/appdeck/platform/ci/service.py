@@ -37,6 +37,7 @@ from appdeck.common.errors import (
     NotFound,
 )
 from appdeck.common.identity import Principal
+from appdeck.common.unwinding import to_the_end
 from appdeck.model.release import AppSpec
 from appdeck.model.specs import STRATEGIES
 from appdeck.platform.apps import AppService
@@ -326,7 +327,7 @@ class CIService:
             try:
                 outcome = await self._test(app, config, record)
             except asyncio.CancelledError:
-                await self._end(record, Outcome("cancelled", None, "cancelled", ""))
+                await to_the_end(self._end(record, Outcome("cancelled", None, "cancelled", "")))
                 raise
             except Exception as exc:  # a failure of ours: the run says so, the log has why
                 log.exception("CI run %s of app %s failed to run", record.number, app.id)

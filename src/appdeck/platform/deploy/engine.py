@@ -33,6 +33,7 @@ from appdeck.common.errors import (
     NotFound,
 )
 from appdeck.common.identity import Principal
+from appdeck.common.unwinding import to_the_end
 from appdeck.model import hostnames
 from appdeck.model.release import AppSpec
 from appdeck.model.specs import STRATEGIES
@@ -310,7 +311,7 @@ class DeployService:
             return await self.store.get(app.id, record.number) or record
         finally:
             self.runs.pop(key, None)
-            await held.release()
+            await to_the_end(held.release())  # at once for the next deploy, cancels or not
 
     async def _run(
         self, app: AppRecord, record: DeploymentRecord, progress: Progress, held: Hold
@@ -360,10 +361,8 @@ class DeployService:
             await step(f"Rolled back automatically: {exc}", 0, state=states.ROLLED_BACK)
             return record
         except asyncio.CancelledError:
-            if not held.lost:
-                await plan_abort(self.runtime, self.router, new, old, old_instances)
-                with contextlib.suppress(Fenced):
-                    await step("Cancelled; the live release kept serving", 0, states.CANCELLED)
+            if not held.lost:  # a second cancel (task and relay both ask) must not cut this short
+                await to_the_end(self._unwind_cancelled(new, old, old_instances, step))
             raise
         except AppDeckError as exc:  # refused by a rule (a checkout, a path): said as it is
             log.warning("deployment %s failed: %s", record.release_id, exc.message)
@@ -394,6 +393,17 @@ class DeployService:
                 await self.runtime.stop(old_record.release_id)
         await self.apps.store.update(app.id, needs_restart=False)
         return record
+
+    async def _unwind_cancelled(
+        self,
+        new: Release,
+        old: Release | None,
+        old_instances: list[Instance],
+        step: Callable[[str, int | None, str | None], Awaitable[None]],
+    ) -> None:
+        await plan_abort(self.runtime, self.router, new, old, old_instances)
+        with contextlib.suppress(Fenced):
+            await step("Cancelled; the live release kept serving", 0, states.CANCELLED)
 
     async def _strategy(
         self,
