@@ -65,7 +65,7 @@ class Replica:
         self.http = httpx.AsyncClient(
             base_url=server.origin,
             headers={"authorization": f"Bearer {token}"},
-            timeout=httpx.Timeout(15, read=45),
+            timeout=httpx.Timeout(15, read=90),  # above the deploys' wait_seconds (60)
             limits=httpx.Limits(max_keepalive_connections=0),
         )
         self.sid = ""

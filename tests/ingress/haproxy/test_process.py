@@ -37,40 +37,54 @@ def _pids(answer: str) -> list[str]:
     return [line for line in answer.splitlines() if line.startswith("Pid:")]
 
 
+@pytest.mark.parametrize("sandboxed", [True, False], ids=["sandboxed", "host"])
 async def test_reloads_lose_no_request_under_a_probe(
-    plane: StartPlane, upstream: StartUpstream
+    plane: StartPlane, upstream: StartUpstream, sandboxed: bool
 ) -> None:
-    data_plane, client = await plane()
-    blog = await upstream("blog")
-    data_plane.table.set("blog", [Backend("r1", 100, [blog.address])])
-    assert await data_plane.synced()
+    """Two probes, one with a new connection per request, one keeping its connection alive
+    across the reloads (an old worker answers its next request, then closes it), see no
+    failure, whether the app is sandboxed (reached in its namespace) or not."""
+    install = secrets.token_hex(6)
+    space, port, server = await _in_a_namespace(b"inside!")
+    names = Namespaces(install, lambda key: space if key == "r1.0" else None)
     failures: list[str] = []
     answered = 0
     done = asyncio.Event()
-
-    async def probe() -> None:
-        nonlocal answered
-        # a new connection per request: a reload closes idle kept-alive connections, and a
-        # request sent on one at that instant is lost to a client that does not retry
-        # (docs/data-plane-edge.md, "Reloads"); no new connection may be
-        async with httpx.AsyncClient(base_url=str(client.base_url), timeout=10) as mine:
-            while not done.is_set():
-                try:
-                    r = await mine.get("/", headers={**BLOG, "connection": "close"})
-                    if r.status_code != 200:
-                        failures.append(str(r.status_code))
-                except httpx.HTTPError as exc:
-                    failures.append(repr(exc))
-                answered += 1
-                await asyncio.sleep(0)
-
-    task = asyncio.create_task(probe())
-    others = [await upstream(f"other{i}") for i in range(10)]
-    for i, other in enumerate(others):  # each new route is a reload
-        data_plane.table.set(f"other{i}", [Backend("r1", 100, [other.address])])
+    try:
+        data_plane, client = await plane(namespaces=names)
+        if sandboxed:
+            data_plane.table.set("blog", [Backend("r1", 100, [f"r1.0@127.0.0.1:{port}"])])
+        else:
+            blog = await upstream("blog")
+            data_plane.table.set("blog", [Backend("r1", 100, [blog.address])])
         assert await data_plane.synced()
-    done.set()
-    await task
+
+        async def probe(close: bool) -> None:
+            nonlocal answered
+            headers = {**BLOG, "connection": "close"} if close else BLOG
+            async with httpx.AsyncClient(base_url=str(client.base_url), timeout=10) as mine:
+                while not done.is_set():
+                    try:
+                        r = await mine.get("/", headers=headers)
+                        if r.status_code != 200:
+                            failures.append(f"{r.status_code} {r.text[:200]}")
+                    except httpx.HTTPError as exc:
+                        failures.append(repr(exc))
+                    answered += 1
+                    await asyncio.sleep(0)
+
+        tasks = [asyncio.create_task(probe(close)) for close in (True, False)]
+        others = [await upstream(f"other{i}") for i in range(10)]
+        for i, other in enumerate(others):  # each new route is a reload
+            data_plane.table.set(f"other{i}", [Backend("r1", 100, [other.address])])
+            assert await data_plane.synced()
+        done.set()
+        await asyncio.gather(*tasks)
+    finally:
+        done.set()
+        names.clear()
+        server.close()
+        os.close(space)
     assert answered > 20
     assert failures == []
 
@@ -191,6 +205,72 @@ async def test_a_sandboxed_instance_is_reached_in_its_own_namespace(
         assert await data_plane.synced()
         assert not [p for p in NETNS_DIR.iterdir() if p.name.startswith(f"appdeck-{install}-")]
     finally:
+        names.clear()
+        server.close()
+        os.close(space)
+
+
+async def _in_a_namespace(reply: bytes) -> tuple[int, int, asyncio.Server]:
+    """A server answering ``reply`` in a new loopback-only network namespace, as a sandboxed
+    instance listens: (the namespace's fd, the port, the server)."""
+    space = netns.new_loopback_only()
+    sock = netns.socket_in(space)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%s"
+            % (len(reply), reply)
+        )
+        await writer.drain()
+        writer.close()
+
+    return space, sock.getsockname()[1], await asyncio.start_server(answer, sock=sock)
+
+
+@pytest.mark.parametrize("sandboxed", [True, False], ids=["sandboxed", "host"])
+async def test_a_request_an_old_worker_receives_after_a_reload_is_answered(
+    plane: StartPlane, upstream: StartUpstream, sandboxed: bool
+) -> None:
+    """A connection accepted before a reload whose request arrives after it is the old
+    worker's to answer; a soft-stopping HAProxy worker has closed its network namespaces, so
+    it hands such requests to the current worker instead of answering 502."""
+    install = secrets.token_hex(6)
+    space, port, server = await _in_a_namespace(b"inside!")
+    names = Namespaces(install, lambda key: space if key == "r1.0" else None)
+    pending: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+    try:
+        data_plane, _ = await plane(namespaces=names)
+        if sandboxed:
+            data_plane.table.set("blog", [Backend("r1", 100, [f"r1.0@127.0.0.1:{port}"])])
+            expected = "inside!"
+        else:
+            blog = await upstream("blog")
+            data_plane.table.set("blog", [Backend("r1", 100, [blog.address])])
+            expected = '"upstream":"blog"'
+        assert await data_plane.synced()
+        old = _pids(await data_plane.process.stats.command("show info"))
+        for _ in range(3):  # requests half sent to the current worker
+            reader, writer = await asyncio.open_connection("127.0.0.1", data_plane.port)
+            writer.write(b"GET / HTTP/1.1\r\nHost: blog.localhost\r\n")
+            await writer.drain()
+            pending.append((reader, writer))
+        other = await upstream("other")
+        data_plane.table.set("other", [Backend("r1", 100, [other.address])])  # a reload
+        assert await data_plane.synced()
+        assert _pids(await data_plane.process.stats.command("show info")) != old
+        for reader, writer in pending:  # the rest of each request reaches the old worker
+            writer.write(b"Connection: close\r\n\r\n")
+            await writer.drain()
+            async with asyncio.timeout(10):
+                answer = (await reader.read()).decode("latin-1")
+            assert answer.startswith("HTTP/1.1 200"), answer
+            assert expected in answer.replace(" ", "")
+    finally:
+        for _, writer in pending:
+            writer.close()
         names.clear()
         server.close()
         os.close(space)

@@ -76,6 +76,11 @@ class Layout:
     def lock(self) -> Path:
         return self.directory / "lock"
 
+    @property
+    def handoff(self) -> Path:
+        """The listener through which a stopping worker hands requests to the current one."""
+        return self.directory / "handoff.sock"
+
     def file(self, name: str) -> Path:
         return self.directory / name
 
@@ -319,6 +324,50 @@ def _servers(
     return lines
 
 
+HANDOFF_SERVER = "handoff"
+"""The server of every route's backend that a stopping worker routes to (no release's: those
+are ``<release>-<n>``)."""
+HANDOFF_HEADER = "x-appdeck-handoff"
+
+
+def _handing_off(layout: Layout) -> list[str]:
+    """A route backend's lines that hand a request to the current worker when this one is
+    stopping (a reload): a soft-stopping HAProxy worker closes the network namespaces its
+    servers name (``netns_sig_stop``), so it could not reach a sandboxed instance, and its
+    servers may be a release being stopped. The request keeps the headers this worker set;
+    the header names the backend and the error-page format for the current worker."""
+    # a request handed off already is served here (never a loop, even by a worker that
+    # stops while its own socket still takes connections)
+    when = "{ stopping } !{ var(txn.handed) -m found }"
+    return [
+        f"    http-request set-header {HANDOFF_HEADER} %[be_name]/%[var(txn.fmt)] if {when}",
+        f"    use-server {HANDOFF_SERVER} if {when}",
+        f"    server {HANDOFF_SERVER} unix@{layout.handoff} weight 0",
+    ]
+
+
+def _handoff_frontend(layout: Layout) -> list[str]:
+    """The current worker's side of :func:`_handing_off`: only a worker of this data plane
+    reaches the socket (root's, mode 600). The request goes to the backend it was bound for,
+    past the frontend's rules (the stopping worker ran them); a route this config no longer
+    serves gets its 502 page."""
+    name = HANDOFF_HEADER
+    return [
+        "",
+        "frontend fe_handoff",
+        f"    bind unix@{layout.handoff} mode 600",
+        "    http-request set-var(txn.handed) bool(1)",
+        f"    http-request set-var(txn.be) req.hdr({name}),field(1,/)",
+        f"    http-request set-var(txn.fmt) req.hdr({name}),field(2,/)",
+        f"    http-request del-header {name}",
+        "    http-request set-var(txn.route) var(txn.be),bytes(3)",
+        "    http-request set-var(txn.pk) var(txn.route),concat(:,txn.fmt,)",
+        "    http-request deny deny_status 502 unless "
+        "{ var(txn.be) -m reg ^b[ce]_[a-z0-9-]{1,63}$ } { var(txn.fmt) -m reg ^(json|html)$ }",
+        "    use_backend %[var(txn.be)]",
+    ]
+
+
 def render(
     table: RouteTable,
     layout: Layout,
@@ -376,10 +425,10 @@ def render(
         f"    timeout client {idle_ms}ms",
         f"    timeout http-request {int(proxy.header_timeout * 1000)}ms",
         "    timeout http-keep-alive 15s",  # the Python ingress's; above clients' 5 s pools
-        # not "option idle-close-on-response": a soft-stopping worker closes its network
-        # namespaces (HAProxy's netns_sig_stop), so the last request it would answer on a
-        # kept connection could not reach a sandboxed instance (502). Idle client connections
-        # are closed at a reload instead; see docs/data-plane-edge.md "Reloads".
+        # at a reload an old worker answers the next request of each idle kept-alive
+        # connection (handed to the current worker: _handing_off) with "connection: close",
+        # rather than closing it under a client that may be sending just then
+        "    option idle-close-on-response",
         f"    timeout tunnel {idle_ms}ms",
         "    balance roundrobin",
         f"    http-error status 503 content-type {_HTML} hdr x-appdeck-page 502 "
@@ -399,7 +448,10 @@ def render(
     for route in routes:
         if states[route] != "live":
             continue
-        lines = _servers(route, table.get(route) or [], namespace, weights, servers)
+        lines = [
+            *_servers(route, table.get(route) or [], namespace, weights, servers),
+            *_handing_off(layout),
+        ]
         body += ["", f"backend be_{route}", *lines]
         # the same servers for a body of unannounced size: counted by the body-limit filter
         body += ["", f"backend bc_{route}", f"    filter lua.{BODY_FILTER} {proxy.max_body_size}"]
@@ -413,7 +465,7 @@ def render(
         after = [line.replace("@STATES@", where) for line in backend_lines(table.domains, proxy)]
         edge_sections = [*edge_sections, *edge_sections_of(route_lines(table.domains), after)]
     tail = ["", *edge_sections] if edge_sections else []
-    text = "\n".join([*head, *frontend, *body, *tail]) + "\n"
+    text = "\n".join([*head, *frontend, *_handoff_frontend(layout), *body, *tail]) + "\n"
     draft = Rendered(text, files, weights, servers)
     final = text.replace("@DIGEST@", draft.digest)
     return Rendered(final, files, weights, servers, marker=f"appdeck-{draft.digest}")

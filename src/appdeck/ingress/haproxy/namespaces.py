@@ -11,7 +11,6 @@ route, and all of this install's on :meth:`Namespaces.clear`.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import ctypes.util
 import logging
@@ -25,6 +24,8 @@ log = logging.getLogger("appdeck.ingress.haproxy")
 NETNS_DIR: Final = Path("/run/netns")
 _MS_BIND: Final = 4096
 _MNT_DETACH: Final = 2
+MAX_STACKED: Final = 16
+"""Binds unmounted from one name at most (each replica on the host may have made one)."""
 
 
 def _libc() -> ctypes.CDLL:
@@ -38,9 +39,19 @@ def _bind(source: str, target: Path) -> None:
 
 
 def _unmount(target: Path) -> None:
-    _libc().umount2(str(target).encode(), _MNT_DETACH)
-    with contextlib.suppress(FileNotFoundError):
+    """Unmount every bind on ``target`` (two replicas of one install may both have named an
+    instance at once: two binds, one over the other), then remove it; a name still busy is
+    logged and left for the next sweep."""
+    libc = _libc()
+    for _ in range(MAX_STACKED):
+        if libc.umount2(str(target).encode(), _MNT_DETACH) != 0:
+            break  # not (or no longer) a mount point
+    try:
         target.unlink()
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        log.warning("could not remove the namespace name %s: %s", target.name, exc)
 
 
 class Namespaces:

@@ -42,7 +42,7 @@ from appdeck.common.listen import LOOPBACKS, ListenError, listen
 from appdeck.ingress.certs import Certificates
 from appdeck.ingress.challenges import Challenges
 from appdeck.ingress.config import ProxyConfig
-from appdeck.ingress.haproxy.config import Layout, Rendered, render
+from appdeck.ingress.haproxy.config import HANDOFF_SERVER, Layout, Rendered, render
 from appdeck.ingress.haproxy.namespaces import Namespaces
 from appdeck.ingress.haproxy.process import BINARY, HAProxyFailed, HAProxyProcess
 from appdeck.ingress.haproxy.runtime_api import RuntimeApiError
@@ -441,8 +441,8 @@ class HAProxyDataPlane:
         last: dict[tuple[str, str], list[int]] = {}
         for row in rows:
             backend, server = row.get("pxname") or "", row.get("svname") or ""
-            if not backend.startswith(("be_", "bc_")):  # a route's, or its body-limited twin
-                continue
+            if not backend.startswith(("be_", "bc_")) or server == HANDOFF_SERVER:
+                continue  # only a route's servers (or its body-limited twin's) count
             counts = [_int(row.get(name)) for name in _CLASSES]
             counts.append(_int(row.get("econ")) + _int(row.get("eresp")))
             before = self._last.get((backend, server))
