@@ -3,10 +3,10 @@
 Cases (each a fresh set of processes, run in interleaved rounds; the median round counts):
 
 - ``direct``: wrk → the app (a raw-ASGI "Hello, world!" on uvicorn + httptools + uvloop);
-- ``ingress``: wrk → AppDeck's ingress (``IngressServer``, ``Host: hello.localhost``) → the app;
 - ``haproxy``: wrk → HAProxy as the data plane drives it (issue 21, one thread) → the app;
 - ``httpx``: wrk → a minimal ASGI proxy built on ``httpx.AsyncClient`` (streaming, pooled) →
-  the app: the generic-client baseline the hand-written upstream pool was measured against.
+  the app: a generic Python proxy, for scale. (The in-process Python ingress, once a case
+  here, was removed with issue 21; its last figures are in RESULTS.md.)
 
 Placement (two cores): the app *and* the proxy are pinned to CPU 0, wrk to CPU 1, and the
 direct case uses the same placement (the app alone on CPU 0). The proxied figures therefore
@@ -144,19 +144,6 @@ async def serve(kind: str, port: int, upstream_port: int) -> None:
 
     from appdeck.tuning import tune_gc
 
-    if kind == "ingress":
-        from appdeck.ingress import Backend, Counters, IngressServer, RouteTable
-
-        routes = RouteTable()
-        routes.set(APP, [Backend("r1", 100, [f"{HOST}:{upstream_port}"])])
-        server = IngressServer(routes, Counters(), HOST, port)
-        await server.start()
-        tune_gc()
-        try:
-            await asyncio.Event().wait()
-        finally:
-            await server.stop()
-        return
     if kind == "haproxy":
         await serve_haproxy(port, upstream_port)
         return
@@ -320,12 +307,10 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--connections", type=int, default=20)
-    parser.add_argument("--cases", default="direct,ingress,httpx")
+    parser.add_argument("--cases", default="direct,haproxy,httpx")
     parser.add_argument("--server-cpu", type=int, default=0)
     parser.add_argument("--client-cpu", type=int, default=1)
-    parser.add_argument(
-        "--serve", choices=["upstream", "ingress", "httpx", "haproxy"], help=argparse.SUPPRESS
-    )
+    parser.add_argument("--serve", choices=["upstream", "httpx", "haproxy"], help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--upstream-port", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()

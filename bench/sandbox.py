@@ -12,20 +12,18 @@
    Python's start-up inside and outside, a cgroup, a socket made inside a namespace).
 2. **Deploy to live** per strategy, ``Settings.sandbox`` ``off`` and ``on``, interleaved:
    ``bench/deploy.py``'s :func:`deploy.measure` (``--rounds`` rounds).
-3. **Ingress**: hello behind ``IngressServer`` (``proxy.netns = driver.netns_fd`` as in
-   ``appdeck.app``), unsandboxed (upstream ``127.0.0.1:<port>``, today's direct path) and
-   sandboxed (``<release>.0@127.0.0.1:8000``, through the namespace), loaded with wrk
-   (``bench/ingress.py``'s Lua script and runner): the server process (driver, ingress and the
-   app it starts) pinned to CPU 0, wrk to CPU 1, 20 connections, ``--seconds`` per case after
-   a 2 s warm-up, ``--rounds`` interleaved rounds with fresh processes, median round. Each
-   mode also runs a second ingress with no upstream keep-alive pool
-   (``max_idle_per_upstream=0``), so that every request opens an upstream connection: the
-   only place where the namespace path does extra work. ``app-direct`` (wrk → the
-   unsandboxed app, no ingress) is the reference. Two apps: hello, and ``fast`` (``FAST_APP``,
+3. **Ingress**: the app behind the HAProxy data plane (``Namespaces`` over
+   ``driver.netns_fd``, as in ``appdeck.app``), unsandboxed (upstream ``127.0.0.1:<port>``)
+   and sandboxed (``<release>.0@127.0.0.1:8000``, reached with HAProxy's ``namespace``),
+   loaded with wrk (``bench/ingress.py``'s Lua script and runner): the server process
+   (driver, HAProxy and the app it starts) pinned to CPU 0, wrk to CPU 1, 20 connections,
+   ``--seconds`` per case after a 2 s warm-up, ``--rounds`` interleaved rounds with fresh
+   processes, median round. ``app-direct`` (wrk → the unsandboxed app, no ingress) is the
+   reference. (The in-process Python ingress, measured here before, and its no-pool cases
+   were removed with issue 21.) Two apps: hello, and ``fast`` (``FAST_APP``,
    a stdlib asyncio server written by this script): hello's ``http.server`` sends a response
    head and body in two writes, so on a keep-alive connection every request waits out a
-   delayed ACK (~40 ms) and nothing of the proxy path shows; its no-pool cases are left out
-   (its listen backlog of 5 drops handshakes under 20 concurrent connects: 1 s stalls).
+   delayed ACK (~40 ms) and nothing of the proxy path shows.
 
 ``PATH`` is the system's for the whole run (``deploy.use_system_python``): ``python3`` is
 ``/usr/bin/python3`` inside the sandbox and out. Needs root, bubblewrap, taskset and wrk
@@ -320,15 +318,16 @@ def sockets(netns_fd: int, count: int) -> dict[str, float]:
 
 
 async def serve(mode: str, app: str, work: Path) -> None:
-    """The server side of one ingress case: a driver, hello started by it, and two ingress
-    servers in front (pooled, and with no upstream pool); prints one JSON line when ready."""
-    from appdeck.ingress import Backend, Counters, IngressServer, RouteTable
-    from appdeck.ingress.config import ProxyConfig
+    """The server side of one ingress case: a driver, the app started by it, and the HAProxy
+    data plane in front (reaching a sandboxed instance in its namespace, by name, as
+    ``appdeck serve`` does); prints one JSON line when ready."""
+    import secrets
 
-    try:
-        from appdeck.tuning import tune_gc
-    except ImportError:  # before the module's rename
-        from appdeck.runtime import tune_gc  # type: ignore[no-redef]
+    from appdeck.ingress import Backend
+    from appdeck.ingress.haproxy.config import Layout
+    from appdeck.ingress.haproxy.namespaces import Namespaces
+    from appdeck.ingress.haproxy.plane import HAProxyCounters, HAProxyDataPlane, HAProxyTable
+    from appdeck.tuning import tune_gc
 
     deploy.use_system_python()
     source = source_copy(work, app)
@@ -336,34 +335,35 @@ async def serve(mode: str, app: str, work: Path) -> None:
     release = spec(source, 1)
     await driver.prepare(release)
     ref = await driver.start(release, 0, 8000 if mode == "on" else deploy_free_port())
-    servers: list[IngressServer] = []
+    names = Namespaces(secrets.token_hex(6), driver.netns_fd)
+    table = HAProxyTable()
+    plane = HAProxyDataPlane(
+        table,
+        HAProxyCounters(),
+        Layout(Path(tempfile.mkdtemp(prefix="hxs", dir="/tmp"))),
+        port=deploy_free_port(),
+        namespaces=names,
+    )
     try:
         await wait_healthy(driver, ref)
         address = f"127.0.0.1:{ref.port}"
         upstream = f"{ref.netns}@{address}" if ref.netns else address
-        routes = RouteTable()
-        routes.set(ingress_bench.APP, [Backend(release.release_id, 100, [upstream])])
-        for config in (ProxyConfig(), ProxyConfig(max_idle_per_upstream=0)):
-            server = IngressServer(routes, Counters(), "127.0.0.1", 0, config=config)
-            server.proxy.netns = driver.netns_fd
-            await server.start()
-            servers.append(server)
+        table.set(ingress_bench.APP, [Backend(release.release_id, 100, [upstream])])
+        port = await plane.start()
+        plane.settle()
+        if not await plane.synced():
+            raise RuntimeError("HAProxy did not take the route")
         tune_gc()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, stop.set)
-        ready = {
-            "pooled": servers[0].port,
-            "fresh": servers[1].port,
-            "app_port": ref.port,
-            "shim": ref.pid,
-            "upstream": upstream,
-        }
+        ready = {"haproxy": port, "app_port": ref.port, "shim": ref.pid, "upstream": upstream}
         print(json.dumps(ready), flush=True)
         await stop.wait()
     finally:
-        for server in servers:
-            await server.stop()
+        await plane.stop(haproxy=True)
+        names.clear()
+        shutil.rmtree(plane.layout.directory, ignore_errors=True)
         await driver.stop(release.release_id, grace_s=2.0)
         await driver.remove(release.release_id)
         await driver.detach()
@@ -447,12 +447,10 @@ def stop_server(proc: subprocess.Popen[bytes]) -> None:
 INGRESS_CASES = {
     # case: (app, server mode, which port)
     "fast: app-direct": ("fast", "off", "app_port"),
-    "fast: ingress → host loopback": ("fast", "off", "pooled"),
-    "fast: ingress → namespace": ("fast", "on", "pooled"),
-    "fast: ingress → host loopback, no pool": ("fast", "off", "fresh"),
-    "fast: ingress → namespace, no pool": ("fast", "on", "fresh"),
-    "hello: ingress → host loopback": ("hello", "off", "pooled"),
-    "hello: ingress → namespace": ("hello", "on", "pooled"),
+    "fast: HAProxy → host loopback": ("fast", "off", "haproxy"),
+    "fast: HAProxy → namespace": ("fast", "on", "haproxy"),
+    "hello: HAProxy → host loopback": ("hello", "off", "haproxy"),
+    "hello: HAProxy → namespace": ("hello", "on", "haproxy"),
 }
 
 

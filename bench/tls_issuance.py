@@ -1,6 +1,6 @@
 """Certificate issuance against Pebble (issue 21, "Figures"): how long from an order's start
-to the certificate stored and in the data plane, through the Python ingress answering
-HTTP-01, on SQLite. The first order includes the account's registration.
+to the certificate stored and in the data plane, through the HAProxy data plane answering
+HTTP-01 (as ``appdeck serve`` assembles it: ``tests/support/data_plane.py``), on SQLite. The first order includes the account's registration.
 
     .venv/bin/python -m bench.tls_issuance [orders]     # default 10
 
@@ -18,10 +18,9 @@ import time
 from pathlib import Path
 
 from tests.support.challtestsrv import challtestsrv
+from tests.support.data_plane import haproxy_plane
 from tests.support.pebble import pebble
 
-from appdeck.ingress import Counters, IngressServer, RouteTable
-from appdeck.ingress.certs import Certificates
 from appdeck.platform.crypto import Sealer
 from appdeck.platform.tls import TlsConfig, TlsService
 from appdeck.storage import Storage
@@ -40,22 +39,22 @@ async def main(orders: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         where = Path(tmp)
         storage = await Storage.open(f"sqlite+aiosqlite:///{where / 'bench.db'}")
-        ingress = IngressServer(RouteTable(), Counters(), port=0, graceful_shutdown=1)
-        port = await ingress.start()
         try:
             async with (
+                haproxy_plane(where / "plane") as router,
                 challtestsrv() as dns,
-                pebble(where, http_port=port, dns=dns.dns_address) as ca,
+                pebble(where, http_port=router.plane.port, dns=dns.dns_address) as ca,
             ):
                 names = Names()
                 service = TlsService(
                     storage.engine,
                     Sealer.from_settings("bench", where),
-                    Certificates(),
-                    ingress.proxy.challenges,
+                    router.plane.certificates,
+                    router.plane.challenges,
                     TlsConfig(directory=ca.directory, ca_bundle=ca.ca_bundle),
                     names=names,
                     replica="bench",
+                    served=router.edge.sync,
                 )
                 await service.start()
                 took = []
@@ -71,7 +70,6 @@ async def main(orders: int) -> None:
                     if status is None or status["state"] != "issued":
                         raise SystemExit(f"{host}: not issued: {status}")
         finally:
-            await ingress.stop()
             await storage.close()
     later = sorted(took[1:]) or took
     print(f"orders: {orders}")

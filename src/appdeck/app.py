@@ -35,7 +35,6 @@ from appdeck.auth.urls import PublicUrls
 from appdeck.events.cluster import Cluster
 from appdeck.events.leases import RedisLeases
 from appdeck.ingress.haproxy.plane import HAProxyDataPlane
-from appdeck.ingress.server import IngressServer
 from appdeck.platform.changes import Change
 from appdeck.platform.deploy.ingress_router import IngressRouter
 from appdeck.platform.services import Platform
@@ -93,7 +92,7 @@ class Services:
     bearer: BearerAuthenticator | None = None
     authorization_server: AuthorizationServer | None = None
     platform: Platform | None = None
-    ingress: IngressServer | HAProxyDataPlane | None = None
+    ingress: HAProxyDataPlane | None = None
     databases: AppDatabases | None = None
     router: IngressRouter | None = None
     port: int = 0
@@ -215,7 +214,7 @@ class Services:
             )
             await platform.ops.resync_routes(router)
             await platform.deploys.cancels.attach(self.cluster.broadcast)  # cancels sent elsewhere
-        if isinstance(self.ingress, HAProxyDataPlane):  # issue 21: every route is restored now
+        if self.ingress is not None:  # every route is restored now: HAProxy may follow
             self.ingress.settle()
         if interrupted or restored:
             log.warning(
@@ -365,10 +364,8 @@ class Services:
             await self.platform.shutdown(stop_apps=stop_apps)  # else apps keep running
         if isinstance(self.router, setup.HAProxyRouter):
             await self.router.edge.stop()
-        if isinstance(self.ingress, HAProxyDataPlane):  # issue 21: HAProxy outlives serve
+        if self.ingress is not None:  # HAProxy outlives serve, unless the apps stop too
             await self.ingress.stop(haproxy=stop_apps)
-        elif self.ingress is not None:
-            await self.ingress.stop()
         if self.router is not None:
             await self.router.close()
         if self.databases is not None:

@@ -18,8 +18,6 @@ from appdeck.ingress.haproxy.plane import HAProxyCounters, HAProxyDataPlane, HAP
 from appdeck.ingress.haproxy.runtime_api import RuntimeApiError
 from appdeck.ingress.hosts import HostMap
 from appdeck.ingress.keys import KeyGate
-from appdeck.ingress.routes import Counters, RouteTable
-from appdeck.ingress.server import IngressServer
 from appdeck.platform.deploy.ingress_router import IngressRouter
 from appdeck.platform.domains.proof import ServedCertificates, TlsStatus
 from appdeck.runtime import sandbox
@@ -30,7 +28,6 @@ from appdeck.runtime.local import LocalDriver
 from appdeck.runtime.sandbox import Sandbox
 from appdeck.settings import Settings
 from appdeck.transport.edge_forwarded import TrustEdge
-from appdeck.transport.http11 import bounded_protocol, http_limits
 from appdeck.transport.responses import ASGIApp
 
 log = logging.getLogger("appdeck")
@@ -65,9 +62,9 @@ def sandbox_of(settings: Settings) -> tuple[Sandbox | None, InstallLock | None]:
 
 def runtime_of(
     settings: Settings, runtime: Sandbox | None, *, control_port: int = 0
-) -> tuple[LocalDriver, IngressServer | HAProxyDataPlane, IngressRouter]:
-    """The runtime driver and the ingress in front of its instances (not started yet): the
-    Python ingress, or HAProxy (``APPDECK_DATA_PLANE=haproxy``)."""
+) -> tuple[LocalDriver, HAProxyDataPlane, IngressRouter]:
+    """The runtime driver and the data plane in front of its instances, HAProxy (not started
+    yet), with the platform's router over it."""
     egress = EgressProxy(EgressPolicy(networks=tuple(settings.egress_allow)))
     disks = open_disks(  # issue 19: each app's disk, limited
         settings.data_dir / "disks",
@@ -85,22 +82,7 @@ def runtime_of(
         disks=disks,
         disk_check_s=settings.disk_check_seconds,
     )
-    if settings.data_plane == "haproxy":
-        return driver, *_haproxy_of(settings, driver, control_port)
-    extra = [settings.apps_domain] if settings.apps_domain else []
-    table, counters = RouteTable(extra_domains=extra, hosts=HostMap()), Counters()
-    ingress = IngressServer(
-        table,
-        counters,
-        host=settings.host,
-        port=settings.ingress_port,
-        http=bounded_protocol(http_limits(settings), coalescing=False),
-        limit_concurrency=settings.max_concurrency,
-    )
-    ingress.proxy.netns = driver.netns_fd  # sandboxed instances: their own loopback
-    gate = KeyGate()  # closed (503) until Platform.start loads the apps' API keys
-    ingress.proxy.keys = gate
-    return driver, ingress, IngressRouter(table, counters, gate)
+    return driver, *_haproxy_of(settings, driver, control_port)
 
 
 # -- issue 21 §1: the HAProxy data plane ------------------------------------------------------
@@ -211,12 +193,12 @@ def behind_edge(app: ASGIApp, router: IngressRouter | None) -> ASGIApp:
 
 def served_certificates(
     settings: Settings,
-    ingress: IngressServer | HAProxyDataPlane,
+    ingress: HAProxyDataPlane,
     orders: TlsStatus | None = None,
 ) -> ServedCertificates | None:
-    """The TLS state ``get_app_url`` shows: only HAProxy with an HTTPS listener serves
-    certificates (the Python ingress is plain HTTP: every app URL stays ``http://``);
-    ``orders`` (the TLS service's states) adds what each certificate's order is doing."""
-    if settings.data_plane != "haproxy" or settings.https_port is None:
+    """The TLS state ``get_app_url`` shows: certificates are served with an HTTPS listener
+    only (without one every app URL stays ``http://``); ``orders`` (the TLS service's
+    states) adds what each certificate's order is doing."""
+    if settings.https_port is None:
         return None
     return ServedCertificates(ingress.certificates, settings.https_port, orders=orders)

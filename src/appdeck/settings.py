@@ -273,10 +273,11 @@ class Settings(BaseSettings):
     """Where each install's runtime dir (``<root>/<install id>``: its sandboxes' stage) is."""
 
     # -- issue 21 §1: the data plane ------------------------------------------------------
-    data_plane: Literal["python", "haproxy"] = "haproxy"
-    """``haproxy`` (the default): HAProxy routes the apps, a process beside ``appdeck serve``
-    that outlives it (:mod:`appdeck.ingress.haproxy`, files in
-    ``<runtime_root>/<install>/haproxy``); ``python``: the in-process ingress."""
+    data_plane: Literal["haproxy"] = "haproxy"
+    """HAProxy routes the apps, a process beside ``appdeck serve`` that outlives it
+    (:mod:`appdeck.ingress.haproxy`, files in ``<runtime_root>/<install>/haproxy``). The
+    in-process Python ingress (``python``) was removed with issue 21: the setting stays so
+    that a configuration naming it is refused with the choice there is."""
     haproxy_binary: Path = Path("/usr/sbin/haproxy")
 
     # -- issue 20 item 5 (git): the data dir is resolved once, at start ---------------------

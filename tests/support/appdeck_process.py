@@ -56,8 +56,6 @@ def clean_env() -> dict[str, str]:
     }
     env["PYTHONUNBUFFERED"] = "1"
     env["APPDECK_SANDBOX"] = "on"  # --dev alone would fall back to unsandboxed apps
-    if os.environ.get("APPDECK_DATA_PLANE"):  # issue 21: run the e2e tests over HAProxy
-        env["APPDECK_DATA_PLANE"] = os.environ["APPDECK_DATA_PLANE"]
     return env
 
 

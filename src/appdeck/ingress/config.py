@@ -1,4 +1,4 @@
-"""The ingress proxy's configuration: limits, timeouts and options."""
+"""The ingress's limits and timeouts, which the HAProxy configuration is rendered with."""
 
 from __future__ import annotations
 
@@ -27,12 +27,3 @@ class ProxyConfig:
     downloads it holds before it is stopped (``hard-stop-after``; a route change reloads)."""
     retry_after: int = 5
     """``Retry-After`` seconds on the 503 page of an app with no live release."""
-    max_idle_per_upstream: int = 64
-    """Idle keep-alive connections kept per upstream instance."""
-    pool_idle_timeout: float = 4.0
-    """An idle pooled connection older than this is closed rather than reused (below
-    uvicorn's 5 s keep-alive, so the app rarely closes one under us)."""
-    trust_forwarded: bool = False
-    """A proxy in front of the ingress sets ``X-Forwarded-*``: keep and extend them."""
-    release_header: bool = False
-    """Add ``X-AppDeck-Release: <release id>`` to proxied responses."""

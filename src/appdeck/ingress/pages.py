@@ -7,8 +7,6 @@ from typing import Any
 
 import orjson
 
-from appdeck.common.types import Send
-
 _TITLES = {
     400: "Bad request",
     401: "API key required",
@@ -52,20 +50,3 @@ def error_page(
         (b"cache-control", b"no-store"),
     ]
     return headers, body
-
-
-async def send_page(
-    send: Send,
-    status: int,
-    code: str,
-    message: str,
-    accept: bytes,
-    extra: list[tuple[bytes, bytes]] | None = None,
-    **details: Any,
-) -> None:
-    """Answer with an :func:`error_page` (plus the ``extra`` headers)."""
-    headers, body = error_page(status, code, message, accept, **details)
-    if extra:
-        headers += extra
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body, "more_body": False})

@@ -1,6 +1,6 @@
 """A small observable map: the data plane's state that the control plane writes (hostnames,
-ACME challenges, certificates) and each data plane driver mirrors (the Python ingress reads it
-per request; the HAProxy driver copies each change into HAProxy through its runtime API).
+ACME challenges, certificates) and the data plane driver mirrors (the HAProxy driver copies
+each change into HAProxy through its runtime API).
 
 Listeners are called synchronously after every change, with the key that changed; a listener
 must not block (the HAProxy driver queues the change and applies it on its own task).

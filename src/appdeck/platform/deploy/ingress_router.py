@@ -213,7 +213,7 @@ class IngressRouter:
     async def keys_published(self) -> None:
         """Wait (bounded) until this host's data plane checks keys as :attr:`keys` says now
         (the API-key service awaits it before reporting a key made or revoked): at once
-        here, where the in-process ingress reads :attr:`keys` itself."""
+        here, where nothing copies :attr:`keys` (the HAProxy router waits for its edge)."""
 
     async def close(self) -> None:
         if self._share is not None:
