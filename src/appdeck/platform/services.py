@@ -28,6 +28,7 @@ from appdeck.platform.deploy.engine import DeployService, Operations
 from appdeck.platform.deploy.ingress_router import IngressRouter
 from appdeck.platform.deploy.local_runtime import LocalRuntime
 from appdeck.platform.deploy.preflight import PreflightService
+from appdeck.platform.deploy.queued import when_free
 from appdeck.platform.domains import AppUrls, DnsTxtResolver, DomainService, NoTls, TlsStatus
 from appdeck.platform.env import EnvService
 from appdeck.platform.imports.service import ImportService
@@ -297,17 +298,23 @@ def connect_repos(platform: Platform) -> None:
     platform.preflight.repository = platform.repos.url  # preflight's source check
 
     async def deploy(principal: Principal, app_id: int, commit: str) -> object:
-        return await platform.deployments.deploy(principal, app_id, wait_s=None, commit=commit)
+        return await when_free(  # after the deploy under way, if still the newest commit
+            lambda: platform.deployments.deploy(principal, app_id, wait_s=None, commit=commit),
+            lambda: platform.repos.is_newest(app_id, commit),
+        )
 
     platform.repos.deploy_with(deploy)
 
     async def deploy_commit(
         principal: Principal, app_id: int, commit: str, strategy: str | None
-    ) -> int:
-        view = await platform.deployments.deploy(
-            principal, app_id, strategy, wait_s=None, commit=commit
+    ) -> int | None:
+        view = await when_free(
+            lambda: platform.deployments.deploy(
+                principal, app_id, strategy, wait_s=None, commit=commit
+            ),
+            lambda: platform.repos.is_newest(app_id, commit),
         )
-        return view.record.number
+        return None if view is None else view.record.number
 
     platform.ci.deploy_with(deploy_commit)  # a green run with auto_deploy
     platform.repos.handle_pushes_with(platform.ci.on_push)  # CI sees every received commit

@@ -3,6 +3,7 @@ at it; a bad signature, another branch, a hostile tree are refused or ignored.""
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 
 from appdeck.common.errors import FailedPrecondition, InvalidArgument
 from appdeck.platform.deploy import states
+from appdeck.platform.deploy.ports import Instance, Release
 from appdeck.platform.repos.git import Limits
 from appdeck.platform.repos.service import WebhookRefused
 from appdeck.storage import Storage
@@ -100,6 +102,38 @@ async def test_without_auto_deploy_a_push_is_recorded_only(on: OnFakes, repo: Ba
     assert await on.platform.deploys.store.for_app(app_id, offset=0, limit=10) == []
     view = await on.platform.repos.get(on.alice, app_id)
     assert (view.last_commit, view.last_message) == (sha, "v2")
+
+
+async def test_pushes_during_a_deploy_wait_for_it_and_only_the_newest_is_deployed(
+    on: OnFakes, repo: BareRepo
+) -> None:
+    """A push while a deploy runs is not dropped: it is deployed once the app is free, and of
+    two pushes made meanwhile only the newer (the branch's head) is."""
+    app_id, secret = await _connected(on, repo)
+    healthy = on.runtime.wait_healthy
+    entered, let_go = asyncio.Event(), asyncio.Event()
+
+    async def held(release: Release, instance: Instance, within_s: float) -> bool:
+        entered.set()
+        await let_go.wait()
+        return await healthy(release, instance, within_s)
+
+    on.runtime.wait_healthy = held  # type: ignore[method-assign]
+    first = asyncio.ensure_future(on.platform.deployments.deploy(on.alice, app_id, wait_s=None))
+    async with asyncio.timeout(30):
+        await entered.wait()  # deployment 1 is starting
+        outcomes = []
+        for version in ("v2", "v3"):
+            sha = repo.commit({"app.py": f"print('{version}')\n"}, version)
+            body = push_payload(sha, version)
+            outcomes.append(await on.platform.repos.push(app_id, body, sign(secret, body), "push"))
+        assert [o.status for o in outcomes] == ["deploying", "deploying"]
+        let_go.set()
+        assert (await first).live
+        await on.platform.repos.settle()
+    records = await on.platform.deploys.store.for_app(app_id, offset=0, limit=10)
+    assert [(r.number, r.state) for r in records] == [(2, states.LIVE), (1, states.SUPERSEDED)]
+    assert records[0].source["commit"] == outcomes[1].commit  # v3; v2 was superseded
 
 
 async def test_deploy_app_deploys_the_branch_head_or_a_named_commit(

@@ -65,7 +65,9 @@ KEEP_RUNS: Final = 200
 GITHUB_STATES: Final = {"passed": "success", "failed": "failure", "timed_out": "failure"}
 """A run's end as a GitHub commit status (``appdeck/ci``); the rest is ``error``."""
 
-DeployCommit = Callable[[Principal, int, str, str | None], Awaitable[int]]
+DeployCommit = Callable[[Principal, int, str, str | None], Awaitable[int | None]]
+"""Deploys a green commit; its deployment's number, or None when a newer push superseded it
+while it waited for the deploy under way."""
 """Deploys a commit (principal, app id, commit, strategy) and returns the deployment number."""
 Masks = Callable[[int], Awaitable[Callable[[str], str]]]
 """The app's log masker (its env values), as tail_deploy_logs masks them."""
@@ -414,12 +416,16 @@ class CIService:
             message = "the tests passed; the deploy failed (the server log says why)"
             await self._store.update(run.app_id, run.number, status_message=message)
         else:
-            await self._store.update(
-                run.app_id,
-                run.number,
-                deployment=number,
-                status_message=f"the tests passed; deployed as deployment {number}",
-            )
+            if number is None:
+                message = "the tests passed; not deployed: a newer push came while it waited"
+                await self._store.update(run.app_id, run.number, status_message=message)
+            else:
+                await self._store.update(
+                    run.app_id,
+                    run.number,
+                    deployment=number,
+                    status_message=f"the tests passed; deployed as deployment {number}",
+                )
         await self._changed(run.app_id)
         updated = await self._store.run(run.app_id, run.number)
         return updated or run  # None: the app deleted meanwhile

@@ -254,7 +254,7 @@ class DeployService:
                 return _in_progress(running[0])
             if look + 1 < BUSY_LOOKS:
                 await asyncio.sleep(BUSY_LOOK_S)
-        return Conflict(
+        return DeployBusy(
             "a rollback or restart of this app is under way",
             hint="wait for it (list_deployments) before deploying again",
         )
@@ -553,8 +553,13 @@ class DeployService:
         return [Backend(release_id, 100, tuple(upstreams))]
 
 
+class DeployBusy(Conflict):
+    """The app's lease is held: a deployment (or a rollback or restart) is under way. A
+    deploy asked by a push waits for it (:func:`appdeck.platform.deploy.queued.when_free`)."""
+
+
 def _in_progress(record: DeploymentRecord) -> Conflict:
-    return Conflict(
+    return DeployBusy(
         f"deployment {record.number} of this app is still {record.state}",
         hint="wait for it (list_deployments) before deploying again",
     )

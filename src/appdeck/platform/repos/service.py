@@ -155,6 +155,12 @@ class RepoService:
         self.github = GitHub()
         """The GitHub adapter (statuses, a token's repositories); not tried on github.com."""
 
+    async def is_newest(self, app_id: int, commit: str) -> bool:
+        """Whether ``commit`` is still the newest commit received for the app (no push since,
+        the repository still connected): a push's deploy waiting its turn goes on only then."""
+        record = await self._store.get(app_id)
+        return record is not None and record.last_commit == commit
+
     def deploy_with(self, deploy: Deploy) -> None:
         """What an auto-deploying push calls (the composition root wires Deployments here).
         Its progress is reported to GitHub as the ``appdeck/deploy`` commit status when the
@@ -170,6 +176,8 @@ class RepoService:
                 raise
             live = getattr(done, "live", False) is True  # a DeploymentView
             state, said = ("success", "live") if live else ("failure", "the deploy did not go live")
+            if done is None:  # it waited for the deploy under way, and a newer push came
+                state, said = "error", "not deployed: superseded by a newer push"
             await self.report_status(app_id, commit, state, context, said)
             return done
 
