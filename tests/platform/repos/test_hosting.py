@@ -50,6 +50,9 @@ async def test_inline_files_are_a_commit_by_the_caller_on_top_of_the_head(on: On
                            InlineFile("bin.dat", "AAEC", "base64")],
     )  # fmt: skip
     assert (first.connected, first.changed, first.branch) == (True, True, "main")
+    connection = await on.platform.repos.connection(app_id)
+    assert connection is not None
+    assert connection.auto_deploy  # a later git push to the remote deploys, as the files did
     repo = hosting.hosted.path(app_id)
     assert os.stat(repo / "refs" / "heads").st_uid == UID_BASE + app_id
     assert _git(repo, "log", "-1", "--format=%an <%ae>", first.sha) == (

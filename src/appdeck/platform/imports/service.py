@@ -157,7 +157,11 @@ class ImportService:
             done.webhook_path = f"/hooks/git/{app.id}"
             done.steps.append(("repository", f"reused the connection ({record.branch})"))
             return
-        made = await self._repos.connect(principal, app.id, url, token=token, branch=branch)
+        # the hosted remote takes the agent's own pushes: each deploys, as the import did (a
+        # webhook or poll of another repository stays a choice: connect_repo auto_deploy)
+        made = await self._repos.connect(
+            principal, app.id, url, token=token, branch=branch, auto_deploy=url == HOSTED
+        )
         done.webhook_secret = made.webhook_secret
         done.webhook_path = made.repo.webhook_path
         done.steps.append(("repository", f"connected ({made.repo.branch})"))

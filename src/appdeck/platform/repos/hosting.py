@@ -223,7 +223,8 @@ class HostedService:
         record = await self._repos.connection(app_id)
         connected = False
         if record is None:
-            await self._repos.connect(principal, app_id, urls.HOSTED)
+            # the agent sends code to deploy it: a later git push to this remote deploys too
+            await self._repos.connect(principal, app_id, urls.HOSTED, auto_deploy=True)
             record = await self._repos.connection(app_id)
             connected = True
         if record is None or record.url != urls.HOSTED:
