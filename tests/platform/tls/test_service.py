@@ -360,9 +360,9 @@ async def test_a_failed_renewal_keeps_serving_the_valid_certificate_and_shows_th
     assert await issue(renewer) == [HOST]
     status = await renewer.status_of(HOST)
     assert status is not None
-    assert status["state"] == "issued"
-    assert status["error"].startswith("validation failed: ")
-    row = await renewer.store.get(HOST)
+    row = await renewer.store.get(HOST)  # said with the status: once seen without an error
+    assert status["state"] == "issued", (status, row)
+    assert (status["error"] or "").startswith("validation failed: "), (status, row)
     assert row is not None
     assert (row.chain_sealed, row.attempts) == (issued.chain_sealed, 1)
     assert certificates.for_host(HOST) is not None  # still served
