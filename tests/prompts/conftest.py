@@ -3,18 +3,14 @@ tool call a prompt writes names a listed tool with arguments its schema accepts.
 
 from __future__ import annotations
 
-import json
-import re
 from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from appdeck.prompts.arguments import APP_ID
+from tests.support.prompt_calls import calls
 from tests.tools.conftest import Caller, World, _close_app_databases, world
 
 __all__ = ["World", "_close_app_databases", "world"]
-
-_CALL = re.compile(r"\b([a-z][a-z_]*[a-z]) \{")
 
 
 async def with_shop(world: World, user: str = "bob") -> tuple[Caller, str]:
@@ -37,16 +33,6 @@ async def refused(caller: Caller, prompt_name: str, /, **arguments: str) -> dict
     assert "error" in reply, reply
     assert reply["error"]["code"] == -32602, reply
     return dict(reply["error"])
-
-
-def calls(text: str) -> list[tuple[str, dict[str, Any]]]:
-    """Each ``tool {json}`` the text tells the agent to make (an unknown app id as 1)."""
-    text = text.replace(APP_ID, "1")
-    found = []
-    for m in _CALL.finditer(text):
-        arguments, _ = json.JSONDecoder().raw_decode(text, m.end() - 1)
-        found.append((m.group(1), arguments))
-    return found
 
 
 async def real_calls(caller: Caller, text: str) -> list[str]:
