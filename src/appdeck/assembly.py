@@ -25,7 +25,7 @@ from appdeck.platform.quotas import Limits
 from appdeck.platform.repos.hosted import HostedLimits
 from appdeck.platform.repos.inline import InlineLimits
 from appdeck.platform.services import Platform, PlatformConfig
-from appdeck.prompts.deploy import register as register_deploy_prompts
+from appdeck.prompts import register_all as register_prompts
 from appdeck.protocol.registry import Registry
 from appdeck.protocol.server import McpServer, ServerInfo
 from appdeck.protocol.sessions import SessionManager
@@ -149,7 +149,7 @@ def register_everything(settings: Settings, registry: Registry, platform: Platfo
     register_tools(registry, platform)
     register_app_resources(registry, platform)
     register_table_resources(registry, platform)
-    register_deploy_prompts(registry, platform)
+    register_prompts(registry, platform)
     if settings.with_conformance_fixtures:
         from appdeck.fixtures.conformance import register as register_fixtures
 

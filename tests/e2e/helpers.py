@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import httpx
 import httpx2
@@ -103,6 +104,13 @@ async def list_tasks(client: Client) -> types.ListTasksResult:
     return await client.session.send_request(
         types.ListTasksRequest(), types.ListTasksResult, request_read_timeout_seconds=10
     )
+
+
+def through_ingress(app_url: str) -> dict[str, Any]:
+    """GET arguments for the app at ``app_url`` (``http://<app>--<tenant>.localhost:<port>/``),
+    sent to the ingress on 127.0.0.1 with the app's hostname as ``Host``."""
+    parts = urlsplit(app_url)
+    return {"url": f"http://127.0.0.1:{parts.port}/", "headers": {"host": parts.netloc}}
 
 
 # -- raw HTTP ---------------------------------------------------------------------------------

@@ -16,17 +16,10 @@ import mcp.types as types
 import pytest
 
 from tests.e2e.conftest import Launcher
-from tests.e2e.helpers import Inbox, official_client, raw_http, rpc
+from tests.e2e.helpers import Inbox, official_client, raw_http, rpc, through_ingress
 from tests.support.mcp import initialize
 
 HELLO = Path(__file__).resolve().parents[1] / "fixtures" / "apps" / "hello"
-
-
-def _through_ingress(app_url: str) -> dict[str, Any]:
-    """GET arguments for the app at ``app_url`` (``http://<app>--<tenant>.localhost:<port>/``),
-    sent to the ingress on 127.0.0.1 with the app's hostname as ``Host``."""
-    parts = urlsplit(app_url)
-    return {"url": f"http://127.0.0.1:{parts.port}/", "headers": {"host": parts.netloc}}
 
 
 def _source(tmp_path: Path) -> tuple[Path, dict[str, str]]:
@@ -141,7 +134,7 @@ async def test_a_kill_during_a_deploy_keeps_the_live_app_and_ends_the_task(
             url = await _tool(http, sid, "get_app_url", {"app_id": app_id}, 2)
             assert urlsplit(url["url"]).hostname == "hello--dev.localhost"  # <app>--<tenant>
             async with httpx.AsyncClient(timeout=5) as probe:
-                answer = await probe.get(**_through_ingress(url["url"]))
+                answer = await probe.get(**through_ingress(url["url"]))
             assert answer.status_code == 200, answer.text  # the live release was re-adopted
             listed = await _tool(http, sid, "list_deployments", {"app_id": app_id}, 3)
             assert [d["state"] for d in listed["deployments"]] == ["failed", "live"], listed
@@ -198,7 +191,7 @@ async def test_the_official_client_deploys_the_fixture_app_with_every_strategy_a
             result = await task_result(client, created.task.task_id, read_timeout=60)
             assert result.structured_content["state"] == "live", (strategy, result)
             async with httpx.AsyncClient(timeout=5) as http:
-                answer = await http.get(**_through_ingress(url))
+                answer = await http.get(**through_ingress(url))
             assert answer.json()["greeting"] == "hej", strategy
         listed = await client.call_tool("list_deployments", {"app_id": app_id})
         assert [d["state"] for d in listed.structured_content["deployments"]][:2] == [

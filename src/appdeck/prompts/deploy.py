@@ -5,24 +5,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from appdeck.common.errors import InvalidArgument
 from appdeck.platform.deploy import states
 from appdeck.platform.services import Platform
+from appdeck.prompts.arguments import STRATEGIES, choice
+from appdeck.prompts.arguments import app_id as _app_id
+from appdeck.prompts.arguments import user as _user
 from appdeck.protocol.context import ToolContext
 from appdeck.protocol.registry import PromptArgument, PromptDef, Registry
 
 JsonObject = dict[str, Any]
-
-
-def _user(text: str) -> JsonObject:
-    return {"role": "user", "content": {"type": "text", "text": text}}
-
-
-def _app_id(args: dict[str, str]) -> int:
-    raw = args.get("app_id", "")
-    if not raw.isdigit():
-        raise InvalidArgument("app_id must be a number")
-    return int(raw)
 
 
 def register(registry: Registry, platform: Platform) -> None:
@@ -30,7 +21,9 @@ def register(registry: Registry, platform: Platform) -> None:
 
     async def deploy_safely(args: dict[str, str], ctx: ToolContext) -> JsonObject:
         view = await apps.get(ctx.principal, _app_id(args))
-        strategy = args.get("strategy") or view.app.spec.get("default_strategy", "rolling")
+        strategy = choice(args, "strategy", STRATEGIES, None) or view.app.spec.get(
+            "default_strategy", "rolling"
+        )
         live = await deployments.live(ctx.principal, view.app.id)
         text = (
             f"Deploy the app {view.app.name} (id {view.app.id}) safely with the {strategy} strategy.\n"

@@ -1,0 +1,112 @@
+"""The workflow prompts through a real ``appdeck serve`` and the official MCP client: listed,
+got, and the ship_directory prompt followed step by step (inline files deployed as a task,
+preflight, the URL answering through the ingress)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import httpx
+import mcp.types as types
+import pytest
+from mcp import Client, MCPError
+
+from tests.e2e.conftest import Launcher
+from tests.e2e.helpers import (
+    Inbox,
+    call_tool_as_task,
+    official_client,
+    task_result,
+    through_ingress,
+)
+from tests.support.prompt_calls import calls
+
+HELLO = Path(__file__).resolve().parents[1] / "fixtures" / "apps" / "hello"
+WORKFLOWS = {"ship_directory", "set_up_ci_and_auto_deploy", "add_table_and_api_key"}
+
+
+async def _text(client: Client, name: str, arguments: dict[str, str]) -> str:
+    got = await client.get_prompt(name, arguments)
+    [message] = got.messages
+    assert isinstance(message.content, types.TextContent), message
+    return message.content.text
+
+
+def _files(root: Path) -> list[dict[str, Any]]:
+    """The directory as the prompt asks: each file's relative path and text."""
+    return [
+        {"path": p.relative_to(root).as_posix(), "content": p.read_text()}
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    ]
+
+
+async def _ok(client: Client, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    result = await client.call_tool(name, arguments)
+    assert not result.is_error, (name, result.content)
+    assert result.structured_content is not None
+    return dict(result.structured_content)
+
+
+@pytest.mark.e2e
+async def test_the_official_client_ships_a_directory_by_following_the_prompt(
+    launch_appdeck: Launcher,
+) -> None:
+    server = await launch_appdeck()
+    inbox = Inbox()
+    async with asyncio.timeout(240), official_client(server, inbox) as client:
+        listed = {p.name for p in (await client.list_prompts()).prompts}
+        assert WORKFLOWS | {"deploy_app_safely", "debug_failed_deploy"} <= listed
+
+        text = await _text(client, "ship_directory", {"name": "hello", "directory": str(HELLO)})
+        assert "hello does not exist yet" in text
+        steps = calls(text)
+        assert [name for name, _ in steps] == [
+            "import_and_deploy",
+            "preflight_check",
+            "deploy_app",
+            "get_app_url",
+        ]
+
+        # 1-2: the directory's files, sent as the prompt says, as a task
+        name, arguments = steps[0]
+        created = await call_tool_as_task(client, name, {**arguments, "files": _files(HELLO)})
+        result = await task_result(client, created.task.task_id, read_timeout=180)
+        assert not result.is_error, result.content
+        shipped = result.structured_content
+        assert shipped is not None
+        assert shipped["deployment"]["state"] == "live", shipped
+        assert shipped["push_url"].endswith("/git/dev/hello.git")
+        app_id = shipped["app_id"]
+
+        # 3: preflight (nothing fails: the import's own preflight passed), 4: the URL answers
+        steps = calls(text, app_id)
+        checks = await _ok(client, "preflight_check", steps[1][1])
+        assert checks["verdict"] != "fail", checks
+        url = (await _ok(client, "get_app_url", steps[3][1]))["url"]
+        async with httpx.AsyncClient(timeout=10) as http:
+            answer = await http.get(**through_ingress(url))
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["version"] == "v1"
+
+        # the prompts now see the live app
+        again = await _text(client, "ship_directory", {"name": "hello"})
+        assert f"hello exists (app_id {app_id}" in again
+        assert "deployment #1 is live" in again
+        ci = await _text(client, "set_up_ci_and_auto_deploy", {"app_id": str(app_id)})
+        assert "connected to hosted (branch main)" in ci
+        assert "manage_ci" in ci
+        data = await _text(
+            client, "add_table_and_api_key", {"app_id": str(app_id), "table": "todos"}
+        )
+        assert "deployment #1 is live" in data
+        assert "manage_api_key" in data
+        with pytest.raises(MCPError) as refused:
+            await client.get_prompt("ship_directory", {"name": "Not A Name"})
+        assert refused.value.code == -32602
+        assert refused.value.data["code"] == "invalid_argument"
+
+        await _ok(client, "manage_app", {"app_id": app_id, "action": "delete", "confirm": True})
+    assert inbox.errors == []
