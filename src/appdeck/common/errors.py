@@ -118,15 +118,12 @@ CODES: Final = tuple(
 
 ERROR_SCHEMA: Final[dict[str, Any]] = {
     "type": "object",
-    "description": "Set on error results (isError: true) only: what went wrong and what to do.",
+    "description": "Only on error results (isError): what went wrong; hint: what to do.",
     "properties": {
         "code": {"type": "string", "enum": list(CODES)},
         "message": {"type": "string"},
-        "hint": {"type": "string", "description": "What to do about it."},
-        "details": {
-            "type": "object",
-            "description": "e.g. field: the argument that was refused.",
-        },
+        "hint": {"type": "string"},
+        "details": {"type": "object", "description": "e.g. field: the refused argument."},
     },
     "required": ["code", "message"],
 }

@@ -13,12 +13,16 @@
   of ``isError`` results) among them, and an ``anyOf`` of required sets: each action's, or
   ``error``. So every result, error results included, validates against the outputSchema in
   the TypeScript SDK (which validates error results too) and the Python SDK. Nullable fields
-  are ``anyOf [X, null]``, never ``type: [X, "null"]``.
+  are ``anyOf [X, null]``, never ``type: [X, "null"]``. Compact (issue 22): a result model used
+  more than once in a tool's results is written once in the schema's own ``$defs`` (``$ref``
+  ``#/$defs/Name``; the schema stays self-contained), and so is the ISO 8601 twin of every
+  timestamp (``#/$defs/iso``); a model used once is inlined.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import re
 from collections.abc import Mapping
 from typing import Any, Final
@@ -104,10 +108,14 @@ _NEEDS: Final = re.compile(r"\s*Needs [^.]*\.")
 def output(models: list[type[BaseModel]]) -> JsonObject:
     """The outputSchema of a tool whose actions return ``models``."""
     props: dict[str, JsonObject] = {}
+    defs: dict[str, JsonObject] = {}
     required_sets: list[list[str]] = []
     for model in models:
-        schema = _clean(_inline(model.model_json_schema(mode="serialization")), output=True)
-        schema = timestamps.declare(schema)
+        schema = _clean(model.model_json_schema(mode="serialization"), output=True)
+        for name, sub in schema.pop("$defs", {}).items():
+            if name in defs and defs[name] != sub:
+                raise ValueError(f"result model {name!r} is declared differently by two actions")
+            defs[name] = sub
         for name, sub in schema.get("properties", {}).items():
             if name in props and _bare(props[name]) != _bare(sub):
                 raise ValueError(f"result field {name!r} is declared differently by two actions")
@@ -116,11 +124,49 @@ def output(models: list[type[BaseModel]]) -> JsonObject:
         if needed not in required_sets:
             required_sets.append(needed)
     props["error"] = copy.deepcopy(ERROR_SCHEMA)
-    return {
+    body: JsonObject = {
         "type": "object",
         "properties": props,
         "anyOf": [*({"required": r} for r in required_sets), {"required": ["error"]}],
     }
+    return _shared(body, defs)
+
+
+def _shared(body: JsonObject, defs: dict[str, JsonObject]) -> JsonObject:
+    """``body`` with the ISO twins declared and each of ``defs`` inlined where it is used once
+    (or never), kept in ``$defs`` where it is used more than once."""
+    uses: dict[str, int] = {}
+
+    def count(node: Any) -> None:
+        if isinstance(node, list):
+            for item in node:
+                count(item)
+        elif isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith(_DEFS):
+                name = ref.removeprefix(_DEFS)
+                uses[name] = uses.get(name, 0) + 1
+                if uses[name] == 1:
+                    count(defs[name])  # what a def refers to is used once per def
+            for value in node.values():
+                count(value)
+
+    count(body)
+    kept = {name: sub for name, sub in defs.items() if uses.get(name, 0) > 1}
+    inlined = _inline({**body, "$defs": {k: v for k, v in defs.items() if k not in kept}})
+    kept = {
+        name: _inline({**sub, "$defs": {k: v for k, v in defs.items() if k not in kept}})
+        for name, sub in kept.items()
+    }
+    out = timestamps.declare({**inlined, "$defs": kept}, iso={"$ref": f"{_DEFS}iso"})
+    if f'"{_DEFS}iso"' in json.dumps(out):
+        out["$defs"]["iso"] = copy.deepcopy(timestamps.ISO)
+    if not out["$defs"]:
+        del out["$defs"]
+    return out
+
+
+_DEFS: Final = "#/$defs/"
 
 
 def _optional(schema: JsonObject) -> JsonObject:
@@ -143,7 +189,8 @@ def _bare(schema: JsonObject) -> JsonObject:
 
 
 def _inline(schema: JsonObject) -> JsonObject:
-    """Replace every ``{"$ref": "#/$defs/X"}`` by X: several clients cannot follow refs."""
+    """Replace every ``{"$ref": "#/$defs/X"}`` by X when X is in the schema's ``$defs``: input
+    schemas are inlined whole (several clients cannot follow refs in what they send)."""
     defs = schema.pop("$defs", {})
 
     def walk(node: Any) -> Any:
@@ -152,7 +199,7 @@ def _inline(schema: JsonObject) -> JsonObject:
         if not isinstance(node, dict):
             return node
         ref = node.get("$ref")
-        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        if isinstance(ref, str) and ref.removeprefix("#/$defs/") in defs:
             target = walk(copy.deepcopy(defs[ref.removeprefix("#/$defs/")]))
             return {**target, **{k: walk(v) for k, v in node.items() if k != "$ref"}}
         return {k: walk(v) for k, v in node.items()}
@@ -163,7 +210,8 @@ def _inline(schema: JsonObject) -> JsonObject:
 
 def _clean(schema: JsonObject, *, output: bool) -> JsonObject:
     """Drop what pydantic generates for people reading Python (titles); on outputs also
-    ``additionalProperties: false`` (a result may grow fields) and defaults."""
+    ``additionalProperties`` (false: a result may grow fields; true: the default) and
+    defaults."""
 
     def walk(node: JsonObject) -> JsonObject:
         out: JsonObject = {}
@@ -172,7 +220,7 @@ def _clean(schema: JsonObject, *, output: bool) -> JsonObject:
                 continue
             if output and key == "default":
                 continue
-            if output and key == "additionalProperties" and value is False:
+            if output and key == "additionalProperties" and isinstance(value, bool):
                 continue
             if key in _SUBSCHEMA_MAPS and isinstance(value, dict):
                 out[key] = {k: walk(v) if isinstance(v, dict) else v for k, v in value.items()}

@@ -14,7 +14,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 JsonObject = dict[str, Any]
-_ISO: JsonObject = {"type": "string", "format": "date-time", "description": "The same, ISO 8601."}
+ISO: JsonObject = {"type": "string", "format": "date-time", "description": "The same, ISO 8601."}
+"""The schema of an ``*_iso`` twin."""
 _LATEST = 253402300799.0  # 9999-12-31T23:59:59Z: past it (or before 0) no ISO form
 
 
@@ -59,8 +60,9 @@ def _numeric(schema: Any) -> bool | None:
     return False
 
 
-def declare(schema: JsonObject) -> JsonObject:
-    """An output schema with an ``<name>_iso`` property beside each timestamp property."""
+def declare(schema: JsonObject, iso: JsonObject = ISO) -> JsonObject:
+    """An output schema with an ``<name>_iso`` property beside each timestamp property, declared
+    as ``iso`` (a ``$ref`` to a shared :data:`ISO`, or :data:`ISO` itself)."""
 
     def walk(node: Any) -> Any:
         if isinstance(node, list):
@@ -73,9 +75,9 @@ def declare(schema: JsonObject) -> JsonObject:
             for name, sub in list(props.items()):
                 kind = _numeric(sub) if _stamped(name) else False
                 if kind is True:
-                    props[f"{name}_iso"] = copy.deepcopy(_ISO)
+                    props[f"{name}_iso"] = copy.deepcopy(iso)
                 elif kind is None:
-                    props[f"{name}_iso"] = {"anyOf": [copy.deepcopy(_ISO), {"type": "null"}]}
+                    props[f"{name}_iso"] = {"anyOf": [copy.deepcopy(iso), {"type": "null"}]}
         return out
 
     result: JsonObject = walk(schema)
