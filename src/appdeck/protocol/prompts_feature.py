@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from appdeck.protocol import jsonrpc, pagination
 from appdeck.protocol.call import Call
 from appdeck.protocol.errors import InvalidParams
+from appdeck.protocol.rpc.dispatcher import Dispatcher
 
 if TYPE_CHECKING:
     from appdeck.protocol.server import McpServer
@@ -17,6 +18,10 @@ JsonObject = dict[str, Any]
 class PromptsFeature:
     def __init__(self, server: McpServer) -> None:
         self._server = server
+
+    def register(self, rpc: Dispatcher[Call]) -> None:
+        rpc.register("prompts/list", self.list)
+        rpc.register("prompts/get", self.get)
 
     async def list(self, message: JsonObject, call: Call) -> JsonObject:
         principal = call.principal

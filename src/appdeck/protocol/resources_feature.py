@@ -15,6 +15,7 @@ from appdeck.common.errors import NotFound, PermissionDenied
 from appdeck.protocol import jsonrpc, pagination
 from appdeck.protocol.call import Call
 from appdeck.protocol.errors import Forbidden, InvalidParams, ResourceNotFound
+from appdeck.protocol.rpc.dispatcher import Dispatcher
 from appdeck.protocol.sessions import Session, SessionChange
 
 if TYPE_CHECKING:
@@ -28,6 +29,13 @@ MAX_SUBSCRIPTIONS = 1000
 class ResourcesFeature:
     def __init__(self, server: McpServer) -> None:
         self._server = server
+
+    def register(self, rpc: Dispatcher[Call]) -> None:
+        rpc.register("resources/list", self.list)
+        rpc.register("resources/templates/list", self.list_templates)
+        rpc.register("resources/read", self.read)
+        rpc.register("resources/subscribe", self.subscribe)
+        rpc.register("resources/unsubscribe", self.unsubscribe)
 
     def _principal(self, call: Call) -> Principal:
         principal = call.principal

@@ -19,6 +19,7 @@ from appdeck.protocol.errors import (
     tool_error_result,
 )
 from appdeck.protocol.registry import ToolDef
+from appdeck.protocol.rpc.dispatcher import Dispatcher
 from appdeck.protocol.task_model import Task
 
 if TYPE_CHECKING:
@@ -32,6 +33,10 @@ class ToolsFeature:
     def __init__(self, server: McpServer) -> None:
         self._server = server
         self._wire: dict[str, JsonObject] = {}
+
+    def register(self, rpc: Dispatcher[Call]) -> None:
+        rpc.register("tools/list", self.list)
+        rpc.register("tools/call", self.call)
 
     def _wired(self, tool: ToolDef) -> JsonObject:
         body = self._wire.get(tool.name)
