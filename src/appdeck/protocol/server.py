@@ -49,6 +49,7 @@ from appdeck.protocol.registry import Registry
 from appdeck.protocol.relay import Relay, decode
 from appdeck.protocol.resources_feature import ResourcesFeature
 from appdeck.protocol.rpc.dispatcher import Dispatcher
+from appdeck.protocol.session_subscriptions import SessionSubscriptions
 from appdeck.protocol.sessions import LOG_RANK, Session, SessionChange, SessionManager
 from appdeck.protocol.tasks import TaskManager
 from appdeck.protocol.tasks_feature import TasksFeature
@@ -137,17 +138,16 @@ class McpServer:
         self.tasks = tasks
         self.outbox = outbox
         self.audit = audit
-        self.resource_metadata_url = resource_metadata_url
-        """Named in the step-up challenge of a tool refused for its scope (RFC 9728)."""
         self.requests = OutgoingRequests(client_request_timeout, instance_id)
         self._relay = (
             Relay(broadcast, instance_id) if broadcast is not None and instance_id else None
         )
         self._inflight: dict[tuple[str, Any], _InFlight] = {}
-        self.tools = ToolsFeature(self)
-        self.resources = ResourcesFeature(self)
-        self.prompts = PromptsFeature(self)
-        self.task_methods = TasksFeature(self)
+        subscriptions = SessionSubscriptions(sessions)
+        self.tools = ToolsFeature(registry, self.context, tasks, resource_metadata_url)
+        self.resources = ResourcesFeature(registry, self.context, subscriptions, outbox)
+        self.prompts = PromptsFeature(registry, self.context, subscriptions, outbox)
+        self.task_methods = TasksFeature(tasks)
         self.rpc: Dispatcher[Call] = Dispatcher()
         """The method table: the lifecycle's methods and each feature's register into it."""
         for method, handler in (
@@ -482,5 +482,5 @@ class McpServer:
 
     async def _session_dropped(self, session: Session) -> None:
         self.requests.abandon_session(session.id)
-        self.resources.forget(session)
+        session.subscriptions.clear()
         await self.outbox.close_session(session.id)

@@ -12,14 +12,14 @@ from appdeck.protocol.task_model import RELATED_TASK_META
 
 if TYPE_CHECKING:
     from appdeck.common.identity import Principal
-    from appdeck.protocol.server import McpServer
+    from appdeck.protocol.tasks import TaskManager
 
 JsonObject = dict[str, Any]
 
 
 class TasksFeature:
-    def __init__(self, server: McpServer) -> None:
-        self._tasks = server.tasks
+    def __init__(self, tasks: TaskManager) -> None:
+        self._tasks = tasks
 
     def register(self, rpc: Dispatcher[Call]) -> None:
         rpc.register("tasks/get", self.get)
