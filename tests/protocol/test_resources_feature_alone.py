@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from appdeck.protocol.call import Call
+from appdeck.protocol.catalogue import Catalogue
 from appdeck.protocol.context import OutgoingRequests, ToolContext
 from appdeck.protocol.errors import ResourceNotFound
 from appdeck.protocol.registry import Registry, ResourceDef
@@ -58,7 +59,9 @@ class Alone:
             return [{"uri": uri, "text": f"read by {ctx.principal.user}"}]
 
         registry.add_resource(ResourceDef("test://a", "a", read))
-        self.feature = ResourcesFeature(registry, self.context, self.subscriptions, self.outbox)
+        self.feature = ResourcesFeature(
+            Catalogue(registry, self.context, self.subscriptions, self.outbox)
+        )
 
     def context(self, call: Call, message: JsonObject | None) -> ToolContext:
         assert call.principal is not None

@@ -5,29 +5,20 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from appdeck.protocol import jsonrpc, pagination
-from appdeck.protocol.call import Call, ContextFactory
+from appdeck.protocol.call import Call
 from appdeck.protocol.errors import InvalidParams
 from appdeck.protocol.rpc.dispatcher import Dispatcher
 
 if TYPE_CHECKING:
-    from appdeck.protocol.ports import Outbox, Subscriptions
-    from appdeck.protocol.registry import Registry
+    from appdeck.protocol.catalogue import Catalogue
 
 JsonObject = dict[str, Any]
 
 
 class PromptsFeature:
-    def __init__(
-        self,
-        registry: Registry,
-        context: ContextFactory,
-        subscriptions: Subscriptions,
-        outbox: Outbox,
-    ) -> None:
-        self._registry = registry
-        self._context = context
-        self._subscriptions = subscriptions
-        self._outbox = outbox
+    def __init__(self, deps: Catalogue) -> None:
+        self._registry, self._context = deps.registry, deps.context
+        self._subscriptions, self._outbox = deps.subscriptions, deps.outbox
 
     def register(self, rpc: Dispatcher[Call]) -> None:
         rpc.register("prompts/list", self.list)

@@ -30,6 +30,7 @@ from appdeck.common.errors import AppDeckError
 from appdeck.common.identity import Principal
 from appdeck.protocol import inbound, jsonrpc, versions
 from appdeck.protocol.call import Call
+from appdeck.protocol.catalogue import Catalogue
 from appdeck.protocol.context import OutgoingRequests, ToolContext
 from appdeck.protocol.errors import (
     Forbidden,
@@ -145,8 +146,9 @@ class McpServer:
         self._inflight: dict[tuple[str, Any], _InFlight] = {}
         subscriptions = SessionSubscriptions(sessions)
         self.tools = ToolsFeature(registry, self.context, tasks, resource_metadata_url)
-        self.resources = ResourcesFeature(registry, self.context, subscriptions, outbox)
-        self.prompts = PromptsFeature(registry, self.context, subscriptions, outbox)
+        catalogue = Catalogue(registry, self.context, subscriptions, outbox)
+        self.resources = ResourcesFeature(catalogue)
+        self.prompts = PromptsFeature(catalogue)
         self.task_methods = TasksFeature(tasks)
         self.rpc: Dispatcher[Call] = Dispatcher()
         """The method table: the lifecycle's methods and each feature's register into it."""
