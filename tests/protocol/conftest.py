@@ -73,7 +73,7 @@ async def ask(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
 
 
 class Harness:
-    def __init__(self) -> None:
+    def __init__(self, resource_metadata_url: str | None = None) -> None:
         self.sessions_store = MemorySessionStore()
         self.tasks_store = MemoryTaskStore()
         self.outbox = RecordingOutbox()
@@ -144,6 +144,7 @@ class Harness:
             tasks=self.tasks,
             outbox=self.outbox,
             client_request_timeout=5,
+            resource_metadata_url=resource_metadata_url,
         )
 
     async def init(

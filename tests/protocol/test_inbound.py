@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -226,13 +227,22 @@ class RecordingAudit:
         self.refusals.append((principal, status, reason, method, tool))
 
 
-async def test_a_tool_outside_the_scopes_carries_its_step_up_challenge(harness: Harness) -> None:
-    harness.server.resource_metadata_url = "https://deck.example/.well-known/oauth-pr"
-    bob = await harness.init(BOB)
-    call = await harness.server.open(
+@pytest.fixture
+async def naming_metadata() -> AsyncIterator[Harness]:
+    """The server names its resource metadata (RFC 9728) in step-up challenges."""
+    h = Harness(resource_metadata_url="https://deck.example/.well-known/oauth-pr")
+    yield h
+    await h.tasks.shutdown()
+
+
+async def test_a_tool_outside_the_scopes_carries_its_step_up_challenge(
+    naming_metadata: Harness,
+) -> None:
+    bob = await naming_metadata.init(BOB)
+    call = await naming_metadata.server.open(
         routed(request("tools/call", name="deploy"), bob.id.encode()), BOB
     )
-    reply, status, headers = await harness.server.handle_request(
+    reply, status, headers = await naming_metadata.server.handle_request(
         request("tools/call", name="deploy"), call
     )
     assert status == 403

@@ -3,6 +3,7 @@ import pytest
 import appdeck
 from appdeck.protocol.call import Call
 from appdeck.protocol.errors import FORBIDDEN, INVALID_PARAMS, METHOD_NOT_FOUND, McpError
+from appdeck.protocol.instructions import INSTRUCTIONS
 
 from .conftest import ALICE, BOB, Harness
 
@@ -32,6 +33,23 @@ async def test_initialize_creates_a_session_owned_by_the_caller(harness: Harness
     assert result["capabilities"]["prompts"] == {"listChanged": True}
     assert result["capabilities"]["tools"] == {}
     assert harness.sessions_store.rows[result["sessionId"]].owner == ("acme", "alice")
+
+
+async def test_initialize_gives_agents_instructions_on_first_call_sources_tasks_and_confirmations(
+    harness: Harness,
+) -> None:
+    reply = await harness.request(
+        "initialize", {"protocolVersion": "2025-11-25", "capabilities": {}}, call=Call(ALICE, None)
+    )
+    text = reply["result"]["instructions"]
+    assert text == INSTRUCTIONS
+    assert "Call whats_next first" in text
+    for source in ("source root", "git repository", "inline files", "git push"):
+        assert source in text
+    assert "run as tasks" in text
+    assert "progress" in text
+    assert "confirmation" in text
+    assert len(text) < 1000  # clients may put it in every prompt
 
 
 async def test_initialize_without_a_protocol_version_is_invalid_params(harness: Harness) -> None:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from appdeck.common.identity import Principal
+from appdeck.protocol.context import ToolContext
 from appdeck.protocol.ports import RequestChannel
 from appdeck.protocol.sessions import Session
 
@@ -20,3 +23,8 @@ class Call:
     principal: Principal | None
     session: Session | None
     channel: RequestChannel | None = None
+
+
+ContextFactory = Callable[[Call, "dict[str, Any] | None"], ToolContext]
+"""What a handler may do while it runs, for one call and (optionally) its request message:
+the features get this instead of the server (see ``McpServer.context``)."""

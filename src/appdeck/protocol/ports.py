@@ -169,3 +169,30 @@ class Broadcast(Protocol):
     def on_reconnect(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` after a dropped connection is back (messages may be lost)."""
         ...
+
+
+class Subscriptions(Protocol):
+    """Who follows which resource URI, and who hears of list changes, on every replica.
+
+    The resources and prompts features see only this; the handshake era keeps subscriptions
+    on the session, in the session store (:class:`~appdeck.protocol.session_subscriptions.
+    SessionSubscriptions`)."""
+
+    async def subscribe(self, session: Session, uri: str, limit: int) -> None:
+        """``session`` follows ``uri`` (at most ``limit`` URIs per session)."""
+        ...
+
+    async def unsubscribe(self, session: Session, uri: str) -> None: ...
+
+    async def unsubscribe_below(self, tenant: str, user: str, base: str) -> int:
+        """Every session of (``tenant``, ``user``) stops following ``base`` and the URIs
+        below it (``base/…``). How many sessions lost subscriptions."""
+        ...
+
+    async def followers(self, uri: str, tenant: str | None = None) -> list[str]:
+        """Ids of the sessions following ``uri`` (only ``tenant``'s when given)."""
+        ...
+
+    async def listeners(self, tenant: str | None = None) -> list[str]:
+        """Ids of the sessions that hear of list changes (only ``tenant``'s when given)."""
+        ...

@@ -7,23 +7,27 @@ from typing import TYPE_CHECKING, Any
 from appdeck.protocol import jsonrpc, pagination
 from appdeck.protocol.call import Call
 from appdeck.protocol.errors import InvalidParams
+from appdeck.protocol.rpc.dispatcher import Dispatcher
 
 if TYPE_CHECKING:
-    from appdeck.protocol.server import McpServer
+    from appdeck.protocol.catalogue import Catalogue
 
 JsonObject = dict[str, Any]
 
 
 class PromptsFeature:
-    def __init__(self, server: McpServer) -> None:
-        self._server = server
+    def __init__(self, deps: Catalogue) -> None:
+        self._registry, self._context = deps.registry, deps.context
+        self._subscriptions, self._outbox = deps.subscriptions, deps.outbox
+
+    def register(self, rpc: Dispatcher[Call]) -> None:
+        rpc.register("prompts/list", self.list)
+        rpc.register("prompts/get", self.get)
 
     async def list(self, message: JsonObject, call: Call) -> JsonObject:
         principal = call.principal
         assert principal is not None
-        items = [
-            p.wire() for p in self._server.registry.prompts.values() if principal.has_scope(p.scope)
-        ]
+        items = [p.wire() for p in self._registry.prompts.values() if principal.has_scope(p.scope)]
         page, nxt = pagination.page(items, jsonrpc.params_of(message))
         body: JsonObject = {"prompts": page}
         if nxt:
@@ -35,7 +39,7 @@ class PromptsFeature:
         name = params.get("name")
         principal = call.principal
         assert principal is not None
-        prompt = self._server.registry.prompts.get(name) if isinstance(name, str) else None
+        prompt = self._registry.prompts.get(name) if isinstance(name, str) else None
         if prompt is None or not principal.has_scope(prompt.scope):
             raise InvalidParams(f"Unknown prompt: {name}")
         raw = params.get("arguments") or {}
@@ -50,10 +54,10 @@ class PromptsFeature:
             raise InvalidParams(
                 f"Missing required argument(s) for prompt {name}: {', '.join(missing)}"
             )
-        return await prompt.renderer(dict(raw), self._server.context(call, message))
+        return await prompt.renderer(dict(raw), self._context(call, message))
 
     async def list_changed(self) -> None:
-        ids = await self._server.sessions.session_ids()  # every replica's sessions
+        ids = await self._subscriptions.listeners()  # every replica's sessions
         if ids:
             note = jsonrpc.notification("notifications/prompts/list_changed")
-            await self._server.outbox.to_sessions(ids, note)
+            await self._outbox.to_sessions(ids, note)

@@ -1,6 +1,7 @@
 """resources/list, templates/list, read, subscribe and unsubscribe; update fan-out.
 
-Subscriptions live in the session store, and the replica that sees a change fans it out: it
+Subscriptions sit behind the :class:`~appdeck.protocol.ports.Subscriptions` port (the
+handshake era keeps them in the session store), and the replica that sees a change fans it out: it
 asks the store which sessions follow the URI, whichever replica took their subscribe, and
 sends through the outbox (which reaches the replica holding each session's GET stream). One
 sender per change, so no session hears of it twice; the alternative (broadcast the change,
@@ -15,19 +16,27 @@ from appdeck.common.errors import NotFound, PermissionDenied
 from appdeck.protocol import jsonrpc, pagination
 from appdeck.protocol.call import Call
 from appdeck.protocol.errors import Forbidden, InvalidParams, ResourceNotFound
-from appdeck.protocol.sessions import Session, SessionChange
+from appdeck.protocol.rpc.dispatcher import Dispatcher
 
 if TYPE_CHECKING:
     from appdeck.common.identity import Principal
-    from appdeck.protocol.server import McpServer
+    from appdeck.protocol.catalogue import Catalogue
 
 JsonObject = dict[str, Any]
 MAX_SUBSCRIPTIONS = 1000
 
 
 class ResourcesFeature:
-    def __init__(self, server: McpServer) -> None:
-        self._server = server
+    def __init__(self, deps: Catalogue) -> None:
+        self._registry, self._context = deps.registry, deps.context
+        self._subscriptions, self._outbox = deps.subscriptions, deps.outbox
+
+    def register(self, rpc: Dispatcher[Call]) -> None:
+        rpc.register("resources/list", self.list)
+        rpc.register("resources/templates/list", self.list_templates)
+        rpc.register("resources/read", self.read)
+        rpc.register("resources/subscribe", self.subscribe)
+        rpc.register("resources/unsubscribe", self.unsubscribe)
 
     def _principal(self, call: Call) -> Principal:
         principal = call.principal
@@ -38,9 +47,9 @@ class ResourcesFeature:
 
     async def list(self, message: JsonObject, call: Call) -> JsonObject:
         principal = self._principal(call)
-        registry = self._server.registry
+        registry = self._registry
         items = [r.wire() for r in registry.resources.values() if principal.has_scope(r.scope)]
-        ctx = self._server.context(call, message)
+        ctx = self._context(call, message)
         for scope, lister in registry.listers:
             if principal.has_scope(scope):
                 items.extend(await lister(ctx))
@@ -52,7 +61,7 @@ class ResourcesFeature:
 
     async def list_templates(self, message: JsonObject, call: Call) -> JsonObject:
         principal = self._principal(call)
-        items = [t.wire() for t in self._server.registry.templates if principal.has_scope(t.scope)]
+        items = [t.wire() for t in self._registry.templates if principal.has_scope(t.scope)]
         page, nxt = pagination.page(items, jsonrpc.params_of(message))
         body: JsonObject = {"resourceTemplates": page}
         if nxt:
@@ -68,8 +77,8 @@ class ResourcesFeature:
     async def read(self, message: JsonObject, call: Call) -> JsonObject:
         principal = self._principal(call)
         uri = self._uri(message)
-        registry = self._server.registry
-        ctx = self._server.context(call, message)
+        registry = self._registry
+        ctx = self._context(call, message)
         static = registry.resources.get(uri)
         try:
             if static is not None and principal.has_scope(static.scope):
@@ -84,7 +93,7 @@ class ResourcesFeature:
         raise ResourceNotFound(uri)
 
     def _known(self, uri: str) -> bool:
-        registry = self._server.registry
+        registry = self._registry
         return uri in registry.resources or registry.find_template(uri) is not None
 
     async def subscribe(self, message: JsonObject, call: Call) -> JsonObject:
@@ -95,9 +104,7 @@ class ResourcesFeature:
         if not self._known(uri):
             raise ResourceNotFound(uri)
         await self.read(message, call)  # only what the caller may read can be followed
-        # the store decides (another replica may have changed the session since it was cached)
-        change = SessionChange(subscribe=uri, max_subscriptions=MAX_SUBSCRIPTIONS)
-        await self._server.sessions.change(session, change)
+        await self._subscriptions.subscribe(session, uri, MAX_SUBSCRIPTIONS)
         return {}
 
     async def unsubscribe(self, message: JsonObject, call: Call) -> JsonObject:
@@ -105,29 +112,25 @@ class ResourcesFeature:
         uri = self._uri(message)
         session = call.session
         assert session is not None
-        await self._server.sessions.change(session, SessionChange(unsubscribe=frozenset({uri})))
+        await self._subscriptions.unsubscribe(session, uri)
         return {}
 
     async def unsubscribe_user(self, tenant: str, user: str, base: str) -> int:
         """End the subscriptions of every session of (``tenant``, ``user``), on any replica,
         to ``base`` and the URIs below it (``base/…``): the user lost read access. How many
         sessions lost subscriptions."""
-        change = SessionChange(unsubscribe_below=base)
-        return await self._server.sessions.change_owned(tenant, user, change)
-
-    def forget(self, session: Session) -> None:
-        session.subscriptions.clear()
+        return await self._subscriptions.unsubscribe_below(tenant, user, base)
 
     async def updated(self, uri: str, *, tenant: str | None = None) -> None:
         """Tell the sessions subscribed to ``uri`` (and only them; only those of ``tenant``
         when given) that it changed."""
-        ids = await self._server.sessions.subscribers(uri, tenant)
+        ids = await self._subscriptions.followers(uri, tenant)
         if ids:
             note = jsonrpc.notification("notifications/resources/updated", {"uri": uri})
-            await self._server.outbox.to_sessions(ids, note)
+            await self._outbox.to_sessions(ids, note)
 
     async def list_changed(self, *, tenant: str | None = None) -> None:
-        ids = await self._server.sessions.session_ids(tenant)
+        ids = await self._subscriptions.listeners(tenant)
         if ids:
             note = jsonrpc.notification("notifications/resources/list_changed")
-            await self._server.outbox.to_sessions(ids, note)
+            await self._outbox.to_sessions(ids, note)

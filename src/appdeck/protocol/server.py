@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,24 +30,27 @@ from appdeck.common.errors import AppDeckError
 from appdeck.common.identity import Principal
 from appdeck.protocol import inbound, jsonrpc, versions
 from appdeck.protocol.call import Call
+from appdeck.protocol.catalogue import Catalogue
 from appdeck.protocol.context import OutgoingRequests, ToolContext
 from appdeck.protocol.errors import (
     Forbidden,
     InvalidParams,
     InvalidRequest,
     McpError,
-    MethodNotFound,
     SessionNotFound,
     SessionRequired,
     error_response,
     from_domain,
 )
 from appdeck.protocol.inbound import OPEN_METHODS, Route
+from appdeck.protocol.instructions import INSTRUCTIONS
 from appdeck.protocol.ports import AuditTrail, Broadcast, Outbox
 from appdeck.protocol.prompts_feature import PromptsFeature
 from appdeck.protocol.registry import Registry
 from appdeck.protocol.relay import Relay, decode
 from appdeck.protocol.resources_feature import ResourcesFeature
+from appdeck.protocol.rpc.dispatcher import Dispatcher
+from appdeck.protocol.session_subscriptions import SessionSubscriptions
 from appdeck.protocol.sessions import LOG_RANK, Session, SessionChange, SessionManager
 from appdeck.protocol.tasks import TaskManager
 from appdeck.protocol.tasks_feature import TasksFeature
@@ -57,7 +59,6 @@ from appdeck.protocol.tools_feature import ToolsFeature
 log = logging.getLogger("appdeck.protocol")
 
 JsonObject = dict[str, Any]
-Handler = Callable[[JsonObject, Call], Awaitable[JsonObject]]
 Headers = list[tuple[bytes, bytes]]
 Answer = tuple[JsonObject | None, int, Headers | None]
 """A request's response (None when the client cancelled it), the HTTP status to use when it
@@ -72,7 +73,7 @@ class ServerInfo:
     name: str = "appdeck-mcp"
     version: str = __version__
     title: str | None = "AppDeck"
-    instructions: str | None = None
+    instructions: str | None = INSTRUCTIONS
     capabilities: JsonObject = field(
         default_factory=lambda: {
             "tools": {},
@@ -138,36 +139,28 @@ class McpServer:
         self.tasks = tasks
         self.outbox = outbox
         self.audit = audit
-        self.resource_metadata_url = resource_metadata_url
-        """Named in the step-up challenge of a tool refused for its scope (RFC 9728)."""
         self.requests = OutgoingRequests(client_request_timeout, instance_id)
         self._relay = (
             Relay(broadcast, instance_id) if broadcast is not None and instance_id else None
         )
         self._inflight: dict[tuple[str, Any], _InFlight] = {}
-        self.tools = ToolsFeature(self)
-        self.resources = ResourcesFeature(self)
-        self.prompts = PromptsFeature(self)
-        self.task_methods = TasksFeature(self)
-        self._methods: dict[str, Handler] = {
-            "initialize": self._initialize,
-            "ping": self._ping,
-            "logging/setLevel": self._set_level,
-            "completion/complete": self._complete,
-            "tools/list": self.tools.list,
-            "tools/call": self.tools.call,
-            "resources/list": self.resources.list,
-            "resources/templates/list": self.resources.list_templates,
-            "resources/read": self.resources.read,
-            "resources/subscribe": self.resources.subscribe,
-            "resources/unsubscribe": self.resources.unsubscribe,
-            "prompts/list": self.prompts.list,
-            "prompts/get": self.prompts.get,
-            "tasks/get": self.task_methods.get,
-            "tasks/result": self.task_methods.result,
-            "tasks/list": self.task_methods.list,
-            "tasks/cancel": self.task_methods.cancel,
-        }
+        subscriptions = SessionSubscriptions(sessions)
+        self.tools = ToolsFeature(registry, self.context, tasks, resource_metadata_url)
+        catalogue = Catalogue(registry, self.context, subscriptions, outbox)
+        self.resources = ResourcesFeature(catalogue)
+        self.prompts = PromptsFeature(catalogue)
+        self.task_methods = TasksFeature(tasks)
+        self.rpc: Dispatcher[Call] = Dispatcher()
+        """The method table: the lifecycle's methods and each feature's register into it."""
+        for method, handler in (
+            ("initialize", self._initialize),
+            ("ping", self._ping),
+            ("logging/setLevel", self._set_level),
+            ("completion/complete", self._complete),
+        ):
+            self.rpc.register(method, handler)
+        for feature in (self.tools, self.resources, self.prompts, self.task_methods):
+            feature.register(self.rpc)
         sessions.on_drop(self._session_dropped)
 
     async def start(self) -> None:
@@ -312,9 +305,7 @@ class McpServer:
 
         ``call`` comes from :meth:`open`: its session's owner has been checked already."""
         method: str = message["method"]
-        handler = self._methods.get(method)
-        if handler is None:
-            raise MethodNotFound(f"Method not found: {method}")
+        handler = self.rpc.lookup(method)
         if call.principal is None and method not in OPEN_METHODS:
             raise Forbidden("this method needs a token")
         session = call.session
@@ -493,5 +484,5 @@ class McpServer:
 
     async def _session_dropped(self, session: Session) -> None:
         self.requests.abandon_session(session.id)
-        self.resources.forget(session)
+        session.subscriptions.clear()
         await self.outbox.close_session(session.id)

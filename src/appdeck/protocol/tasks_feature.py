@@ -7,18 +7,25 @@ from typing import TYPE_CHECKING, Any
 from appdeck.protocol import jsonrpc
 from appdeck.protocol.call import Call
 from appdeck.protocol.errors import wire_error
+from appdeck.protocol.rpc.dispatcher import Dispatcher
 from appdeck.protocol.task_model import RELATED_TASK_META
 
 if TYPE_CHECKING:
     from appdeck.common.identity import Principal
-    from appdeck.protocol.server import McpServer
+    from appdeck.protocol.tasks import TaskManager
 
 JsonObject = dict[str, Any]
 
 
 class TasksFeature:
-    def __init__(self, server: McpServer) -> None:
-        self._tasks = server.tasks
+    def __init__(self, tasks: TaskManager) -> None:
+        self._tasks = tasks
+
+    def register(self, rpc: Dispatcher[Call]) -> None:
+        rpc.register("tasks/get", self.get)
+        rpc.register("tasks/result", self.result)
+        rpc.register("tasks/list", self.list)
+        rpc.register("tasks/cancel", self.cancel)
 
     @staticmethod
     def _who(call: Call) -> Principal:

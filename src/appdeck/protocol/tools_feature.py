@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from appdeck.common.errors import AppDeckError, InvalidArgument
 from appdeck.protocol import jsonrpc, pagination
 from appdeck.protocol.arguments import Problem
-from appdeck.protocol.call import Call
+from appdeck.protocol.call import Call, ContextFactory
 from appdeck.protocol.context import ToolContext
 from appdeck.protocol.errors import (
     InsufficientScope,
@@ -19,19 +19,35 @@ from appdeck.protocol.errors import (
     tool_error_result,
 )
 from appdeck.protocol.registry import ToolDef
+from appdeck.protocol.rpc.dispatcher import Dispatcher
 from appdeck.protocol.task_model import Task
 
 if TYPE_CHECKING:
-    from appdeck.protocol.server import McpServer
+    from appdeck.protocol.registry import Registry
+    from appdeck.protocol.tasks import TaskManager
 
 log = logging.getLogger("appdeck.tools")
 JsonObject = dict[str, Any]
 
 
 class ToolsFeature:
-    def __init__(self, server: McpServer) -> None:
-        self._server = server
+    def __init__(
+        self,
+        registry: Registry,
+        context: ContextFactory,
+        tasks: TaskManager,
+        resource_metadata_url: str | None = None,
+    ) -> None:
+        self._registry = registry
+        self._context = context
+        self._tasks = tasks
+        self._resource_metadata_url = resource_metadata_url
+        """Named in the step-up challenge of a tool refused for its scope (RFC 9728)."""
         self._wire: dict[str, JsonObject] = {}
+
+    def register(self, rpc: Dispatcher[Call]) -> None:
+        rpc.register("tools/list", self.list)
+        rpc.register("tools/call", self.call)
 
     def _wired(self, tool: ToolDef) -> JsonObject:
         body = self._wire.get(tool.name)
@@ -43,9 +59,7 @@ class ToolsFeature:
         principal = call.principal
         assert principal is not None
         visible = [
-            self._wired(t)
-            for t in self._server.registry.tools.values()
-            if principal.has_scope(t.scope)
+            self._wired(t) for t in self._registry.tools.values() if principal.has_scope(t.scope)
         ]
         tools, nxt = pagination.page(visible, jsonrpc.params_of(message))
         body: JsonObject = {"tools": tools}
@@ -58,14 +72,14 @@ class ToolsFeature:
         name = params.get("name")
         if not isinstance(name, str):
             raise InvalidParams("tools/call: params.name must be a string")
-        tool = self._server.registry.tools.get(name)
+        tool = self._registry.tools.get(name)
         principal = call.principal
         assert principal is not None
         assert call.session is not None
         if tool is None:
             raise InvalidParams(f"Unknown tool: {name}")
         if not principal.has_scope(tool.scope):
-            raise InsufficientScope(tool.scope or "", self._server.resource_metadata_url)
+            raise InsufficientScope(tool.scope or "", self._resource_metadata_url)
         arguments = params.get("arguments")
         if arguments is None:
             arguments = {}
@@ -79,33 +93,24 @@ class ToolsFeature:
         if isinstance(action, str) and action in tool.action_scopes:
             needed = tool.action_scopes[action]
             if not principal.has_scope(needed):
-                raise InsufficientScope(needed, self._server.resource_metadata_url)
+                raise InsufficientScope(needed, self._resource_metadata_url)
         if task_request is not None and not isinstance(task_request, dict):
             raise InvalidParams("tools/call: params.task must be an object")
         if task_request is not None and tool.task_support == "forbidden":
             raise MethodNotFound(f"Tool '{name}' does not support task-augmented execution")
         if task_request is None and tool.task_support == "required":
             raise MethodNotFound(f"Tool '{name}' must be called as a task (params.task)")
-        ctx = self._server.context(call, message)
         if task_request is None:
-            return await run_tool(tool, arguments, ctx)
+            return await run_tool(tool, arguments, self._context(call, message))
         session = call.session
+        # the task outlives the request: its messages go to the session's stream, not the POST's
+        ctx = self._context(Call(principal, session), message)
 
         async def runner(task: Task) -> JsonObject:
             ctx.task = task
             return await run_tool(tool, arguments, ctx)
 
-        ctx = ToolContext(
-            principal=principal,
-            session=session,
-            request_id=message["id"],
-            progress_token=ctx.progress_token,
-            channel=None,
-            outbox=self._server.outbox,
-            requests=self._server.requests,
-            tasks=self._server.tasks,
-        )
-        task = await self._server.tasks.start(
+        task = await self._tasks.start(
             principal,
             session.id,
             "tools/call",

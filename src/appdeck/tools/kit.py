@@ -226,6 +226,11 @@ class Tool:
 
         return register
 
+    def action_scopes(self) -> dict[str | None, str | None]:
+        """Each action's extra scope as declared (None: the tool's own scope suffices); the
+        key is None for a single-action tool."""
+        return {name: action.scope for name, action in self._actions.items()}
+
     @property
     def multi_action(self) -> bool:
         return None not in self._actions

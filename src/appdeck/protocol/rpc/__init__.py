@@ -1,0 +1,1 @@
+"""JSON-RPC plumbing that knows nothing of MCP: the method table features register into."""
