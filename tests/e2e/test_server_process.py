@@ -12,6 +12,8 @@ import pytest
 
 from tests.support.appdeck_process import AppDeckProcess, clean_env, serve_command
 
+from .conftest import Launcher
+
 URL_LINE = re.compile(rb"MCP server listening on (http://\S+/mcp)")
 
 
@@ -77,3 +79,16 @@ async def test_an_idle_keep_alive_connection_outlives_the_clients_pool_expiry(
         assert not reader.at_eof()
     finally:
         writer.close()
+
+
+async def test_sigterm_stops_the_server_cleanly_and_it_exits_0(
+    launch_appdeck: Launcher, tmp_path: Path
+) -> None:
+    """SIGTERM (what a service manager sends) runs the server's own stop: uvicorn raised the
+    signal again once it had shut down, and the process died before that stop ran (its
+    marker file stayed, replicas never unregistered)."""
+    server = await launch_appdeck()
+    marker = tmp_path / "data" / "server.json"
+    assert marker.exists()
+    assert await server.stop(grace=60) == 0  # a bound for a loaded machine, not a speed
+    assert not marker.exists()

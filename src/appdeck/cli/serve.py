@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -87,6 +88,27 @@ def serve(
         raise typer.Exit(1) from None
 
 
+def _server_class() -> Any:
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn, after a graceful shutdown on SIGTERM or SIGINT, raises the signal again
+        with the default handler back in place: the process died there, before ``_serve``'s
+        cleanup (``Services.stop``: replicas unregistering, the edge's control servers put in
+        maintenance, ``--stop-apps-on-exit``). Here the signal only ends serving; the process
+        then stops as it should and exits 0."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            with super().capture_signals():
+                try:
+                    yield
+                finally:
+                    self._captured_signals.clear()  # nothing raised again once served
+
+    return Server
+
+
 def _run(main: Coroutine[Any, Any, None]) -> None:
     try:
         import uvloop
@@ -131,7 +153,7 @@ async def _serve(settings: Any, dev: bool, stop_apps: bool = False) -> None:
         server_header=False,
         proxy_headers=False,  # X-Forwarded-* are not trusted unless a proxy is configured
     )
-    server = uvicorn.Server(config)
+    server = _server_class()(config)
     tune_gc()
     url = f"{services.base_url}/mcp"
     marker = settings.data_dir / "server.json"
