@@ -418,6 +418,7 @@ class Services:
                 max_body_bytes=s.max_body_bytes,
                 keepalive_seconds=s.keepalive_seconds,
                 retry_ms=s.sse_retry_ms,
+                stateless=s.stateless_era,
             ),
         )
 

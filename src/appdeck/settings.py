@@ -158,6 +158,11 @@ class Settings(BaseSettings):
     must not share a prefix."""
 
     with_conformance_fixtures: bool = False
+    stateless_era: bool = False
+    """Serve MCP 2026-07-28 (stateless: ``server/discover``, per-request ``_meta``) beside
+    the handshake era (docs/mcp-2026-07-28.md). Off until that era serves confirmations,
+    tasks and subscriptions: clients that speak it (the Python SDK 2.x by default) use it as
+    soon as ``server/discover`` answers."""
     app_version: str = Field(
         __version__, validation_alias=AliasChoices("APP_VERSION", "APPDECK_APP_VERSION")
     )

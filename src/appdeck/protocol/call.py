@@ -8,6 +8,7 @@ from typing import Any
 
 from appdeck.common.identity import Principal
 from appdeck.protocol.context import ToolContext
+from appdeck.protocol.envelope import Peer
 from appdeck.protocol.ports import RequestChannel
 from appdeck.protocol.sessions import Session
 
@@ -17,12 +18,15 @@ class Call:
     """Who sent a message, on which session, and where related messages go.
 
     ``principal`` is None only for the open methods (``ping``, ``notifications/initialized``)
-    sent without a token; ``session`` is None only for ``initialize``.
+    sent without a token; ``session`` is None for ``initialize`` and for every request of the
+    stateless era, whose ``peer`` says what the request's ``_meta`` declared.
     """
 
     principal: Principal | None
     session: Session | None
     channel: RequestChannel | None = None
+    peer: Peer | None = None
+    """Set for a stateless (2026-07-28) request, None in the handshake era."""
 
 
 ContextFactory = Callable[[Call, "dict[str, Any] | None"], ToolContext]

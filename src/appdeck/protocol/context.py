@@ -14,7 +14,9 @@ from typing import Any
 from appdeck.common.errors import FailedPrecondition, Unavailable
 from appdeck.common.identity import Principal
 from appdeck.protocol import jsonrpc
+from appdeck.protocol.envelope import Peer
 from appdeck.protocol.errors import McpError
+from appdeck.protocol.levels import passes
 from appdeck.protocol.ports import Outbox, RequestChannel
 from appdeck.protocol.sessions import Session
 from appdeck.protocol.task_model import INPUT_REQUIRED, RELATED_TASK_META, WORKING, Task
@@ -90,6 +92,7 @@ class ToolContext:
         "_outbox",
         "_requests",
         "_tasks",
+        "peer",
         "principal",
         "progress_token",
         "request_id",
@@ -109,9 +112,11 @@ class ToolContext:
         requests: OutgoingRequests,
         tasks: TaskManager,
         task: Task | None = None,
+        peer: Peer | None = None,
     ) -> None:
         self.principal = principal
         self.session = session
+        self.peer = peer
         self.request_id = request_id
         self.progress_token = progress_token
         self.task = task
@@ -131,8 +136,13 @@ class ToolContext:
             await self._outbox.to_session(self.session.id, message)
 
     async def log(self, level: str, data: Any, logger: str | None = None) -> None:
-        """``notifications/message``, if the session's log level lets it through."""
-        if self.session is not None and not self.session.wants_log(level):
+        """``notifications/message``, if the session's log level lets it through (in the
+        stateless era: if the request's ``_meta`` asked for messages at that level)."""
+        peer = self.peer
+        if peer is not None:
+            if peer.log_level is None or not passes(level, peer.log_level):
+                return
+        elif self.session is not None and not self.session.wants_log(level):
             return
         params: JsonObject = {"level": level, "data": data}
         if logger:
@@ -167,8 +177,19 @@ class ToolContext:
         if self._channel is not None:
             await self._channel.close_stream()
 
+    def can_ask(self, capability: str) -> bool:
+        """Whether :meth:`request` may ask the client for ``capability`` (elicitation,
+        sampling) during this call: a handshake-era client that declared it."""
+        return self.session is not None and self.session.supports(capability)
+
     async def request(self, method: str, params: JsonObject, *, capability: str) -> JsonObject:
         """Send a request to the client and wait (bounded) for its result."""
+        if self.peer is not None:
+            raise FailedPrecondition(
+                f"this server does not yet ask 2026-07-28 clients for input ({method}) "
+                "during a call",
+                hint="pass the value as an argument (a confirmation: confirm: true)",
+            )
         session = self.session
         if session is None or not session.supports(capability):
             raise FailedPrecondition(

@@ -13,7 +13,11 @@
     ├── ResourceNotFound    -32002   resources/read of an unknown URI (``data.uri``)
     ├── Forbidden           -32003   session owner mismatch, or a resource the caller may not read
     │   └── InsufficientScope        the token lacks a tool's scope (HTTP 403 + step-up header)
-    └── RateLimited         -32004   too many requests (``data.retryAfterMs``, HTTP 429)
+    ├── RateLimited         -32004   too many requests (``data.retryAfterMs``, HTTP 429)
+    │   ─ the stateless era (2026-07-28) ─
+    ├── HeaderMismatch      -32020   a routing header missing or unlike the body (HTTP 400)
+    ├── MissingCapability   -32021   the request needs a client capability it did not declare
+    └── VersionUnsupported  -32022   ``_meta`` names a version we do not speak (``data.supported``)
 
 An error that ends an HTTP exchange says so itself: ``http_status`` and ``headers`` (the step-up
 ``WWW-Authenticate``, ``Retry-After``), so the transport maps it without reading the body.
@@ -49,6 +53,13 @@ FORBIDDEN: Final = -32003
 """The session belongs to another owner, or the caller may not read this resource."""
 RATE_LIMITED: Final = -32004
 """Too many requests; ``data.retryAfterMs`` says when to try again."""
+HEADER_MISMATCH: Final = -32020
+"""2026-07-28: ``MCP-Protocol-Version``, ``Mcp-Method`` or ``Mcp-Name`` missing or unlike the
+body."""
+MISSING_CLIENT_CAPABILITY: Final = -32021
+"""2026-07-28: serving the request needs a capability the request's ``_meta`` did not declare."""
+UNSUPPORTED_PROTOCOL_VERSION: Final = -32022
+"""2026-07-28: the request's version is not one this server speaks."""
 
 
 class McpError(Exception):
@@ -163,6 +174,37 @@ class RateLimited(McpError):
 
     def __init__(self, retry_after_ms: int) -> None:
         super().__init__("rate limited", {"retryAfterMs": retry_after_ms})
+
+
+class HeaderMismatch(McpError):
+    """A routing header of the stateless era is missing, malformed or unlike the body."""
+
+    code = HEADER_MISMATCH
+    http_status = 400
+
+
+class MissingCapability(McpError):
+    """Serving the request needs client capabilities its ``_meta`` did not declare:
+    ``data.requiredCapabilities`` is shaped like ClientCapabilities (``{"sampling": {}}``)."""
+
+    code = MISSING_CLIENT_CAPABILITY
+    http_status = 400
+
+    def __init__(self, message: str, required: dict[str, Any]) -> None:
+        super().__init__(message, {"requiredCapabilities": required})
+
+
+class VersionUnsupported(McpError):
+    """A stateless-era request at a version we do not speak: ``data`` lists what we do."""
+
+    code = UNSUPPORTED_PROTOCOL_VERSION
+    http_status = 400
+
+    def __init__(self, requested: str, supported: tuple[str, ...]) -> None:
+        super().__init__(
+            f"Unsupported protocol version: {requested[:40]}",
+            {"supported": list(supported), "requested": requested[:40]},
+        )
 
 
 def from_domain(exc: AppDeckError) -> McpError:

@@ -28,7 +28,7 @@ from typing import Any
 from appdeck import __version__, activity
 from appdeck.common.errors import AppDeckError
 from appdeck.common.identity import Principal
-from appdeck.protocol import inbound, jsonrpc, versions
+from appdeck.protocol import inbound, jsonrpc, stateless, versions
 from appdeck.protocol.call import Call
 from appdeck.protocol.catalogue import Catalogue
 from appdeck.protocol.context import OutgoingRequests, ToolContext
@@ -44,6 +44,7 @@ from appdeck.protocol.errors import (
 )
 from appdeck.protocol.inbound import OPEN_METHODS, Route
 from appdeck.protocol.instructions import INSTRUCTIONS
+from appdeck.protocol.levels import LOG_RANK
 from appdeck.protocol.ports import AuditTrail, Broadcast, Outbox
 from appdeck.protocol.prompts_feature import PromptsFeature
 from appdeck.protocol.registry import Registry
@@ -51,7 +52,7 @@ from appdeck.protocol.relay import Relay, decode
 from appdeck.protocol.resources_feature import ResourcesFeature
 from appdeck.protocol.rpc.dispatcher import Dispatcher
 from appdeck.protocol.session_subscriptions import SessionSubscriptions
-from appdeck.protocol.sessions import LOG_RANK, Session, SessionChange, SessionManager
+from appdeck.protocol.sessions import Session, SessionChange, SessionManager
 from appdeck.protocol.tasks import TaskManager
 from appdeck.protocol.tasks_feature import TasksFeature
 from appdeck.protocol.tools_feature import ToolsFeature
@@ -161,6 +162,15 @@ class McpServer:
             self.rpc.register(method, handler)
         for feature in (self.tools, self.resources, self.prompts, self.task_methods):
             feature.register(self.rpc)
+        self.stateless_rpc: Dispatcher[Call] = Dispatcher()
+        """The stateless era's table (MCP 2026-07-28): ``server/discover`` and the methods
+        of :data:`stateless.METHODS`, served by the same handlers."""
+        self.stateless_rpc.register("server/discover", self._discover)
+        for method in stateless.METHODS:
+            self.stateless_rpc.register(method, self.rpc.lookup(method))
+        self._identity: JsonObject = {"name": self.info.name, "version": self.info.version}
+        if self.info.title:
+            self._identity["title"] = self.info.title
         sessions.on_drop(self._session_dropped)
 
     async def start(self) -> None:
@@ -224,13 +234,16 @@ class McpServer:
         started = time.perf_counter()
         headers: Headers | None = None
         try:
-            response: JsonObject | None = jsonrpc.result(
-                request_id, await self.dispatch(message, call)
-            )
+            body = await self.dispatch(message, call)
+            if call.peer is not None:
+                body = stateless.stamp(method, body, self._identity)
+            response: JsonObject | None = jsonrpc.result(request_id, body)
             status = 200
         except RequestCancelled:
             response, status = None, 202
         except McpError as exc:
+            if call.peer is not None:
+                exc = stateless.recode(exc)
             response, status, headers = (
                 error_response(request_id, exc),
                 exc.http_status,
@@ -238,6 +251,8 @@ class McpServer:
             )
         except AppDeckError as exc:
             mapped = from_domain(exc)
+            if call.peer is not None:
+                mapped = stateless.recode(mapped)
             response, status = error_response(request_id, mapped), mapped.http_status
         except Exception as exc:
             log.exception("unhandled error in %s", method)
@@ -305,6 +320,11 @@ class McpServer:
 
         ``call`` comes from :meth:`open`: its session's owner has been checked already."""
         method: str = message["method"]
+        if call.peer is not None:  # stateless: no session, nothing to cancel by notification
+            handler = self.stateless_rpc.lookup(method)
+            if call.principal is None:
+                raise Forbidden("this method needs a token")
+            return await handler(message, call)
         handler = self.rpc.lookup(method)
         if call.principal is None and method not in OPEN_METHODS:
             raise Forbidden("this method needs a token")
@@ -409,18 +429,18 @@ class McpServer:
             caps if isinstance(caps, dict) else {},
         )
         call.session = session
-        info: JsonObject = {"name": self.info.name, "version": self.info.version}
-        if self.info.title:
-            info["title"] = self.info.title
         body: JsonObject = {
             "protocolVersion": version,
             "capabilities": self.info.capabilities,
-            "serverInfo": info,
+            "serverInfo": self._identity,
             "sessionId": session.id,
         }
         if self.info.instructions:
             body["instructions"] = self.info.instructions
         return body
+
+    async def _discover(self, message: JsonObject, call: Call) -> JsonObject:
+        return stateless.discover(self.info.instructions)
 
     async def _ping(self, message: JsonObject, call: Call) -> JsonObject:
         return {}
@@ -480,6 +500,7 @@ class McpServer:
             outbox=self.outbox,
             requests=self.requests,
             tasks=self.tasks,
+            peer=call.peer,
         )
 
     async def _session_dropped(self, session: Session) -> None:

@@ -37,12 +37,10 @@ from typing import Any
 
 from appdeck.common.identity import Principal
 from appdeck.protocol.errors import Forbidden, InvalidParams, ServerBusy, SessionNotFound
+from appdeck.protocol.levels import passes
 from appdeck.protocol.ports import Broadcast, SessionStore, Subscription
 
 log = logging.getLogger("appdeck.protocol")
-
-LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
-LOG_RANK = {name: rank for rank, name in enumerate(LOG_LEVELS)}
 
 
 @dataclass(slots=True)
@@ -68,7 +66,7 @@ class Session:
         return (self.tenant, self.user)
 
     def wants_log(self, level: str) -> bool:
-        return LOG_RANK.get(level, 0) >= LOG_RANK.get(self.log_level, 0)
+        return passes(level, self.log_level)
 
     def supports(self, capability: str) -> bool:
         return capability in self.client_capabilities

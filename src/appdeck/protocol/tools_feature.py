@@ -16,13 +16,16 @@ from appdeck.protocol.errors import (
     InvalidParams,
     McpError,
     MethodNotFound,
+    MissingCapability,
     tool_error_result,
 )
 from appdeck.protocol.registry import ToolDef
 from appdeck.protocol.rpc.dispatcher import Dispatcher
+from appdeck.protocol.stateless import TASKS_EXTENSION
 from appdeck.protocol.task_model import Task
 
 if TYPE_CHECKING:
+    from appdeck.common.identity import Principal
     from appdeck.protocol.registry import Registry
     from appdeck.protocol.tasks import TaskManager
 
@@ -69,40 +72,27 @@ class ToolsFeature:
 
     async def call(self, message: JsonObject, call: Call) -> JsonObject:
         params = jsonrpc.params_of(message)
-        name = params.get("name")
-        if not isinstance(name, str):
-            raise InvalidParams("tools/call: params.name must be a string")
-        tool = self._registry.tools.get(name)
         principal = call.principal
         assert principal is not None
-        assert call.session is not None
-        if tool is None:
-            raise InvalidParams(f"Unknown tool: {name}")
-        if not principal.has_scope(tool.scope):
-            raise InsufficientScope(tool.scope or "", self._resource_metadata_url)
-        arguments = params.get("arguments")
-        if arguments is None:
-            arguments = {}
-        if not isinstance(arguments, dict):
-            raise InvalidParams("tools/call: params.arguments must be an object")
-        task_request = params.get("task")
-        if task_request is None and isinstance(arguments.get("task"), dict):
-            arguments = {k: v for k, v in arguments.items() if k != "task"}
-            task_request = params["arguments"]["task"]
-        action = arguments.get("action")
-        if isinstance(action, str) and action in tool.action_scopes:
-            needed = tool.action_scopes[action]
-            if not principal.has_scope(needed):
-                raise InsufficientScope(needed, self._resource_metadata_url)
+        tool, arguments, task_request = self._admit(params, principal)
+        if call.peer is not None:  # stateless: the handshake era's task requests are ignored
+            if tool.task_support == "required":
+                raise MissingCapability(
+                    f"Tool '{tool.name}' runs only as a task: declare the {TASKS_EXTENSION} "
+                    "extension",
+                    {"extensions": {TASKS_EXTENSION: {}}},
+                )
+            return await run_tool(tool, arguments, self._context(call, message))
         if task_request is not None and not isinstance(task_request, dict):
             raise InvalidParams("tools/call: params.task must be an object")
         if task_request is not None and tool.task_support == "forbidden":
-            raise MethodNotFound(f"Tool '{name}' does not support task-augmented execution")
+            raise MethodNotFound(f"Tool '{tool.name}' does not support task-augmented execution")
         if task_request is None and tool.task_support == "required":
-            raise MethodNotFound(f"Tool '{name}' must be called as a task (params.task)")
+            raise MethodNotFound(f"Tool '{tool.name}' must be called as a task (params.task)")
         if task_request is None:
             return await run_tool(tool, arguments, self._context(call, message))
         session = call.session
+        assert session is not None
         # the task outlives the request: its messages go to the session's stream, not the POST's
         ctx = self._context(Call(principal, session), message)
 
@@ -114,12 +104,41 @@ class ToolsFeature:
             principal,
             session.id,
             "tools/call",
-            {"name": name, "arguments": arguments},
+            {"name": tool.name, "arguments": arguments},
             task_request,
             runner,
             ctx.progress_token,
         )
         return {"task": task.wire()}
+
+    def _admit(self, params: JsonObject, principal: Principal) -> tuple[ToolDef, JsonObject, Any]:
+        """The tool a call names, its arguments (without ``task``) and its task request (the
+        handshake era's ``params.task``, or ``arguments.task``), once the caller's scopes for
+        the tool and its action are checked."""
+        name = params.get("name")
+        if not isinstance(name, str):
+            raise InvalidParams("tools/call: params.name must be a string")
+        tool = self._registry.tools.get(name)
+        if tool is None:
+            raise InvalidParams(f"Unknown tool: {name}")
+        if not principal.has_scope(tool.scope):
+            raise InsufficientScope(tool.scope or "", self._resource_metadata_url)
+        arguments = params.get("arguments")
+        if arguments is None:
+            arguments = {}
+        if not isinstance(arguments, dict):
+            raise InvalidParams("tools/call: params.arguments must be an object")
+        task_request = params.get("task")
+        if isinstance(arguments.get("task"), dict):
+            if task_request is None:
+                task_request = arguments["task"]
+            arguments = {k: v for k, v in arguments.items() if k != "task"}
+        action = arguments.get("action")
+        if isinstance(action, str) and action in tool.action_scopes:
+            needed = tool.action_scopes[action]
+            if not principal.has_scope(needed):
+                raise InsufficientScope(needed, self._resource_metadata_url)
+        return tool, arguments, task_request
 
 
 async def run_tool(tool: ToolDef, arguments: JsonObject, ctx: ToolContext) -> JsonObject:

@@ -137,8 +137,7 @@ class Call:
         try:
             return await step(confirm)
         except ConfirmationRequired as needed:
-            session = self.ctx.session
-            if confirm or session is None or not session.supports("elicitation"):
+            if confirm or not self.ctx.can_ask("elicitation"):
                 raise
             question, what = needed.question, needed.what
         answer = await self.ctx.elicit(

@@ -1,5 +1,11 @@
 """Streamable HTTP at ``/mcp`` (MCP 2025-11-25), as a raw ASGI app: this is the hot path.
 
+Two protocol eras share the endpoint. A POST in the stateless era (MCP 2026-07-28: no session,
+the version and client capabilities in each request's ``_meta``; see
+:mod:`appdeck.protocol.envelope` for how a POST's era is told) is answered by
+:meth:`McpHttpApp._post_stateless`, when the server has that era switched on. The rest of
+this docstring is the handshake era's.
+
 POST carries one JSON-RPC message (a batch only for 2025-03-26); GET opens the session's
 standalone SSE stream or resumes a stream after ``Last-Event-ID``; DELETE ends the session.
 Status codes follow the specification and the reference TypeScript SDK (406, 415, 400 for a
@@ -23,8 +29,8 @@ import orjson
 from redis.exceptions import RedisError
 
 from appdeck.common.identity import Principal
+from appdeck.protocol import envelope, inbound, versions
 from appdeck.protocol import errors as rpc
-from appdeck.protocol import inbound, versions
 from appdeck.protocol.call import Call
 from appdeck.protocol.jsonrpc import Kind
 from appdeck.protocol.server import McpServer
@@ -34,11 +40,13 @@ from appdeck.transport.hub import StreamHub
 from appdeck.transport.responses import Receive, Scope, Send, read_body, send_empty, send_json
 from appdeck.transport.security import HostPolicy
 from appdeck.transport.sse import GET_STREAM, parse_event_id
+from appdeck.transport.stateless_stream import StatelessStream
 from appdeck.transport.streams import RETRY_SOON, GetStream, PostStream
 
 log = logging.getLogger("appdeck.transport")
 JsonObject = dict[str, Any]
 ALLOW = [(b"allow", b"GET, POST, DELETE")]
+ALLOW_STATELESS = [(b"allow", b"POST")]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +54,8 @@ class HttpSettings:
     max_body_bytes: int = 4 * 1024 * 1024
     keepalive_seconds: float = 30.0
     retry_ms: int = 1000
+    stateless: bool = False
+    """Serve the stateless era (MCP 2026-07-28) beside the handshake era."""
 
 
 AUTH_FIRST_BYTES = 64 * 1024
@@ -143,6 +153,11 @@ class McpHttpApp:
             data = orjson.loads(body)
         except orjson.JSONDecodeError:
             raise rpc.ParseError("Parse error: Invalid JSON") from None
+        if self.settings.stateless and envelope.is_stateless(
+            headers.get(b"mcp-session-id"), headers.get(b"mcp-protocol-version"), data
+        ):
+            await self._post_stateless(send, headers, data, early, client)
+            return
         route = inbound.read(
             data, headers.get(b"mcp-session-id"), headers.get(b"mcp-protocol-version")
         )
@@ -204,6 +219,50 @@ class McpHttpApp:
             extra = [session_header, *extra] if extra else [session_header]
         await send_json(send, status, response, extra)
 
+    async def _post_stateless(
+        self,
+        send: Send,
+        headers: dict[bytes, bytes],
+        data: object,
+        early: Principal | None,
+        client: str | None,
+    ) -> None:
+        got = envelope.read(
+            data,
+            headers.get(b"mcp-protocol-version"),
+            headers.get(b"mcp-method"),
+            headers.get(b"mcp-name"),
+        )
+        if isinstance(got, envelope.Refused):
+            error = got.error
+            await send_json(
+                send, error.http_status, rpc.error_response(got.request_id, error), error.headers
+            )
+            return
+        message = got.message
+        principal = early or await self.guard.principal(headers, True, message["method"], client)
+        if got.kind is not Kind.REQUEST:
+            await send_empty(send, 202)  # no notification of this era asks anything of us
+            return
+        stream = StatelessStream(send)
+        call = Call(principal, None, stream, got.peer)
+        response, status, extra = await self.server.handle_request(message, call)
+        if stream.started:
+            await stream.finish(response)
+        elif response is None:
+            await send_empty(send, 202)
+        else:
+            await send_json(send, status, response, extra)
+
+    def _stateless_get_or_delete(self, headers: dict[bytes, bytes]) -> None:
+        """A GET or DELETE of the stateless era (a version header of that era and no
+        session): 405, as the era has no session to stream or end."""
+        if not self.settings.stateless or b"mcp-session-id" in headers:
+            return
+        version = headers.get(b"mcp-protocol-version")
+        if version is not None and envelope.is_stateless(None, version, None):
+            raise HttpError(405, rpc.SERVER_ERROR, "Method not allowed.", ALLOW_STATELESS)
+
     # -- GET ------------------------------------------------------------------------------
 
     async def _get(
@@ -215,6 +274,7 @@ class McpHttpApp:
                 406, rpc.SERVER_ERROR, "Not Acceptable: Client must accept text/event-stream"
             )
         principal = await self.guard.principal(headers, True, "GET", client)
+        self._stateless_get_or_delete(headers)
         self._check_version_header(headers)
         session = await self._session(headers, principal)
         raw_last = headers.get(b"last-event-id")
@@ -254,6 +314,7 @@ class McpHttpApp:
 
     async def _delete(self, send: Send, headers: dict[bytes, bytes], client: str | None) -> None:
         principal = await self.guard.principal(headers, True, "DELETE", client)
+        self._stateless_get_or_delete(headers)
         self._check_version_header(headers)
         session = await self._session(headers, principal)
         await self.server.sessions.drop(session)
