@@ -203,6 +203,10 @@ def mcp_server_of(
         resource_metadata_url=f"{base_url}/.well-known/oauth-protected-resource",
         broadcast=broadcast,
         instance_id=instance_id,
+        # every replica shares APPDECK_SECRET_KEY, so any one verifies another's requestState
+        state_key=bytes.fromhex(
+            Sealer.from_settings(settings.secret_key, settings.data_dir).mac("mcp request state")
+        ),
     )
     return server, tasks
 

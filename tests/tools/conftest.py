@@ -80,6 +80,7 @@ async def world(database_url: str, tmp_path: Path) -> AsyncIterator[World]:
             "source_roots": [tmp_path / "src"],
             "max_apps_per_tenant": 5,
             "rate_limit_per_second": 0,
+            "stateless_era": True,  # both eras on one server: the tools serve each alike
         }
     )
     services = await Services.start(settings)

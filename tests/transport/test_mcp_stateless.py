@@ -15,11 +15,12 @@ from appdeck.protocol.context import ToolContext
 from appdeck.protocol.registry import ToolDef
 from appdeck.settings import Settings
 from tests.support.mcp import TokenTable, headers, initialize, parse_sse, request
+from tests.support.stateless import body as stateless_body
+from tests.support.stateless import routing
 
 from .conftest import TOKENS, register
 
 TOKEN = "alice-token"
-V = "2026-07-28"
 CAPS: dict[str, Any] = {"elicitation": {}}
 
 
@@ -59,20 +60,11 @@ async def client(database_url: str, tmp_path: Path) -> AsyncIterator[httpx.Async
 
 
 def body(method: str, params: dict[str, Any] | None = None, rid: Any = 1, **meta: Any) -> Any:
-    out = dict(params or {})
-    out["_meta"] = {
-        "io.modelcontextprotocol/protocolVersion": V,
-        "io.modelcontextprotocol/clientCapabilities": CAPS,
-        **{f"io.modelcontextprotocol/{k}": v for k, v in meta.items()},
-    }
-    return request(method, out, rid)
+    return stateless_body(method, params, rid, CAPS, **meta)
 
 
 def stateless(method: str, name: str | None = None, token: str | None = TOKEN) -> dict[str, str]:
-    out = headers(token=token, **{"mcp-protocol-version": V, "mcp-method": method})
-    if name is not None:
-        out["mcp-name"] = name
-    return out
+    return routing(method, name, token)
 
 
 async def post(

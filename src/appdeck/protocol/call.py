@@ -9,6 +9,7 @@ from typing import Any
 from appdeck.common.identity import Principal
 from appdeck.protocol.context import ToolContext
 from appdeck.protocol.envelope import Peer
+from appdeck.protocol.inputs import Inputs
 from appdeck.protocol.ports import RequestChannel
 from appdeck.protocol.sessions import Session
 
@@ -27,6 +28,11 @@ class Call:
     channel: RequestChannel | None = None
     peer: Peer | None = None
     """Set for a stateless (2026-07-28) request, None in the handshake era."""
+    inputs: Inputs | None = None
+    """A stateless request's answers to earlier input requests (the requests that may answer
+    ``input_required`` only)."""
+    bound: bytes | None = None
+    """What the next ``requestState`` of that request is bound to (caller, method, params)."""
 
 
 ContextFactory = Callable[[Call, "dict[str, Any] | None"], ToolContext]

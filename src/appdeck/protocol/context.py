@@ -15,7 +15,8 @@ from appdeck.common.errors import FailedPrecondition, Unavailable
 from appdeck.common.identity import Principal
 from appdeck.protocol import jsonrpc
 from appdeck.protocol.envelope import Peer
-from appdeck.protocol.errors import McpError
+from appdeck.protocol.errors import McpError, MissingCapability
+from appdeck.protocol.inputs import CAPABILITY_OF, Inputs
 from appdeck.protocol.levels import passes
 from appdeck.protocol.ports import Outbox, RequestChannel
 from appdeck.protocol.sessions import Session
@@ -88,10 +89,12 @@ class ToolContext:
     """Passed to every handler. Cheap to build: the request path makes one per call."""
 
     __slots__ = (
+        "_asked",
         "_channel",
         "_outbox",
         "_requests",
         "_tasks",
+        "inputs",
         "peer",
         "principal",
         "progress_token",
@@ -113,10 +116,14 @@ class ToolContext:
         tasks: TaskManager,
         task: Task | None = None,
         peer: Peer | None = None,
+        inputs: Inputs | None = None,
     ) -> None:
         self.principal = principal
         self.session = session
         self.peer = peer
+        self.inputs = inputs
+        """A stateless request's answers (tools/call, prompts/get, resources/read only)."""
+        self._asked = 0
         self.request_id = request_id
         self.progress_token = progress_token
         self.task = task
@@ -179,17 +186,47 @@ class ToolContext:
 
     def can_ask(self, capability: str) -> bool:
         """Whether :meth:`request` may ask the client for ``capability`` (elicitation,
-        sampling) during this call: a handshake-era client that declared it."""
+        sampling) during this call: a client that declared it, in the handshake era or (for
+        the requests that may answer ``input_required``) in the stateless era."""
+        if self.peer is not None:
+            return self.inputs is not None and self.peer.declares(capability)
         return self.session is not None and self.session.supports(capability)
 
-    async def request(self, method: str, params: JsonObject, *, capability: str) -> JsonObject:
-        """Send a request to the client and wait (bounded) for its result."""
-        if self.peer is not None:
+    async def ask(self, requests: dict[str, JsonObject]) -> dict[str, JsonObject]:
+        """Ask the client several things at once (key → ``{"method", "params"}``) and get
+        its answers by key. In the stateless era the first call of a round ends the request
+        with an ``input_required`` result (:class:`~appdeck.protocol.inputs.InputRequired`)
+        and the handler runs again with the answers; a kind of request the client did not
+        declare is ``-32021``. In the handshake era the requests go one after the other."""
+        if self.peer is None:
+            answers: dict[str, JsonObject] = {}
+            for key, request in requests.items():
+                method = request["method"]
+                answers[key] = await self.request(
+                    method, request["params"], capability=_capability(method)
+                )
+            return answers
+        needs = {_capability(str(r["method"])) for r in requests.values()}
+        missing: JsonObject = {c: {} for c in sorted(needs) if not self.peer.declares(c)}
+        if missing:
+            raise MissingCapability(
+                "this request needs client capabilities it did not declare: " + ", ".join(missing),
+                missing,
+            )
+        if self.inputs is None:
             raise FailedPrecondition(
-                f"this server does not yet ask 2026-07-28 clients for input ({method}) "
-                "during a call",
+                "this request cannot ask the client for input in protocol 2026-07-28",
                 hint="pass the value as an argument (a confirmation: confirm: true)",
             )
+        return self.inputs.take(requests)
+
+    async def request(self, method: str, params: JsonObject, *, capability: str) -> JsonObject:
+        """Send a request to the client and wait (bounded) for its result (in the stateless
+        era: through :meth:`ask`, keyed by its rank among this handler's requests)."""
+        if self.peer is not None:
+            self._asked += 1
+            key = f"{capability}-{self._asked}"
+            return (await self.ask({key: {"method": method, "params": params}}))[key]
         session = self.session
         if session is None or not session.supports(capability):
             raise FailedPrecondition(
@@ -227,3 +264,8 @@ class ToolContext:
     async def sample(self, params: JsonObject) -> JsonObject:
         """``sampling/createMessage``: returns the client's CreateMessageResult."""
         return await self.request("sampling/createMessage", params, capability="sampling")
+
+
+def _capability(method: str) -> str:
+    """The client capability a request to the client needs (its method for an unknown one)."""
+    return CAPABILITY_OF.get(method, method)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +44,8 @@ from appdeck.protocol.errors import (
     from_domain,
 )
 from appdeck.protocol.inbound import OPEN_METHODS, Route
+from appdeck.protocol.inputs import METHODS as INPUT_METHODS
+from appdeck.protocol.inputs import InputRequired, StateCodec, input_required, inputs_of
 from appdeck.protocol.instructions import INSTRUCTIONS
 from appdeck.protocol.levels import LOG_RANK
 from appdeck.protocol.ports import AuditTrail, Broadcast, Outbox
@@ -133,8 +136,11 @@ class McpServer:
         resource_metadata_url: str | None = None,
         broadcast: Broadcast | None = None,
         instance_id: str | None = None,
+        state_key: bytes | None = None,
     ) -> None:
         self.info = info or ServerInfo()
+        self.states = StateCodec(state_key or secrets.token_bytes(32))
+        """Seals the stateless era's ``requestState`` (the key every replica shares)."""
         self.registry = registry
         self.sessions = sessions
         self.tasks = tasks
@@ -234,7 +240,11 @@ class McpServer:
         started = time.perf_counter()
         headers: Headers | None = None
         try:
-            body = await self.dispatch(message, call)
+            try:
+                body = await self.dispatch(message, call)
+            except InputRequired as needed:  # only a stateless request's context raises it
+                assert call.bound is not None
+                body = input_required(self.states, call.bound, needed)
             if call.peer is not None:
                 body = stateless.stamp(method, body, self._identity)
             response: JsonObject | None = jsonrpc.result(request_id, body)
@@ -322,8 +332,13 @@ class McpServer:
         method: str = message["method"]
         if call.peer is not None:  # stateless: no session, nothing to cancel by notification
             handler = self.stateless_rpc.lookup(method)
-            if call.principal is None:
+            principal = call.principal
+            if principal is None:
                 raise Forbidden("this method needs a token")
+            if method in INPUT_METHODS:
+                call.inputs, call.bound = inputs_of(
+                    self.states, principal.owner, method, jsonrpc.params_of(message)
+                )
             return await handler(message, call)
         handler = self.rpc.lookup(method)
         if call.principal is None and method not in OPEN_METHODS:
@@ -501,6 +516,7 @@ class McpServer:
             requests=self.requests,
             tasks=self.tasks,
             peer=call.peer,
+            inputs=call.inputs,
         )
 
     async def _session_dropped(self, session: Session) -> None:

@@ -19,6 +19,7 @@ from appdeck.protocol.errors import (
     MissingCapability,
     tool_error_result,
 )
+from appdeck.protocol.inputs import InputRequired
 from appdeck.protocol.registry import ToolDef
 from appdeck.protocol.rpc.dispatcher import Dispatcher
 from appdeck.protocol.stateless import TASKS_EXTENSION
@@ -150,7 +151,7 @@ async def run_tool(tool: ToolDef, arguments: JsonObject, ctx: ToolContext) -> Js
             return tool_error_result(_invalid(tool.name, problem))
     try:
         return await tool.handler(arguments, ctx)
-    except (McpError, asyncio.CancelledError):
+    except (McpError, InputRequired, asyncio.CancelledError):
         raise
     except AppDeckError as exc:
         return tool_error_result(exc)
