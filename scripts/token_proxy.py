@@ -42,7 +42,10 @@ def build(upstream: str, token: str) -> Any:
             body += message.get("body", b"")
             if not message.get("more_body"):
                 break
-        headers = [(k, v) for k, v in scope["headers"] if k.lower() not in HOP_BY_HOP]
+        # a field value excludes its optional whitespace (RFC 9110 §5.5); h11 refuses to send it
+        headers = [
+            (k, v.strip(b" \t")) for k, v in scope["headers"] if k.lower() not in HOP_BY_HOP
+        ]
         headers.append((b"authorization", f"Bearer {token}".encode()))
         url = upstream + scope["raw_path"].decode()
         if scope.get("query_string"):

@@ -30,6 +30,10 @@ async def loud(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     return {"content": [{"type": "text", "text": "logged"}]}
 
 
+async def echo_app(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": str(args.get("app"))}]}
+
+
 async def only_as_task(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     return {"content": [{"type": "text", "text": "ran"}]}
 
@@ -42,6 +46,8 @@ async def start(tmp_path: Path, database_url: str, stateless: bool) -> Services:
     register(svc)
     obj: dict[str, Any] = {"type": "object"}
     svc.registry.add_tool(ToolDef("loud", "Logs", obj, loud))
+    routed = {"type": "object", "properties": {"app": {"type": "string", "x-mcp-header": "App"}}}
+    svc.registry.add_tool(ToolDef("routed", "Routed", routed, echo_app))
     svc.registry.add_tool(
         ToolDef("only_as_task", "Task", obj, only_as_task, task_support="required")
     )
@@ -258,3 +264,20 @@ async def test_with_the_era_off_discover_is_refused_so_clients_fall_back_to_init
             assert r.json()["error"]["code"] == -32000
     finally:
         await svc.stop()
+
+
+async def test_an_argument_marked_x_mcp_header_must_be_repeated_in_its_header(
+    client: httpx.AsyncClient,
+) -> None:
+    payload = body("tools/call", {"name": "routed", "arguments": {"app": "shop"}}, rid=9)
+    h = stateless("tools/call", "routed")
+    missing = await client.post("/mcp", json=payload, headers=h)
+    assert missing.status_code == 400
+    assert (missing.json()["id"], missing.json()["error"]["code"]) == (9, -32020)
+    wrong = await client.post("/mcp", json=payload, headers={**h, "mcp-param-app": "other"})
+    assert wrong.json()["error"]["code"] == -32020
+    ok = await client.post("/mcp", json=payload, headers={**h, "Mcp-Param-App": "shop"})
+    assert ok.json()["result"]["content"][0]["text"] == "shop"
+    listed = (await post(client, "tools/list")).json()["result"]["tools"]
+    [tool] = [t for t in listed if t["name"] == "routed"]
+    assert tool["inputSchema"]["properties"]["app"]["x-mcp-header"] == "App"

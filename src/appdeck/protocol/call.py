@@ -32,6 +32,8 @@ class Call:
     """A stateless request's answers to earlier input requests (the requests that may answer
     ``input_required`` only)."""
     bound: bytes | None = None
+    param_headers: dict[str, bytes] | None = None
+    """A stateless request's ``Mcp-Param-*`` headers, by lower-case name after the prefix."""
     """What the next ``requestState`` of that request is bound to (caller, method, params)."""
 
 

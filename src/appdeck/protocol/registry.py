@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from jsonschema import Draft202012Validator
 
 from appdeck.protocol.arguments import ArgumentCheck
+from appdeck.protocol.param_headers import ParamHeaders, read_annotations
 
 if TYPE_CHECKING:
     from appdeck.protocol.context import ToolContext
@@ -53,6 +54,8 @@ class ToolDef:
     """The schema arguments are checked against, when stricter than the published
     ``input_schema`` (per-action ``oneOf`` branches; see ``appdeck.tools.kit``)."""
     validator: ArgumentCheck | None = field(default=None, compare=False)
+    param_headers: ParamHeaders = field(default_factory=dict, compare=False)
+    """Arguments a stateless client repeats in ``Mcp-Param-*`` headers (``x-mcp-header``)."""
 
     def wire(self) -> JsonObject:
         body: JsonObject = {
@@ -188,6 +191,9 @@ class Registry:
             Draft202012Validator.check_schema(tool.validation_schema)
         if tool.validate_arguments and tool.validator is None:
             tool = _with_validator(tool)
+        annotated = read_annotations(tool.input_schema)
+        if annotated:
+            tool = replace(tool, param_headers=annotated)
         self.tools[tool.name] = tool
         return tool
 

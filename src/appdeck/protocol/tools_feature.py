@@ -7,7 +7,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from appdeck.common.errors import AppDeckError, InvalidArgument
-from appdeck.protocol import jsonrpc, pagination
+from appdeck.protocol import jsonrpc, pagination, param_headers
 from appdeck.protocol.arguments import Problem
 from appdeck.protocol.call import Call, ContextFactory
 from appdeck.protocol.context import ToolContext
@@ -83,6 +83,8 @@ class ToolsFeature:
                     "extension",
                     {"extensions": {TASKS_EXTENSION: {}}},
                 )
+            if tool.param_headers:
+                param_headers.check(tool.param_headers, arguments, call.param_headers or {})
             return await run_tool(tool, arguments, self._context(call, message))
         if task_request is not None and not isinstance(task_request, dict):
             raise InvalidParams("tools/call: params.task must be an object")

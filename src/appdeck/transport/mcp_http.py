@@ -29,7 +29,7 @@ import orjson
 from redis.exceptions import RedisError
 
 from appdeck.common.identity import Principal
-from appdeck.protocol import envelope, inbound, versions
+from appdeck.protocol import envelope, inbound, param_headers, versions
 from appdeck.protocol import errors as rpc
 from appdeck.protocol.call import Call
 from appdeck.protocol.jsonrpc import Kind
@@ -246,6 +246,7 @@ class McpHttpApp:
             return
         stream = StatelessStream(send)
         call = Call(principal, None, stream, got.peer)
+        call.param_headers = param_headers.collect(headers)
         response, status, extra = await self.server.handle_request(message, call)
         if stream.started:
             await stream.finish(response)
