@@ -64,6 +64,7 @@ async def serve(args: argparse.Namespace, data_dir: Path) -> None:
         log_level="warning",
         rate_limit_per_second=1e9,
         rate_limit_burst=10**9,
+        stateless_era=args.stateless,
     )
     logs.configure(settings.log_level, settings.log_format)
     sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET)
@@ -116,6 +117,9 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=18766)
     parser.add_argument("--data-dir", type=Path, default=None)
     parser.add_argument("--auth", choices=("bearer", "anonymous"), default="bearer")
+    parser.add_argument(
+        "--stateless", action="store_true", help="serve MCP 2026-07-28 too (stateless era)"
+    )
     parser.add_argument(
         "--token-file", type=Path, default=None, help="write the bearer token here when ready"
     )

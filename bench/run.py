@@ -55,7 +55,18 @@ SERVERS: dict[str, tuple[Path, list[str], bool]] = {
     "AppDeck": (BENCH / "appdeck_server.py", ["--auth", "bearer"], True),
     "AppDeck-anon": (BENCH / "appdeck_server.py", ["--auth", "anonymous"], False),
     "SDK": (BENCH / "sdk_server.py", [], False),
+    # MCP 2026-07-28 (issue 22): no session; every request carries _meta and routing headers
+    "AppDeck-2026": (BENCH / "appdeck_server.py", ["--auth", "bearer", "--stateless"], True),
+    "SDK-2026": (BENCH / "sdk_server.py", [], False),
 }
+STATELESS = "2026-07-28"
+
+
+def is_stateless(name: str) -> bool:
+    """Servers loaded with stateless (2026-07-28) requests: their label ends in ``-2026``."""
+    return name.endswith("-2026")
+
+
 BASELINE = "AppDeck-base"
 """With ``--baseline DIR``: the AppDeck server of another checkout (``DIR``, e.g. a
 ``git worktree`` of an older commit), run in the same rounds for a before/after comparison."""
@@ -68,6 +79,35 @@ BODIES = {
     ),
     "tools/list": '{"jsonrpc":"2.0","id":%d,"method":"tools/list","params":{}}',
 }
+_META = (
+    '"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",'
+    '"io.modelcontextprotocol/clientCapabilities":{}}'
+)
+STATELESS_BODIES = {
+    "tools/call": (
+        '{"jsonrpc":"2.0","id":%d,"method":"tools/call",'
+        '"params":{"name":"echo","arguments":{"text":"hello"},' + _META + "}}"
+    ),
+    "tools/list": '{"jsonrpc":"2.0","id":%d,"method":"tools/list","params":{' + _META + "}}",
+}
+"""The same requests in the stateless era: ``_meta`` names the version and capabilities."""
+ROUTING = {"tools/call": {"Mcp-Method": "tools/call", "Mcp-Name": "echo"}}
+
+
+def case_headers(server_name: str, method: str, session: str) -> dict[str, str]:
+    """The MCP headers of one case: the session's, or the stateless era's routing headers."""
+    if is_stateless(server_name):
+        return {
+            "MCP-Protocol-Version": STATELESS,
+            **ROUTING.get(method, {"Mcp-Method": method}),
+        }
+    return {"MCP-Protocol-Version": PROTOCOL, "Mcp-Session-Id": session}
+
+
+def body_of(server_name: str, method: str) -> str:
+    return (STATELESS_BODIES if is_stateless(server_name) else BODIES)[method]
+
+
 BASE_HEADERS = {
     "content-type": "application/json",
     "accept": "application/json, text/event-stream",
@@ -88,9 +128,7 @@ WRK_LUA = r"""
 local path = "/mcp"
 local headers = {
   ["Content-Type"] = "application/json",
-  ["Accept"] = "application/json, text/event-stream",
-  ["MCP-Protocol-Version"] = "%(protocol)s",
-  ["Mcp-Session-Id"] = "%(session)s",%(auth)s
+  ["Accept"] = "application/json, text/event-stream",%(mcp_headers)s%(auth)s
 }
 local fmt = '%(body)s'
 local counter = %(id_base)d
@@ -272,7 +310,12 @@ class ServerProc:
         stem = f"{self.name.lower()}-{self.port}"
         self.log = WORK / f"{stem}.log"
         script, extra, wants_token = SERVERS[self.name]
-        env = None
+        # AppDeck servers side by side: each its own data plane port
+        env = (
+            {**os.environ, "APPDECK_INGRESS_PORT": "0"}
+            if script.name == "appdeck_server.py"
+            else None
+        )
         if self.name == BASELINE and BASELINE_DIR is not None:
             script = BASELINE_DIR / "bench" / "appdeck_server.py"
             # its own package first on the path; an ingress port of its own
@@ -337,6 +380,8 @@ class ServerProc:
 
 
 def open_session(client: httpx.Client, server: ServerProc) -> str:
+    if is_stateless(server.name):
+        return ""  # nothing to open: every request stands alone
     r = client.post(server.url, json=INITIALIZE, headers=server.headers())
     r.raise_for_status()
     session = r.headers.get("mcp-session-id")
@@ -351,8 +396,10 @@ def open_session(client: httpx.Client, server: ServerProc) -> str:
 
 def verify(client: httpx.Client, server: ServerProc, session: str, method: str) -> None:
     """One request of the case, checked in full before any timing."""
-    body = BODIES[method] % 424242
-    r = client.post(server.url, content=body, headers=server.headers(session))
+    body = body_of(server.name, method) % 424242
+    headers = server.headers()
+    headers.update(case_headers(server.name, method, session))
+    r = client.post(server.url, content=body, headers=headers)
     if r.status_code != 200:
         raise RuntimeError(f"{server.name} {method}: HTTP {r.status_code} {r.text[:300]}")
     msg = r.json()
@@ -439,15 +486,17 @@ def run_load(
 ) -> LoadResult:
     global _id_base
     _id_base += 100_000_000  # ids never repeat within a session, across runs either
-    body = BODIES[method]
+    body = body_of(server.name, method)
     if loadgen == "wrk":
         WORK.mkdir(exist_ok=True)
         script = WORK / f"{server.name.lower()}-{method.replace('/', '-')}.lua"
+        mcp_headers = "".join(
+            f'\n  ["{k}"] = "{v}",' for k, v in case_headers(server.name, method, session).items()
+        )
         script.write_text(
             WRK_LUA
             % {
-                "protocol": PROTOCOL,
-                "session": session,
+                "mcp_headers": mcp_headers,
                 "auth": f'\n  ["Authorization"] = "Bearer {server.token}",' if server.token else "",
                 "body": body,
                 "id_base": _id_base,
@@ -466,6 +515,8 @@ def run_load(
             f"http://{HOST}:{server.port}/mcp",
         ]
     else:
+        if is_stateless(server.name):
+            raise RuntimeError("the stateless cases need wrk (bench/pyload.py sends sessions)")
         cmd = [
             *taskset(args.client_cpu),
             sys.executable,
