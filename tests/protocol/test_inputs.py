@@ -151,3 +151,11 @@ def test_two_rounds_carry_the_first_answer_in_the_state() -> None:
 def test_input_responses_must_be_a_bounded_object(responses: Any) -> None:
     with pytest.raises(InvalidParams):
         inputs_of(StateCodec(KEY), BOB, "tools/call", {**PARAMS, "inputResponses": responses})
+
+
+def test_params_nested_past_the_limit_are_invalid_params_not_a_crash() -> None:
+    deep: Any = 1
+    for _ in range(600):
+        deep = {"a": deep}
+    with pytest.raises(InvalidParams, match="nested"):
+        binding(BOB, "tools/call", {"name": "x", "arguments": deep})

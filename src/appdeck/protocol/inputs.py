@@ -26,6 +26,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+import orjson
+
 from appdeck.protocol.errors import InvalidParams
 
 JsonObject = dict[str, Any]
@@ -107,14 +109,15 @@ def binding(principal: tuple[str, str], method: str, params: Mapping[str, Any]) 
     """What a state is bound to: the caller, the method and its params as sent (without
     ``_meta`` and the answers), as a digest."""
     bound = {k: v for k, v in params.items() if k not in _NOT_BOUND}
-    canonical = json.dumps(
-        [principal[0], principal[1], method, bound],
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-        default=str,
-    )
-    return hashlib.sha256(canonical.encode()).digest()
+    try:
+        canonical = orjson.dumps(
+            [principal[0], principal[1], method, bound], option=orjson.OPT_SORT_KEYS
+        )
+    except TypeError:  # orjson's nesting limit (254 levels)
+        raise InvalidParams(
+            "params are nested too deeply for a request that asks for input"
+        ) from None
+    return hashlib.sha256(canonical).digest()
 
 
 def _b64(data: bytes) -> str:
