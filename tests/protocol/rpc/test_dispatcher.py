@@ -55,3 +55,9 @@ def test_an_empty_table_knows_no_method() -> None:
     assert len(rpc) == 0
     with pytest.raises(MethodNotFound):
         rpc.lookup("ping")
+
+
+def test_an_unknown_methods_name_is_echoed_cut_short() -> None:
+    with pytest.raises(MethodNotFound) as raised:
+        Dispatcher[object]().lookup("x" * 10_000)
+    assert raised.value.message == "Method not found: " + "x" * 100

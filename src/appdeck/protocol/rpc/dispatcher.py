@@ -50,7 +50,7 @@ class Dispatcher(Generic[Ctx]):
         """The handler of ``method``; raises :class:`MethodNotFound` if none is registered."""
         handler = self._handlers.get(method)
         if handler is None:
-            raise MethodNotFound(f"Method not found: {method}")
+            raise MethodNotFound(f"Method not found: {method[:100]}")  # never echo a megabyte
         return handler
 
     def __contains__(self, method: object) -> bool:
