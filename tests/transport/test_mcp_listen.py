@@ -66,6 +66,7 @@ class Listening:
         self.frames: list[dict[str, Any]] = []
         self.comments = 0
         self.status = 0
+        self.headers: httpx.Headers | None = None
         self.ended = False
 
     def methods(self) -> list[str | None]:
@@ -86,7 +87,7 @@ async def _listening(
             headers=_headers("subscriptions/listen"),
             timeout=httpx.Timeout(10, read=None),
         ) as r:
-            out.status = r.status_code
+            out.status, out.headers = r.status_code, r.headers
             async for line in r.aiter_lines():
                 if line.startswith("data:"):
                     out.frames.append(orjson.loads(line[5:]))
@@ -161,6 +162,9 @@ async def test_a_listen_stream_is_acked_then_hears_what_it_asked_for(one: Replic
         client, {"toolsListChanged": True, "resourceSubscriptions": [uri, "test://nothing"]}
     ) as stream:
         assert stream.status == 200
+        assert stream.headers is not None
+        assert stream.headers["content-type"] == "text/event-stream"
+        assert stream.headers["x-accel-buffering"] == "no"
         ack = stream.frames[0]
         assert ack["method"] == ACKNOWLEDGED
         assert ack["params"]["_meta"] == {SUBSCRIPTION_ID: "L1"}
