@@ -245,6 +245,10 @@ class Services:
 
             ticker = tick_watched_resource(self.server.resources.updated, self._stopping)
             self._background.append(asyncio.create_task(ticker, name="watched-resource"))
+            from appdeck.fixtures.stateless import triggers
+
+            for tool in triggers(self.server.listen):  # they need the server's listen hub
+                self.registry.add_tool(tool)
 
     async def _start_tls(self) -> None:
         """Automatic TLS when set (docs/tls.md): the stored certificates into the data plane
@@ -345,6 +349,7 @@ class Services:
     async def stop(self, *, stop_apps: bool = False) -> None:
         """Stop the server. Apps keep running for the next start to adopt, unless
         ``stop_apps`` (tests, ``appdeck serve --stop-apps-on-exit``)."""
+        self.drain()
         # background loops stop between database writes; cancelling one mid-write would leave
         # a transaction open on a pooled connection
         self._stopping.set()
@@ -378,6 +383,12 @@ class Services:
         await self.storage.close()
         if self.install is not None:
             self.install.release()
+
+    def drain(self) -> None:
+        """The server is about to stop serving: every ``subscriptions/listen`` stream ends
+        with its response now (the spec's graceful closure), before the HTTP server waits
+        for its connections to finish."""
+        self.server.listen.end_all()
 
     @property
     def urls(self) -> PublicUrls:

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import json
 import os
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -88,7 +88,7 @@ def serve(
         raise typer.Exit(1) from None
 
 
-def _server_class() -> Any:
+def _server_class(before_shutdown: Callable[[], None] = lambda: None) -> Any:
     import uvicorn
 
     class Server(uvicorn.Server):
@@ -105,6 +105,12 @@ def _server_class() -> Any:
                     yield
                 finally:
                     self._captured_signals.clear()  # nothing raised again once served
+
+        async def shutdown(self, sockets: Any = None) -> None:
+            """First end what would hold a connection open forever (listen streams, which
+            then send their response), then uvicorn's own graceful shutdown."""
+            before_shutdown()
+            await super().shutdown(sockets)
 
     return Server
 
@@ -153,7 +159,7 @@ async def _serve(settings: Any, dev: bool, stop_apps: bool = False) -> None:
         server_header=False,
         proxy_headers=False,  # X-Forwarded-* are not trusted unless a proxy is configured
     )
-    server = _server_class()(config)
+    server = _server_class(services.drain)(config)
     tune_gc()
     url = f"{services.base_url}/mcp"
     marker = settings.data_dir / "server.json"

@@ -14,6 +14,7 @@
     ├── Forbidden           -32003   session owner mismatch, or a resource the caller may not read
     │   └── InsufficientScope        the token lacks a tool's scope (HTTP 403 + step-up header)
     ├── RateLimited         -32004   too many requests (``data.retryAfterMs``, HTTP 429)
+    ├── TooManyStreams      -32004   a user's cap of open listen streams (``data.maxStreams``, 429)
     │   ─ the stateless era (2026-07-28) ─
     ├── HeaderMismatch      -32020   a routing header missing or unlike the body (HTTP 400)
     ├── MissingCapability   -32021   the request needs a client capability it did not declare
@@ -174,6 +175,16 @@ class RateLimited(McpError):
 
     def __init__(self, retry_after_ms: int) -> None:
         super().__init__("rate limited", {"retryAfterMs": retry_after_ms})
+
+
+class TooManyStreams(McpError):
+    """The caller already holds as many ``subscriptions/listen`` streams as one user may."""
+
+    code = RATE_LIMITED
+    http_status = 429
+
+    def __init__(self, message: str, max_streams: int) -> None:
+        super().__init__(message, {"maxStreams": max_streams})
 
 
 class HeaderMismatch(McpError):

@@ -19,6 +19,7 @@ class PromptsFeature:
     def __init__(self, deps: Catalogue) -> None:
         self._registry, self._context = deps.registry, deps.context
         self._subscriptions, self._outbox = deps.subscriptions, deps.outbox
+        self._listen = deps.listen
 
     def register(self, rpc: Dispatcher[Call]) -> None:
         rpc.register("prompts/list", self.list)
@@ -61,3 +62,5 @@ class PromptsFeature:
         if ids:
             note = jsonrpc.notification("notifications/prompts/list_changed")
             await self._outbox.to_sessions(ids, note)
+        if self._listen is not None:
+            await self._listen.prompts_changed()

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from appdeck.common.errors import NotFound, PermissionDenied
+from appdeck.common.errors import AppDeckError, NotFound, PermissionDenied
 from appdeck.protocol import jsonrpc, pagination
 from appdeck.protocol.call import Call
-from appdeck.protocol.errors import Forbidden, InvalidParams, ResourceNotFound
+from appdeck.protocol.errors import Forbidden, InvalidParams, McpError, ResourceNotFound
 from appdeck.protocol.rpc.dispatcher import Dispatcher
 
 if TYPE_CHECKING:
@@ -30,6 +30,7 @@ class ResourcesFeature:
     def __init__(self, deps: Catalogue) -> None:
         self._registry, self._context = deps.registry, deps.context
         self._subscriptions, self._outbox = deps.subscriptions, deps.outbox
+        self._listen = deps.listen
 
     def register(self, rpc: Dispatcher[Call]) -> None:
         rpc.register("resources/list", self.list)
@@ -96,6 +97,17 @@ class ResourcesFeature:
         registry = self._registry
         return uri in registry.resources or registry.find_template(uri) is not None
 
+    async def readable(self, uri: str, call: Call) -> bool:
+        """Whether ``call``'s principal may read ``uri`` (:meth:`read`'s check, a PAT
+        refused): what a listen stream may follow (``resourceSubscriptions``)."""
+        if not self._known(uri):
+            return False
+        try:
+            await self.read({"params": {"uri": uri}}, call)
+        except (McpError, AppDeckError):
+            return False
+        return True
+
     async def subscribe(self, message: JsonObject, call: Call) -> JsonObject:
         self._principal(call)
         uri = self._uri(message)
@@ -118,19 +130,25 @@ class ResourcesFeature:
     async def unsubscribe_user(self, tenant: str, user: str, base: str) -> int:
         """End the subscriptions of every session of (``tenant``, ``user``), on any replica,
         to ``base`` and the URIs below it (``base/…``): the user lost read access. How many
-        sessions lost subscriptions."""
+        sessions lost subscriptions (their listen streams stop following them too)."""
+        if self._listen is not None:
+            await self._listen.unfollow(tenant, user, base)
         return await self._subscriptions.unsubscribe_below(tenant, user, base)
 
     async def updated(self, uri: str, *, tenant: str | None = None) -> None:
         """Tell the sessions subscribed to ``uri`` (and only them; only those of ``tenant``
-        when given) that it changed."""
+        when given) that it changed, and the listen streams that follow it."""
         ids = await self._subscriptions.followers(uri, tenant)
         if ids:
             note = jsonrpc.notification("notifications/resources/updated", {"uri": uri})
             await self._outbox.to_sessions(ids, note)
+        if self._listen is not None:
+            await self._listen.resource_updated(uri, tenant)
 
     async def list_changed(self, *, tenant: str | None = None) -> None:
         ids = await self._subscriptions.listeners(tenant)
         if ids:
             note = jsonrpc.notification("notifications/resources/list_changed")
             await self._outbox.to_sessions(ids, note)
+        if self._listen is not None:
+            await self._listen.resources_changed(tenant)

@@ -48,6 +48,7 @@ from appdeck.protocol.inputs import METHODS as INPUT_METHODS
 from appdeck.protocol.inputs import InputRequired, StateCodec, input_required, inputs_of
 from appdeck.protocol.instructions import INSTRUCTIONS
 from appdeck.protocol.levels import LOG_RANK
+from appdeck.protocol.listen import ListenFeature, ListenHub
 from appdeck.protocol.ports import AuditTrail, Broadcast, Outbox
 from appdeck.protocol.prompts_feature import PromptsFeature
 from appdeck.protocol.registry import Registry
@@ -153,7 +154,9 @@ class McpServer:
         self._inflight: dict[tuple[str, Any], _InFlight] = {}
         subscriptions = SessionSubscriptions(sessions)
         self.tools = ToolsFeature(registry, self.context, tasks, resource_metadata_url)
-        catalogue = Catalogue(registry, self.context, subscriptions, outbox)
+        self.listen = ListenHub(broadcast, instance_id)
+        """The stateless era's listen streams on this replica (``subscriptions/listen``)."""
+        catalogue = Catalogue(registry, self.context, subscriptions, outbox, self.listen)
         self.resources = ResourcesFeature(catalogue)
         self.prompts = PromptsFeature(catalogue)
         self.task_methods = TasksFeature(tasks)
@@ -174,6 +177,7 @@ class McpServer:
         self.stateless_rpc.register("server/discover", self._discover)
         for method in stateless.METHODS:
             self.stateless_rpc.register(method, self.rpc.lookup(method))
+        ListenFeature(self.listen, self.resources.readable).register(self.stateless_rpc)
         self._identity: JsonObject = {"name": self.info.name, "version": self.info.version}
         if self.info.title:
             self._identity["title"] = self.info.title
@@ -183,6 +187,7 @@ class McpServer:
         """Listen to the other replicas: session changes, answers and cancels forwarded to
         this one (no-op without a broadcast)."""
         await self.sessions.start()
+        await self.listen.start()
         relay = self._relay
         if relay is not None:
             await relay.start()
@@ -190,6 +195,7 @@ class McpServer:
             await relay.listen(CANCEL_CHANNEL, self._on_cancel)
 
     async def close(self) -> None:
+        await self.listen.close()
         if self._relay is not None:
             await self._relay.close()
         await self.sessions.close()

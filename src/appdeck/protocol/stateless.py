@@ -32,8 +32,9 @@ METHODS: Final = (
     "completion/complete",
 )
 """The handshake era's methods the stateless era keeps. Gone: ``initialize``, ``ping``,
-``logging/setLevel``, ``resources/subscribe`` and ``unsubscribe``, ``tasks/result`` and
-``tasks/list``: a stateless client calling them hears 404 ``-32601``."""
+``logging/setLevel``, ``resources/subscribe`` and ``unsubscribe`` (``subscriptions/listen``
+replaces them), ``tasks/result`` and ``tasks/list``: a stateless client calling them hears
+404 ``-32601``."""
 
 TASKS_EXTENSION: Final = "io.modelcontextprotocol/tasks"
 
@@ -53,11 +54,13 @@ CACHING: Final[dict[str, tuple[int, str]]] = {
 
 
 def capabilities() -> JsonObject:
-    """What ``server/discover`` declares: only what a stateless client is served today."""
+    """What ``server/discover`` declares: only what a stateless client is served today. The
+    list changes and resource updates are delivered on ``subscriptions/listen`` streams
+    (:mod:`appdeck.protocol.listen`)."""
     return {
-        "tools": {},
-        "resources": {},
-        "prompts": {},
+        "tools": {"listChanged": True},
+        "resources": {"subscribe": True, "listChanged": True},
+        "prompts": {"listChanged": True},
         "completions": {},
         "logging": {},
     }

@@ -29,7 +29,7 @@ import orjson
 from redis.exceptions import RedisError
 
 from appdeck.common.identity import Principal
-from appdeck.protocol import envelope, inbound, param_headers, versions
+from appdeck.protocol import envelope, inbound, listen, param_headers, versions
 from appdeck.protocol import errors as rpc
 from appdeck.protocol.call import Call
 from appdeck.protocol.jsonrpc import Kind
@@ -37,6 +37,7 @@ from appdeck.protocol.server import McpServer
 from appdeck.protocol.sessions import Session
 from appdeck.transport.guard import Guard, HttpError
 from appdeck.transport.hub import StreamHub
+from appdeck.transport.listen_stream import ListenStream
 from appdeck.transport.responses import Receive, Scope, Send, read_body, send_empty, send_json
 from appdeck.transport.security import HostPolicy
 from appdeck.transport.sse import GET_STREAM, parse_event_id
@@ -156,7 +157,7 @@ class McpHttpApp:
         if self.settings.stateless and envelope.is_stateless(
             headers.get(b"mcp-session-id"), headers.get(b"mcp-protocol-version"), data
         ):
-            await self._post_stateless(send, headers, data, early, client)
+            await self._post_stateless(receive, send, headers, data, early, client)
             return
         route = inbound.read(
             data, headers.get(b"mcp-session-id"), headers.get(b"mcp-protocol-version")
@@ -221,6 +222,7 @@ class McpHttpApp:
 
     async def _post_stateless(
         self,
+        receive: Receive,
         send: Send,
         headers: dict[bytes, bytes],
         data: object,
@@ -243,6 +245,14 @@ class McpHttpApp:
         principal = early or await self.guard.principal(headers, True, message["method"], client)
         if got.kind is not Kind.REQUEST:
             await send_empty(send, 202)  # no notification of this era asks anything of us
+            return
+        if message["method"] == listen.METHOD:  # an SSE stream that stays open
+            peer = got.peer
+            await ListenStream(receive, send, self.settings.keepalive_seconds).run(
+                lambda channel: self.server.handle_request(
+                    message, Call(principal, None, channel, peer)
+                )
+            )
             return
         stream = StatelessStream(send)
         call = Call(principal, None, stream, got.peer)
