@@ -58,6 +58,7 @@ from appdeck.protocol.rpc.dispatcher import Dispatcher
 from appdeck.protocol.session_subscriptions import SessionSubscriptions
 from appdeck.protocol.sessions import Session, SessionChange, SessionManager
 from appdeck.protocol.tasks import TaskManager
+from appdeck.protocol.tasks_extension import TasksExtension
 from appdeck.protocol.tasks_feature import TasksFeature
 from appdeck.protocol.tools_feature import ToolsFeature
 
@@ -178,6 +179,7 @@ class McpServer:
         for method in stateless.METHODS:
             self.stateless_rpc.register(method, self.rpc.lookup(method))
         ListenFeature(self.listen, self.resources.readable).register(self.stateless_rpc)
+        TasksExtension(tasks).register(self.stateless_rpc)
         self._identity: JsonObject = {"name": self.info.name, "version": self.info.version}
         if self.info.title:
             self._identity["title"] = self.info.title
@@ -319,7 +321,7 @@ class McpServer:
             status,
             ms,
             str(request["id"]),
-            result is not None and "task" in result,
+            result is not None and ("task" in result or result.get("resultType") == "task"),
         )
         activity.tool_call(
             tool=tool,
