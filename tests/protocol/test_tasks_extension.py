@@ -335,3 +335,40 @@ def test_a_failed_task_without_a_stored_error_still_carries_a_json_rpc_error() -
     body = detailed(task, {})
     assert body["error"] == {"code": -32603, "message": "interrupted"}
     assert body["ttlMs"] is None
+
+
+async def test_a_question_before_the_task_is_an_input_required_round_then_the_task_runs(
+    s: Stateless,
+) -> None:
+    async def ask_first(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+        answer = await ctx.elicit("Name?", NAME_SCHEMA)
+        return {**args, "who": (answer.get("content") or {}).get("name")}
+
+    async def hello(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+        return {"content": [{"type": "text", "text": f"hello {args['who']}"}]}
+
+    s.h.registry.add_tool(
+        ToolDef(
+            "named",
+            "asks, then a task",
+            {"type": "object"},
+            hello,
+            task_support="required",
+            before_task=ask_first,
+        )
+    )
+    first = await s.result("tools/call", {"name": "named", "arguments": {}})
+    assert first["resultType"] == "input_required"
+    assert "taskId" not in first
+    [key] = first["inputRequests"]
+    retry = {
+        "name": "named",
+        "arguments": {},
+        "inputResponses": {key: {"action": "accept", "content": {"name": "Ada"}}},
+        "requestState": first["requestState"],
+    }
+    created = await s.result("tools/call", retry)
+    assert created["resultType"] == "task"
+    assert "requestState" not in created
+    done = await s.settled(created["taskId"], "completed")
+    assert done["result"]["content"][0]["text"] == "hello Ada"

@@ -128,6 +128,8 @@ class ToolsFeature:
         ``tasks/get`` and answers input with ``tasks/update``."""
         principal = call.principal
         assert principal is not None
+        if tool.before_task is not None:  # may end this request with input_required
+            arguments = await tool.before_task(arguments, self._context(call, message))
         ctx = self._context(Call(principal, None, peer=call.peer), message)
 
         async def runner(task: Task) -> JsonObject:
