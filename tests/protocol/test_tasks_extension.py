@@ -22,6 +22,7 @@ from appdeck.protocol.tasks_extension import detailed
 from tests.support.wait import until
 
 from .conftest import ALICE, BOB, Harness
+from .doubles import RecordingChannel
 
 V = "2026-07-28"
 EXT = "io.modelcontextprotocol/tasks"
@@ -372,3 +373,31 @@ async def test_a_question_before_the_task_is_an_input_required_round_then_the_ta
     assert "requestState" not in created
     done = await s.settled(created["taskId"], "completed")
     assert done["result"]["content"][0]["text"] == "hello Ada"
+
+
+async def test_status_changes_reach_the_owners_listen_stream_as_notifications_tasks(
+    s: Stateless, harness: Harness
+) -> None:
+    task_id = await s.create("slow")
+    channel = RecordingChannel()
+    message = {
+        "jsonrpc": "2.0",
+        "id": "L1",
+        "method": "subscriptions/listen",
+        "params": {"notifications": {"taskIds": [task_id]}},
+    }
+    stream = asyncio.create_task(
+        harness.server.handle_request(message, Call(ALICE, None, channel, Peer(V, WITH_TASKS)))
+    )
+    try:
+        await until(lambda: channel.messages)  # the ack
+        harness.gate.release.set()
+        await until(lambda: any(m["params"].get("status") == "completed" for m in channel.messages))
+        tasks = [m for m in channel.messages if m["method"] == "notifications/tasks"]
+        done = tasks[-1]["params"]
+        assert done["taskId"] == task_id
+        assert done["result"]["content"][0]["text"] == "slow done"
+        assert done["_meta"] == {"io.modelcontextprotocol/subscriptionId": "L1"}
+    finally:
+        stream.cancel()
+        await asyncio.gather(stream, return_exceptions=True)

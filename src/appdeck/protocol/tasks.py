@@ -21,7 +21,7 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Final
 
@@ -119,13 +119,13 @@ class TaskManager:
         self._broadcast: Broadcast | None = None
         self._subscription: Subscription | None = None
         self._stopping = False
-        self._watchers: list[Callable[[Task], None]] = []
+        self._watchers: list[Callable[[Task], Awaitable[None]]] = []
 
-    def on_change(self, watcher: Callable[[Task], None]) -> None:
-        """Call ``watcher(task)`` after every persisted change of a task this process wrote
-        (status, status message, end): the port ``notifications/tasks`` on
-        ``subscriptions/listen`` hangs on. It runs in the event loop: it must not block or
-        raise (another replica's changes are its own watchers' business)."""
+    def on_change(self, watcher: Callable[[Task], Awaitable[None]]) -> None:
+        """Await ``watcher(task)`` after every persisted change of a task this process wrote
+        (status, status message, end), in the order of the changes: how
+        ``notifications/tasks`` reach ``subscriptions/listen`` (another replica's changes are
+        its own watchers' business). A watcher's failure is logged, never the task's."""
         self._watchers.append(watcher)
 
     @property
@@ -287,7 +287,7 @@ class TaskManager:
             )
         for watcher in self._watchers:
             try:
-                watcher(task)
+                await watcher(task)
             except Exception:  # an observer's defect must not stop the task
                 log.exception("task watcher failed")
         if task.terminal:
