@@ -301,7 +301,7 @@ async def test_the_handshake_era_keeps_its_task_wire(harness: Harness) -> None:
 async def test_every_status_change_reaches_the_watchers(s: Stateless, harness: Harness) -> None:
     seen: list[tuple[str, str]] = []
 
-    def watcher(task: Task) -> None:
+    async def watcher(task: Task) -> None:
         seen.append((task.task_id, task.status))
 
     harness.tasks.on_change(watcher)
