@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from appdeck.protocol.sessions import Session, SessionChange
@@ -68,6 +68,29 @@ class MemorySessionStore:
 class MemoryTaskStore:
     def __init__(self) -> None:
         self.rows: dict[str, Task] = {}
+        self.requests: dict[str, dict[str, dict[str, Any]]] = {}
+        self.answers: dict[str, dict[str, dict[str, Any]]] = {}
+
+    async def ask(self, task_id: str, requests: Mapping[str, dict[str, Any]], now: float) -> None:
+        mine = self.requests.setdefault(task_id, {})
+        assert not set(requests) & set(mine), "input keys are never reused"
+        mine.update(copy.deepcopy(dict(requests)))
+
+    async def answer(
+        self, task_id: str, responses: Mapping[str, dict[str, Any]], now: float
+    ) -> int:
+        asked = self.requests.get(task_id, {})
+        answered = self.answers.setdefault(task_id, {})
+        fresh = {k: v for k, v in responses.items() if k in asked and k not in answered}
+        answered.update(copy.deepcopy(fresh))
+        return len(fresh)
+
+    async def inputs(
+        self, task_id: str
+    ) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+        answered = self.answers.get(task_id, {})
+        pending = {k: v for k, v in self.requests.get(task_id, {}).items() if k not in answered}
+        return copy.deepcopy(pending), copy.deepcopy(answered)
 
     async def insert(self, task: Task) -> None:
         self.rows[task.task_id] = copy.deepcopy(task)

@@ -19,24 +19,27 @@ from redis.asyncio import Redis
 
 from appdeck.events.signals import LocalBroadcast, RedisBroadcast
 from appdeck.protocol.errors import InvalidParams, ServerBusy
+from appdeck.protocol.task_inputs import answer_task, ask_through_task
 from appdeck.protocol.task_model import (
     CANCELLED,
     COMPLETED,
     FAILED,
     INPUT_REQUIRED,
+    SESSIONLESS,
     WORKING,
     Task,
     TaskLimits,
     cancel_channel,
 )
 from appdeck.protocol.tasks import ORPHAN_MESSAGE, TaskManager
+from appdeck.protocol.tasks_extension import detailed_task
 from appdeck.storage import SqlTaskStore, Storage
 from appdeck.storage.replicas import ReplicaStore
 from appdeck.storage.schema import replicas
 from tests.support.redis import REDIS_URL
 from tests.support.wait import until
 
-from .conftest import ALICE
+from .conftest import ALICE, BOB
 from .doubles import RecordingOutbox
 
 SLOW_POLL = {"pollInterval": 60_000}
@@ -550,3 +553,65 @@ async def test_a_task_whose_ttl_ran_out_mid_run_runs_on_unstored(fleet: Fleet) -
     await until(lambda: not a.tasks._running)
     assert not work.cancelled.is_set()
     assert a.statuses()[-1] == COMPLETED
+
+
+async def _status(replica: Replica, task_id: str, status: str) -> Task:
+    """The task as ``replica`` reads it once it reached ``status`` (bounded), as a client
+    polling tasks/get through that replica would see it."""
+    async with asyncio.timeout(30):
+        while True:
+            task = await replica.tasks.get(ALICE, task_id)
+            if task.status == status:
+                return task
+            await asyncio.sleep(0.02)
+
+
+def _asking(manager: TaskManager, stopped: asyncio.Event) -> Any:
+    async def runner(task: Task) -> dict[str, Any]:
+        request = {"method": "elicitation/create", "params": {"message": "Go?"}}
+        try:
+            answers = await ask_through_task(manager, task, {"go": request})
+        except asyncio.CancelledError:
+            stopped.set()
+            raise
+        return {"content": [{"type": "text", "text": answers["go"]["action"]}]}
+
+    return runner
+
+
+async def test_a_stateless_tasks_question_asked_on_a_is_answered_on_b_and_read_on_c(
+    fleet: Fleet,
+) -> None:
+    a = await fleet.replica("a")
+    b = await fleet.replica("b")
+    c = await fleet.replica("c")
+    stopped = asyncio.Event()
+    task = await a.tasks.start(
+        ALICE, SESSIONLESS, "tools/call", {}, SLOW_POLL, _asking(a.tasks, stopped)
+    )
+
+    waiting = await detailed_task(c.tasks, await _status(c, task.task_id, INPUT_REQUIRED))
+    [key] = waiting["inputRequests"]
+    with pytest.raises(InvalidParams):  # Bob cannot answer Alice's task
+        await answer_task(b.tasks, BOB, task.task_id, {key: {"action": "decline"}})
+    await answer_task(b.tasks, ALICE, task.task_id, {key: {"action": "accept"}})
+
+    done = await detailed_task(c.tasks, await _status(c, task.task_id, COMPLETED))
+    assert done["result"]["content"][0]["text"] == "accept"
+    assert not stopped.is_set()
+
+
+async def test_a_stateless_task_waiting_for_input_on_a_is_cancelled_through_c(
+    fleet: Fleet,
+) -> None:
+    a = await fleet.replica("a")
+    c = await fleet.replica("c")
+    stopped = asyncio.Event()
+    task = await a.tasks.start(
+        ALICE, SESSIONLESS, "tools/call", {}, SLOW_POLL, _asking(a.tasks, stopped)
+    )
+    await _status(c, task.task_id, INPUT_REQUIRED)
+    await c.tasks.cancel(ALICE, task.task_id)
+    async with asyncio.timeout(30):  # a's run stops: the cancel reached it
+        await stopped.wait()
+    assert (await _stored(fleet, task.task_id)).status == CANCELLED

@@ -249,3 +249,25 @@ async def test_of_many_concurrent_claims_of_one_task_exactly_one_wins(storage: S
     stored = await storage.tasks.get("t1")
     assert stored is not None
     assert stored.instance_id == f"r{won.index(True)}"
+
+
+async def test_input_requests_are_pending_until_answered_and_the_first_answer_stands(
+    storage: Storage,
+) -> None:
+    await storage.tasks.insert(make_task(session_id=""))
+    asked = {"method": "elicitation/create", "params": {"message": "Go?"}}
+    await storage.tasks.ask("t1", {"a-1": asked, "b-2": asked}, 1_001.0)
+    assert await storage.tasks.inputs("t1") == ({"a-1": asked, "b-2": asked}, {})
+
+    yes, no = {"action": "accept", "content": {"ok": True}}, {"action": "decline"}
+    assert await storage.tasks.answer("t1", {"a-1": yes, "never-asked": yes}, 1_002.0) == 1
+    assert await storage.tasks.answer("t1", {"a-1": no}, 1_003.0) == 0  # answered already
+    assert await storage.tasks.inputs("t1") == ({"b-2": asked}, {"a-1": yes})
+    assert await storage.tasks.answer("other", {"b-2": yes}, 1_004.0) == 0  # another task's key
+
+
+async def test_a_tasks_inputs_go_when_its_ttl_runs_out(storage: Storage) -> None:
+    await storage.tasks.insert(make_task(session_id="", ttl_ms=1_000))
+    await storage.tasks.ask("t1", {"k": {"method": "elicitation/create", "params": {}}}, 1_000.0)
+    assert await storage.tasks.delete_expired(1_002.0) == 1
+    assert await storage.tasks.inputs("t1") == ({}, {})

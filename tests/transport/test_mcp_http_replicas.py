@@ -58,6 +58,12 @@ async def resumed(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     return {"content": [{"type": "text", "text": "done"}]}
 
 
+async def asking(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+    """One question to the client (in a stateless task: through tasks/update)."""
+    answer = await ctx.elicit("Go?", {"type": "object", "properties": {}})
+    return {"content": [{"type": "text", "text": str(answer.get("action"))}]}
+
+
 def _rewire(services: Services, lease_ttl: float) -> None:
     """Replica mode's stream pieces, in place of the embedded ones (the hub is shared by the
     server, the tasks and the HTTP app, so its parts are what to swap)."""
@@ -74,6 +80,9 @@ async def _replica(settings: Settings, lease_ttl: float) -> AsyncIterator[Replic
     services = await Services.start(settings, authenticator=TokenTable(TOKENS))
     register(services)
     services.registry.add_tool(ToolDef("resumed", "Resumed", {"type": "object"}, resumed))
+    services.registry.add_tool(
+        ToolDef("asking", "Asks", {"type": "object"}, asking, task_support="optional")
+    )
     _rewire(services, lease_ttl)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
@@ -111,7 +120,9 @@ async def replicas(
     secret = secrets.token_hex(16)
     async with AsyncExitStack() as stack:
 
-        async def start(count: int = 3, lease_ttl: float = 10.0) -> list[Replica]:
+        async def start(
+            count: int = 3, lease_ttl: float = 10.0, stateless: bool = False
+        ) -> list[Replica]:
             out = []
             for n in range(count):
                 settings = Settings(
@@ -122,6 +133,7 @@ async def replicas(
                     secret_key=secret,
                     keepalive_seconds=0.5,
                     sse_retry_ms=50,
+                    stateless_era=stateless,
                 )
                 out.append(await stack.enter_async_context(_replica(settings, lease_ttl)))
             return out
@@ -354,3 +366,56 @@ async def test_a_get_whose_log_is_unreachable_is_503_and_leaves_the_stream_free(
         await unreachable.aclose()
     async with asyncio.timeout(10), via_a.stream("GET", "/mcp", headers=_get(sid)) as r:
         assert r.status_code == 200  # the refused GET released its lease
+
+
+TASKS_META = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientCapabilities": {
+        "elicitation": {},
+        "extensions": {"io.modelcontextprotocol/tasks": {}},
+    },
+}
+
+
+async def _stateless(client: httpx.AsyncClient, method: str, **params: Any) -> dict[str, Any]:
+    routing = {"mcp-protocol-version": "2026-07-28", "mcp-method": method}
+    name = params.get("name") or params.get("taskId")
+    if name is not None:
+        routing["mcp-name"] = name
+    r = await client.post(
+        "/mcp",
+        json=request(method, {**params, "_meta": TASKS_META}),
+        headers=headers(token=TOKEN, **routing),
+    )
+    assert r.status_code == 200, r.text
+    result: dict[str, Any] = r.json()["result"]
+    return result
+
+
+async def _polled(client: httpx.AsyncClient, task_id: str, status: str) -> dict[str, Any]:
+    async with asyncio.timeout(30):
+        while True:
+            task = await _stateless(client, "tasks/get", taskId=task_id)
+            if task["status"] == status:
+                return task
+            await asyncio.sleep(0.05)
+
+
+async def test_a_stateless_task_created_on_a_is_answered_on_b_read_and_cancelled_on_c(
+    replicas: Cluster,
+) -> None:
+    (_, a), (_, b), (_, c) = await replicas(3, stateless=True)
+    created = await _stateless(a, "tools/call", name="asking", arguments={})
+    assert created["resultType"] == "task"
+    waiting = await _polled(c, created["taskId"], "input_required")
+    [key] = waiting["inputRequests"]
+    answer = {key: {"action": "accept", "content": {}}}
+    await _stateless(b, "tasks/update", taskId=created["taskId"], inputResponses=answer)
+    done = await _polled(c, created["taskId"], "completed")
+    assert done["result"]["content"] == [{"type": "text", "text": "accept"}]
+
+    second = await _stateless(a, "tools/call", name="asking", arguments={})
+    await _polled(b, second["taskId"], "input_required")
+    ack = await _stateless(c, "tasks/cancel", taskId=second["taskId"])
+    assert ack["resultType"] == "complete"
+    await _polled(a, second["taskId"], "cancelled")

@@ -20,6 +20,7 @@ from appdeck.protocol.inputs import CAPABILITY_OF, Inputs
 from appdeck.protocol.levels import passes
 from appdeck.protocol.ports import Outbox, RequestChannel
 from appdeck.protocol.sessions import Session
+from appdeck.protocol.task_inputs import ask_through_task
 from appdeck.protocol.task_model import INPUT_REQUIRED, RELATED_TASK_META, WORKING, Task
 from appdeck.protocol.tasks import TaskManager
 
@@ -187,9 +188,11 @@ class ToolContext:
     def can_ask(self, capability: str) -> bool:
         """Whether :meth:`request` may ask the client for ``capability`` (elicitation,
         sampling) during this call: a client that declared it, in the handshake era or (for
-        the requests that may answer ``input_required``) in the stateless era."""
+        the requests that may answer ``input_required``, and in a task of the tasks
+        extension) in the stateless era."""
         if self.peer is not None:
-            return self.inputs is not None and self.peer.declares(capability)
+            asks = self.inputs is not None or self.task is not None
+            return asks and self.peer.declares(capability)
         return self.session is not None and self.session.supports(capability)
 
     async def ask(self, requests: dict[str, JsonObject]) -> dict[str, JsonObject]:
@@ -213,6 +216,8 @@ class ToolContext:
                 "this request needs client capabilities it did not declare: " + ", ".join(missing),
                 missing,
             )
+        if self.task is not None:  # a task of the tasks extension: tasks/get and tasks/update
+            return await ask_through_task(self._tasks, self.task, requests)
         if self.inputs is None:
             raise FailedPrecondition(
                 "this request cannot ask the client for input in protocol 2026-07-28",

@@ -7,7 +7,7 @@ with in-memory doubles and plain dicts.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -87,6 +87,21 @@ class TaskStore(Protocol):
         ...
 
     async def delete_expired(self, now: float) -> int: ...
+
+    async def ask(self, task_id: str, requests: Mapping[str, JsonObject], now: float) -> None:
+        """Record a running task's input requests (``key -> {method, params}``; the keys are
+        new for the task)."""
+        ...
+
+    async def answer(self, task_id: str, responses: Mapping[str, JsonObject], now: float) -> int:
+        """Store the client's answers to pending requests of the task; a key not asked, or
+        answered already, is ignored (the first answer stands). How many were stored."""
+        ...
+
+    async def inputs(self, task_id: str) -> tuple[dict[str, JsonObject], dict[str, JsonObject]]:
+        """The task's pending requests (``key -> request``) and its answers
+        (``key -> response``)."""
+        ...
 
 
 class Outbox(Protocol):

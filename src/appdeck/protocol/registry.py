@@ -56,6 +56,11 @@ class ToolDef:
     validator: ArgumentCheck | None = field(default=None, compare=False)
     param_headers: ParamHeaders = field(default_factory=dict, compare=False)
     """Arguments a stateless client repeats in ``Mcp-Param-*`` headers (``x-mcp-header``)."""
+    before_task: ToolHandler | None = field(default=None, compare=False)
+    """For a task of the tasks extension: runs in the ``tools/call`` request before the task
+    exists, where asking the client ends the request with ``input_required`` (MRTR rounds);
+    returns the arguments the task then runs with (validated as usual). For what must be
+    settled before long work starts: a missing argument, a confirmation."""
 
     def wire(self) -> JsonObject:
         body: JsonObject = {

@@ -57,7 +57,9 @@ from appdeck.protocol.resources_feature import ResourcesFeature
 from appdeck.protocol.rpc.dispatcher import Dispatcher
 from appdeck.protocol.session_subscriptions import SessionSubscriptions
 from appdeck.protocol.sessions import Session, SessionChange, SessionManager
+from appdeck.protocol.task_model import Task
 from appdeck.protocol.tasks import TaskManager
+from appdeck.protocol.tasks_extension import TasksExtension, detailed_task
 from appdeck.protocol.tasks_feature import TasksFeature
 from appdeck.protocol.tools_feature import ToolsFeature
 
@@ -178,6 +180,8 @@ class McpServer:
         for method in stateless.METHODS:
             self.stateless_rpc.register(method, self.rpc.lookup(method))
         ListenFeature(self.listen, self.resources.readable).register(self.stateless_rpc)
+        TasksExtension(tasks).register(self.stateless_rpc)
+        tasks.on_change(self._task_changed)
         self._identity: JsonObject = {"name": self.info.name, "version": self.info.version}
         if self.info.title:
             self._identity["title"] = self.info.title
@@ -319,7 +323,7 @@ class McpServer:
             status,
             ms,
             str(request["id"]),
-            result is not None and "task" in result,
+            result is not None and ("task" in result or result.get("resultType") == "task"),
         )
         activity.tool_call(
             tool=tool,
@@ -524,6 +528,16 @@ class McpServer:
             peer=call.peer,
             inputs=call.inputs,
         )
+
+    async def _task_changed(self, task: Task) -> None:
+        """A stateless task's change, as ``notifications/tasks`` (its DetailedTask) to its
+        owner's listen streams that name it, on every replica. A session's task is announced
+        on its session (``notifications/tasks/status``) by the task manager."""
+        if not task.stateless:
+            return
+        body = await detailed_task(self.tasks, task)
+        notice = jsonrpc.notification("notifications/tasks", body)
+        await self.listen.to_task(task.task_id, task.tenant, task.user, notice)
 
     async def _session_dropped(self, session: Session) -> None:
         self.requests.abandon_session(session.id)

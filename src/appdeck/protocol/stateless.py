@@ -34,7 +34,8 @@ METHODS: Final = (
 """The handshake era's methods the stateless era keeps. Gone: ``initialize``, ``ping``,
 ``logging/setLevel``, ``resources/subscribe`` and ``unsubscribe`` (``subscriptions/listen``
 replaces them), ``tasks/result`` and ``tasks/list``: a stateless client calling them hears
-404 ``-32601``."""
+404 ``-32601``. The tasks extension's ``tasks/get|update|cancel`` have their own handlers
+(:mod:`appdeck.protocol.tasks_extension`)."""
 
 TASKS_EXTENSION: Final = "io.modelcontextprotocol/tasks"
 
@@ -63,6 +64,7 @@ def capabilities() -> JsonObject:
         "prompts": {"listChanged": True},
         "completions": {},
         "logging": {},
+        "extensions": {TASKS_EXTENSION: {}},
     }
 
 

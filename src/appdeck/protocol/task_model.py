@@ -19,10 +19,15 @@ TERMINAL: Final = frozenset({COMPLETED, FAILED, CANCELLED})
 
 RELATED_TASK_META: Final = "io.modelcontextprotocol/related-task"
 
+SESSIONLESS: Final = ""
+"""The ``session_id`` of a task a stateless (2026-07-28) request created: it has no session,
+its client polls ``tasks/get`` and answers input through ``tasks/update``."""
+
 MAX_TASK_ID: Final = 128
 
 
-def _iso(ts: float) -> str:
+def iso(ts: float) -> str:
+    """An epoch time as the wire spells it (ISO 8601, UTC, milliseconds)."""
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
@@ -51,13 +56,18 @@ class Task:
     def terminal(self) -> bool:
         return self.status in TERMINAL
 
+    @property
+    def stateless(self) -> bool:
+        """Created by a stateless request (the tasks extension of 2026-07-28)."""
+        return self.session_id == SESSIONLESS
+
     def wire(self) -> dict[str, Any]:
         """The Task object of the spec."""
         body: dict[str, Any] = {
             "taskId": self.task_id,
             "status": self.status,
-            "createdAt": _iso(self.created_at),
-            "lastUpdatedAt": _iso(self.updated_at),
+            "createdAt": iso(self.created_at),
+            "lastUpdatedAt": iso(self.updated_at),
             "ttl": self.ttl_ms,
             "pollInterval": self.poll_interval_ms,
         }
@@ -99,7 +109,8 @@ def cancel_channel(instance_id: str) -> str:
 
 
 def done_channel(task_id: str) -> str:
-    """Rung when a task ends, by whichever process ended it (payload: its status)."""
+    """Rung when a task ends, by whichever process ended it (payload: its status), and when a
+    client answered its input requests (payload ``input``): a doorbell, the store is the truth."""
     return f"task-done:{task_id}"
 
 

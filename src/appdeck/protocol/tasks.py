@@ -21,7 +21,7 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Final
 
@@ -119,10 +119,23 @@ class TaskManager:
         self._broadcast: Broadcast | None = None
         self._subscription: Subscription | None = None
         self._stopping = False
+        self._watchers: list[Callable[[Task], Awaitable[None]]] = []
+
+    def on_change(self, watcher: Callable[[Task], Awaitable[None]]) -> None:
+        """Await ``watcher(task)`` after every persisted change of a task this process wrote
+        (status, status message, end), in the order of the changes: how
+        ``notifications/tasks`` reach ``subscriptions/listen`` (another replica's changes are
+        its own watchers' business). A watcher's failure is logged, never the task's."""
+        self._watchers.append(watcher)
 
     @property
     def instance_id(self) -> str:
         return self._instance
+
+    @property
+    def store(self) -> TaskStore:
+        """The shared store: the tasks extension keeps a task's input requests in it."""
+        return self._store
 
     async def attach(self, broadcast: Broadcast) -> None:
         """Join the other replicas: hear the cancels of the tasks this instance runs, ring
@@ -224,7 +237,9 @@ class TaskManager:
         else:
             self._ending.add(task_id)
             task.result = result
-            failed = bool(result.get("isError"))
+            # 2025-11-25 ends a tool error as failed; the tasks extension keeps failed for
+            # protocol errors and reports a tool error as a completed task with isError
+            failed = bool(result.get("isError")) and not task.stateless
             await self._finish(task, FAILED if failed else COMPLETED, _summary(result, failed))
         finally:
             self._running.pop(task_id, None)
@@ -266,9 +281,15 @@ class TaskManager:
             return False
         task.status, task.status_message = changed.status, changed.status_message
         task.updated_at = changed.updated_at
-        await self._outbox.to_session(
-            task.session_id, jsonrpc.notification("notifications/tasks/status", task.wire())
-        )
+        if not task.stateless:
+            await self._outbox.to_session(
+                task.session_id, jsonrpc.notification("notifications/tasks/status", task.wire())
+            )
+        for watcher in self._watchers:
+            try:
+                await watcher(task)
+            except Exception:  # an observer's defect must not stop the task
+                log.exception("task watcher failed")
         if task.terminal:
             self._ring(task.task_id)
             await self._publish(done_channel(task.task_id), task.status.encode())
@@ -315,7 +336,7 @@ class TaskManager:
         task = await self.get(principal, task_id)
         if task.terminal:
             return task
-        async with self._doorbell(task.task_id) as rung:
+        async with self.doorbell(task.task_id) as rung:
             while True:
                 task = await self.get(principal, task.task_id)  # after subscribing: no gap
                 if task.terminal:
@@ -326,9 +347,10 @@ class TaskManager:
                 rung.clear()
 
     @contextlib.asynccontextmanager
-    async def _doorbell(self, task_id: str) -> AsyncIterator[asyncio.Event]:
-        """An event set when the task may have ended. Past :attr:`TaskLimits.max_watched`
-        watched tasks, a plain event that nothing sets: the waiter polls."""
+    async def doorbell(self, task_id: str) -> AsyncIterator[asyncio.Event]:
+        """An event set when the task may have ended or got input (:meth:`ring`). Past
+        :attr:`TaskLimits.max_watched` watched tasks, a plain event that nothing sets: the
+        waiter polls."""
         event = asyncio.Event()
         bell = self._doorbells.get(task_id)
         if bell is None:
@@ -358,6 +380,11 @@ class TaskManager:
         bell = self._doorbells.get(task_id)
         if bell is not None:
             bell.ring()
+
+    async def ring(self, task_id: str) -> None:
+        """Wake the waiters of ``task_id`` here and on every replica (new input for it)."""
+        self._ring(task_id)
+        await self._publish(done_channel(task_id), b"input")
 
     async def list(self, principal: Principal, cursor: object) -> tuple[list[Task], str | None]:
         offset = decode(cursor)

@@ -7,7 +7,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from appdeck.common.errors import AppDeckError, InvalidArgument
-from appdeck.protocol import jsonrpc, pagination, param_headers
+from appdeck.protocol import jsonrpc, pagination, param_headers, tasks_extension
 from appdeck.protocol.arguments import Problem
 from appdeck.protocol.call import Call, ContextFactory
 from appdeck.protocol.context import ToolContext
@@ -23,7 +23,7 @@ from appdeck.protocol.inputs import InputRequired
 from appdeck.protocol.registry import ToolDef
 from appdeck.protocol.rpc.dispatcher import Dispatcher
 from appdeck.protocol.stateless import TASKS_EXTENSION
-from appdeck.protocol.task_model import Task
+from appdeck.protocol.task_model import SESSIONLESS, Task
 
 if TYPE_CHECKING:
     from appdeck.common.identity import Principal
@@ -77,7 +77,10 @@ class ToolsFeature:
         assert principal is not None
         tool, arguments, task_request = self._admit(params, principal)
         if call.peer is not None:  # stateless: the handshake era's task requests are ignored
-            if tool.task_support == "required":
+            as_task = tool.task_support != "forbidden" and call.peer.declares_extension(
+                TASKS_EXTENSION
+            )
+            if tool.task_support == "required" and not as_task:
                 raise MissingCapability(
                     f"Tool '{tool.name}' runs only as a task: declare the {TASKS_EXTENSION} "
                     "extension",
@@ -85,6 +88,8 @@ class ToolsFeature:
                 )
             if tool.param_headers:
                 param_headers.check(tool.param_headers, arguments, call.param_headers or {})
+            if as_task:
+                return await self._start_stateless(tool, arguments, call, message)
             return await run_tool(tool, arguments, self._context(call, message))
         if task_request is not None and not isinstance(task_request, dict):
             raise InvalidParams("tools/call: params.task must be an object")
@@ -113,6 +118,33 @@ class ToolsFeature:
             ctx.progress_token,
         )
         return {"task": task.wire()}
+
+    async def _start_stateless(
+        self, tool: ToolDef, arguments: JsonObject, call: Call, message: JsonObject
+    ) -> JsonObject:
+        """A task for a request that declared the tasks extension (see
+        :mod:`appdeck.protocol.tasks_extension`): stored, then answered with its
+        CreateTaskResult. Its run has neither session nor response stream: the client polls
+        ``tasks/get`` and answers input with ``tasks/update``."""
+        principal = call.principal
+        assert principal is not None
+        if tool.before_task is not None:  # may end this request with input_required
+            arguments = await tool.before_task(arguments, self._context(call, message))
+        ctx = self._context(Call(principal, None, peer=call.peer), message)
+
+        async def runner(task: Task) -> JsonObject:
+            ctx.task = task
+            return await run_tool(tool, arguments, ctx)
+
+        task = await self._tasks.start(
+            principal,
+            SESSIONLESS,
+            "tools/call",
+            {"name": tool.name, "arguments": arguments},
+            {},
+            runner,
+        )
+        return tasks_extension.created(task)
 
     def _admit(self, params: JsonObject, principal: Principal) -> tuple[ToolDef, JsonObject, Any]:
         """The tool a call names, its arguments (without ``task``) and its task request (the

@@ -66,6 +66,19 @@ tasks = sa.Table(
     sa.Index(None, "tenant", "user", "created_at"),
 )
 
+task_inputs = sa.Table(  # migration 0018: a stateless task's input requests and answers
+    "task_inputs",
+    metadata,
+    sa.Column(
+        "task_id", sa.String, sa.ForeignKey("tasks.task_id", ondelete="CASCADE"), primary_key=True
+    ),
+    sa.Column("key", sa.String, primary_key=True),  # unique over the task's life
+    sa.Column("request", sa.JSON, nullable=False),  # {"method", "params"}
+    sa.Column("response", sa.JSON(none_as_null=True), nullable=True),  # the client's result
+    sa.Column("asked_at", sa.Double, nullable=False),
+    sa.Column("answered_at", sa.Double, nullable=True),
+)
+
 session_events = sa.Table(
     "session_events",
     metadata,

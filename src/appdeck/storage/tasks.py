@@ -8,7 +8,7 @@ written elsewhere, and two sweepers never both end (or resume) the same task.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import sqlalchemy as sa
@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from appdeck.protocol.ports import TaskStore
 from appdeck.protocol.task_model import INPUT_REQUIRED, WORKING, Task
 from appdeck.storage.replicas import DEAD_AFTER_SECONDS, live_condition
-from appdeck.storage.schema import tasks
+from appdeck.storage.schema import task_inputs, tasks
 
 RUNNING: Final = (WORKING, INPUT_REQUIRED)
 """The statuses of a task some process is still responsible for."""
@@ -128,6 +128,53 @@ class SqlTaskStore(TaskStore):
                 sa.delete(tasks).where(tasks.c.ttl_ms.is_not(None), expired)
             )
         return result.rowcount
+
+    async def ask(self, task_id: str, requests: Mapping[str, dict[str, Any]], now: float) -> None:
+        if not requests:
+            return
+        rows = [
+            {"task_id": task_id, "key": key, "request": request, "asked_at": now}
+            for key, request in requests.items()
+        ]
+        async with self._engine.begin() as conn:
+            await conn.execute(sa.insert(task_inputs), rows)
+
+    async def answer(
+        self, task_id: str, responses: Mapping[str, dict[str, Any]], now: float
+    ) -> int:
+        """One compare-and-set per key (``response IS NULL``): the first answer stands."""
+        stored = 0
+        async with self._engine.begin() as conn:
+            for key, response in responses.items():
+                result = await conn.execute(
+                    sa.update(task_inputs)
+                    .where(
+                        task_inputs.c.task_id == task_id,
+                        task_inputs.c.key == key,
+                        task_inputs.c.response.is_(None),
+                    )
+                    .values(response=response, answered_at=now)
+                )
+                stored += result.rowcount
+        return stored
+
+    async def inputs(
+        self, task_id: str
+    ) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+        query = (
+            sa.select(task_inputs.c.key, task_inputs.c.request, task_inputs.c.response)
+            .where(task_inputs.c.task_id == task_id)
+            .order_by(task_inputs.c.asked_at, task_inputs.c.key)
+        )
+        pending: dict[str, dict[str, Any]] = {}
+        answers: dict[str, dict[str, Any]] = {}
+        async with self._engine.connect() as conn:
+            for key, request, response in (await conn.execute(query)).all():
+                if response is None:
+                    pending[key] = request
+                else:
+                    answers[key] = response
+        return pending, answers
 
     async def _select(self, query: sa.Select[Any]) -> list[Task]:
         async with self._engine.connect() as conn:
