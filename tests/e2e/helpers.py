@@ -118,7 +118,8 @@ def through_ingress(app_url: str) -> dict[str, Any]:
 
 def raw_http(server: AppDeckProcess) -> httpx.AsyncClient:
     """An httpx client for ``server``'s origin; sends its token (if any) on every request."""
-    return httpx.AsyncClient(base_url=server.origin, headers=server.auth_headers, timeout=10)
+    # a bound only (each test has its own overall one): 10 s ran out at load 14 (issue 20)
+    return httpx.AsyncClient(base_url=server.origin, headers=server.auth_headers, timeout=60)
 
 
 def sse_headers(session_id: str, last_event_id: str | None = None) -> dict[str, str]:

@@ -43,8 +43,9 @@ class HAProxyProcess:
     def __init__(self, layout: Layout, *, binary: Path = BINARY) -> None:
         self.layout = layout
         self.binary = binary
-        self.stats = RuntimeApi(layout.stats, timeout_s=5.0)
-        self.master = RuntimeApi(layout.master, master=True, timeout_s=5.0)
+        # the module's bound (a loaded machine): 5 s failed a start at load 14 (issue 20)
+        self.stats = RuntimeApi(layout.stats)
+        self.master = RuntimeApi(layout.master, master=True)
 
     # -- what runs ------------------------------------------------------------------------
 
