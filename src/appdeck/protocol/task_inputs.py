@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import secrets
 import time
 from typing import Any, Final
+
+import orjson
 
 from appdeck.common.errors import Unavailable
 from appdeck.common.identity import Principal
@@ -117,7 +118,11 @@ def _check(key: str, request: JsonObject, response: object) -> None:
     """Refuse an answer that cannot be the result of ``request`` (-32602)."""
     if not isinstance(response, dict):
         raise InvalidParams(f"tasks/update: inputResponses.{key} must be an object")
-    if len(json.dumps(response, separators=(",", ":"))) > MAX_RESPONSE_BYTES:
+    try:
+        size = len(orjson.dumps(response))
+    except TypeError:  # nested past orjson's limit (the stdlib's dump would recurse to a 500)
+        raise InvalidParams(f"tasks/update: inputResponses.{key} nests too deeply") from None
+    if size > MAX_RESPONSE_BYTES:
         raise InvalidParams(f"tasks/update: inputResponses.{key} is too large")
     if request.get("method") == "elicitation/create":
         if response.get("action") not in ELICIT_ACTIONS:
