@@ -17,51 +17,30 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import orjson
-
 from appdeck.protocol.ports import RequestChannel
 from appdeck.protocol.server import Answer
 from appdeck.transport.responses import Receive, Send, send_empty, send_json
-from appdeck.transport.sse import KEEPALIVE, SSE_HEADERS
+from appdeck.transport.sse import KEEPALIVE
+from appdeck.transport.stateless_stream import StatelessStream, frame
 
 JsonObject = dict[str, Any]
 
 
-def _frame(message: JsonObject) -> bytes:
-    return b"event: message\ndata: " + orjson.dumps(message) + b"\n\n"
+class ListenStream(StatelessStream):
+    """The core's RequestChannel for one listen request, and the loop that serves it: a
+    stateless stream that stays open, written by the handler and the keepalive in turn."""
 
-
-class ListenStream:
-    """The core's RequestChannel for one listen request, and the loop that serves it."""
-
-    __slots__ = ("_keepalive", "_lock", "_receive", "_send", "closed", "started")
+    __slots__ = ("_keepalive", "_lock", "_receive")
 
     def __init__(self, receive: Receive, send: Send, keepalive_seconds: float) -> None:
+        super().__init__(send)
         self._receive = receive
-        self._send = send
         self._keepalive = keepalive_seconds
         self._lock = asyncio.Lock()  # the handler and the keepalive write in turn
-        self.started = False
-        self.closed = False
-
-    async def _write(self, data: bytes, more: bool = True) -> None:
-        if self.closed:
-            return
-        try:
-            await self._send({"type": "http.response.body", "body": data, "more_body": more})
-        except OSError:  # the client went away; its disconnect ends the stream
-            self.closed = True
-        if not more:
-            self.closed = True
 
     async def send(self, message: JsonObject) -> None:
         async with self._lock:
-            if not self.started:
-                self.started = True
-                await self._send(
-                    {"type": "http.response.start", "status": 200, "headers": SSE_HEADERS}
-                )
-            await self._write(_frame(message))
+            await super().send(message)
 
     async def close_stream(self) -> None:
         """Nothing to do: the stream stays open until the server or the client ends it."""
@@ -80,7 +59,7 @@ class ListenStream:
             if self.started:
                 async with self._lock:
                     if response is not None:
-                        await self._write(_frame(response))
+                        await self._write(frame(response))
                     await self._write(b"", more=False)
             elif response is None:
                 await send_empty(self._send, 202)

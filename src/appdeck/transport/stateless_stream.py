@@ -18,7 +18,8 @@ from appdeck.transport.sse import SSE_HEADERS
 JsonObject = dict[str, Any]
 
 
-def _event(message: JsonObject) -> bytes:
+def frame(message: JsonObject) -> bytes:
+    """One SSE event carrying ``message``: no id (the stateless era has no resumption)."""
     return b"event: message\ndata: " + orjson.dumps(message) + b"\n\n"
 
 
@@ -46,12 +47,12 @@ class StatelessStream:
         if not self.started:
             self.started = True
             await self._send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
-        await self._write(_event(message))
+        await self._write(frame(message))
 
     async def close_stream(self) -> None:
         """Nothing to do: a stateless stream cannot be resumed, so it stays open."""
 
     async def finish(self, response: JsonObject | None) -> None:
         if response is not None:
-            await self._write(_event(response))
+            await self._write(frame(response))
         await self._write(b"", more=False)
