@@ -9,17 +9,10 @@ from typing import Any
 
 import httpx
 
+from appdeck.protocol.envelope import NAMED_BY
 from tests.support.mcp import headers, request
 
 VERSION = "2026-07-28"
-NAMED_BY = {
-    "tools/call": "name",
-    "prompts/get": "name",
-    "resources/read": "uri",
-    "tasks/get": "taskId",
-    "tasks/update": "taskId",
-    "tasks/cancel": "taskId",
-}
 _ids = itertools.count(1)
 
 
