@@ -25,7 +25,7 @@ from appdeck.common.identity import Principal
 from appdeck.events.signals import LocalBroadcast, RedisBroadcast
 from appdeck.storage import Storage
 from appdeck.storage.identity import IdentityStore
-from tests.support.redis import REDIS_URL
+from tests.support.redis import connect
 
 ISSUER = "http://127.0.0.1:8080"
 AUDIENCE = f"{ISSUER}/mcp"
@@ -76,7 +76,7 @@ async def cluster(storage: Storage, redis_prefix: str, tmp_path: Path) -> AsyncI
     issuer = TokenIssuer(keys, ISSUER, AUDIENCE, 3600)
     replicas = []
     for name in "ABC":
-        redis = Redis.from_url(REDIS_URL, client_name=f"{redis_prefix}-{name}")
+        redis = connect(client_name=f"{redis_prefix}-{name}")
         broadcast = RedisBroadcast(redis, redis_prefix)
         await broadcast.start()
         bearer = BearerAuthenticator(

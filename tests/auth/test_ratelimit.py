@@ -7,7 +7,7 @@ from typing import Any, cast
 from redis.asyncio import Redis
 
 from appdeck.auth.ratelimit import RateLimiter, RedisRateLimiter
-from tests.support.redis import REDIS_URL
+from tests.support.redis import connect
 
 
 def test_a_burst_is_allowed_then_the_rate_applies() -> None:
@@ -52,7 +52,7 @@ async def test_the_in_process_limiter_answers_take_like_check() -> None:
 
 
 async def test_replicas_share_one_bucket_per_token(redis: Redis, redis_prefix: str) -> None:
-    clients = [Redis.from_url(REDIS_URL) for _ in range(3)]
+    clients = [connect() for _ in range(3)]
     try:
         replicas = [RedisRateLimiter(c, redis_prefix, rate=0.001, burst=5) for c in clients]
         answers = [await replicas[i % 3].take("tok") for i in range(9)]
@@ -78,7 +78,7 @@ async def test_a_refused_check_says_how_long_to_wait(redis: Redis, redis_prefix:
 async def test_fifty_per_second_burst_200_over_three_replicas_passes_about_300_of_1000_in_2s(
     redis_prefix: str,
 ) -> None:
-    clients = [Redis.from_url(REDIS_URL) for _ in range(3)]
+    clients = [connect() for _ in range(3)]
     replicas = [RedisRateLimiter(c, redis_prefix, rate=50, burst=200) for c in clients]
     passed = 0
     try:
@@ -108,7 +108,7 @@ async def test_fifty_per_second_burst_200_over_three_replicas_passes_about_300_o
 
 
 async def test_a_check_is_one_round_trip_to_redis(redis_prefix: str) -> None:
-    client = cast(CountingRedis, CountingRedis.from_url(REDIS_URL))
+    client = cast(CountingRedis, connect(cls=CountingRedis))
     try:
         limiter = RedisRateLimiter(client, redis_prefix, rate=100, burst=1000)
         await limiter.take("warm")  # may load the script once (NOSCRIPT on a fresh server)
@@ -166,7 +166,7 @@ async def test_when_redis_is_unreachable_each_replica_limits_on_its_own(
 
 
 async def test_a_zero_rate_asks_redis_nothing(redis_prefix: str) -> None:
-    client = cast(CountingRedis, CountingRedis.from_url(REDIS_URL))
+    client = cast(CountingRedis, connect(cls=CountingRedis))
     try:
         limiter = RedisRateLimiter(client, redis_prefix, rate=0, burst=1)
         assert all([await limiter.take("t") is None for _ in range(10)])

@@ -20,7 +20,7 @@ from appdeck.events.bus import (
 from appdeck.events.ports import StoredEvent
 from appdeck.events.redis_log import RedisEventLog
 from appdeck.events.signals import RedisBroadcast
-from tests.support.redis import REDIS_URL
+from tests.support.redis import connect
 
 
 async def _next(listener: Listener) -> object:
@@ -102,7 +102,7 @@ async def test_after_a_dropped_connection_every_listener_is_told_to_read_the_log
     redis: Redis, redis_prefix: str
 ) -> None:
     name = f"{redis_prefix}-bus"
-    own = Redis.from_url(REDIS_URL, client_name=name)
+    own = connect(client_name=name)
     broadcast = RedisBroadcast(own, redis_prefix)
     await broadcast.start()
     try:

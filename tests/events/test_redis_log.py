@@ -12,7 +12,7 @@ from appdeck.events.bus import CLOSE, RESYNC, Delivery, channel, decode_doorbell
 from appdeck.events.ports import StoredEvent
 from appdeck.events.redis_log import MAX_INLINE, RedisEventLog, _frames
 from appdeck.events.signals import RedisBroadcast
-from tests.support.redis import REDIS_URL
+from tests.support.redis import connect
 
 
 def _log(redis: Redis, prefix: str, retention: float = 3600.0) -> RedisEventLog:
@@ -22,7 +22,7 @@ def _log(redis: Redis, prefix: str, retention: float = 3600.0) -> RedisEventLog:
 async def test_two_replicas_appending_at_once_get_one_dense_run_of_seqs(
     redis: Redis, redis_prefix: str
 ) -> None:
-    other = Redis.from_url(REDIS_URL)
+    other = connect()
     try:
         a, b = _log(redis, redis_prefix), _log(other, redis_prefix)
 

@@ -6,7 +6,7 @@ from redis.asyncio import Redis
 
 from appdeck.events.cluster import Cluster
 from appdeck.events.signals import LocalBroadcast, RedisBroadcast
-from tests.support.redis import REDIS_URL
+from tests.support.redis import REDIS_URL, connect
 
 
 class Inbox:
@@ -94,7 +94,7 @@ async def test_after_a_dropped_connection_the_reader_resubscribes_and_says_so(
     redis: Redis, redis_prefix: str
 ) -> None:
     name = f"{redis_prefix}-listener"
-    listener = RedisBroadcast(Redis.from_url(REDIS_URL, client_name=name), redis_prefix)
+    listener = RedisBroadcast(connect(client_name=name), redis_prefix)
     await listener.start()
     reconnected = asyncio.Event()
     listener.on_reconnect(reconnected.set)

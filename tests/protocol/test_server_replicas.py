@@ -8,14 +8,13 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
-from redis.asyncio import Redis
 
 from appdeck.events.signals import RedisBroadcast
 from appdeck.protocol.call import Call
 from appdeck.storage import Storage
 from appdeck.storage.engine import create_engine
 from appdeck.storage.sessions import SqlSessionStore
-from tests.support.redis import REDIS_URL
+from tests.support.redis import connect
 
 from .conftest import ALICE
 from .doubles import RecordingChannel
@@ -31,7 +30,7 @@ async def replicas(
     try:
         for name in ("aaaa", "bbbb"):
             engine = create_engine(postgres_module_database)
-            client = Redis.from_url(REDIS_URL)
+            client = connect()
             broadcast = RedisBroadcast(client, redis_prefix)
             await broadcast.start()
             engines.append(engine)

@@ -36,7 +36,7 @@ from appdeck.protocol.tasks_extension import detailed_task
 from appdeck.storage import SqlTaskStore, Storage
 from appdeck.storage.replicas import ReplicaStore
 from appdeck.storage.schema import replicas
-from tests.support.redis import REDIS_URL
+from tests.support.redis import connect
 from tests.support.wait import until
 
 from .conftest import ALICE, BOB
@@ -122,7 +122,7 @@ class Fleet:
     ) -> Replica:
         redis = broadcast = None
         if attach and self.prefix is not None:
-            redis = Redis.from_url(REDIS_URL, client_name=f"{self.prefix}-{name}")
+            redis = connect(client_name=f"{self.prefix}-{name}")
             broadcast = RedisBroadcast(redis, self.prefix)
             await broadcast.start()
         elif attach:

@@ -9,13 +9,18 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 
 from appdeck.events.signals import LocalBroadcast, RedisBroadcast
 
 REDIS_TIMEOUT = 5.0
 """Seconds a Redis command or connect may take before it fails (and the caller's fallback or
 error path runs): a stalled Redis must not hang requests forever."""
+
+REDIS_CONNECTIONS = 64
+"""Connections one replica keeps to Redis at most. A burst of concurrent requests waits (up to
+:data:`REDIS_TIMEOUT`) for a free connection instead of opening one each: hundreds of handshakes
+at once are what timed out on a loaded machine, and each costs Redis a client."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,12 +42,15 @@ class Cluster:
     @classmethod
     async def connect(cls, url: str, prefix: str, instance_id: str | None = None) -> Cluster:
         """Connect to Redis (checked with a PING) and start the broadcast reader."""
-        redis = Redis.from_url(
+        pool = BlockingConnectionPool.from_url(
             url,
+            max_connections=REDIS_CONNECTIONS,
+            timeout=REDIS_TIMEOUT,
             socket_timeout=REDIS_TIMEOUT,
             socket_connect_timeout=REDIS_TIMEOUT,
             health_check_interval=15,
         )
+        redis = Redis.from_pool(pool)
         try:
             await redis.ping()
             broadcast = RedisBroadcast(redis, prefix)

@@ -37,7 +37,7 @@ from appdeck.storage.consents import ConsentStore
 from appdeck.storage.identity import IdentityStore
 from appdeck.storage.oauth import OAuthStore
 from appdeck.storage.signing_keys import SigningKeyStore
-from tests.support.redis import REDIS_URL
+from tests.support.redis import connect
 
 from .conftest import ISSUER, PASSWORD, RESOURCE
 from .helpers import authorize_url, parse_consent, pkce_pair, post_form, query_of, redeem, register
@@ -70,7 +70,7 @@ async def replicas(
                 {"data_dir": tmp_path / name, "secret_key": "one secret for all"}
             )
             engine = create_engine(database_url)
-            redis = Redis.from_url(REDIS_URL)
+            redis = connect()
             broadcast = RedisBroadcast(redis, redis_prefix)
             await broadcast.start()
             sealer = Sealer.from_settings(settings.secret_key, settings.data_dir)

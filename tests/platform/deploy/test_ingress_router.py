@@ -16,7 +16,7 @@ from appdeck.events.signals import LocalBroadcast, RedisBroadcast
 from appdeck.ingress import Counters, RouteTable
 from appdeck.platform.deploy.ingress_router import CHANNEL, IngressRouter, decode, encode
 from appdeck.platform.deploy.ports import Backend
-from tests.support.redis import REDIS_URL
+from tests.support.redis import connect
 
 ONE = [Backend("1-1", 100, ("127.0.0.1:20001", "127.0.0.1:20002"))]
 CANARY = [Backend("1-2", 10, ("127.0.0.1:20003",)), Backend("1-1", 90, ("127.0.0.1:20001",))]
@@ -43,7 +43,7 @@ async def _until(check: Callable[[], bool]) -> None:
 
 @pytest.fixture
 async def redis_broadcasts(redis_prefix: str) -> AsyncIterator[list[RedisBroadcast]]:
-    clients = [Redis.from_url(REDIS_URL) for _ in range(3)]
+    clients = [connect() for _ in range(3)]
     made = [RedisBroadcast(client, redis_prefix) for client in clients]
     for broadcast in made:
         await broadcast.start()
@@ -154,7 +154,7 @@ def test_a_route_message_carries_the_whole_route() -> None:
 
 async def test_after_a_reconnect_the_replica_reloads_its_routes(redis_prefix: str) -> None:
     name = f"{redis_prefix}-routes"
-    client = Redis.from_url(REDIS_URL, client_name=name)
+    client = connect(client_name=name)
     broadcast = RedisBroadcast(client, redis_prefix)
     await broadcast.start()
     reloaded = asyncio.Event()
@@ -164,7 +164,7 @@ async def test_after_a_reconnect_the_replica_reloads_its_routes(redis_prefix: st
 
     b = _router()
     await b.share(broadcast, "b", missed=reload)
-    admin = Redis.from_url(REDIS_URL)
+    admin = connect()
     try:
         killed = 0
         for found in await admin.client_list(_type="pubsub"):
