@@ -158,11 +158,13 @@ class Settings(BaseSettings):
     must not share a prefix."""
 
     with_conformance_fixtures: bool = False
-    stateless_era: bool = False
+    stateless_era: bool = True
     """Serve MCP 2026-07-28 (stateless: ``server/discover``, per-request ``_meta``) beside
-    the handshake era (docs/mcp-2026-07-28.md). Off until that era serves confirmations,
-    tasks and subscriptions: clients that speak it (the Python SDK 2.x by default) use it as
-    soon as ``server/discover`` answers."""
+    the handshake era on the same URL (docs/mcp-2026-07-28.md). Clients that initialize get
+    2025-11-25 exactly as before; clients that speak the current revision (the Python SDK
+    2.x in its default ``auto`` mode) get it as soon as ``server/discover`` answers. Set
+    ``APPDECK_STATELESS_ERA=false`` to refuse discover so every client falls back to the
+    handshake."""
     app_version: str = Field(
         __version__, validation_alias=AliasChoices("APP_VERSION", "APPDECK_APP_VERSION")
     )

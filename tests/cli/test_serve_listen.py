@@ -20,9 +20,7 @@ SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
 
 
 async def test_sigterm_ends_a_listen_stream_with_its_complete_response(tmp_path: Path) -> None:
-    server = await start_appdeck(
-        tmp_path / "data", log_dir=tmp_path / "logs", env={"APPDECK_STATELESS_ERA": "true"}
-    )
+    server = await start_appdeck(tmp_path / "data", log_dir=tmp_path / "logs")
     frames: list[dict[str, Any]] = []
     try:
         assert server.token

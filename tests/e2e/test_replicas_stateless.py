@@ -28,7 +28,7 @@ async def replicas(
         redis_prefix,
         tmp_path,
         # 1,000 calls from one token: the per-token rate limit (429) is not what is measured
-        extra_env={"APPDECK_STATELESS_ERA": "true", "APPDECK_RATE_LIMIT_PER_SECOND": "0"},
+        extra_env={"APPDECK_RATE_LIMIT_PER_SECOND": "0"},
     ) as started:
         yield started
 

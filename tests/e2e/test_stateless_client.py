@@ -57,7 +57,7 @@ def structured(result: types.CallToolResult) -> dict[str, Any]:
 async def test_the_official_client_registers_and_deletes_an_app_with_a_confirmation_in_either_era(
     launch_appdeck: Launcher, mode: str
 ) -> None:
-    server = await launch_appdeck(env={"APPDECK_STATELESS_ERA": "true"})
+    server = await launch_appdeck()
     asked: list[str] = []
     sent: list[httpx2.Request] = []
     async with asyncio.timeout(60), client_of(server, mode, asked, sent, answer=True) as client:
@@ -90,7 +90,7 @@ async def test_the_official_client_registers_and_deletes_an_app_with_a_confirmat
 async def test_a_declined_confirmation_leaves_the_app_for_a_stateless_client(
     launch_appdeck: Launcher,
 ) -> None:
-    server = await launch_appdeck(env={"APPDECK_STATELESS_ERA": "true"})
+    server = await launch_appdeck()
     asked: list[str] = []
     sent: list[httpx2.Request] = []
     async with asyncio.timeout(60), client_of(server, "auto", asked, sent, answer=False) as client:
@@ -107,8 +107,9 @@ async def test_a_declined_confirmation_leaves_the_app_for_a_stateless_client(
 
 @pytest.mark.e2e
 async def test_without_the_stateless_era_the_same_client_falls_back_to_the_handshake(
-    appdeck: AppDeckProcess,
+    launch_appdeck: Launcher,
 ) -> None:
+    appdeck = await launch_appdeck(env={"APPDECK_STATELESS_ERA": "false"})
     sent: list[httpx2.Request] = []
     async with asyncio.timeout(60), client_of(appdeck, "auto", [], sent, answer=True) as client:
         assert client.protocol_version == "2025-11-25"

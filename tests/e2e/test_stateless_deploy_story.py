@@ -83,7 +83,7 @@ async def test_the_deploy_story_runs_in_the_stateless_era(
 ) -> None:
     root = tmp_path / "src"
     shutil.copytree(HELLO, root / "hello")
-    env = {"APPDECK_SOURCE_ROOTS": json.dumps([str(root)]), "APPDECK_STATELESS_ERA": "true"}
+    env = {"APPDECK_SOURCE_ROOTS": json.dumps([str(root)])}
     server = await launch_appdeck(env=env)
     async with asyncio.timeout(400), httpx.AsyncClient(base_url=server.origin, timeout=60) as http:
         s = Stateless(http, server)

@@ -25,7 +25,7 @@ from tests.support.wait import until
 async def test_the_official_client_hears_tool_and_app_changes_on_a_listen_stream(
     launch_appdeck: Launcher,
 ) -> None:
-    server = await launch_appdeck(env={"APPDECK_STATELESS_ERA": "true"})
+    server = await launch_appdeck()
     async with asyncio.timeout(90), client_of(server, "auto", [], [], answer=True) as client:
         assert client.protocol_version == "2026-07-28"
         app = structured(await client.call_tool("register_app", {"name": "shop"}))

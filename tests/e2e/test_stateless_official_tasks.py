@@ -100,7 +100,7 @@ async def test_the_official_client_deploys_as_a_task_and_confirms_a_delete_in_th
 ) -> None:
     root = tmp_path / "src"
     shutil.copytree(HELLO, root / "hello")
-    env = {"APPDECK_SOURCE_ROOTS": json.dumps([str(root)]), "APPDECK_STATELESS_ERA": "true"}
+    env = {"APPDECK_SOURCE_ROOTS": json.dumps([str(root)])}
     server = await launch_appdeck(env=env)
     asked: list[str] = []
 

@@ -128,15 +128,26 @@ async def test_a_foreign_host_or_origin_is_403(client: httpx.AsyncClient) -> Non
     assert r.status_code == 200
 
 
-async def test_an_unsupported_protocol_version_header_is_400(client: httpx.AsyncClient) -> None:
-    # what a 2026-07-28 client's discovery probe looks like: it must fail fast and cleanly
+async def test_an_unsupported_protocol_version_is_400_listing_every_version_served(
+    client: httpx.AsyncClient,
+) -> None:
+    # a version no era speaks must fail fast, with what the client may fall back to
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": "1999-01-01",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
     r = await client.post(
         "/mcp",
-        json=request("server/discover"),
-        headers=headers(token=TOKEN, mcp_protocol_version="2026-07-28"),
+        json=request("server/discover", {"_meta": meta}),
+        headers={
+            **headers(token=TOKEN, mcp_protocol_version="1999-01-01"),
+            "mcp-method": "server/discover",
+        },
     )
     assert r.status_code == 400
-    assert "Unsupported protocol version" in r.json()["error"]["message"]
+    error = r.json()["error"]
+    assert (error["code"], error["data"]["requested"]) == (-32022, "1999-01-01")
+    assert {"2026-07-28", "2025-11-25", "2025-03-26"} <= set(error["data"]["supported"])
 
 
 async def test_batches_are_refused_on_2025_11_25(client: httpx.AsyncClient) -> None:

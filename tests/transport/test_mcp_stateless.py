@@ -241,6 +241,18 @@ async def test_a_get_or_delete_of_the_stateless_era_is_405(client: httpx.AsyncCl
         assert r.headers["allow"] == "POST"
 
 
+async def test_tools_listed_in_the_stateless_era_carry_no_task_support_of_the_handshake_era(
+    client: httpx.AsyncClient,
+) -> None:
+    stateless = (await post(client, "tools/list")).json()["result"]["tools"]
+    assert "only_as_task" in {t["name"] for t in stateless}
+    assert all("execution" not in t for t in stateless)
+    sid = await initialize(client, TOKEN)
+    r = await client.post("/mcp", json=request("tools/list"), headers=headers(sid, TOKEN))
+    handshake = {t["name"]: t for t in r.json()["result"]["tools"]}
+    assert handshake["only_as_task"]["execution"] == {"taskSupport": "required"}
+
+
 async def test_a_handshake_client_is_served_as_before_beside_the_stateless_era(
     client: httpx.AsyncClient,
 ) -> None:

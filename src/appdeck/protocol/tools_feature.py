@@ -48,6 +48,7 @@ class ToolsFeature:
         self._resource_metadata_url = resource_metadata_url
         """Named in the step-up challenge of a tool refused for its scope (RFC 9728)."""
         self._wire: dict[str, JsonObject] = {}
+        self._wire_stateless: dict[str, JsonObject] = {}
 
     def register(self, rpc: Dispatcher[Call]) -> None:
         rpc.register("tools/list", self.list)
@@ -59,12 +60,20 @@ class ToolsFeature:
             body = self._wire[tool.name] = tool.wire()
         return body
 
+    def _wired_stateless(self, tool: ToolDef) -> JsonObject:
+        """A tool as 2026-07-28 lists it: without ``execution.taskSupport``, which that revision
+        dropped (the tasks extension, SEP-2663, negotiates tasks by capability, not per tool)."""
+        body = self._wire_stateless.get(tool.name)
+        if body is None:
+            body = {k: v for k, v in self._wired(tool).items() if k != "execution"}
+            self._wire_stateless[tool.name] = body
+        return body
+
     async def list(self, message: JsonObject, call: Call) -> JsonObject:
         principal = call.principal
         assert principal is not None
-        visible = [
-            self._wired(t) for t in self._registry.tools.values() if principal.has_scope(t.scope)
-        ]
+        wired = self._wired if call.peer is None else self._wired_stateless
+        visible = [wired(t) for t in self._registry.tools.values() if principal.has_scope(t.scope)]
         tools, nxt = pagination.page(visible, jsonrpc.params_of(message))
         body: JsonObject = {"tools": tools}
         if nxt:
