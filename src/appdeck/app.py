@@ -451,5 +451,6 @@ class Services:
             if self.platform.hosting is not None:  # each app's git remote (issue 21 §4)
                 throttle = FailureThrottle(free=s.auth_failures_per_ip, window=MCP_WINDOW)
                 routes.append(git_remote_route(self.platform.hosting, self.authenticator, throttle))
-        app = SpelledChallenges(Router(mcp, control_plane(health, routes)), self.urls)
+        plane = control_plane(health, routes, metrics_token=s.metrics_token)
+        app = SpelledChallenges(Router(mcp, plane), self.urls)
         return setup.behind_edge(app, self.router)  # HAProxy's X-Forwarded-* believed

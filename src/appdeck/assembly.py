@@ -19,6 +19,7 @@ from appdeck.events.bus import InProcessBus, RedisBus
 from appdeck.events.cluster import Cluster
 from appdeck.events.leases import RedisLeases
 from appdeck.events.redis_log import RedisEventLog
+from appdeck.observability.mcp import McpMetrics, count_sessions
 from appdeck.platform.apis.shares import OutboundLimits
 from appdeck.platform.crypto import Sealer
 from appdeck.platform.quotas import Limits
@@ -192,6 +193,11 @@ def mcp_server_of(
             default_poll_ms=settings.task_poll_ms,
         ),
     )
+    server: McpServer
+    # what the server serves bounds the metric labels; read at the first request, when the
+    # server below exists and every tool is registered
+    telemetry = McpMetrics(lambda: (*server.rpc, *server.stateless_rpc), registry.tools.keys)
+    count_sessions(lambda: len(sessions.live()))
     server = McpServer(
         registry=registry,
         sessions=sessions,
@@ -207,6 +213,7 @@ def mcp_server_of(
         state_key=bytes.fromhex(
             Sealer.from_settings(settings.secret_key, settings.data_dir).mac("mcp request state")
         ),
+        telemetry=telemetry,
     )
     return server, tasks
 

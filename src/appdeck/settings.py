@@ -136,6 +136,10 @@ class Settings(BaseSettings):
     Two servers on one host must never share one: release ids repeat across data dirs."""
     secret_key: str | None = None
     """Encrypts env var values at rest; default: a key generated into the data dir."""
+    metrics_token: str | None = Field(None, min_length=16, max_length=256, pattern=r"^[!-~]+$")
+    """The scrape token of ``/metrics`` (``Authorization: Bearer <token>``). A client on
+    loopback scrapes without it; any other client (the server listening beyond loopback, or
+    reached through the data plane) is refused without it, and always when it is unset."""
     source_roots: PathList = []
     """Directories app sources may be read from, ``os.pathsep``-separated; ``{tenant}`` in a
     root stands for the caller's tenant id. Default: ``<data dir's parent>/appdeck-sources/

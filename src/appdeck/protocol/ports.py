@@ -158,6 +158,23 @@ class AuditTrail(Protocol):
         ...
 
 
+class Telemetry(Protocol):
+    """Where the core reports what it served, for metrics (``appdeck.observability``).
+
+    Called once per request on the hot path: an implementation counts in memory and returns.
+    Labels are bounded by the caller: ``method`` is a method the server serves or ``other``,
+    ``tool`` a registered tool or ``other``, ``outcome`` one of a few words (see
+    :mod:`appdeck.protocol.outcomes`)."""
+
+    def request_served(self, method: str, era: str, outcome: str) -> None:
+        """``era``: ``handshake`` or ``stateless``."""
+        ...
+
+    def tool_served(self, tool: str, outcome: str, seconds: float) -> None: ...
+
+    def task_changed(self, status: str) -> None: ...
+
+
 class Subscription(Protocol):
     """What :meth:`Broadcast.subscribe` returns; handed back to unsubscribe."""
 

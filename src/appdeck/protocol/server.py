@@ -29,7 +29,7 @@ from typing import Any
 from appdeck import __version__, activity
 from appdeck.common.errors import AppDeckError
 from appdeck.common.identity import Principal
-from appdeck.protocol import inbound, jsonrpc, stateless, versions
+from appdeck.protocol import inbound, jsonrpc, outcomes, stateless, versions
 from appdeck.protocol.call import Call
 from appdeck.protocol.catalogue import Catalogue
 from appdeck.protocol.context import OutgoingRequests, ToolContext
@@ -49,7 +49,7 @@ from appdeck.protocol.inputs import InputRequired, StateCodec, input_required, i
 from appdeck.protocol.instructions import INSTRUCTIONS
 from appdeck.protocol.levels import LOG_RANK
 from appdeck.protocol.listen import ListenFeature, ListenHub
-from appdeck.protocol.ports import AuditTrail, Broadcast, Outbox
+from appdeck.protocol.ports import AuditTrail, Broadcast, Outbox, Telemetry
 from appdeck.protocol.prompts_feature import PromptsFeature
 from appdeck.protocol.registry import Registry
 from appdeck.protocol.relay import Relay, decode
@@ -140,8 +140,11 @@ class McpServer:
         broadcast: Broadcast | None = None,
         instance_id: str | None = None,
         state_key: bytes | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self.info = info or ServerInfo()
+        self.telemetry = telemetry
+        """Counts every answered request (metrics); None: nothing counted."""
         self.states = StateCodec(state_key or secrets.token_bytes(32))
         """Seals the stateless era's ``requestState`` (the key every replica shares)."""
         self.registry = registry
@@ -279,7 +282,28 @@ class McpServer:
             response, status = error_response(request_id, exc), 500
         if self.audit is not None and (method == "tools/call" or status in _AUDITED_STATUSES):
             self._audit(message, call.principal, response, status, started)
+        if self.telemetry is not None:
+            self._count(message, call, response, status, started)
         return response, status, headers
+
+    def _count(
+        self,
+        request: JsonObject,
+        call: Call,
+        response: JsonObject | None,
+        status: int,
+        started: float,
+    ) -> None:
+        telemetry = self.telemetry
+        assert telemetry is not None
+        method: str = request["method"]
+        outcome = outcomes.of(response, status)
+        telemetry.request_served(method, "handshake" if call.peer is None else "stateless", outcome)
+        if method == "tools/call":
+            params = request.get("params")
+            tool = params.get("name") if type(params) is dict else None
+            seconds = time.perf_counter() - started
+            telemetry.tool_served(tool if type(tool) is str else "", outcome, seconds)
 
     def _audit(
         self,
@@ -533,6 +557,8 @@ class McpServer:
         """A stateless task's change, as ``notifications/tasks`` (its DetailedTask) to its
         owner's listen streams that name it, on every replica. A session's task is announced
         on its session (``notifications/tasks/status``) by the task manager."""
+        if self.telemetry is not None:
+            self.telemetry.task_changed(task.status)
         if not task.stateless:
             return
         body = await detailed_task(self.tasks, task)

@@ -20,6 +20,7 @@ from appdeck.auth import Authenticator, AuthError
 from appdeck.auth.ratelimit import TokenBuckets
 from appdeck.auth.throttle import FailureThrottle
 from appdeck.common.identity import Principal
+from appdeck.observability import mcp as metrics
 from appdeck.protocol import errors as rpc
 from appdeck.protocol.ports import AuditTrail
 from appdeck.transport.responses import Headers
@@ -87,6 +88,7 @@ class Guard:
             wait = self.failures.blocked(client)
             if wait is not None:
                 self.refused(None, 429, "too many failed authentications", method, client)
+                metrics.refused("auth_throttled")
                 raise _too_many(
                     "Too many failed authentications from this address; retry later", wait * 1000
                 )
@@ -97,6 +99,7 @@ class Guard:
             if not required:
                 return None
             self.refused(None, 401, exc.message, method, client)
+            metrics.refused("unauthenticated")
             if client is not None and self.failures is not None:
                 self.failures.failed(client)
             challenge = self.auth.challenge(exc).encode("latin-1")
@@ -107,6 +110,7 @@ class Guard:
             wait_ms = await self.limiter.take(rate_key(principal))
             if wait_ms is not None:
                 self.refused(principal, 429, "rate limited", method, client)
+                metrics.refused("rate_limited")
                 raise _too_many("Too many requests for this token; slow down", wait_ms)
         return principal
 

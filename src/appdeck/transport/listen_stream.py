@@ -17,6 +17,7 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from appdeck.observability import mcp as metrics
 from appdeck.protocol.ports import RequestChannel
 from appdeck.protocol.server import Answer
 from appdeck.transport.responses import Receive, Send, send_empty, send_json
@@ -31,6 +32,7 @@ class ListenStream(StatelessStream):
     stateless stream that stays open, written by the handler and the keepalive in turn."""
 
     __slots__ = ("_keepalive", "_lock", "_receive")
+    KIND = "listen"
 
     def __init__(self, receive: Receive, send: Send, keepalive_seconds: float) -> None:
         super().__init__(send)
@@ -71,6 +73,8 @@ class ListenStream(StatelessStream):
             for task in (handler, gone, keeper):
                 with contextlib.suppress(asyncio.CancelledError, OSError):
                     await task
+            if self.started:
+                metrics.stream_closed(self.KIND)
 
     async def _disconnected(self) -> None:
         while (await self._receive())["type"] != "http.disconnect":

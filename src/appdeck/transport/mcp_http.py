@@ -29,6 +29,7 @@ import orjson
 from redis.exceptions import RedisError
 
 from appdeck.common.identity import Principal
+from appdeck.observability import mcp as metrics
 from appdeck.protocol import envelope, inbound, listen, param_headers, versions
 from appdeck.protocol import errors as rpc
 from appdeck.protocol.call import Call
@@ -207,10 +208,14 @@ class McpHttpApp:
             ),
         )
         call.channel = stream
-        response, status, extra = await self.server.handle_request(request, call)
-        if stream.started:
-            await stream.finish(response)
-            return
+        try:
+            response, status, extra = await self.server.handle_request(request, call)
+            if stream.started:
+                await stream.finish(response)
+                return
+        finally:
+            if stream.started:
+                metrics.stream_closed("post")
         if response is None:
             await send_empty(send, 202)
             return
@@ -257,10 +262,15 @@ class McpHttpApp:
         stream = StatelessStream(send)
         call = Call(principal, None, stream, got.peer)
         call.param_headers = param_headers.collect(headers)
-        response, status, extra = await self.server.handle_request(message, call)
-        if stream.started:
-            await stream.finish(response)
-        elif response is None:
+        try:
+            response, status, extra = await self.server.handle_request(message, call)
+            if stream.started:
+                await stream.finish(response)
+                return
+        finally:
+            if stream.started:
+                metrics.stream_closed(stream.KIND)
+        if response is None:
             await send_empty(send, 202)
         else:
             await send_json(send, status, response, extra)

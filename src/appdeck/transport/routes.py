@@ -3,6 +3,8 @@ and the router that sends ``/mcp`` straight to the raw ASGI app."""
 
 from __future__ import annotations
 
+import hmac
+import ipaddress
 from collections.abc import Awaitable, Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -16,16 +18,44 @@ from appdeck.transport.responses import ASGIApp, Receive, Scope, Send
 HealthCheck = Callable[[], Awaitable[dict[str, object]]]
 
 
-def control_plane(health: HealthCheck, extra: list[Route] | None = None) -> Starlette:
+def control_plane(
+    health: HealthCheck, extra: list[Route] | None = None, *, metrics_token: str | None = None
+) -> Starlette:
+    """``metrics_token``: what a client beyond loopback must present to read ``/metrics``
+    (see :func:`may_scrape`); None: loopback only."""
+    expected = f"Bearer {metrics_token}".encode() if metrics_token else None
+
     async def healthz(request: Request) -> Response:
         body = await health()
         return JSONResponse(body, status_code=200 if body.get("status") == "ok" else 503)
 
     async def metrics(request: Request) -> Response:
+        client = request.client.host if request.client else None
+        presented = request.headers.get("authorization", "").encode("latin-1", "replace")
+        if not may_scrape(client, presented, expected):
+            return JSONResponse(
+                {"error": "metrics are served to loopback, or to a client with the scrape token"},
+                status_code=401 if expected else 403,
+                headers={"www-authenticate": 'Bearer realm="metrics"'} if expected else None,
+            )
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
     routes = [Route("/healthz", healthz), Route("/metrics", metrics), *(extra or [])]
     return Starlette(routes=routes)
+
+
+def may_scrape(client: str | None, presented: bytes, expected: bytes | None) -> bool:
+    """Loopback may read the metrics; anyone else must present the scrape token. The client
+    is the connection's peer, or the data plane's ``X-Forwarded-For`` (only believed from
+    HAProxy, :mod:`appdeck.transport.edge_forwarded`), so a request through the edge is not
+    loopback."""
+    if client is not None:
+        try:
+            if ipaddress.ip_address(client).is_loopback:
+                return True
+        except ValueError:
+            pass
+    return expected is not None and hmac.compare_digest(presented, expected)
 
 
 def json_route(path: str, document: dict[str, object]) -> Route:

@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from appdeck.observability import mcp as metrics
 from appdeck.transport.responses import Send
 from appdeck.transport.sse import SSE_HEADERS
 
@@ -27,6 +28,8 @@ class StatelessStream:
     """The core's RequestChannel for one stateless request."""
 
     __slots__ = ("_send", "closed", "started")
+    KIND = "post"
+    """Its label in ``appdeck_mcp_streams_open``; whoever ends the stream counts it closed."""
 
     def __init__(self, send: Send) -> None:
         self._send = send
@@ -46,6 +49,7 @@ class StatelessStream:
     async def send(self, message: JsonObject) -> None:
         if not self.started:
             self.started = True
+            metrics.stream_opened(self.KIND)
             await self._send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
         await self._write(frame(message))
 

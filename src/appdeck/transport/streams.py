@@ -20,6 +20,7 @@ from redis.exceptions import RedisError
 
 from appdeck.events.bus import CLOSE, RESYNC, Delivery, Listener, Taken
 from appdeck.events.ports import Lease
+from appdeck.observability import mcp as metrics
 from appdeck.protocol import errors as rpc
 from appdeck.protocol import versions
 from appdeck.protocol.call import Call
@@ -64,6 +65,7 @@ class PostStream:
     async def _start(self) -> None:
         sid = self._session_id()
         self.started = True
+        metrics.stream_opened("post")  # mcp_http counts it closed once the request is answered
         self.stream = secrets.token_hex(6)
         await self._hub.open_request_stream(sid, self.stream, resumable=self._priming)
         headers = [*SSE_HEADERS, (b"mcp-session-id", sid.encode())]
@@ -154,6 +156,7 @@ class GetStream:
             for event in events:
                 if event.seq <= self._last:
                     continue
+                metrics.replayed(1)
                 if await self._event(event.seq, event.payload, _loads(event.payload)):
                     return True
             if len(events) < self.PAGE:
@@ -186,6 +189,7 @@ class GetStream:
 
         watcher = asyncio.create_task(watch_disconnect())
         keeper = asyncio.create_task(hub.keep(self._lease, lambda: listener.put(CLOSE)))
+        metrics.stream_opened("get")
         try:
             out = [*SSE_HEADERS, (b"mcp-session-id", sid.encode())]
             await self._send({"type": "http.response.start", "status": 200, "headers": out})
@@ -205,6 +209,7 @@ class GetStream:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
             await hub.unlisten(listener)
+            metrics.stream_closed("get")
             with contextlib.suppress(OSError):
                 await self._send({"type": "http.response.body", "body": b"", "more_body": False})
 
