@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -69,6 +70,13 @@ async def services(database_url: str, tmp_path: Path) -> AsyncIterator[Services]
         sse_retry_ms=50,
         max_body_bytes=64 * 1024,
     )
+    async with running(settings) as svc:
+        yield svc
+
+
+@contextlib.asynccontextmanager
+async def running(settings: Settings) -> AsyncIterator[Services]:
+    """Services on ``settings`` with the test tokens and tools, stopped afterwards."""
     svc = await Services.start(settings, authenticator=TokenTable(TOKENS))
     register(svc)
     try:

@@ -16,9 +16,10 @@ from appdeck.app import Services
 from appdeck.protocol.context import ToolContext
 from appdeck.protocol.registry import ToolDef
 from appdeck.settings import Settings
-from tests.support.mcp import TokenTable, headers, initialize, parse_sse, request
+from tests.support.mcp import headers, initialize, parse_sse, request
+from tests.support.stateless import StatelessCaller
 
-from .conftest import TOKENS, register
+from .conftest import running
 
 TOKEN = "alice-token"
 SCRAPE_TOKEN = "s3cret-scrape-token-0123456789"
@@ -76,19 +77,8 @@ async def test_tool_calls_requests_and_refusals_appear_in_the_scrape(
 
 
 async def test_a_stateless_request_is_counted_in_its_era(client: httpx.AsyncClient) -> None:
-    meta = {
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {},
-    }
     before = await scrape(client)
-    r = await client.post(
-        "/mcp",
-        json=request("tools/list", {"_meta": meta}),
-        headers={
-            **headers(token=TOKEN, mcp_protocol_version="2026-07-28"),
-            "mcp-method": "tools/list",
-        },
-    )
+    r = await StatelessCaller(client, TOKEN).post("tools/list")
     assert r.status_code == 200
     after = await scrape(client)
     labels = {"method": "tools/list", "era": "stateless", "outcome": "ok"}
@@ -124,12 +114,8 @@ async def test_a_post_answered_as_a_stream_is_open_while_it_runs_and_closed_afte
 @pytest.fixture
 async def guarded(database_url: str, tmp_path: Path) -> AsyncIterator[Services]:
     settings = Settings(data_dir=tmp_path, database_url=database_url, metrics_token=SCRAPE_TOKEN)
-    svc = await Services.start(settings, authenticator=TokenTable(TOKENS))
-    register(svc)
-    try:
+    async with running(settings) as svc:
         yield svc
-    finally:
-        await svc.stop()
 
 
 def from_afar(services: Services, *, token: str | None = None) -> httpx.AsyncClient:

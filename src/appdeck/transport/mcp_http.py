@@ -34,7 +34,7 @@ from appdeck.protocol import envelope, inbound, listen, param_headers, versions
 from appdeck.protocol import errors as rpc
 from appdeck.protocol.call import Call
 from appdeck.protocol.jsonrpc import Kind
-from appdeck.protocol.server import McpServer
+from appdeck.protocol.server import Answer, McpServer
 from appdeck.protocol.sessions import Session
 from appdeck.transport.guard import Guard, HttpError
 from appdeck.transport.hub import StreamHub
@@ -208,14 +208,10 @@ class McpHttpApp:
             ),
         )
         call.channel = stream
-        try:
-            response, status, extra = await self.server.handle_request(request, call)
-            if stream.started:
-                await stream.finish(response)
-                return
-        finally:
-            if stream.started:
-                metrics.stream_closed("post")
+        answer = await self._answer(request, call, stream)
+        if answer is None:
+            return
+        response, status, extra = answer
         if response is None:
             await send_empty(send, 202)
             return
@@ -224,6 +220,21 @@ class McpHttpApp:
             session_header = (b"mcp-session-id", session.id.encode())
             extra = [session_header, *extra] if extra else [session_header]
         await send_json(send, status, response, extra)
+
+    async def _answer(
+        self, message: JsonObject, call: Call, stream: PostStream | StatelessStream
+    ) -> Answer | None:
+        """The core's answer to a POSTed request; None when the answer went out on the SSE
+        stream the request started (finished here, and counted closed however it ends)."""
+        try:
+            answer = await self.server.handle_request(message, call)
+            if stream.started:
+                await stream.finish(answer[0])
+                return None
+            return answer
+        finally:
+            if stream.started:
+                metrics.stream_closed("post")
 
     async def _post_stateless(
         self,
@@ -262,14 +273,10 @@ class McpHttpApp:
         stream = StatelessStream(send)
         call = Call(principal, None, stream, got.peer)
         call.param_headers = param_headers.collect(headers)
-        try:
-            response, status, extra = await self.server.handle_request(message, call)
-            if stream.started:
-                await stream.finish(response)
-                return
-        finally:
-            if stream.started:
-                metrics.stream_closed(stream.KIND)
+        answer = await self._answer(message, call, stream)
+        if answer is None:
+            return
+        response, status, extra = answer
         if response is None:
             await send_empty(send, 202)
         else:
