@@ -32,7 +32,12 @@ async def echo(arguments: dict[str, Any], ctx: Any) -> dict[str, Any]:
 async def main(n: int, profile: bool) -> None:
     data_dir = Path(tempfile.mkdtemp())
     settings = Settings.model_validate(
-        {"data_dir": data_dir, "rate_limit_per_second": 1e9, "rate_limit_burst": 10**9}
+        {
+            "data_dir": data_dir,
+            "rate_limit_per_second": 1e9,
+            "rate_limit_burst": 10**9,
+            "ingress_port": 0,  # a free port: 8088 may be a running server's
+        }
     )
     services = await Services.start(settings, port=8080)
     services.registry.add_tool(ToolDef("echo", "Echo", ECHO_SCHEMA, echo))
