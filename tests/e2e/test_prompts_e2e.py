@@ -1,6 +1,7 @@
 """The workflow prompts through a real ``appdeck serve`` and the official MCP client: listed,
-got, and the ship_directory prompt followed step by step (inline files deployed as a task,
-preflight, the URL answering through the ingress)."""
+got, the ship_directory prompt followed step by step (inline files deployed as a task,
+preflight, the URL answering through the ingress), then add_table_and_api_key's (a table with
+a row, a key, the URL guarded by it)."""
 
 from __future__ import annotations
 
@@ -48,6 +49,40 @@ async def _ok(client: Client, name: str, arguments: dict[str, Any]) -> dict[str,
     assert not result.is_error, (name, result.content)
     assert result.structured_content is not None
     return dict(result.structured_content)
+
+
+async def _follow_the_data_prompt(client: Client, text: str, app_id: int, url: str) -> None:
+    """add_table_and_api_key's steps as an agent takes them: the table made and checked with
+    a row, a key created, the app made to require one, and the URL refusing a request without
+    it and answering with it. (The step that changes the app's code to use the table is the
+    agent's own; discover_apis and test_api are for apps with an OpenAPI document.)"""
+    steps = calls(text, app_id)
+    named = [name for name, _ in steps]
+    assert named[:7] == [
+        "manage_table",
+        "records",
+        "records",
+        "manage_api_key",
+        "set_app_spec",
+        "get_app_url",
+        "discover_apis",
+    ], named
+    made = await _ok(client, *steps[0])
+    assert [c["name"] for c in made["columns"]][-2:] == ["title", "done"], made
+    await _ok(client, *steps[1])
+    listed = await _ok(client, *steps[2])
+    assert [row["title"] for row in listed["rows"]] == ["<a value>"], listed
+    key = (await _ok(client, *steps[3]))["api_key"]
+    await _ok(client, *steps[4])
+    assert (await _ok(client, *steps[5]))["url"] == url
+    async with httpx.AsyncClient(timeout=10) as http:
+        request = through_ingress(url)
+        async with asyncio.timeout(60):  # the ingress takes the new spec within moments
+            while (await http.get(**request)).status_code != 401:  # noqa: ASYNC110 - bounded poll
+                await asyncio.sleep(0.2)
+        keyed = await http.get(request["url"], headers={**request["headers"], "x-api-key": key})
+        assert keyed.status_code == 200, keyed.text
+        assert keyed.json()["version"] == "v1"
 
 
 @pytest.mark.e2e
@@ -99,10 +134,12 @@ async def test_the_official_client_ships_a_directory_by_following_the_prompt(
         assert "connected to hosted (branch main)" in ci
         assert "manage_ci" in ci
         data = await _text(
-            client, "add_table_and_api_key", {"app_id": str(app_id), "table": "todos"}
+            client,
+            "add_table_and_api_key",
+            {"app_id": str(app_id), "table": "todos", "columns": "title:text, done:boolean"},
         )
         assert "deployment #1 is live" in data
-        assert "manage_api_key" in data
+        await _follow_the_data_prompt(client, data, app_id, url)
         with pytest.raises(MCPError) as refused:
             await client.get_prompt("ship_directory", {"name": "Not A Name"})
         assert refused.value.code == -32602
