@@ -147,3 +147,84 @@ async def test_the_official_client_ships_a_directory_by_following_the_prompt(
 
         await _ok(client, "manage_app", {"app_id": app_id, "action": "delete", "confirm": True})
     assert inbox.errors == []
+
+
+async def _git(*argv: str, cwd: Path) -> str:
+    ran = await asyncio.create_subprocess_exec(
+        "git", "-C", str(cwd), "-c", "user.name=dev", "-c", "user.email=dev@example.test", *argv,
+        env={"GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1",
+             "GIT_TERMINAL_PROMPT": "0", "PATH": "/usr/bin:/bin"},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    out, _ = await ran.communicate()
+    assert ran.returncode == 0, (argv, out.decode(errors="replace"))
+    return out.decode(errors="replace")
+
+
+def _step(steps: list[tuple[str, dict[str, Any]]], name: str, action: str) -> dict[str, Any]:
+    return next(a for n, a in steps if n == name and a.get("action") == action)
+
+
+@pytest.mark.e2e
+async def test_the_official_client_sets_up_ci_and_auto_deploy_by_following_the_prompt(
+    launch_appdeck: Launcher, tmp_path: Path
+) -> None:
+    """set_up_ci_and_auto_deploy followed: CI configured with auto_deploy, the head tested as
+    a task, then a push to the hosted remote tested and deployed by itself."""
+    server = await launch_appdeck()
+    inbox = Inbox()
+    async with asyncio.timeout(420), official_client(server, inbox) as client:
+        created = await call_tool_as_task(
+            client, "import_and_deploy", {"name": "hello", "files": _files(HELLO)}
+        )
+        shipped = await task_result(client, created.task.task_id, read_timeout=180)
+        assert not shipped.is_error, shipped.content
+        assert shipped.structured_content is not None
+        app_id = shipped.structured_content["app_id"]
+        push_url = shipped.structured_content["push_url"]
+
+        text = await _text(
+            client,
+            "set_up_ci_and_auto_deploy",
+            {"app_id": str(app_id), "test_command": "test -f app.py"},
+        )
+        assert "connected to hosted (branch main)" in text
+        steps = calls(text, app_id)
+        configured = await _ok(client, "manage_ci", _step(steps, "manage_ci", "configure"))
+        assert configured["config"]["auto_deploy"] is True, configured
+        started = await call_tool_as_task(client, "manage_ci", _step(steps, "manage_ci", "trigger"))
+        head = await task_result(client, started.task.task_id, read_timeout=180)
+        assert not head.is_error, head.content
+        assert head.structured_content is not None
+        assert head.structured_content["run"]["state"] == "passed", head.structured_content
+
+        # prove the loop: a commit pushed to the hosted remote is tested, then deployed
+        assert push_url.startswith("http://"), push_url
+        remote = push_url.replace("http://", f"http://git:{server.token}@", 1)
+        work = tmp_path / "clone"
+        await _git("clone", "-q", remote, str(work), cwd=tmp_path)
+        app_py = (work / "app.py").read_text()
+        label = '"APP_VERSION_LABEL", "v1"'
+        assert label in app_py
+        (work / "app.py").write_text(app_py.replace(label, '"APP_VERSION_LABEL", "v2"'))
+        await _git("commit", "-qam", "v2", cwd=work)
+        await _git("push", "-q", remote, "HEAD:main", cwd=work)
+        while True:
+            runs = await _ok(client, "manage_ci", _step(steps, "manage_ci", "runs"))
+            pushed = runs["runs"][0]
+            if pushed["trigger"] == "push" and pushed["deployment"] is not None:
+                break
+            await asyncio.sleep(0.2)
+        assert pushed["state"] == "passed", runs
+        while True:
+            listed = await _ok(client, "list_deployments", {"app_id": app_id})
+            newest = listed["deployments"][0]
+            if newest["done"]:
+                break
+            await asyncio.sleep(0.2)
+        assert (newest["number"], newest["state"]) == (pushed["deployment"], "live"), listed
+        url = (await _ok(client, "get_app_url", {"app_id": app_id}))["url"]
+        async with httpx.AsyncClient(timeout=10) as http:
+            answer = await http.get(**through_ingress(url))
+        assert answer.json()["version"] == "v2", answer.text
+    assert inbox.errors == []
