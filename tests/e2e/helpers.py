@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import shutil
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -17,6 +20,18 @@ from mcp.client.streamable_http import streamable_http_client
 
 from tests.support.appdeck_process import AppDeckProcess
 from tests.support.mcp import Event, headers, parse_sse, request
+
+HELLO = Path(__file__).resolve().parents[1] / "fixtures" / "apps" / "hello"
+"""The small app the e2e tests deploy."""
+
+
+def hello_source(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A copy of the hello app under ``tmp_path/src`` and the env that makes that directory
+    the server's source root: (the app's directory, the env)."""
+    root = tmp_path / "src"
+    shutil.copytree(HELLO, root / "hello")
+    return root / "hello", {"APPDECK_SOURCE_ROOTS": json.dumps([str(root)])}
+
 
 PROTOCOL = "2025-11-25"
 RELATED_TASK = "io.modelcontextprotocol/related-task"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import warnings
 from pathlib import Path
 from typing import Any
@@ -16,16 +15,15 @@ import mcp.types as types
 import pytest
 
 from tests.e2e.conftest import Launcher
-from tests.e2e.helpers import Inbox, official_client, raw_http, rpc, through_ingress
+from tests.e2e.helpers import (
+    Inbox,
+    hello_source,
+    official_client,
+    raw_http,
+    rpc,
+    through_ingress,
+)
 from tests.support.mcp import initialize
-
-HELLO = Path(__file__).resolve().parents[1] / "fixtures" / "apps" / "hello"
-
-
-def _source(tmp_path: Path) -> tuple[Path, dict[str, str]]:
-    root = tmp_path / "src"
-    shutil.copytree(HELLO, root / "hello")
-    return root / "hello", {"APPDECK_SOURCE_ROOTS": json.dumps([str(root)])}
 
 
 async def _tool(http: httpx.AsyncClient, sid: str, name: str, args: dict[str, Any], id: int) -> Any:
@@ -48,7 +46,7 @@ def _spec(source: Path, **extra: Any) -> dict[str, Any]:
 async def test_a_subscriber_hears_every_deployment_state_change(
     launch_appdeck: Launcher, tmp_path: Path
 ) -> None:
-    source, env = _source(tmp_path)
+    source, env = hello_source(tmp_path)
     server = await launch_appdeck(env=env)
     inbox = Inbox()
     async with asyncio.timeout(60), official_client(server, inbox) as client:
@@ -88,7 +86,7 @@ async def test_a_subscriber_hears_every_deployment_state_change(
 async def test_a_kill_during_a_deploy_keeps_the_live_app_and_ends_the_task(
     launch_appdeck: Launcher, tmp_path: Path
 ) -> None:
-    source, env = _source(tmp_path)
+    source, env = hello_source(tmp_path)
     async with asyncio.timeout(90):
         first = await launch_appdeck(env=env)
         async with raw_http(first) as http:
@@ -158,7 +156,7 @@ async def test_the_official_client_deploys_the_fixture_app_with_every_strategy_a
 ) -> None:
     from tests.e2e.helpers import call_tool_as_task, task_result
 
-    source, env = _source(tmp_path)
+    source, env = hello_source(tmp_path)
     server = await launch_appdeck(env=env)
     async with asyncio.timeout(120), official_client(server) as client:
         made = await client.call_tool(

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -17,13 +16,12 @@ import httpx
 import pytest
 
 from tests.e2e.conftest import Launcher
-from tests.e2e.helpers import through_ingress
+from tests.e2e.helpers import hello_source, through_ingress
 from tests.support.appdeck_process import AppDeckProcess
 from tests.support.stateless import body, routing
 from tests.support.wait import until
 
 pytestmark = pytest.mark.e2e
-HELLO = Path(__file__).resolve().parents[1] / "fixtures" / "apps" / "hello"
 TASKS = "io.modelcontextprotocol/tasks"
 CAPS = {"elicitation": {}, "extensions": {TASKS: {}}}
 
@@ -81,9 +79,7 @@ async def listen(
 async def test_the_deploy_story_runs_in_the_stateless_era(
     launch_appdeck: Launcher, tmp_path: Path
 ) -> None:
-    root = tmp_path / "src"
-    shutil.copytree(HELLO, root / "hello")
-    env = {"APPDECK_SOURCE_ROOTS": json.dumps([str(root)])}
+    source, env = hello_source(tmp_path)
     server = await launch_appdeck(env=env)
     async with asyncio.timeout(400), httpx.AsyncClient(base_url=server.origin, timeout=60) as http:
         s = Stateless(http, server)
@@ -93,7 +89,7 @@ async def test_the_deploy_story_runs_in_the_stateless_era(
         made = await s.tool("register_app", {"name": "hello", "spec": {"runtime": "python"}})
         app_id = made["structuredContent"]["app_id"]
         spec = {
-            "source_path": str(root / "hello"),
+            "source_path": str(source),
             "run_command": "python3 app.py",
             "health_check": {"path": "/healthz", "timeout_s": 2},
             "instances": 2,

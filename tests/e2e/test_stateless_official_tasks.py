@@ -9,8 +9,6 @@ confirmed through the client's elicitation callback (an input-required round).""
 from __future__ import annotations
 
 import asyncio
-import json
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -25,10 +23,9 @@ from mcp.client.streamable_http import streamable_http_client
 from pydantic import ConfigDict
 
 from tests.e2e.conftest import Launcher
-from tests.e2e.helpers import through_ingress
+from tests.e2e.helpers import hello_source, through_ingress
 
 pytestmark = pytest.mark.e2e
-HELLO = Path(__file__).resolve().parents[1] / "fixtures" / "apps" / "hello"
 TERMINAL = ("completed", "failed", "cancelled")
 
 
@@ -98,9 +95,7 @@ class Tasks(ClientExtension):
 async def test_the_official_client_deploys_as_a_task_and_confirms_a_delete_in_the_stateless_era(
     launch_appdeck: Launcher, tmp_path: Path
 ) -> None:
-    root = tmp_path / "src"
-    shutil.copytree(HELLO, root / "hello")
-    env = {"APPDECK_SOURCE_ROOTS": json.dumps([str(root)])}
+    source, env = hello_source(tmp_path)
     server = await launch_appdeck(env=env)
     asked: list[str] = []
 
@@ -119,7 +114,7 @@ async def test_the_official_client_deploys_as_a_task_and_confirms_a_delete_in_th
             )
             app_id = made.structured_content["app_id"]  # type: ignore[index]
             spec = {
-                "source_path": str(root / "hello"),
+                "source_path": str(source),
                 "run_command": "python3 app.py",
                 "health_check": {"path": "/healthz", "timeout_s": 2},
                 "instances": 2,
