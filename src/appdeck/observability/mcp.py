@@ -22,7 +22,7 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections.abc import Callable, Iterable, Iterator
-from typing import Final
+from typing import Any, Final
 
 from prometheus_client import REGISTRY, Counter, Gauge
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
@@ -84,22 +84,18 @@ class _Served(Collector):
         self.tool_seconds: dict[str, _Latency] = {}
 
     def collect(self) -> Iterator[Metric]:
-        requests = CounterMetricFamily(
+        yield _counter(
             "appdeck_mcp_requests",
             "MCP requests answered, by method, protocol era (handshake or stateless) and outcome",
-            labels=["method", "era", "outcome"],
+            ["method", "era", "outcome"],
+            self.requests,
         )
-        for labels, n in list(self.requests.items()):
-            requests.add_metric(labels, n)
-        yield requests
-        calls = CounterMetricFamily(
+        yield _counter(
             "appdeck_mcp_tool_calls",
             "tools/call requests answered, by tool and outcome",
-            labels=["tool", "outcome"],
+            ["tool", "outcome"],
+            self.tool_calls,
         )
-        for pair, n in list(self.tool_calls.items()):
-            calls.add_metric(pair, n)
-        yield calls
         latency = HistogramMetricFamily(
             "appdeck_mcp_tool_call_seconds",
             "tools/call latency from request in to answer out (a task: until it is created)",
@@ -108,6 +104,15 @@ class _Served(Collector):
         for tool, state in list(self.tool_seconds.items()):
             latency.add_metric([tool], state.cumulative(), state.total)
         yield latency
+
+
+def _counter(
+    name: str, documentation: str, labels: list[str], counts: dict[Any, int]
+) -> CounterMetricFamily:
+    family = CounterMetricFamily(name, documentation, labels=labels)
+    for values, n in list(counts.items()):  # a copy, should a scrape ever run off the loop
+        family.add_metric(list(values), n)
+    return family
 
 
 SERVED: Final = _Served()
