@@ -6,10 +6,12 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import pytest
-from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio import Redis
+
+from appdeck.events.cluster import bounded
 
 REDIS_URL = os.environ.get("APPDECK_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -32,15 +34,7 @@ def connect(
     **kwargs: Any,
 ) -> R:
     """A test client on a bounded pool with generous timeouts (see :data:`TIMEOUT`)."""
-    pool = BlockingConnectionPool.from_url(
-        url,
-        max_connections=POOL_SIZE,
-        timeout=TIMEOUT,
-        socket_timeout=TIMEOUT,
-        socket_connect_timeout=TIMEOUT,
-        **kwargs,
-    )
-    return cast(R, cls.from_pool(pool))  # the client owns the pool and closes it
+    return bounded(url, POOL_SIZE, TIMEOUT, cls=cls, **kwargs)
 
 
 @pytest.fixture

@@ -138,6 +138,12 @@ async def test_a_client_beyond_loopback_needs_the_scrape_token(guarded: Services
         r = await scraper.get("/metrics")
         assert r.status_code == 200
         assert "appdeck_mcp_requests_total" in r.text
+    transport = httpx.ASGITransport(app=guarded.asgi(), client=("203.0.113.7", 40000))
+    async with httpx.AsyncClient(transport=transport, base_url="http://appdeck.example") as c:
+        spelled = {"authorization": f"bEaReR  {SCRAPE_TOKEN}"}  # the scheme is case-insensitive
+        assert (await c.get("/metrics", headers=spelled)).status_code == 200
+        basic = {"authorization": f"Basic {SCRAPE_TOKEN}"}
+        assert (await c.get("/metrics", headers=basic)).status_code == 401
 
 
 async def test_without_a_scrape_token_only_loopback_reads_the_metrics(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
+from typing import Any, TypeVar, cast
 
 from redis.asyncio import BlockingConnectionPool, Redis
 
@@ -21,6 +22,31 @@ REDIS_CONNECTIONS = 64
 """Connections one replica keeps to Redis at most. A burst of concurrent requests waits (up to
 :data:`REDIS_TIMEOUT`) for a free connection instead of opening one each: hundreds of handshakes
 at once are what timed out on a loaded machine, and each costs Redis a client."""
+
+
+R = TypeVar("R", bound=Redis)
+
+
+def bounded(
+    url: str,
+    connections: int,
+    timeout: float,
+    *,
+    cls: type[R] = Redis,  # type: ignore[assignment]
+    **options: Any,
+) -> R:
+    """A Redis client on a pool of at most ``connections``: a command waits up to ``timeout``
+    for a free one, and connects and commands time out after ``timeout`` too. The client owns
+    the pool (``aclose`` closes it)."""
+    pool = BlockingConnectionPool.from_url(
+        url,
+        max_connections=connections,
+        timeout=timeout,
+        socket_timeout=timeout,
+        socket_connect_timeout=timeout,
+        **options,
+    )
+    return cast(R, cls.from_pool(pool))
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,15 +68,7 @@ class Cluster:
     @classmethod
     async def connect(cls, url: str, prefix: str, instance_id: str | None = None) -> Cluster:
         """Connect to Redis (checked with a PING) and start the broadcast reader."""
-        pool = BlockingConnectionPool.from_url(
-            url,
-            max_connections=REDIS_CONNECTIONS,
-            timeout=REDIS_TIMEOUT,
-            socket_timeout=REDIS_TIMEOUT,
-            socket_connect_timeout=REDIS_TIMEOUT,
-            health_check_interval=15,
-        )
-        redis = Redis.from_pool(pool)
+        redis: Redis = bounded(url, REDIS_CONNECTIONS, REDIS_TIMEOUT, health_check_interval=15)
         try:
             await redis.ping()
             broadcast = RedisBroadcast(redis, prefix)

@@ -23,7 +23,7 @@ from typing import Final
 
 from appdeck.common.types import ASGIApp, Receive, Scope, Send
 
-__all__ = ["EDGE_HEADER", "TrustEdge"]
+__all__ = ["EDGE_HEADER", "TrustEdge", "is_loopback"]
 
 EDGE_HEADER: Final = b"x-appdeck-edge"
 _ADDRESS: Final = re.compile(rb"[0-9A-Fa-f:.]{2,45}")
@@ -73,7 +73,12 @@ class TrustEdge:
 def _loopback(client: object) -> bool:
     if not isinstance(client, (tuple, list)) or not client:
         return False
+    return is_loopback(str(client[0]))
+
+
+def is_loopback(host: str) -> bool:
+    """True for a loopback IP address (127.0.0.0/8, ::1); False for anything else, names too."""
     try:
-        return ipaddress.ip_address(str(client[0])).is_loopback
+        return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False

@@ -4,7 +4,6 @@ and the router that sends ``/mcp`` straight to the raw ASGI app."""
 from __future__ import annotations
 
 import hmac
-import ipaddress
 from collections.abc import Awaitable, Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -13,6 +12,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from appdeck.transport.edge_forwarded import is_loopback
 from appdeck.transport.responses import ASGIApp, Receive, Scope, Send
 
 HealthCheck = Callable[[], Awaitable[dict[str, object]]]
@@ -23,7 +23,7 @@ def control_plane(
 ) -> Starlette:
     """``metrics_token``: what a client beyond loopback must present to read ``/metrics``
     (see :func:`may_scrape`); None: loopback only."""
-    expected = f"Bearer {metrics_token}".encode() if metrics_token else None
+    expected = metrics_token.encode() if metrics_token else None
 
     async def healthz(request: Request) -> Response:
         body = await health()
@@ -31,7 +31,8 @@ def control_plane(
 
     async def metrics(request: Request) -> Response:
         client = request.client.host if request.client else None
-        presented = request.headers.get("authorization", "").encode("latin-1", "replace")
+        scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
+        presented = credentials.strip().encode() if scheme.lower() == "bearer" else b""
         if not may_scrape(client, presented, expected):
             return JSONResponse(
                 {"error": "metrics are served to loopback, or to a client with the scrape token"},
@@ -49,12 +50,8 @@ def may_scrape(client: str | None, presented: bytes, expected: bytes | None) -> 
     is the connection's peer, or the data plane's ``X-Forwarded-For`` (only believed from
     HAProxy, :mod:`appdeck.transport.edge_forwarded`), so a request through the edge is not
     loopback."""
-    if client is not None:
-        try:
-            if ipaddress.ip_address(client).is_loopback:
-                return True
-        except ValueError:
-            pass
+    if client is not None and is_loopback(client):
+        return True
     return expected is not None and hmac.compare_digest(presented, expected)
 
 
