@@ -107,7 +107,7 @@ async def serve(args: argparse.Namespace, data_dir: Path) -> None:
     try:
         await server.serve(sockets=[sock])
     finally:
-        await services.stop()
+        await services.stop(stop_apps=True)  # HAProxy too: it outlives a plain stop
         sock.close()
 
 

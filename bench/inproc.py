@@ -111,7 +111,7 @@ async def main(n: int, profile: bool) -> None:
         print(f"{name:12s} {elapsed / n * 1e6:7.1f} µs per request (in-process, no socket)")
         if prof:
             pstats.Stats(prof).sort_stats("tottime").print_stats(25)
-    await services.stop()
+    await services.stop(stop_apps=True)  # HAProxy too: it outlives a plain stop
 
 
 if __name__ == "__main__":
