@@ -328,6 +328,8 @@ HANDOFF_SERVER = "handoff"
 """The server of every route's backend that a stopping worker routes to (no release's: those
 are ``<release>-<n>``)."""
 HANDOFF_HEADER = "x-appdeck-handoff"
+MAX_HOPS = 3
+"""How many times a request may be handed from a stopping worker to the current one."""
 
 
 def _handing_off(layout: Layout) -> list[str]:
@@ -336,11 +338,14 @@ def _handing_off(layout: Layout) -> list[str]:
     servers name (``netns_sig_stop``), so it could not reach a sandboxed instance, and its
     servers may be a release being stopped. The request keeps the headers this worker set;
     the header names the backend and the error-page format for the current worker."""
-    # a request handed off already is served here (never a loop, even by a worker that
-    # stops while its own socket still takes connections)
-    when = "{ stopping } !{ var(txn.handed) -m found }"
+    # The worker that takes a handed request may have begun stopping too (the next reload
+    # came meanwhile: its namespaces are closed) and hands it on; a request handed
+    # MAX_HOPS times is served where it is (never a loop).
+    when = f"{{ stopping }} {{ var(txn.hops) -m int lt {MAX_HOPS} }}"
     return [
-        f"    http-request set-header {HANDOFF_HEADER} %[be_name]/%[var(txn.fmt)] if {when}",
+        "    http-request set-var(txn.hops) int(0) unless { var(txn.hops) -m found }",
+        f"    http-request set-header {HANDOFF_HEADER} "
+        f"%[be_name]/%[var(txn.fmt)]/%[var(txn.hops)] if {when}",
         f"    use-server {HANDOFF_SERVER} if {when}",
         f"    server {HANDOFF_SERVER} unix@{layout.handoff} weight 0",
     ]
@@ -356,7 +361,7 @@ def _handoff_frontend(layout: Layout) -> list[str]:
         "",
         "frontend fe_handoff",
         f"    bind unix@{layout.handoff} mode 600",
-        "    http-request set-var(txn.handed) bool(1)",
+        f"    http-request set-var(txn.hops) req.hdr({name}),field(3,/),add(1)",
         f"    http-request set-var(txn.be) req.hdr({name}),field(1,/)",
         f"    http-request set-var(txn.fmt) req.hdr({name}),field(2,/)",
         f"    http-request del-header {name}",
