@@ -139,9 +139,17 @@ class AppLocks:
             await asyncio.sleep(WAIT_POLL_S)
 
     @contextlib.asynccontextmanager
-    async def hold(self, app_id: int, *, wait_s: float = WAIT_S) -> AsyncIterator[Hold]:
-        """Take the lease (waiting), renew it while the block runs, release it after."""
-        held = await self.take(app_id, wait_s=wait_s)
+    async def hold(
+        self,
+        app_id: int,
+        *,
+        wait_s: float = WAIT_S,
+        timed: contextlib.AbstractContextManager[None] = contextlib.nullcontext(),
+    ) -> AsyncIterator[Hold]:
+        """Take the lease (waiting, inside ``timed``), renew it while the block runs, release
+        it after."""
+        with timed:
+            held = await self.take(app_id, wait_s=wait_s)
         held.start()
         try:
             yield held
