@@ -31,6 +31,7 @@ LEASE_TTL_S: Final = 15.0
 WAIT_POLL_S: Final = 0.25
 WAIT_S: Final = 300.0
 """How long a rollback or restart waits for the app's lock before answering ``conflict``."""
+UNTIMED: Final[contextlib.AbstractContextManager[None]] = contextlib.nullcontext()
 
 
 class Hold:
@@ -144,7 +145,7 @@ class AppLocks:
         app_id: int,
         *,
         wait_s: float = WAIT_S,
-        timed: contextlib.AbstractContextManager[None] = contextlib.nullcontext(),
+        timed: contextlib.AbstractContextManager[None] = UNTIMED,
     ) -> AsyncIterator[Hold]:
         """Take the lease (waiting, inside ``timed``), renew it while the block runs, release
         it after."""

@@ -23,8 +23,8 @@ from appdeck.platform.deploy.locks import Hold
 from appdeck.platform.deploy.ports import Backend, BuildFailed, Instance, Release
 from appdeck.platform.deploy.running import STOPPED_ROUTE, Running, fenced, refuse_if_stopped
 from appdeck.platform.deploy.watch import NO_STRATEGY, RESTART_STRATEGY, DeployWatch
-from appdeck.storage.apps import AppRecord
 from appdeck.storage.app_locks import Fenced
+from appdeck.storage.apps import AppRecord
 from appdeck.storage.deployments import DeploymentRecord
 
 if TYPE_CHECKING:
