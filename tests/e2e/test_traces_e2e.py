@@ -3,7 +3,8 @@ set exports over OTLP/HTTP to a receiver this test runs (``http.server`` on loop
 ``/v1/traces`` body decoded with ``opentelemetry.proto``). The official client deploys the
 hello app as a task, its ``_meta`` carrying a ``traceparent``: the receiver gets one trace
 from ``tools/call deploy_app`` through the lease, the run, the build, each instance's start
-and health check and each route change, in order, with their parent links."""
+and health check and each route change, in order, with their parent links; the spans still queued when the
+server stops are flushed by its stop."""
 
 from __future__ import annotations
 
@@ -92,7 +93,8 @@ async def test_a_deploys_trace_reaches_an_otlp_receiver_with_every_phase_in_orde
     launch_appdeck: Launcher, tmp_path: Path, receiver: Receiver
 ) -> None:
     source, env = hello_source(tmp_path)
-    env |= {"APPDECK_OTLP_ENDPOINT": receiver.url, "OTEL_BSP_SCHEDULE_DELAY": "200"}
+    # a batch every minute: what the receiver gets, the server's stop flushed
+    env |= {"APPDECK_OTLP_ENDPOINT": receiver.url, "OTEL_BSP_SCHEDULE_DELAY": "60000"}
     server = await launch_appdeck(env=env)
     spec = {
         "source_path": str(source),
@@ -119,7 +121,9 @@ async def test_a_deploys_trace_reaches_an_otlp_receiver_with_every_phase_in_orde
         assert done.structured_content is not None
         assert done.structured_content["state"] == "live", done
 
-    await until(lambda: receiver.named("deploy"), within=30)  # the batch goes every 200 ms
+    assert receiver.named("deploy") == []  # not yet: the batch is held
+    assert await server.stop() == 0  # SIGTERM: Services.stop shuts the provider down
+    await until(lambda: receiver.named("deploy"), within=10)
     assert receiver.services == {"appdeck"}
 
     call = receiver.named("tools/call deploy_app")
