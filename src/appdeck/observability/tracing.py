@@ -196,9 +196,9 @@ class RequestTracer:
         if session_id is not None:
             attributes["mcp.session.id"] = session_id
         parent = _PROPAGATOR.extract(carrier) if carrier else None
-        span = self._tracer.start_span(
-            name, context=parent, kind=SpanKind.SERVER, attributes=attributes
-        )
+        span = self._tracer.start_span(name, context=parent, kind=SpanKind.SERVER)
+        if span.is_recording():  # set after the start: given to start_span, the attributes
+            span.set_attributes(attributes)  # cost twice as much (the sampler's copy)
         return _RequestSpan(span)
 
 
