@@ -1,13 +1,13 @@
 """AppDeck's own per-request cost, without a server or a socket: the ASGI app called in a
 loop with a prepared scope. Separates our code's cost from uvicorn's in ``run.py``'s figures.
 
-    .venv/bin/python bench/inproc.py [--profile] [--tracing off|noop|otlp]
+    .venv/bin/python bench/inproc.py [--profile] [--tracing off|noop|otlp] [--ratio R]
 
 ``--tracing``: ``off`` (the default: no endpoint, no tracer); ``noop``: every request traced
 (100 % sampling) through a ``BatchSpanProcessor`` into an exporter that drops the spans;
 ``otlp``: the same into the OTLP/HTTP exporter, posting to a receiver in a process of its own
 (its decoding is not this process's CPU; the exporter's encoding, in the processor's thread,
-is).
+is). ``--ratio``: the share of traces sampled (default 1: every one).
 """
 
 from __future__ import annotations
@@ -53,11 +53,13 @@ s.serve_forever()
 """
 
 
-def tracing_for(mode: str) -> tuple[Tracing | None, subprocess.Popen[str] | None]:
+def tracing_for(
+    mode: str, ratio: float = 1.0
+) -> tuple[Tracing | None, subprocess.Popen[str] | None]:
     """The tracing ``--tracing`` asks for, and the receiver process it started (if any)."""
     if mode == "off":
         return None, None
-    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider, sampling
     from opentelemetry.sdk.trace.export import (
         BatchSpanProcessor,
         SpanExporter,
@@ -79,15 +81,15 @@ def tracing_for(mode: str) -> tuple[Tracing | None, subprocess.Popen[str] | None
         assert receiver.stdout is not None
         port = int(receiver.stdout.readline())
         exporter = OTLPSpanExporter(endpoint=f"http://127.0.0.1:{port}/v1/traces")
-    provider = TracerProvider()  # ParentBased(ALWAYS_ON): every request sampled
+    provider = TracerProvider(sampler=sampling.ParentBased(sampling.TraceIdRatioBased(ratio)))
     provider.add_span_processor(BatchSpanProcessor(exporter))
     return Tracing(provider), receiver
 
 
-async def main(n: int, profile: bool, mode: str = "off") -> None:
+async def main(n: int, profile: bool, mode: str = "off", ratio: float = 1.0) -> None:
     for name in [k for k in os.environ if k.startswith("OTEL_")]:
         del os.environ[name]
-    tracing, receiver = tracing_for(mode)
+    tracing, receiver = tracing_for(mode, ratio)
     data_dir = Path(tempfile.mkdtemp())
     settings = Settings.model_validate(
         {
@@ -170,7 +172,9 @@ async def main(n: int, profile: bool, mode: str = "off") -> None:
         used = time.process_time() - cpu
         print(
             f"{name:12s} {elapsed / n * 1e6:7.1f} µs per request, {used / n * 1e6:7.1f} µs CPU "
-            f"(in-process, no socket; tracing {mode})"
+            f"(in-process, no socket; tracing {mode}"
+            + (f", sampled {ratio:g}" if mode != "off" else "")
+            + ")"
         )
         if prof:
             pstats.Stats(prof).sort_stats("tottime").print_stats(25)
@@ -185,7 +189,8 @@ if __name__ == "__main__":
     parser.add_argument("-n", type=int, default=20000)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--tracing", choices=["off", "noop", "otlp"], default="off")
+    parser.add_argument("--ratio", type=float, default=1.0)
     args = parser.parse_args()
     import uvloop
 
-    uvloop.run(main(args.n, args.profile, args.tracing))
+    uvloop.run(main(args.n, args.profile, args.tracing, args.ratio))
