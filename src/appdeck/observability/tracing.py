@@ -213,7 +213,8 @@ class _RequestSpan(_Current):
         error: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        if error is not None and self.span.is_recording():
+        cancelled = isinstance(error, asyncio.CancelledError)  # not the request's fault
+        if error is not None and not cancelled and self.span.is_recording():
             _failed(self.span, error)
         self._detach()
 
