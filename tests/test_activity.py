@@ -80,3 +80,24 @@ def test_nothing_is_logged_below_info(caplog: pytest.LogCaptureFixture) -> None:
     )
     activity.sign_in(tenant="a", user="b", ok=True, client=None)
     assert _lines(caplog) == []
+
+
+def test_with_tracing_on_a_line_inside_a_span_ends_with_its_trace_and_span_ids(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="appdeck.activity")
+    spans = iter([("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"), None])
+    activity.follow_traces(lambda: next(spans))
+    try:
+        activity.token_revoked(kind="pat", tenant="acme", user="u1", client=None, token_id="p1")
+        activity.token_revoked(kind="pat", tenant="acme", user="u1", client=None, token_id="p2")
+    finally:
+        activity.follow_traces(None)
+    activity.token_revoked(kind="pat", tenant="acme", user="u1", client=None, token_id="p3")
+    assert _lines(caplog) == [
+        "token revoked kind=pat tenant=acme user=u1 client=- id=p1 "
+        "trace_id=4bf92f3577b34da6a3ce929d0e0e4736 span_id=00f067aa0ba902b7",
+        "token revoked kind=pat tenant=acme user=u1 client=- id=p2",  # outside any span
+        "token revoked kind=pat tenant=acme user=u1 client=- id=p3",  # tracing off
+    ]
+    assert caplog.records[0].activity["trace_id"] == "4bf92f3577b34da6a3ce929d0e0e4736"  # type: ignore[attr-defined]

@@ -14,6 +14,9 @@ The same fields go with the record as ``record.activity`` (a dict), which the JS
   is plain (letters, digits, ``_.:@/-``); anything else is JSON-quoted, so a newline or a
   quote cannot forge a line or a field. Every value is cut at :data:`MAX_VALUE` characters.
 - **Free when off.** Below INFO (``--log-level warning``) nothing is formatted.
+- **Traced.** With tracing on (``docs/observability.md``), a line written inside a span ends
+  with ``trace_id=<32 hex> span_id=<16 hex>``: the span the work belongs to (for a tool call,
+  the request's span) is found in the trace backend from the log line.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Callable
 from typing import Final
 
 log = logging.getLogger("appdeck.activity")
@@ -29,6 +33,17 @@ MAX_VALUE: Final = 80
 _PLAIN: Final = re.compile(r"[A-Za-z0-9_.:@/+-]{1,80}")
 
 Value = str | int | float | bool | None
+TraceIds = Callable[[], tuple[str, str] | None]
+"""The current span's trace id and span id in hex, or None outside any span."""
+
+_trace_ids: TraceIds | None = None
+
+
+def follow_traces(ids: TraceIds | None) -> None:
+    """Give every line the current span's ids, read by ``ids`` (tracing on); None: no ids
+    (tracing off, the default: nothing is looked up)."""
+    global _trace_ids
+    _trace_ids = ids
 
 
 def sign_in(
@@ -90,6 +105,9 @@ def _line(event: str, **fields: Value) -> None:
     if not log.isEnabledFor(logging.INFO):
         return
     bounded = {k: v[:MAX_VALUE] if isinstance(v, str) else v for k, v in fields.items()}
+    ids = _trace_ids() if _trace_ids is not None else None
+    if ids is not None:
+        bounded["trace_id"], bounded["span_id"] = ids
     text = " ".join(f"{key}={_shown(value)}" for key, value in bounded.items())
     log.info("%s %s", event, text, extra={"activity": {"activity": event, **bounded}})
 

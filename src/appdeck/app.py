@@ -16,6 +16,7 @@ from appdeck import runtime_setup as setup
 from appdeck.assembly import (
     authentication,
     authorization_server,
+    deploy_watcher,
     hub_of,
     mcp_server_of,
     platform_config,
@@ -35,6 +36,7 @@ from appdeck.auth.urls import PublicUrls
 from appdeck.events.cluster import Cluster
 from appdeck.events.leases import RedisLeases
 from appdeck.ingress.haproxy.plane import HAProxyDataPlane
+from appdeck.observability.tracing import Tracing, tracing_of
 from appdeck.platform.changes import Change
 from appdeck.platform.deploy.ingress_router import IngressRouter
 from appdeck.platform.services import Platform
@@ -99,13 +101,21 @@ class Services:
     install: InstallLock | None = None  # the hold on its install's uids, released at stop
     tls: TlsService | None = None  # automatic TLS (issue 21 §3), when set
     tls_states: TlsStates | None = None  # its orders' states, read by get_app_url
+    tracing: Tracing | None = None  # traces, when an OTLP endpoint is set
     _background: list[asyncio.Task[None]] = field(default_factory=list, repr=False)
     _stopping: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
 
     @classmethod
     async def start(
-        cls, settings: Settings, *, authenticator: Authenticator | None = None, port: int = 0
+        cls,
+        settings: Settings,
+        *,
+        authenticator: Authenticator | None = None,
+        port: int = 0,
+        tracing: Tracing | None = None,
     ) -> Services:
+        """Build and start every part. ``tracing``: traces go there rather than where the
+        settings say (tests give one with an in-memory exporter); it is shut down at stop."""
         # first: a host that cannot sandbox, or bad TLS files, open nothing
         if settings.tls_cert is not None and settings.tls_key is not None:
             load_operator_files(settings.tls_cert, settings.tls_key, time.time())
@@ -146,6 +156,7 @@ class Services:
         driver.databases = databases  # instances get DATABASE_URL for their app's own
         databases.place = driver.place_data  # on the app's disk (issue 19)
         tls_states = TlsStates(acme=bool(settings.acme_directory))  # filled once TLS starts
+        tracing = tracing or tracing_of(settings.otlp_endpoint)
         platform = Platform.build(
             storage.engine,
             identities,
@@ -156,6 +167,7 @@ class Services:
             databases=databases,
             hosts=router.table.hosts,  # custom domains the data plane serves
             tls=setup.served_certificates(settings, ingress, tls_states),  # served + order state
+            watcher=deploy_watcher(tracing),
         )
         if cluster.redis is not None and platform.hosting is not None:  # one push limit for all
             limit = platform.hosting.limits.timeout_s + PUSH_LEASE_MARGIN_S
@@ -169,6 +181,7 @@ class Services:
             audit=audit,
             cluster=cluster,
             base_url=base_url,
+            tracing=tracing,
         )
         await server.start()
         services = cls(
@@ -195,6 +208,7 @@ class Services:
             port=port,
             install=install,
             tls_states=tls_states,
+            tracing=tracing,
         )
         await services._begin(platform, router, tasks)
         return services
@@ -383,6 +397,8 @@ class Services:
         await self.storage.close()
         if self.install is not None:
             self.install.release()
+        if self.tracing is not None:  # last: the spans of the shutdown's own work go too
+            await asyncio.to_thread(self.tracing.shutdown)
 
     def drain(self) -> None:
         """The server is about to stop serving: every ``subscriptions/listen`` stream ends

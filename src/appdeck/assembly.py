@@ -19,9 +19,12 @@ from appdeck.events.bus import InProcessBus, RedisBus
 from appdeck.events.cluster import Cluster
 from appdeck.events.leases import RedisLeases
 from appdeck.events.redis_log import RedisEventLog
+from appdeck.observability.deploys import DeployMetrics
 from appdeck.observability.mcp import McpMetrics, count_sessions
+from appdeck.observability.tracing import Tracing
 from appdeck.platform.apis.shares import OutboundLimits
 from appdeck.platform.crypto import Sealer
+from appdeck.platform.deploy.watch import DeployWatcher, FanOut
 from appdeck.platform.quotas import Limits
 from appdeck.platform.repos.hosted import HostedLimits
 from appdeck.platform.repos.inline import InlineLimits
@@ -166,6 +169,7 @@ def mcp_server_of(
     audit: AuditLog,
     cluster: Cluster,
     base_url: str,
+    tracing: Tracing | None = None,
 ) -> tuple[McpServer, TaskManager]:
     """The protocol core: sessions, tasks and dispatch over the registry. In replica mode the
     sessions' caches and client-bound requests go through the cluster's broadcast; in one
@@ -194,9 +198,13 @@ def mcp_server_of(
         ),
     )
     server: McpServer
-    # what the server serves bounds the metric labels; read at the first request, when the
-    # server below exists and every tool is registered
-    telemetry = McpMetrics(lambda: (*server.rpc, *server.stateless_rpc), registry.tools.keys)
+
+    def served() -> tuple[str, ...]:
+        return (*server.rpc, *server.stateless_rpc)
+
+    # what the server serves bounds the metric labels (and span names); read at the first
+    # request, when the server below exists and every tool is registered
+    telemetry = McpMetrics(served, registry.tools.keys)
     count_sessions(lambda: len(sessions.live()))
     server = McpServer(
         registry=registry,
@@ -214,8 +222,16 @@ def mcp_server_of(
             Sealer.from_settings(settings.secret_key, settings.data_dir).mac("mcp request state")
         ),
         telemetry=telemetry,
+        tracing=tracing.requests(served, registry.tools.keys) if tracing is not None else None,
     )
     return server, tasks
+
+
+def deploy_watcher(tracing: Tracing | None) -> DeployWatcher:
+    """What the deploy engine tells of its runs: the deploy series, and the traces when on."""
+    if tracing is None:
+        return DeployMetrics()
+    return FanOut([DeployMetrics(), tracing.deploys()])
 
 
 def platform_config(settings: Settings, ingress_port: int, base_url: str) -> PlatformConfig:

@@ -140,6 +140,10 @@ class Settings(BaseSettings):
     """The scrape token of ``/metrics`` (``Authorization: Bearer <token>``). A client on
     loopback scrapes without it; any other client (the server listening beyond loopback, or
     reached through the data plane) is refused without it, and always when it is unset."""
+    otlp_endpoint: str | None = Field(None, max_length=2048, pattern=r"^https?://[!-~]+$")
+    """Traces over OTLP/HTTP to ``<this>/v1/traces`` (``docs/observability.md``); default:
+    off, unless the standard ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or ``..._TRACES_ENDPOINT``) is
+    set. The other ``OTEL_*`` variables (service name, sampler, headers) are honoured."""
     source_roots: PathList = []
     """Directories app sources may be read from, ``os.pathsep``-separated; ``{tenant}`` in a
     root stands for the caller's tenant id. Default: ``<data dir's parent>/appdeck-sources/

@@ -29,6 +29,7 @@ from appdeck.platform.deploy.ingress_router import IngressRouter
 from appdeck.platform.deploy.local_runtime import LocalRuntime
 from appdeck.platform.deploy.preflight import PreflightService
 from appdeck.platform.deploy.queued import when_free
+from appdeck.platform.deploy.watch import NOT_WATCHED, DeployWatcher
 from appdeck.platform.domains import AppUrls, DnsTxtResolver, DomainService, NoTls, TlsStatus
 from appdeck.platform.env import EnvService
 from appdeck.platform.imports.service import ImportService
@@ -153,6 +154,7 @@ class Platform:
         databases: AppDatabases,
         hosts: HostMap | None = None,
         tls: TlsStatus | None = None,
+        watcher: DeployWatcher = NOT_WATCHED,
     ) -> Platform:
         feed = ChangeFeed()
         sources = SourceRoots(config.source_roots, data_dir=config.data_dir)
@@ -181,6 +183,7 @@ class Platform:
             sealer,
             sources=sources,
             instance_id=instance_id,
+            watcher=watcher,
         )
         logs = LogService(apps, env, deployments, driver, sealer)
         ops = Operations(deploys)

@@ -8,6 +8,7 @@ with in-memory doubles and plain dicts.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -173,6 +174,41 @@ class Telemetry(Protocol):
     def tool_served(self, tool: str, outcome: str, seconds: float) -> None: ...
 
     def task_changed(self, status: str) -> None: ...
+
+
+class RequestSpan(Protocol):
+    """One request's span, open while the request is served (a context manager: the work
+    it covers, tasks created meanwhile included, belongs to it)."""
+
+    def __enter__(self) -> RequestSpan: ...
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None: ...
+
+    def answered(self, outcome: str, error: str | None) -> None:
+        """How the request was answered: an outcome word (:mod:`appdeck.protocol.outcomes`),
+        and the error's message for an error or a tool result with ``isError``."""
+        ...
+
+
+class Tracing(Protocol):
+    """Where the core opens a span per request, for traces (``appdeck.observability``).
+
+    The core passes what it read and nothing else: the method and tool names as the client
+    sent them (the implementation bounds them), the trace context the client put in
+    ``params._meta`` (``traceparent``, ``tracestate``: strings, or absent), the session."""
+
+    def request(
+        self,
+        method: str,
+        tool: str | None,
+        carrier: Mapping[str, str],
+        session_id: str | None,
+    ) -> RequestSpan: ...
 
 
 class Subscription(Protocol):

@@ -49,7 +49,7 @@ from appdeck.protocol.inputs import InputRequired, StateCodec, input_required, i
 from appdeck.protocol.instructions import INSTRUCTIONS
 from appdeck.protocol.levels import LOG_RANK
 from appdeck.protocol.listen import ListenFeature, ListenHub
-from appdeck.protocol.ports import AuditTrail, Broadcast, Outbox, Telemetry
+from appdeck.protocol.ports import AuditTrail, Broadcast, Outbox, Telemetry, Tracing
 from appdeck.protocol.prompts_feature import PromptsFeature
 from appdeck.protocol.registry import Registry
 from appdeck.protocol.relay import Relay, decode
@@ -62,6 +62,7 @@ from appdeck.protocol.tasks import TaskManager
 from appdeck.protocol.tasks_extension import TasksExtension, detailed_task
 from appdeck.protocol.tasks_feature import TasksFeature
 from appdeck.protocol.tools_feature import ToolsFeature
+from appdeck.protocol.trace_context import error_text, trace_carrier
 
 log = logging.getLogger("appdeck.protocol")
 
@@ -141,10 +142,13 @@ class McpServer:
         instance_id: str | None = None,
         state_key: bytes | None = None,
         telemetry: Telemetry | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.info = info or ServerInfo()
         self.telemetry = telemetry
         """Counts every answered request (metrics); None: nothing counted."""
+        self.tracing = tracing
+        """Opens a span per request (traces); None: tracing is off."""
         self.states = StateCodec(state_key or secrets.token_bytes(32))
         """Seals the stateless era's ``requestState`` (the key every replica shares)."""
         self.registry = registry
@@ -247,7 +251,25 @@ class McpServer:
 
     async def handle_request(self, message: JsonObject, call: Call) -> Answer:
         """Answer one request (see :data:`Answer`), and audit it: every ``tools/call``, and
-        every request refused with 401, 403 or 429."""
+        every request refused with 401, 403 or 429. With tracing on, in a span of its own
+        (continuing the client's trace when its ``_meta`` carries one)."""
+        tracing = self.tracing
+        if tracing is None:
+            return await self._answer(message, call)
+        params = message.get("params")
+        tool = params.get("name") if type(params) is dict else None
+        session = call.session
+        with tracing.request(
+            message["method"],
+            tool if type(tool) is str else None,
+            trace_carrier(params),
+            session.id if session is not None else None,
+        ) as span:
+            answer = await self._answer(message, call)
+            span.answered(outcomes.of(answer[0], answer[1]), error_text(answer[0]))
+            return answer
+
+    async def _answer(self, message: JsonObject, call: Call) -> Answer:
         request_id = message["id"]
         method = message["method"]
         started = time.perf_counter()

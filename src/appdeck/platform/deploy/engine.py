@@ -55,6 +55,7 @@ from appdeck.platform.deploy.ports import (
     RuntimePort,
 )
 from appdeck.platform.deploy.running import refuse_if_stopped
+from appdeck.platform.deploy.watch import NOT_WATCHED, DeployWatch, DeployWatcher, outcome_of
 from appdeck.platform.env import EnvService
 from appdeck.platform.sources import SourceRoots
 from appdeck.storage.app_locks import AppLockStore, Fenced
@@ -106,6 +107,7 @@ class DeployService:
         instance_id: str,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         locks: AppLocks | None = None,
+        watcher: DeployWatcher = NOT_WATCHED,
     ) -> None:
         self.apps = apps
         self._sources = sources
@@ -119,6 +121,8 @@ class DeployService:
         self._sealer = sealer
         self._instance = instance_id
         self.sleep = sleep
+        self.watcher = watcher
+        """Told of every run, its phases and its end (metrics, traces: :mod:`.watch`)."""
         self.locks = (
             locks if locks is not None else AppLocks(AppLockStore(store.engine), instance_id)
         )
@@ -221,7 +225,8 @@ class DeployService:
             await self.gate(app_id, found if isinstance(found, str) else None)
         env = await self._env.resolved(app_id, dict(app.spec.get("env") or {}))
         secret = await self._env.secret_names(app_id)  # its builds go without them
-        held = await self.locks.try_take(app_id)
+        with self.watcher.lease():
+            held = await self.locks.try_take(app_id)
         if held is None:  # a deploy, rollback or restart runs (here or on another replica)
             raise await self._busy(app_id)
         try:
@@ -291,7 +296,8 @@ class DeployService:
         to the new holder: it is returned as it stands, untouched."""
         held = self._handed.pop((app.id, record.number), None)
         if held is None:
-            held = await self.locks.try_take(app.id)
+            with self.watcher.lease():
+                held = await self.locks.try_take(app.id)
         if held is None or not await held.confirm():
             log.warning("deployment %s: the app's lock is another's; not run", record.release_id)
             return await self.store.get(app.id, record.number) or record
@@ -301,7 +307,10 @@ class DeployService:
         if current is not None:
             self.runs[key] = current
         try:
-            return await self._run(app, record, progress, held)
+            with self.watcher.watch("deploy", app.id, record.number, record.strategy) as watch:
+                record = await self._run(app, record, progress, held, watch)
+                watch.ended(outcome_of(record.state), record.status_message or "")
+            return record
         except Fenced as exc:
             log.warning(
                 "deployment %s stopped: %s (the app's new lock holder owns it)",
@@ -314,7 +323,12 @@ class DeployService:
             await to_the_end(held.release())  # at once for the next deploy, cancels or not
 
     async def _run(
-        self, app: AppRecord, record: DeploymentRecord, progress: Progress, held: Hold
+        self,
+        app: AppRecord,
+        record: DeploymentRecord,
+        progress: Progress,
+        held: Hold,
+        watch: DeployWatch,
     ) -> DeploymentRecord:
         new = self.release_of(app, record)
         old_record = await self.store.get(app.id, record.previous) if record.previous else None
@@ -340,24 +354,30 @@ class DeployService:
             await self.announce(app, record)
             await progress(message, traffic)
 
+        async def abort() -> None:
+            with watch.phase("shift", traffic=0):  # traffic back to the old release
+                await abort_held(held, self.runtime, self.router, new, old, old_instances)
+
         try:
             await step(
                 "Building: copying the source and running the build command", state=states.BUILDING
             )
-            await self.runtime.prepare(new)
+            with watch.phase("build"):
+                await self.runtime.prepare(new)
             await step(f"Starting the new release ({record.strategy})", 0, state=states.STARTING)
             plan = rollout.Rollout(
-                self.runtime, self.router, new, old, old_instances, step, self.sleep
+                self.runtime, self.router, new, old, old_instances, step, self.sleep, watch=watch
             )
             await self._strategy(record, plan, step)
         except Fenced:
             raise  # quietly: whoever holds the app now cleans up
         except (BuildFailed, rollout.RolloutFailed) as exc:
-            await abort_held(held, self.runtime, self.router, new, old, old_instances)
+            await abort()
             await step(f"Failed: {exc}", 0, state=states.FAILED)
             return record
         except rollout.CanaryRejected as exc:
-            await abort_held(held, self.runtime, self.router, new, old, old_instances)
+            watch.rejected(exc.reason)
+            await abort()
             await step(f"Rolled back automatically: {exc}", 0, state=states.ROLLED_BACK)
             return record
         except asyncio.CancelledError:
@@ -366,12 +386,12 @@ class DeployService:
             raise
         except AppDeckError as exc:  # refused by a rule (a checkout, a path): said as it is
             log.warning("deployment %s failed: %s", record.release_id, exc.message)
-            await abort_held(held, self.runtime, self.router, new, old, old_instances)
+            await abort()
             await step(f"Failed: {exc.message}", 0, state=states.FAILED)
             return record
         except Exception:  # a bug: the log has the traceback; the caller never a class name
             log.exception("deployment %s failed", record.release_id)
-            await abort_held(held, self.runtime, self.router, new, old, old_instances)
+            await abort()
             await step("Failed: internal error (the server's log has the details)", 0,
                        state=states.FAILED)  # fmt: skip
             return record
@@ -498,9 +518,13 @@ class DeployService:
             instances = await self.runtime.adopt(release)
         return sorted(instances, key=lambda i: i.index)
 
-    def plan(self, release: Release, progress: Progress = _quiet) -> rollout.Rollout:
+    def plan(
+        self, release: Release, progress: Progress = _quiet, watch: DeployWatch = NOT_WATCHED
+    ) -> rollout.Rollout:
         """A rollout of ``release`` from nothing (starting it cold, or replacing instances)."""
-        return rollout.Rollout(self.runtime, self.router, release, None, [], progress, self.sleep)
+        return rollout.Rollout(
+            self.runtime, self.router, release, None, [], progress, self.sleep, watch=watch
+        )
 
     async def fresh_env(self, app_id: int, record: DeploymentRecord) -> tuple[dict[str, str], str]:
         """The env a restart of ``record`` runs with: the app's env vars now, over the release's

@@ -31,6 +31,7 @@ LEASE_TTL_S: Final = 15.0
 WAIT_POLL_S: Final = 0.25
 WAIT_S: Final = 300.0
 """How long a rollback or restart waits for the app's lock before answering ``conflict``."""
+UNTIMED: Final[contextlib.AbstractContextManager[None]] = contextlib.nullcontext()
 
 
 class Hold:
@@ -139,9 +140,17 @@ class AppLocks:
             await asyncio.sleep(WAIT_POLL_S)
 
     @contextlib.asynccontextmanager
-    async def hold(self, app_id: int, *, wait_s: float = WAIT_S) -> AsyncIterator[Hold]:
-        """Take the lease (waiting), renew it while the block runs, release it after."""
-        held = await self.take(app_id, wait_s=wait_s)
+    async def hold(
+        self,
+        app_id: int,
+        *,
+        wait_s: float = WAIT_S,
+        timed: contextlib.AbstractContextManager[None] = UNTIMED,
+    ) -> AsyncIterator[Hold]:
+        """Take the lease (waiting, inside ``timed``), renew it while the block runs, release
+        it after."""
+        with timed:
+            held = await self.take(app_id, wait_s=wait_s)
         held.start()
         try:
             yield held

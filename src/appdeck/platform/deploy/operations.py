@@ -22,7 +22,9 @@ from appdeck.platform.deploy.ingress_router import apply_here, published
 from appdeck.platform.deploy.locks import Hold
 from appdeck.platform.deploy.ports import Backend, BuildFailed, Instance, Release
 from appdeck.platform.deploy.running import STOPPED_ROUTE, Running, fenced, refuse_if_stopped
+from appdeck.platform.deploy.watch import NO_STRATEGY, RESTART_STRATEGY, DeployWatch
 from appdeck.storage.app_locks import Fenced
+from appdeck.storage.apps import AppRecord
 from appdeck.storage.deployments import DeploymentRecord
 
 if TYPE_CHECKING:
@@ -62,64 +64,90 @@ class Operations:
         s = self._s
         app = (await s.apps.load(principal, app_id, "deploy.write")).app
         refuse_if_stopped(app, "a rollback")
-        async with s.locks.hold(app_id) as held:
-            live = await s.live(app_id)
-            if live is None:
-                raise FailedPrecondition("the app has no live release to roll back from")
-            target_number = number if number is not None else live.previous
-            if target_number is None:
-                raise FailedPrecondition("there is no earlier release to roll back to")
-            target = await s.store.get(app_id, target_number)
-            if target is None:
-                raise NotFound(f"app {app_id} has no deployment {target_number}")
-            if target.state not in (states.SUPERSEDED, states.ROLLED_BACK):
-                raise FailedPrecondition(
-                    f"deployment {target.number} is {target.state}; only a superseded or "
-                    "rolled-back release can come back",
-                    hint="list_deployments shows which ones",
-                )
+        async with s.locks.hold(app_id, timed=s.watcher.lease()) as held:
+            live, target = await self._rollback_target(app_id, number)
             await s.apps.check_release(app, target.spec)  # ceilings and quotas hold again
-            release = s.release_of(app, target)
-            instances = await s.instances_of(release)
-            warm = len(instances) >= release.spec.instances
-            if not warm:
-                release = await s.startable(app, target)
-                await progress(f"Release {target.number} is cold: starting it", 0)
-                await s.runtime.stop(release.release_id)
+            with s.watcher.watch("rollback", app_id, target.number, NO_STRATEGY) as watch:
+                return await self._bring_back(app, live, target, held, progress, watch)
+
+    async def _rollback_target(
+        self, app_id: int, number: int | None
+    ) -> tuple[DeploymentRecord, DeploymentRecord]:
+        """The live deployment and the one a rollback brings back (``number``, default: the
+        one before the live one), checked."""
+        s = self._s
+        live = await s.live(app_id)
+        if live is None:
+            raise FailedPrecondition("the app has no live release to roll back from")
+        target_number = number if number is not None else live.previous
+        if target_number is None:
+            raise FailedPrecondition("there is no earlier release to roll back to")
+        target = await s.store.get(app_id, target_number)
+        if target is None:
+            raise NotFound(f"app {app_id} has no deployment {target_number}")
+        if target.state not in (states.SUPERSEDED, states.ROLLED_BACK):
+            raise FailedPrecondition(
+                f"deployment {target.number} is {target.state}; only a superseded or "
+                "rolled-back release can come back",
+                hint="list_deployments shows which ones",
+            )
+        return live, target
+
+    async def _bring_back(
+        self,
+        app: AppRecord,
+        live: DeploymentRecord,
+        target: DeploymentRecord,
+        held: Hold,
+        progress: Progress,
+        watch: DeployWatch,
+    ) -> DeploymentRecord:
+        """Route the app to ``target``'s release (started again first if it is cold) and
+        record it live again, ``live`` rolled back."""
+        s, app_id = self._s, app.id
+        release = s.release_of(app, target)
+        instances = await s.instances_of(release)
+        warm = len(instances) >= release.spec.instances
+        if not warm:
+            release = await s.startable(app, target)
+            await progress(f"Release {target.number} is cold: starting it", 0)
+            await s.runtime.stop(release.release_id)
+            with watch.phase("build"):
                 await s.runtime.prepare(release)
-                plan = s.plan(release, progress)
-                for index in range(release.spec.instances):
-                    await plan.start_one(index)
-                instances = plan.started
+            plan = s.plan(release, progress, watch)
+            for index in range(release.spec.instances):
+                await plan.start_one(index)
+            instances = plan.started
+        with watch.phase("shift", traffic=100):
             s.router.route(
                 release.route,
                 [Backend(release.release_id, 100, tuple(i.upstream for i in instances))],
             )
-            await published(s.router)  # issue 21: in effect (HAProxy too) before it is reported
-            how = "instantly (it was still warm)" if warm else "after starting it again"
-            with fenced(app_id):
-                held.check()
-                restored = await s.store.update(
-                    app_id,
-                    target.number,
-                    state=states.LIVE,
-                    message=f"Live again {how}",
-                    traffic=100,
-                    lease=held.lease,
-                )
-                left = await s.store.update(
-                    app_id,
-                    live.number,
-                    state=states.ROLLED_BACK,
-                    message=f"Rolled back to {target.number}",
-                    traffic=0,
-                    lease=held.lease,
-                )
-            s.background(s.runtime.stop(live.release_id))  # traffic already moved: stop it aside
-            await s.announce(app, left)
-            await s.announce(app, restored)
-            await progress(f"Rolled back to release {target.number} {how}", 100)
-            return restored
+        await published(s.router)  # issue 21: in effect (HAProxy too) before it is reported
+        how = "instantly (it was still warm)" if warm else "after starting it again"
+        with fenced(app_id):
+            held.check()
+            restored = await s.store.update(
+                app_id,
+                target.number,
+                state=states.LIVE,
+                message=f"Live again {how}",
+                traffic=100,
+                lease=held.lease,
+            )
+            left = await s.store.update(
+                app_id,
+                live.number,
+                state=states.ROLLED_BACK,
+                message=f"Rolled back to {target.number}",
+                traffic=0,
+                lease=held.lease,
+            )
+        s.background(s.runtime.stop(live.release_id))  # traffic already moved: stop it aside
+        await s.announce(app, left)
+        await s.announce(app, restored)
+        await progress(f"Rolled back to release {target.number} {how}", 100)
+        return restored
 
     async def restart(
         self, principal: Principal, app_id: int, progress: Progress = _quiet
@@ -131,7 +159,7 @@ class Operations:
         s = self._s
         app = (await s.apps.load(principal, app_id, "deploy.write")).app
         refuse_if_stopped(app, "a restart")
-        async with s.locks.hold(app_id) as held:
+        async with s.locks.hold(app_id, timed=s.watcher.lease()) as held:
             live = await s.live(app_id)
             if live is None:
                 raise FailedPrecondition(
@@ -142,12 +170,13 @@ class Operations:
             env, sealed = await s.fresh_env(app_id, live)
             frozen = s.release_of(app, live)
             release = dataclasses.replace(frozen, env=env)
-            plan = s.plan(release, progress)
-            serving = {i.index: i for i in await s.instances_of(release)}
-            try:
-                await self._roll(release, serving, plan, held, progress)
-            except (BuildFailed, rollout.RolloutFailed) as exc:
-                raise await self._failed_restart(release, serving, plan, exc) from None
+            with s.watcher.watch("restart", app_id, live.number, RESTART_STRATEGY) as watch:
+                plan = s.plan(release, progress, watch)
+                serving = {i.index: i for i in await s.instances_of(release)}
+                try:
+                    await self._roll(release, serving, plan, held, progress)
+                except (BuildFailed, rollout.RolloutFailed) as exc:
+                    raise await self._failed_restart(release, serving, plan, exc) from None
             with fenced(app_id):
                 held.check()
                 record = await s.store.update(
@@ -178,11 +207,11 @@ class Operations:
         for index in range(count):
             held.check()  # lost the app: stop restarting its instances
             serving.pop(index, None)  # out of the route, then stopped
-            self._route(release, serving)
+            self._route(release, serving, plan.watch)
             await s.runtime.stop(release.release_id, index)
             serving[index] = await plan.start_one(index)
             await progress(f"Restarted instance {index + 1} of {count}", 100)
-        await self._retire_extra(release, serving)
+        await self._retire_extra(release, serving, plan.watch)
 
     async def _failed_restart(
         self,
@@ -200,9 +229,9 @@ class Operations:
             await s.runtime.stop(release.release_id, instance.index)
         kept_spare = not any(k < count for k in serving)
         if not kept_spare:
-            await self._retire_extra(release, serving)
+            await self._retire_extra(release, serving, plan.watch)
         elif serving:
-            self._route(release, serving)
+            self._route(release, serving, plan.watch)
         said = f"the restart failed: {exc}; {len(serving)} instance(s) of {count} serve"
         if kept_spare and serving:
             said += " (the spare instance, kept so that the app still answers)"
@@ -211,20 +240,23 @@ class Operations:
             hint="tail_deploy_logs (kind runtime) shows why; restart_app again once fixed",
         )
 
-    async def _retire_extra(self, release: Release, serving: dict[int, Instance]) -> None:
+    async def _retire_extra(
+        self, release: Release, serving: dict[int, Instance], watch: DeployWatch
+    ) -> None:
         """Route instances 0..count-1 only, then stop the others (spares)."""
         count = release.spec.instances
         extra = sorted(k for k in serving if k >= count)
         for index in extra:
             serving.pop(index)
-        self._route(release, serving)
+        self._route(release, serving, watch)
         for index in extra:
             await self._s.runtime.stop(release.release_id, index)
 
-    def _route(self, release: Release, serving: dict[int, Instance]) -> None:
+    def _route(self, release: Release, serving: dict[int, Instance], watch: DeployWatch) -> None:
         upstreams = tuple(i.upstream for _, i in sorted(serving.items()))
         if upstreams:
-            self._s.router.route(release.route, [Backend(release.release_id, 100, upstreams)])
+            with watch.phase("shift", traffic=100):
+                self._s.router.route(release.route, [Backend(release.release_id, 100, upstreams)])
 
     async def reclaim(self) -> int:
         """End the deployments in progress that nobody drives (their app's lease is free:

@@ -24,6 +24,7 @@ from appdeck.platform.deploy.ports import (
     RouterPort,
     RuntimePort,
 )
+from appdeck.platform.deploy.watch import NOT_WATCHED, DeployWatch, Reason
 
 Report = Callable[[str, int | None], Awaitable[None]]
 """Announce a step: a message, and the percent of traffic the new release now gets."""
@@ -36,7 +37,12 @@ class RolloutFailed(Exception):
 
 
 class CanaryRejected(Exception):
-    """The canary's error rate or health failed its analysis; the old release kept traffic."""
+    """The canary's error rate or health failed its analysis; the old release kept traffic.
+    ``reason``: ``error_rate`` (too many 5xx) or ``crash_loop`` (its instances kept dying)."""
+
+    def __init__(self, message: str, reason: Reason) -> None:
+        super().__init__(message)
+        self.reason: Reason = reason
 
 
 @dataclass
@@ -49,6 +55,8 @@ class Rollout:
     report: Report
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     started: list[Instance] = field(default_factory=list)
+    watch: DeployWatch = NOT_WATCHED
+    """Times each start, health check, route change and analysis window (:mod:`.watch`)."""
 
     @property
     def name(self) -> str:
@@ -58,25 +66,37 @@ class Rollout:
     def _backend(self, release: Release, weight: int, instances: list[Instance]) -> Backend:
         return Backend(release.release_id, weight, tuple(i.upstream for i in instances))
 
+    def shift(self, backends: list[Backend]) -> None:
+        """Route the app to ``backends`` (none: unrouted), as one watched route change."""
+        traffic = next((b.weight for b in backends if b.release_id == self.new.release_id), 0)
+        with self.watch.phase("shift", traffic=traffic):
+            if backends:
+                self.router.route(self.name, backends)
+            else:
+                self.router.unroute(self.name)
+
     def route_to_new(self) -> None:
-        self.router.route(self.name, [self._backend(self.new, 100, self.started)])
+        self.shift([self._backend(self.new, 100, self.started)])
 
     def route_back(self) -> None:
         if self.old is not None and self.old_instances:
-            self.router.route(self.name, [self._backend(self.old, 100, self.old_instances)])
+            self.shift([self._backend(self.old, 100, self.old_instances)])
         else:
-            self.router.unroute(self.name)
+            self.shift([])
 
     async def start_one(self, index: int) -> Instance:
-        instance = await self.runtime.start(self.new, index)
+        with self.watch.phase("start", instance=index):
+            instance = await self.runtime.start(self.new, index)
         self.started.append(instance)
         timeout = self.new.spec.health_check.timeout_s
-        if not await self.runtime.wait_healthy(self.new, instance, max(START_WITHIN_S, timeout)):
-            why = await self.runtime.why_unhealthy(self.new, instance)
-            raise RolloutFailed(
-                f"instance {index} of the new release did not pass its health check "
-                f"({self.new.spec.health_check.path}): {why}"
-            )
+        with self.watch.phase("health", instance=index):
+            within = max(START_WITHIN_S, timeout)
+            if not await self.runtime.wait_healthy(self.new, instance, within):
+                why = await self.runtime.why_unhealthy(self.new, instance)
+                raise RolloutFailed(
+                    f"instance {index} of the new release did not pass its health check "
+                    f"({self.new.spec.health_check.path}): {why}"
+                )
         return instance
 
     async def abort(self) -> None:
@@ -91,7 +111,7 @@ class Rollout:
 async def recreate(r: Rollout) -> None:
     if r.old is not None:
         await r.report("Stopping the old release (recreate)", 0)
-        r.router.unroute(r.name)
+        r.shift([])
         await r.runtime.stop(r.old.release_id)
         r.old_instances = []
     for index in range(r.instances()):
@@ -115,7 +135,7 @@ async def rolling(r: Rollout) -> None:
                 r._backend(r.new, share, r.started),
                 r._backend(r.old, 100 - share, remaining),
             ]
-        r.router.route(r.name, backends)
+        r.shift(backends)
         await r.report(f"Instance {index + 1} of {total} serves traffic", backends[0].weight)
         if retiring is not None and r.old is not None:
             await r.runtime.stop(r.old.release_id, retiring.index)
@@ -152,16 +172,16 @@ async def canary(
     if enter is not None:
         await enter()
     for percent in [p for p in steps if p < 100]:
-        r.router.route(
-            r.name,
+        r.shift(
             [
                 r._backend(r.new, percent, r.started),
                 r._backend(r.old, 100 - percent, r.old_instances),
-            ],
+            ]
         )
         r.router.mark(r.name, r.new.release_id)
         await r.report(f"Canary at {percent}% for {window_s:g}s", percent)
-        await _analyse(r, window_s, max_error_rate, percent)
+        with r.watch.phase("analysis", traffic=percent):
+            await _analyse(r, window_s, max_error_rate, percent)
     r.route_to_new()
     await r.report("Canary promoted: all traffic on the new release", 100)
 
@@ -170,12 +190,13 @@ async def _analyse(r: Rollout, window_s: float, max_error_rate: float, percent: 
     deadline = time.monotonic() + window_s
     while True:
         if await r.runtime.crash_looping(r.new.release_id):
-            raise CanaryRejected(f"the canary crashed repeatedly at {percent}%")
+            raise CanaryRejected(f"the canary crashed repeatedly at {percent}%", "crash_loop")
         requests, errors = r.router.window(r.name, r.new.release_id)
         if requests >= 10 and errors / requests > max_error_rate:
             raise CanaryRejected(
                 f"the canary answered {errors} of {requests} requests with 5xx "
-                f"({errors / requests:.0%} > {max_error_rate:.0%}) at {percent}%"
+                f"({errors / requests:.0%} > {max_error_rate:.0%}) at {percent}%",
+                "error_rate",
             )
         if time.monotonic() >= deadline:
             break
@@ -184,7 +205,8 @@ async def _analyse(r: Rollout, window_s: float, max_error_rate: float, percent: 
     if requests and errors / requests > max_error_rate:
         raise CanaryRejected(
             f"the canary's error rate was {errors / requests:.0%} "
-            f"(> {max_error_rate:.0%}) at {percent}%"
+            f"(> {max_error_rate:.0%}) at {percent}%",
+            "error_rate",
         )
 
 
