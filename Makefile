@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 DEBS   := bubblewrap python3-venv e2fsprogs haproxy
-TEST_DEBS := chromium pebble git
+TEST_DEBS := chromium pebble git prometheus
 
 .PHONY: run test lint types unit e2e conformance bench clean system-deps test-deps
 
