@@ -154,7 +154,6 @@ class _Storage(Collector):
 
 
 STORAGE: Final = _Storage()
-REGISTRY.register(STORAGE)
 
 
 # -- the database ----------------------------------------------------------------------------
@@ -289,3 +288,6 @@ def _read(held: Callable[[], int] | None) -> int:
 
 def _alive(ref: weakref.ref[T] | None) -> T | None:
     return None if ref is None else ref()
+
+
+REGISTRY.register(STORAGE)  # last: registering collects once, and every helper above is needed
