@@ -21,6 +21,7 @@ from appdeck.storage.engine import create_engine, default_sqlite_url
 from appdeck.storage.replicas import ReplicaStore
 from appdeck.transport.hub import GET_STREAM, StreamHub
 from tests.support.redis import POOL_SIZE, connect
+from tests.support.wait import until
 
 
 def value(name: str, **labels: str) -> float:
@@ -89,9 +90,7 @@ async def test_the_redis_pool_shows_a_connection_in_use_while_a_command_waits(
     key = f"{redis_prefix}:queue"
     waiting = asyncio.create_task(timed.blpop([key], timeout=10))
     try:
-        async with asyncio.timeout(10):
-            while value("appdeck_redis_pool_connections", state="in_use") < 1:
-                await asyncio.sleep(0.01)
+        await until(lambda: value("appdeck_redis_pool_connections", state="in_use") >= 1)
         async with connect() as pusher:
             await pusher.rpush(key, "x")
         async with asyncio.timeout(15):
@@ -111,14 +110,10 @@ async def test_heartbeats_are_counted_and_the_live_replicas_seen(
     stopping = asyncio.Event()
     beating = asyncio.create_task(first.beat_forever(stopping))
     try:
-        async with asyncio.timeout(15):
-            while value("appdeck_replica_heartbeats_total", outcome="ok") < ok + 3:
-                await asyncio.sleep(0.02)
+        await until(lambda: value("appdeck_replica_heartbeats_total", outcome="ok") >= ok + 3)
         assert value("appdeck_replica_peers") == 1
         await ReplicaStore(storage.engine, "replica-b").heartbeat()
-        async with asyncio.timeout(15):
-            while value("appdeck_replica_peers") < 2:
-                await asyncio.sleep(0.02)
+        await until(lambda: value("appdeck_replica_peers") >= 2)
     finally:
         stopping.set()
         async with asyncio.timeout(15):
@@ -136,9 +131,7 @@ async def test_a_heartbeat_that_cannot_reach_the_database_counts_as_failed(
         stopping = asyncio.Event()
         beating = asyncio.create_task(store.beat_forever(stopping))
         try:
-            async with asyncio.timeout(15):
-                while value("appdeck_replica_heartbeats_total", outcome="failed") < 2:
-                    await asyncio.sleep(0.02)
+            await until(lambda: value("appdeck_replica_heartbeats_total", outcome="failed") >= 2)
         finally:
             stopping.set()
             async with asyncio.timeout(15):
