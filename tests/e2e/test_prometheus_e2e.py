@@ -27,6 +27,7 @@ from tests.e2e.conftest import Launcher
 from tests.e2e.helpers import hello_source, official_client
 from tests.support import laptop as laptops
 from tests.support.appdeck_process import AppDeckProcess
+from tests.support.replicas import run_replicas
 
 SCRAPE_EVERY_S = 1
 PROMETHEUS_START_S = 60.0
@@ -85,11 +86,13 @@ def _free_port() -> int:
 
 
 @contextlib.asynccontextmanager
-async def prometheus_scraping(server: AppDeckProcess, workdir: Path) -> AsyncIterator[Prometheus]:
-    """``prometheus`` on a free loopback port, its storage under ``workdir``, scraping
-    ``server``'s ``/metrics`` every second (from loopback: no token); killed on the way out."""
+async def prometheus_scraping(
+    servers: list[AppDeckProcess], workdir: Path
+) -> AsyncIterator[Prometheus]:
+    """``prometheus`` on a free loopback port, its storage under ``workdir``, scraping each
+    server's ``/metrics`` every second (from loopback: no token); killed on the way out."""
     workdir.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - a test's setup, once
-    target = server.origin.removeprefix("http://")
+    targets = [server.origin.removeprefix("http://") for server in servers]
     config = workdir / "prometheus.yml"
     config.write_text(
         json.dumps(  # JSON is YAML
@@ -102,7 +105,7 @@ async def prometheus_scraping(server: AppDeckProcess, workdir: Path) -> AsyncIte
                     {
                         "job_name": "appdeck",
                         "scrape_timeout": f"{SCRAPE_EVERY_S}s",
-                        "static_configs": [{"targets": [target]}],
+                        "static_configs": [{"targets": targets}],
                     }
                 ],
             }
@@ -123,7 +126,7 @@ async def prometheus_scraping(server: AppDeckProcess, workdir: Path) -> AsyncIte
     try:
         async with httpx.AsyncClient(timeout=10) as http:
             prometheus = Prometheus(f"http://127.0.0.1:{port}", http)
-            await _ready(prometheus, process, workdir / "prometheus.log")
+            await _ready(prometheus, process, workdir / "prometheus.log", len(targets))
             yield prometheus
     finally:
         if process.returncode is None:
@@ -132,15 +135,20 @@ async def prometheus_scraping(server: AppDeckProcess, workdir: Path) -> AsyncIte
             await process.wait()
 
 
-async def _ready(prometheus: Prometheus, process: asyncio.subprocess.Process, log: Path) -> None:
-    """Wait until Prometheus answers and has scraped the server once (target up)."""
+async def _ready(
+    prometheus: Prometheus, process: asyncio.subprocess.Process, log: Path, targets: int
+) -> None:
+    """Wait until Prometheus answers and has scraped every server once (each target up)."""
     try:
         async with asyncio.timeout(PROMETHEUS_START_S):
             while True:
                 if process.returncode is not None:
                     raise AssertionError("prometheus exited:\n" + _tail(log))
                 with contextlib.suppress(httpx.TransportError, NoSample):
-                    if await prometheus.query('up{job="appdeck"}') == 1:
+                    ready = await prometheus.http.get(f"{prometheus.url}/-/ready")
+                    up = 'sum(up{job="appdeck"})'
+                    # 503 while its storage opens
+                    if ready.status_code == 200 and await prometheus.query(up) == targets:
                         return
                 await asyncio.sleep(0.25)
     except TimeoutError:
@@ -236,7 +244,7 @@ async def test_prometheus_scrapes_a_story_and_promql_counts_its_tool_calls_and_s
 ) -> None:
     source, env = hello_source(tmp_path)
     server = await launch_appdeck(env=env)
-    async with asyncio.timeout(240), prometheus_scraping(server, tmp_path / "prom") as prom:
+    async with asyncio.timeout(240), prometheus_scraping([server], tmp_path / "prom") as prom:
         story = await _story(server, source)
         served = await _requests_served(server)  # nothing but our story sends MCP requests
         # the scrape after the story is in once Prometheus agrees with the server
@@ -274,6 +282,37 @@ async def test_prometheus_scrapes_a_story_and_promql_counts_its_tool_calls_and_s
         #   appdeck_app_restarts_total{app="hello"}                                  >= 1 (the crash)
         #   appdeck_app_oom_kills_total{app="hello"}                                 >= 1
         #   sum(appdeck_app_http_requests_total{app="hello"})                        >= 1
+
+
+@pytest.mark.e2e
+async def test_prometheus_sees_two_replicas_share_postgresql_and_redis(
+    postgres_test_database: str, redis_prefix: str, tmp_path: Path
+) -> None:
+    async with (
+        asyncio.timeout(240),
+        run_replicas(postgres_test_database, redis_prefix, tmp_path, count=2) as replicas,
+        prometheus_scraping(replicas.servers, tmp_path / "prom") as prom,
+    ):
+        async with official_client(replicas.servers[0]) as first:
+            await first.list_tools()
+            await first.call_tool("list_my_apps", {})
+        async with official_client(replicas.servers[1]) as second:
+            await second.call_tool("list_my_apps", {})
+        # each replica counted the other alive at a heartbeat (every 2 s)
+        await prom.eventually("min(appdeck_replica_peers)", 2, SCRAPED_WITHIN_S)
+        await prom.eventually(
+            'sum(appdeck_mcp_tool_calls_total{tool="list_my_apps",outcome="ok"})',
+            2,
+            SCRAPED_WITHIN_S,
+        )
+        assert await prom.query('min(appdeck_replica_heartbeats_total{outcome="ok"})') > 0
+        assert await prom.query('sum(appdeck_replica_heartbeats_total{outcome="failed"})') == 0
+        assert await prom.query("min(appdeck_redis_command_seconds_count)") > 0  # on each
+        assert await prom.query('max(appdeck_redis_pool_connections{state="max"})') == 64
+        assert await prom.query('min(appdeck_db_query_seconds_count{backend="postgresql"})') > 0
+        assert await prom.query('sum(appdeck_db_query_seconds_count{backend="sqlite"})') == 0
+        assert await prom.query('max(appdeck_db_pool_connections{state="max"})') == 20
+        assert await prom.query('count(appdeck_leases_held{kind="stream"})') == 2
 
 
 # -- /metrics beyond loopback ----------------------------------------------------------------
