@@ -269,7 +269,7 @@ async def test_prometheus_scrapes_a_story_and_promql_counts_its_tool_calls_and_s
         assert await count("appdeck_mcp_sessions_open") >= 0
         # storage: the embedded SQLite answered every statement; no lease outlives the story
         assert await count('appdeck_db_query_seconds_count{backend="sqlite"}') > 0
-        assert await count('appdeck_db_pool_connections{state="checked_out"}') >= 0
+        assert await count('appdeck_db_pool_connections{state="max"}') == 15  # SQLite's 5 + 10
         assert await count('sum(appdeck_leases_held{kind="app"})') == 0
         assert await count('appdeck_replica_heartbeats_total{outcome="failed"}') == 0
         assert await count("sum(appdeck_ci_runs_total)") == 0
