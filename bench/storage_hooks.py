@@ -98,8 +98,9 @@ def hooks_alone(n: int = 20_000) -> None:
         return min(timeit.repeat(statement, number=n, repeat=7)) / n * 1e6
 
     plain, timed = (create_sync_engine("sqlite://") for _ in range(2))
-    event.listen(timed, "before_cursor_execute", metrics._started)
-    event.listen(timed, "after_cursor_execute", metrics._finished(metrics.STORAGE.db["sqlite"]))
+    hooks = metrics._TimedExecute(timed.dialect, metrics.STORAGE.db["sqlite"])
+    event.listen(timed, "do_execute", hooks.execute)
+    event.listen(timed, "do_execute_no_params", hooks.execute_no_params)
     with plain.connect() as a, timed.connect() as b:
         pa = best(lambda: a.exec_driver_sql("SELECT 1").scalar())
         pb = best(lambda: b.exec_driver_sql("SELECT 1").scalar())
