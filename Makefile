@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 DEBS   := bubblewrap python3-venv e2fsprogs haproxy
-TEST_DEBS := chromium pebble git
+TEST_DEBS := chromium pebble git prometheus
 
 .PHONY: run test lint types unit e2e conformance bench clean system-deps test-deps
 
@@ -18,7 +18,8 @@ $(STAMP): pyproject.toml
 # Debian packages, installed when missing and when we may (root with apt-get): idempotent,
 # and quiet when everything is there. `make run` needs what the app sandbox needs (bubblewrap;
 # Debian's python3 with venv inside it); `make test` also the browser the OAuth e2e test drives
-# (chromium, through Playwright: no browser is downloaded). Two clones installing at once wait
+# (chromium, through Playwright: no browser is downloaded) and the Prometheus the metrics e2e
+# test scrapes with (tests/e2e/test_prometheus_e2e.py). Two clones installing at once wait
 # for each other's dpkg lock instead of failing.
 define apt_install
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \

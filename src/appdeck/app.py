@@ -19,6 +19,7 @@ from appdeck.assembly import (
     deploy_watcher,
     hub_of,
     mcp_server_of,
+    observe_storage,
     platform_config,
     public_urls,
     register_everything,
@@ -36,6 +37,7 @@ from appdeck.auth.urls import PublicUrls
 from appdeck.events.cluster import Cluster
 from appdeck.events.leases import RedisLeases
 from appdeck.ingress.haproxy.plane import HAProxyDataPlane
+from appdeck.observability.storage import TimedRedis, watch_replicas
 from appdeck.observability.tracing import Tracing, tracing_of
 from appdeck.platform.changes import Change
 from appdeck.platform.deploy.ingress_router import IngressRouter
@@ -122,7 +124,7 @@ class Services:
         runtime, install = setup.sandbox_of(settings)
         storage = await Storage.open(settings.database())
         cluster = (
-            await Cluster.connect(settings.redis_url, settings.redis_prefix)
+            await Cluster.connect(settings.redis_url, settings.redis_prefix, client=TimedRedis)
             if settings.redis_url
             else Cluster.alone()
         )
@@ -172,6 +174,7 @@ class Services:
         if cluster.redis is not None and platform.hosting is not None:  # one push limit for all
             limit = platform.hosting.limits.timeout_s + PUSH_LEASE_MARGIN_S
             platform.hosting.leases = RedisLeases(cluster.redis, cluster.prefix, ttl_seconds=limit)
+        observe_storage(storage, cluster, hub, platform)
         register_everything(settings, registry, platform)
         server, tasks = mcp_server_of(
             settings,
@@ -238,6 +241,7 @@ class Services:
             )
         if self.cluster.shared:  # replica mode: live from now on (before any task of ours exists)
             self.replicas = ReplicaStore(self.storage.engine, self.instance_id)
+            watch_replicas(self.replicas)
             await self.replicas.heartbeat()
             beat = self.replicas.beat_forever(self._stopping)
             self._background.append(asyncio.create_task(beat, name="heartbeat"))

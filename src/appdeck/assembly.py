@@ -21,6 +21,7 @@ from appdeck.events.leases import RedisLeases
 from appdeck.events.redis_log import RedisEventLog
 from appdeck.observability.deploys import DeployMetrics
 from appdeck.observability.mcp import McpMetrics, count_sessions
+from appdeck.observability.storage import count_leases, watch_database, watch_redis
 from appdeck.observability.tracing import Tracing
 from appdeck.platform.apis.shares import OutboundLimits
 from appdeck.platform.crypto import Sealer
@@ -273,3 +274,16 @@ def platform_config(settings: Settings, ingress_port: int, base_url: str) -> Pla
 def limits_of(settings: Settings) -> Limits:
     """The operator's ceilings and tenant quotas (``APPDECK_MAX_*``, ``APPDECK_TENANT_*``)."""
     return Limits(**{f: getattr(settings, f) for f in Limits.__dataclass_fields__})
+
+
+def observe_storage(storage: Storage, cluster: Cluster, hub: StreamHub, platform: Platform) -> None:
+    """The storage series (:mod:`appdeck.observability.storage`) read from the parts built:
+    the database's statements and pool, Redis's pool (its commands are timed by the client
+    class :meth:`Cluster.connect` was given), and the leases held here."""
+    watch_database(storage.engine)
+    if cluster.redis is not None:
+        watch_redis(cluster.redis)
+    count_leases("app", platform.deploys.locks.held)
+    count_leases("stream", lambda: hub.leases_held)
+    hosting = platform.hosting
+    count_leases("push", hosting.pushes_under_way if hosting is not None else lambda: 0)

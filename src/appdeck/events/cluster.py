@@ -66,9 +66,19 @@ class Cluster:
         return cls(instance_id or secrets.token_hex(8), LocalBroadcast(), None, "appdeck")
 
     @classmethod
-    async def connect(cls, url: str, prefix: str, instance_id: str | None = None) -> Cluster:
-        """Connect to Redis (checked with a PING) and start the broadcast reader."""
-        redis: Redis = bounded(url, REDIS_CONNECTIONS, REDIS_TIMEOUT, health_check_interval=15)
+    async def connect(
+        cls,
+        url: str,
+        prefix: str,
+        instance_id: str | None = None,
+        *,
+        client: type[Redis] = Redis,
+    ) -> Cluster:
+        """Connect to Redis (checked with a PING) and start the broadcast reader. ``client``:
+        the Redis class to use (the composition root gives one that times its commands)."""
+        redis: Redis = bounded(
+            url, REDIS_CONNECTIONS, REDIS_TIMEOUT, cls=client, health_check_interval=15
+        )
         try:
             await redis.ping()
             broadcast = RedisBroadcast(redis, prefix)

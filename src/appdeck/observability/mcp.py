@@ -19,15 +19,14 @@ The per-request series are plain dict counts made into metric families when scra
 
 from __future__ import annotations
 
-import bisect
-import itertools
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Final
+from typing import Final
 
 from prometheus_client import REGISTRY, Counter, Gauge
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
+from appdeck.observability.latency import Latency, counter, histogram
 from appdeck.protocol.outcomes import OUTCOMES
 
 OTHER: Final = "other"
@@ -52,26 +51,6 @@ TOOL_BUCKETS: Final = (
 )
 
 
-class _Latency:
-    """One histogram's state: a count per bucket (not cumulative), the count and the sum."""
-
-    __slots__ = ("buckets", "count", "total")
-
-    def __init__(self) -> None:
-        self.buckets = [0] * (len(TOOL_BUCKETS) + 1)  # the last one is +Inf
-        self.count = 0
-        self.total = 0.0
-
-    def observe(self, seconds: float) -> None:
-        self.buckets[bisect.bisect_left(TOOL_BUCKETS, seconds)] += 1
-        self.count += 1
-        self.total += seconds
-
-    def cumulative(self) -> list[tuple[str, float]]:
-        bounds = [*(repr(b) for b in TOOL_BUCKETS), "+Inf"]  # as prometheus-client writes them
-        return list(zip(bounds, itertools.accumulate(self.buckets), strict=True))
-
-
 class _Served(Collector):
     """The per-request series, counted in plain dicts and turned into metric families only
     when scraped. prometheus-client's ``inc`` and ``observe`` take a lock each (0.5-0.7 µs
@@ -81,38 +60,27 @@ class _Served(Collector):
     def __init__(self) -> None:
         self.requests: dict[tuple[str, str, str], int] = {}
         self.tool_calls: dict[tuple[str, str], int] = {}
-        self.tool_seconds: dict[str, _Latency] = {}
+        self.tool_seconds: dict[str, Latency] = {}
 
     def collect(self) -> Iterator[Metric]:
-        yield _counter(
+        yield counter(
             "appdeck_mcp_requests",
             "MCP requests answered, by method, protocol era (handshake or stateless) and outcome",
             ["method", "era", "outcome"],
             self.requests,
         )
-        yield _counter(
+        yield counter(
             "appdeck_mcp_tool_calls",
             "tools/call requests answered, by tool and outcome",
             ["tool", "outcome"],
             self.tool_calls,
         )
-        latency = HistogramMetricFamily(
+        yield histogram(
             "appdeck_mcp_tool_call_seconds",
             "tools/call latency from request in to answer out (a task: until it is created)",
-            labels=["tool"],
+            ["tool"],
+            self.tool_seconds,
         )
-        for tool, state in list(self.tool_seconds.items()):
-            latency.add_metric([tool], state.cumulative(), state.total)
-        yield latency
-
-
-def _counter(
-    name: str, documentation: str, labels: list[str], counts: dict[Any, int]
-) -> CounterMetricFamily:
-    family = CounterMetricFamily(name, documentation, labels=labels)
-    for values, n in list(counts.items()):  # a copy, should a scrape ever run off the loop
-        family.add_metric(list(values), n)
-    return family
 
 
 SERVED: Final = _Served()
@@ -182,7 +150,7 @@ class McpMetrics:
         calls[key] = calls.get(key, 0) + 1
         latency = SERVED.tool_seconds.get(name)
         if latency is None:
-            latency = SERVED.tool_seconds[name] = _Latency()
+            latency = SERVED.tool_seconds[name] = Latency(TOOL_BUCKETS)
         latency.observe(seconds)
 
     def task_changed(self, status: str) -> None:

@@ -64,11 +64,22 @@ class ReplicaStore:
         self.instance_id = instance_id
         self.interval = interval
         self.dead_after = dead_after
+        self.beats_ok = 0
+        """Heartbeats :meth:`beat_forever` wrote, and (below) failed to write (for metrics)."""
+        self.beats_failed = 0
+        self.peers: int | None = None
+        """Replicas alive at the last heartbeat, this one included (None before the first)."""
 
     async def heartbeat(self) -> None:
-        """Say this replica is alive now (on the database's clock). Only this replica writes
-        its own row, so update-then-insert needs no upsert."""
+        """Say this replica is alive now (on the database's clock), and count the live ones
+        (:attr:`peers`). Only this replica writes its own row, so update-then-insert needs no
+        upsert."""
         now = database_now(self._engine)
+        alive = (
+            sa.select(sa.func.count())
+            .select_from(replicas)
+            .where(replicas.c.heartbeat_at > now - self.dead_after)
+        )
         async with self._engine.begin() as conn:
             updated = await conn.execute(
                 sa.update(replicas)
@@ -81,6 +92,7 @@ class ReplicaStore:
                         instance_id=self.instance_id, started_at=now, heartbeat_at=now
                     )
                 )
+            self.peers = int(await conn.scalar(alive) or 0)
 
     async def live(self) -> set[str]:
         """The instance ids whose heartbeat is fresher than the dead delay."""
@@ -117,11 +129,20 @@ class ReplicaStore:
         while not stopping.is_set():
             try:
                 await self.heartbeat()
-                if beats % max(1, round(60 / self.interval)) == 0:
-                    await self.forget_dead()
             except Exception:  # the database may be down for a while; keep beating
+                self.beats_failed += 1
                 log.exception("replica heartbeat failed")
+            else:
+                self.beats_ok += 1
+                if beats % max(1, round(60 / self.interval)) == 0:
+                    await self._forget_dead_quietly()
             beats += 1
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.interval):
                     await stopping.wait()
+
+    async def _forget_dead_quietly(self) -> None:
+        try:
+            await self.forget_dead()
+        except Exception:  # tried again in a minute
+            log.exception("forgetting dead replicas failed")

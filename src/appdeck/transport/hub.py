@@ -48,6 +48,8 @@ class StreamHub:
         self._standalone: dict[str, int] = {}
         """Standalone streams open on this process, per session (what tests wait on)."""
         self._open_requests: set[tuple[str, str]] = set()
+        self.leases_held = 0
+        """Stream leases claimed here and not released yet (for metrics)."""
         self._stripes = [asyncio.Lock() for _ in range(STRIPES)]
 
     @contextlib.asynccontextmanager
@@ -117,11 +119,14 @@ class StreamHub:
                 await self._bus.publish(session_id, Taken(stream))
         else:
             lease = await self._leases.acquire(key)
-        if lease is not None and stream == GET_STREAM:
-            self._standalone[session_id] = self._standalone.get(session_id, 0) + 1
+        if lease is not None:
+            self.leases_held += 1
+            if stream == GET_STREAM:
+                self._standalone[session_id] = self._standalone.get(session_id, 0) + 1
         return lease
 
     async def release(self, session_id: str, stream: str, lease: Lease) -> None:
+        self.leases_held -= 1
         if stream == GET_STREAM:
             left = self._standalone.get(session_id, 0) - 1
             if left > 0:

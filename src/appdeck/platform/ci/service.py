@@ -40,6 +40,7 @@ from appdeck.common.identity import Principal
 from appdeck.common.unwinding import to_the_end
 from appdeck.model.release import AppSpec
 from appdeck.model.specs import STRATEGIES
+from appdeck.observability import ci as ci_metrics
 from appdeck.platform.apps import AppService
 from appdeck.platform.changes import Change, ChangeFeed
 from appdeck.platform.ci.runner import CIRunner, Job, Outcome
@@ -326,14 +327,17 @@ class CIService:
         self, app: AppRecord, config: CIConfigRecord, record: CIRunRecord, by: Principal
     ) -> CIRunRecord:
         async with self._locks.setdefault(app.id, asyncio.Lock()):
+            began = time.monotonic()  # its turn came: the wait behind the app's others is out
             try:
                 outcome = await self._test(app, config, record)
             except asyncio.CancelledError:
+                ci_metrics.run_ended("cancelled", time.monotonic() - began)
                 await to_the_end(self._end(record, Outcome("cancelled", None, "cancelled", "")))
                 raise
             except Exception as exc:  # a failure of ours: the run says so, the log has why
                 log.exception("CI run %s of app %s failed to run", record.number, app.id)
                 outcome = Outcome("error", None, f"the run could not be made: {exc}"[:500], "")
+            ci_metrics.run_ended(outcome.state, time.monotonic() - began)
             ended = await self._end(record, outcome)
         if ended.state == "passed" and config.auto_deploy and self._deploy is not None:
             ended = await self._deploy_green(ended, by, config.strategy)

@@ -95,6 +95,7 @@ class Hold:
 
     async def release(self) -> None:
         """Stop renewing and let the lease go (a lost one is left to its new holder)."""
+        self._locks.holds.discard(self)
         renewer, self._renewer = self._renewer, None
         if renewer is not None:
             renewer.cancel()
@@ -114,6 +115,17 @@ class AppLocks:
         self.store = store
         self.instance_id = instance_id
         self.ttl = ttl
+        self.holds: set[Hold] = set()
+        """The holds taken and not yet released (:meth:`held` counts them for metrics)."""
+
+    def held(self) -> int:
+        """How many app leases this replica holds now (taken, not released, not lost)."""
+        return sum(1 for hold in self.holds if not hold.lost)
+
+    def _hold(self, lease: Lease) -> Hold:
+        hold = Hold(self, lease)
+        self.holds.add(hold)
+        return hold
 
     def holder(self) -> str:
         return f"{self.instance_id}:{secrets.token_hex(4)}"
@@ -121,7 +133,7 @@ class AppLocks:
     async def try_take(self, app_id: int) -> Hold | None:
         """The app's lease under a new holder, or ``None`` when someone holds it."""
         lease = await self.store.acquire(app_id, self.holder(), self.ttl)
-        return None if lease is None else Hold(self, lease)
+        return None if lease is None else self._hold(lease)
 
     async def take(self, app_id: int, *, wait_s: float = WAIT_S) -> Hold:
         """The app's lease, waiting up to ``wait_s`` for its holder to let it go (or lose
@@ -131,7 +143,7 @@ class AppLocks:
         while True:
             lease = await self.store.acquire(app_id, holder, self.ttl)
             if lease is not None:
-                return Hold(self, lease)
+                return self._hold(lease)
             if time.monotonic() >= deadline:
                 raise Conflict(
                     "another deploy, rollback or restart of this app is under way",

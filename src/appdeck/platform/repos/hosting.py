@@ -78,6 +78,10 @@ class HostedService:
         outlives a push's time limit; a dead replica's runs out)."""
         self._held: dict[int, list[Any]] = {}
 
+    def pushes_under_way(self) -> int:
+        """Push slots taken on this replica now (each a lease in Redis with replicas)."""
+        return sum(self._pushing.values())
+
     @property
     def limits(self) -> HostedLimits:
         return self.hosted.limits
