@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import socket
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -65,6 +67,7 @@ async def serve(args: argparse.Namespace, data_dir: Path) -> None:
         rate_limit_per_second=1e9,
         rate_limit_burst=10**9,
         stateless_era=args.stateless,
+        otlp_endpoint=args.otlp_endpoint,
     )
     logs.configure(settings.log_level, settings.log_format)
     sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET)
@@ -121,13 +124,33 @@ def main() -> None:
         "--stateless", action="store_true", help="serve MCP 2026-07-28 too (stateless era)"
     )
     parser.add_argument(
+        "--traced",
+        action="store_true",
+        help="trace every request (100 %% sampled) into an OTLP receiver that drops them",
+    )
+    parser.add_argument(
         "--token-file", type=Path, default=None, help="write the bearer token here when ready"
     )
     args = parser.parse_args()
+    args.otlp_endpoint = None
+    sink = None
+    if args.traced:
+        sink = subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name("otlp_sink.py"))],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert sink.stdout is not None
+        args.otlp_endpoint = f"http://127.0.0.1:{int(sink.stdout.readline())}"
     import uvloop
 
     with tempfile.TemporaryDirectory(prefix="appdeck-bench-") as tmp:
-        uvloop.run(serve(args, args.data_dir or Path(tmp)))
+        try:
+            uvloop.run(serve(args, args.data_dir or Path(tmp)))
+        finally:
+            if sink is not None:
+                sink.terminate()
+                sink.wait(timeout=10)
 
 
 if __name__ == "__main__":

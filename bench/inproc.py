@@ -40,17 +40,8 @@ async def echo(arguments: dict[str, Any], ctx: Any) -> dict[str, Any]:
     return {"content": [{"type": "text", "text": arguments["text"]}]}
 
 
-RECEIVER = """
-import http.server, sys
-class H(http.server.BaseHTTPRequestHandler):
-    def do_POST(self):
-        self.rfile.read(int(self.headers.get("content-length", "0")))
-        self.send_response(200); self.send_header("content-length", "0"); self.end_headers()
-    def log_message(self, *args): pass
-s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-print(s.server_address[1], flush=True)
-s.serve_forever()
-"""
+SINK = Path(__file__).with_name("otlp_sink.py")
+"""The OTLP receiver the ``otlp`` mode exports to (in a process of its own)."""
 
 
 def tracing_for(
@@ -75,9 +66,7 @@ def tracing_for(
     if mode == "otlp":
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-        receiver = subprocess.Popen(
-            [sys.executable, "-c", RECEIVER], stdout=subprocess.PIPE, text=True
-        )
+        receiver = subprocess.Popen([sys.executable, str(SINK)], stdout=subprocess.PIPE, text=True)
         assert receiver.stdout is not None
         port = int(receiver.stdout.readline())
         exporter = OTLPSpanExporter(endpoint=f"http://127.0.0.1:{port}/v1/traces")

@@ -58,6 +58,8 @@ SERVERS: dict[str, tuple[Path, list[str], bool]] = {
     # MCP 2026-07-28 (issue 22): no session; every request carries _meta and routing headers
     "AppDeck-2026": (BENCH / "appdeck_server.py", ["--auth", "bearer", "--stateless"], True),
     "SDK-2026": (BENCH / "sdk_server.py", [], False),
+    # issue 23: every request traced (100 % sampled) into an OTLP receiver that drops them
+    "AppDeck-traced": (BENCH / "appdeck_server.py", ["--auth", "bearer", "--traced"], True),
 }
 STATELESS = "2026-07-28"
 
@@ -788,7 +790,7 @@ def main() -> None:
     parser.add_argument(
         "--servers",
         type=lambda v: v.split(","),
-        default=list(SERVERS),
+        default=[name for name in SERVERS if name != "AppDeck-traced"],  # traced: on demand
         help=f"throughput servers, comma-separated (default {','.join(SERVERS)})",
     )
     parser.add_argument(
