@@ -6,7 +6,14 @@ from __future__ import annotations
 import asyncio
 import time
 
-from appdeck.platform.deploy.ports import BuildFailed, Instance, Release
+from appdeck.platform.deploy.ports import (
+    BuildFailed,
+    DiskUsage,
+    Instance,
+    InstanceStatus,
+    InstanceWatcher,
+    Release,
+)
 from appdeck.runtime import driver as rt
 from appdeck.runtime import listening
 from appdeck.runtime.procs import free_port
@@ -111,3 +118,12 @@ class LocalRuntime:
 
     async def crash_looping(self, release_id: str) -> bool:
         return await self.driver.unhealthy(release_id)
+
+    def inspect(self, release_id: str) -> list[InstanceStatus]:
+        return self.driver.inspect(release_id)
+
+    def disk_usage(self, app_id: int) -> DiskUsage | None:
+        return self.driver.disk_usage(app_id)
+
+    def watch(self, watcher: InstanceWatcher) -> None:
+        self.driver.watch(watcher)
