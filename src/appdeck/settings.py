@@ -140,6 +140,9 @@ class Settings(BaseSettings):
     """The scrape token of ``/metrics`` (``Authorization: Bearer <token>``). A client on
     loopback scrapes without it; any other client (the server listening beyond loopback, or
     reached through the data plane) is refused without it, and always when it is unset."""
+    metrics_app_labels: int = Field(200, ge=0, le=100_000)
+    """How many apps get an ``app`` label of their own in the app series (the first by id);
+    the others are summed into ``app="_other"`` (docs/observability.md)."""
     source_roots: PathList = []
     """Directories app sources may be read from, ``os.pathsep``-separated; ``{tenant}`` in a
     root stands for the caller's tenant id. Default: ``<data dir's parent>/appdeck-sources/

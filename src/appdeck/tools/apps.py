@@ -53,8 +53,9 @@ list_my_apps = Tool(
     "list_my_apps",
     title="List my apps",
     description="List the apps you can use, with your role on each, their URLs and health "
-    "(state, instances up/desired, restarts); use it to find an app_id. Paginated: pass next_cursor back as cursor for the next page. Next: "
-    "manage_app get for one app's details, list_deployments for its deployments.",
+    "(state, instances up/desired, restarts); use it to find an app_id. Paginated: pass "
+    "next_cursor back as cursor for the next page. Next: manage_app get for one app's "
+    "details, list_deployments for its deployments.",
     scope="apps:read",
     hints=READS,
 )

@@ -54,7 +54,6 @@ async def _get(args: GetApp, call: Call) -> Reply:
     return Reply(summary, data)
 
 
-
 class UpdateApp(Arguments):
     """Rename the app (its URL changes with it) or change its description."""
 
