@@ -26,7 +26,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, Protocol
 
 from appdeck.common.identity import Principal
 from appdeck.ingress.routes import Counters
@@ -45,6 +45,14 @@ REFRESH_S: Final = 30.0
 MAX_PENDING_EVENTS: Final = 256
 """Instance events waiting to become changes; past it they are dropped (a subscriber reads
 the status again at the next one)."""
+
+
+class RuntimeView(Protocol):
+    """What the facts need of a runtime: the deploy engine's port has it, and so does the
+    CLI's reader of a data dir (:class:`~appdeck.runtime.inspection.RecordedInstances`)."""
+
+    def inspect(self, release_id: str) -> list[InstanceStatus]: ...
+    def disk_usage(self, app_id: int) -> DiskUsage | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,23 +195,8 @@ class HealthService:
     def facts(self, app: AppRecord, live: DeploymentRecord | None) -> AppHealth:
         """The health of ``app`` whose live deployment is ``live`` (no database query)."""
         route = hostnames.route_label(app.name, app.tenant_id)
-        traffic = self.traffic.window(route)
         tls = self._tls_of(app) if self._tls_of is not None else None
-        disk = self._runtime.disk_usage(app.id)
-        if live is None:
-            return AppHealth(app.id, "not_deployed", None, 0, 0, [], disk, traffic, tls)
-        instances = self._runtime.inspect(live.release_id)
-        desired = 0 if app.stopped else _desired(live.spec)
-        up = sum(1 for i in instances if i.state == "running")
-        state: AppState = "running"
-        if app.stopped:
-            state = "stopped"
-        elif any(i.state == "crash_loop" for i in instances):
-            state = "crash_loop"
-        elif up < desired:
-            state = "degraded"
-        release = LiveRelease(live.number, live.strategy, live.updated_at)
-        return AppHealth(app.id, state, release, up, desired, instances, disk, traffic, tls)
+        return health_of(app, live, self._runtime, self.traffic.window(route), tls)
 
     # -- the catalogue the app series read ---------------------------------------------
 
@@ -292,6 +285,31 @@ class HealthService:
             await self._feed.emit(Change("instance.updated", app.tenant_id, app.id, deployment))
         except Exception:
             log.exception("announcing %s failed", event)
+
+
+def health_of(
+    app: AppRecord,
+    live: DeploymentRecord | None,
+    runtime: RuntimeView,
+    traffic: Traffic,
+    tls: dict[str, Any] | None = None,
+) -> AppHealth:
+    """The facts of ``app`` (the one computation: the service and the operator's CLI)."""
+    disk = runtime.disk_usage(app.id)
+    if live is None:
+        return AppHealth(app.id, "not_deployed", None, 0, 0, [], disk, traffic, tls)
+    instances = runtime.inspect(live.release_id)
+    desired = 0 if app.stopped else _desired(live.spec)
+    up = sum(1 for i in instances if i.state == "running")
+    state: AppState = "running"
+    if app.stopped:
+        state = "stopped"
+    elif any(i.state == "crash_loop" for i in instances):
+        state = "crash_loop"
+    elif up < desired:
+        state = "degraded"
+    release = LiveRelease(live.number, live.strategy, live.updated_at)
+    return AppHealth(app.id, state, release, up, desired, instances, disk, traffic, tls)
 
 
 def _desired(spec: dict[str, Any]) -> int:

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from appdeck.runtime.cgroups import Cgroups, Usage, oom_kills
+from appdeck.runtime.cgroups import ROOT, Cgroups, Usage, oom_kills
 from appdeck.runtime.core import DriverCore
 from appdeck.runtime.disks import MIB, split
 from appdeck.runtime.driver import (
@@ -23,8 +23,14 @@ from appdeck.runtime.driver import (
     InstanceCondition,
     InstanceStatus,
 )
-from appdeck.runtime.model import InstanceState, ReleaseState, exit_words, instance_key
-from appdeck.runtime.shim import is_running
+from appdeck.runtime.model import (
+    InstanceState,
+    ReleaseState,
+    check_release_id,
+    exit_words,
+    instance_key,
+)
+from appdeck.runtime.shim import boot_id, is_running
 from appdeck.runtime.state import load_instances
 
 NO_USAGE = Usage(None, None)
@@ -71,13 +77,7 @@ class InspectionMixin(DriverCore):
             return None
         quota = self._quota_mb(app_id)
         if disks.kernel:
-            with contextlib.suppress(OSError):
-                point = disks.mount_point(app_id)
-                if os.path.ismount(point):
-                    found = os.statvfs(point)
-                    used = (found.f_blocks - found.f_bfree) * found.f_frsize
-                    return DiskUsage(used, found.f_blocks * found.f_frsize)
-            return None
+            return mounted_usage(disks.mount_point(app_id))
         measured = self._disk_used.get(app_id)
         return None if measured is None else DiskUsage(measured, quota * MIB)
 
@@ -135,3 +135,51 @@ def recall(instance: InstanceState, record: dict[str, Any], oom_events: Path | N
     code = record.get("last_code")
     instance.last_code = code if isinstance(code, int) else None
     instance.oom_events = oom_events
+
+
+class RecordedInstances:
+    """The instances of the releases under ``runtime_dir`` as their records say (see
+    :func:`recorded`), for a process that runs none of them: the operator's CLI."""
+
+    def __init__(
+        self, runtime_dir: Path, cgroups: Cgroups | None, disks: Path | None = None
+    ) -> None:
+        self.runtime_dir = runtime_dir
+        self.cgroups = cgroups
+        self.disks = disks
+        """``<data dir>/disks``: the apps' mounted disks (loop mode), if any."""
+        self.unhealthy: set[str] = set()
+        """Releases found marked unhealthy (a crash loop)."""
+
+    def inspect(self, release_id: str) -> list[InstanceStatus]:
+        check_release_id(release_id)
+        for directory in self.runtime_dir.glob(f"apps/*/releases/{release_id}"):
+            found, unhealthy = recorded(directory, boot_id(), self.cgroups)
+            if unhealthy:
+                self.unhealthy.add(release_id)
+            return found
+        return []
+
+    def disk_usage(self, app_id: int) -> DiskUsage | None:
+        if self.disks is None:
+            return None
+        return mounted_usage(self.disks / str(int(app_id)))
+
+
+def mounted_usage(point: Path) -> DiskUsage | None:
+    """A mounted app disk's use and size (loop mode); None when it is not mounted."""
+    with contextlib.suppress(OSError):
+        if os.path.ismount(point):
+            found = os.statvfs(point)
+            used = (found.f_blocks - found.f_bfree) * found.f_frsize
+            return DiskUsage(used, found.f_blocks * found.f_frsize)
+    return None
+
+
+def host_cgroups(name: str) -> Cgroups | None:
+    """The host's hierarchy of the install's groups ``name``, to read (never to create)."""
+    if (ROOT / "cgroup.controllers").is_file():
+        return Cgroups(2, ROOT, name)
+    if (ROOT / "memory").is_dir():
+        return Cgroups(1, ROOT, name)
+    return None
