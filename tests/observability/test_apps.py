@@ -50,6 +50,7 @@ async def test_each_live_app_has_its_instances_restarts_memory_and_disk(on: OnFa
     on.runtime.crash(shop, f"{shop}-1", 1, "restarted")
     await on.platform.health.settle()
     await on.platform.health.refresh()
+    await on.platform.health.measure()
     series.follow(on.platform.health, app_labels=10)
     assert value("appdeck_app_instances", app="shop--acme", state="desired") == 2
     assert value("appdeck_app_instances", app="shop--acme", state="running") == 1
@@ -69,6 +70,7 @@ async def test_http_series_are_bridged_from_the_counters_by_status_class(on: OnF
         counters.record("shop--acme", f"{shop}-1", status, 0.1)
     counters.record("shop--acme", f"{shop}-1", 502, 0.5, upstream_error=True)
     await on.platform.health.refresh()
+    await on.platform.health.measure()
     series.follow(on.platform.health)
     codes = {
         c: value("appdeck_app_http_requests_total", app="shop--acme", code=c) for c in series.CODES
@@ -85,6 +87,7 @@ async def test_apps_past_the_label_limit_are_summed_as_other(on: OnFakes) -> Non
     for name in ("a1", "a2", "a3"):
         await _live(on, name, instances=2)
     await on.platform.health.refresh()
+    await on.platform.health.measure()
     series.follow(on.platform.health, app_labels=1)
     text = generate_latest(REGISTRY).decode()
     assert value("appdeck_app_instances", app="a1--acme", state="desired") == 2
@@ -97,6 +100,7 @@ async def test_a_scrape_makes_no_database_query(on: OnFakes, storage: Storage) -
     for name in ("a1", "a2"):
         await _live(on, name)
     await on.platform.health.refresh()
+    await on.platform.health.measure()
     series.follow(on.platform.health)
     with _queries(storage) as seen:
         generate_latest(REGISTRY)

@@ -15,7 +15,9 @@ runtime; requests, upstream errors and latency from the data plane's counters.
     appdeck_app_http_response_seconds_count{app}  responses
 
 Read at scrape time (a :class:`Collector`) from the health service's cached catalogue of live
-apps, the runtime's in-memory view and one pass over the ingress counters: no database query.
+apps, its last measurement of their instances (every 10 s, in a thread: instances and
+memory/CPU are that old at most) and one pass over the ingress counters: no database query,
+no file read.
 
 **The ``app`` label is bounded.** It is the app's route key (``<app>--<tenant>``, names the
 platform validated) for the first ``app_labels`` apps by id (``APPDECK_METRICS_APP_LABELS``,
@@ -85,7 +87,7 @@ class AppSeries(Collector):
             if row is None:
                 row = rows[label] = _Row()
             row.desired += entry.desired
-            for status in health.inspect(entry.release_id):
+            for status in health.measured(entry.release_id):
                 row.running += status.state == "running"
                 if status.memory_bytes is not None:
                     row.memory += status.memory_bytes
@@ -98,7 +100,7 @@ class AppSeries(Collector):
                 row.restarts += events.restarts
                 row.crash_loops += events.crash_loops
                 row.oom_kills += events.oom_kills
-            disk = health.disk_usage(entry.app_id)
+            disk = health.measured_disk(entry.app_id)
             if disk is not None:
                 row.disk += disk.used_bytes
                 row.quota += disk.quota_bytes

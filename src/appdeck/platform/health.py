@@ -15,7 +15,9 @@ counters of this process, which Prometheus' ``rate`` reads across restarts).
 
 The app series read :attr:`HealthService.catalogue`: the apps with a live release, cached
 (refreshed after app and deployment changes, and every ``refresh_s``) so that a scrape
-makes no database query at all.
+makes no database query at all; and their instances as :meth:`HealthService.measure` last
+read them (every ``measure_s``, in a thread), so that a scrape reads no cgroup file either:
+it runs on the event loop.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ log = logging.getLogger("appdeck.health")
 
 AppState = Literal["running", "degraded", "crash_loop", "stopped", "not_deployed"]
 REFRESH_S: Final = 30.0
+MEASURE_S: Final = 10.0
+"""How often the live releases' instances are measured for the app series (in a thread)."""
 MAX_PENDING_EVENTS: Final = 256
 """Instance events waiting to become changes; past it they are dropped (a subscriber reads
 the status again at the next one)."""
@@ -162,6 +166,7 @@ class HealthService:
         *,
         tls_of: Callable[[AppRecord], dict[str, Any] | None] | None = None,
         refresh_s: float = REFRESH_S,
+        measure_s: float = MEASURE_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._apps = apps
@@ -171,6 +176,10 @@ class HealthService:
         self._feed = feed
         self._tls_of = tls_of
         self._refresh_s = refresh_s
+        self._measure_s = measure_s
+        self._measured: dict[str, list[InstanceStatus]] = {}
+        self._measured_at = 0.0
+        self._disks: dict[int, DiskUsage] = {}
         self._clock = clock
         self.traffic = TrafficRing(counters, clock=clock)
         self._catalogue = _Catalogue()
@@ -205,11 +214,30 @@ class HealthService:
         """The apps with a live release, as last refreshed (no query: a scrape reads it)."""
         return self._catalogue.entries
 
-    def inspect(self, release_id: str) -> list[InstanceStatus]:
-        return self._runtime.inspect(release_id)
+    def measured(self, release_id: str) -> list[InstanceStatus]:
+        """The release's instances as last measured (:meth:`measure`): what a scrape reads,
+        never the runtime itself (a scrape runs on the event loop)."""
+        return self._measured.get(release_id, [])
 
-    def disk_usage(self, app_id: int) -> DiskUsage | None:
-        return self._runtime.disk_usage(app_id)
+    async def measure(self) -> None:
+        """Inspect every live release of the catalogue and its app's disk, in a thread (two
+        cgroup files per instance, some 15 µs each: 60 ms for 1,000 apps of 2 instances)."""
+        entries = list(self._catalogue.entries)
+        runtime = self._runtime
+
+        def inspect_all() -> tuple[dict[str, list[InstanceStatus]], dict[int, DiskUsage]]:
+            disks = {e.app_id: runtime.disk_usage(e.app_id) for e in entries}
+            return (
+                {e.release_id: runtime.inspect(e.release_id) for e in entries},
+                {app_id: disk for app_id, disk in disks.items() if disk is not None},
+            )
+
+        self._measured, self._disks = await asyncio.to_thread(inspect_all)
+        self._measured_at = self._clock()
+
+    def measured_disk(self, app_id: int) -> DiskUsage | None:
+        """The app's disk as last measured (:meth:`measure`)."""
+        return self._disks.get(app_id)
 
     async def refresh(self) -> None:
         """Read the apps and their live releases again (two queries for every app)."""
@@ -237,6 +265,9 @@ class HealthService:
         catalogue = self._catalogue
         if catalogue.stale or self._clock() - catalogue.refreshed >= self._refresh_s:
             await self.refresh()
+            await self.measure()
+        elif self._clock() - self._measured_at >= self._measure_s:
+            await self.measure()
 
     async def run_forever(self, stopping: asyncio.Event, every_s: float = 5.0) -> None:
         while not stopping.is_set():
