@@ -84,7 +84,9 @@ class LocalRuntime:
         key = (instance.release_id, instance.index)
         last, ref = self._last.pop(key, None), self._refs.get(key)
         if await self.driver.unhealthy(instance.release_id):
-            return "the app kept crashing (its exit status is in the runtime log)"
+            exits = [s.last_exit for s in self.driver.inspect(instance.release_id) if s.last_exit]
+            ended = f"; it last ended with {exits[0]}" if exits else ""
+            return f"the app kept crashing{ended} (the runtime log has its output)"
         if ref is None or ref.pid <= 0:
             return last.detail if last is not None else "no check answered"
         if last is not None and last.status is not None:
