@@ -10,7 +10,7 @@ from pathlib import Path
 from appdeck.runtime import InstanceEvent, LocalDriver, free_port
 from appdeck.runtime.inspection import RecordedInstances
 
-from .conftest import HELLO, PYTHON, eventually, make_spec, wait_healthy
+from .conftest import FAST_RESTARTS, HELLO, PYTHON, eventually, make_spec, wait_healthy
 
 EXITS = HELLO.parent / "exits"
 
@@ -124,3 +124,23 @@ async def test_a_health_check_that_gets_no_answer_says_it_timed_out(driver: Loca
     await eventually(listening, within=10)
     health = await driver.health(ref)
     assert health.detail == "GET /healthz timed out after 0.3s"
+
+
+async def test_another_replicas_instance_is_inspected_from_its_record(
+    driver: LocalDriver, runtime_dir: Path
+) -> None:
+    events: list[InstanceEvent] = []
+    port = await _started(driver, events)
+    await _ask(port, "/exit?code=3")
+
+    def restarted() -> bool:
+        found = driver.inspect("12-1")
+        return bool(found) and found[0].restarts == 1 and found[0].state == "running"
+
+    await eventually(restarted, within=20)
+    other = LocalDriver(runtime_dir, restart=FAST_RESTARTS)  # a replica that started nothing
+    try:
+        [seen] = other.inspect("12-1")
+        assert (seen.state, seen.restarts, seen.last_exit) == ("running", 1, "status 3")
+    finally:
+        await other.detach()

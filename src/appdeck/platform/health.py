@@ -44,6 +44,7 @@ log = logging.getLogger("appdeck.health")
 
 AppState = Literal["running", "degraded", "crash_loop", "stopped", "not_deployed"]
 REFRESH_S: Final = 30.0
+NO_TRAFFIC: Final = Traffic(0.0, 0, 0, None)
 MEASURE_S: Final = 10.0
 """How often the live releases' instances are measured for the app series (in a thread)."""
 MAX_PENDING_EVENTS: Final = 256
@@ -199,10 +200,15 @@ class HealthService:
     async def briefs(self, apps: list[AppRecord]) -> dict[int, AppHealth]:
         """The health of each of ``apps`` (already loaded for their caller): one query."""
         live = await self._store.live_for(a.id for a in apps)
-        return {a.id: self.facts(a, live.get(a.id)) for a in apps}
+        return {a.id: self.facts(a, live.get(a.id), brief=True) for a in apps}
 
-    def facts(self, app: AppRecord, live: DeploymentRecord | None) -> AppHealth:
-        """The health of ``app`` whose live deployment is ``live`` (no database query)."""
+    def facts(
+        self, app: AppRecord, live: DeploymentRecord | None, *, brief: bool = False
+    ) -> AppHealth:
+        """The health of ``app`` whose live deployment is ``live`` (no database query);
+        ``brief``: without traffic and TLS (what :meth:`AppHealth.brief` shows)."""
+        if brief:
+            return health_of(app, live, self._runtime, NO_TRAFFIC)
         route = hostnames.route_label(app.name, app.tenant_id)
         tls = self._tls_of(app) if self._tls_of is not None else None
         return health_of(app, live, self._runtime, self.traffic.window(route), tls)

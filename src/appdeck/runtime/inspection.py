@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
+from appdeck.common.errors import InvalidArgument
 from appdeck.runtime.cgroups import ROOT, Cgroups, Usage, oom_kills
 from appdeck.runtime.core import DriverCore
 from appdeck.runtime.disks import MIB, split
@@ -40,7 +42,12 @@ class InspectionMixin(DriverCore):
     """``inspect`` and ``disk_usage`` (``watch`` is the core's: supervision tells)."""
 
     def inspect(self, release_id: str) -> list[InstanceStatus]:
-        state = self._releases.get(release_id)
+        """The instances this process supervises, and those another replica on this host
+        started (read from ``instances.json``: replicas share the data dir)."""
+        try:
+            state = self._existing(release_id)
+        except InvalidArgument:
+            return []
         if state is None:
             return []
         found: dict[int, InstanceStatus] = {}
@@ -51,6 +58,9 @@ class InspectionMixin(DriverCore):
             if instance.stopping:
                 condition = "stopped"
             found[index] = self._status(state, instance, condition)
+        cgroups = self.sandbox.cgroups if self.sandbox is not None else None
+        for other in recorded(state.directory, self._boot_id, cgroups, skip=found)[0]:
+            found[other.index] = other
         return [found[i] for i in sorted(found)]
 
     def _status(
@@ -93,16 +103,21 @@ class InspectionMixin(DriverCore):
 
 
 def recorded(
-    directory: Path, boot_id: str, cgroups: Cgroups | None = None
+    directory: Path,
+    boot_id: str,
+    cgroups: Cgroups | None = None,
+    *,
+    skip: Collection[int] = (),
 ) -> tuple[list[InstanceStatus], bool]:
     """A release's instances as its ``instances.json`` records them, for a process that
     supervises none of them (the operator's CLI): running or not, restarts, the last exit
     and OOM kills as of the last restart, memory and CPU from ``cgroups``; and whether the
-    release was marked unhealthy (a crash loop: its given-up instances have no record)."""
+    release was marked unhealthy (a crash loop: its given-up instances have no record).
+    ``skip``: indexes the caller knows already (not read)."""
     found, unhealthy = load_instances(directory, boot_id)
     release_id = directory.name
     out = []
-    for index in sorted(found):
+    for index in sorted(set(found) - set(skip)):
         record = found[index]
         running = is_running(int(record["pid"]), int(record["start_ticks"]))
         usage = NO_USAGE
