@@ -33,6 +33,10 @@ class FakeRuntime:
     adoptable: dict[str, dict[int, Instance]] = field(default_factory=dict)
     health_plan: list[bool] = field(default_factory=list)
     """The health checks of the next instances started, in order (then: healthy)."""
+    statuses: dict[str, list[InstanceStatus]] = field(default_factory=dict)
+    """What :meth:`inspect` says of a release (default: its running instances, running)."""
+    disks: dict[int, DiskUsage] = field(default_factory=dict)
+    watchers: list[InstanceWatcher] = field(default_factory=list)
 
     async def prepare(self, release: Release) -> None:
         self.prepared.append(release.release_id)
@@ -70,11 +74,6 @@ class FakeRuntime:
 
     async def crash_looping(self, release_id: str) -> bool:
         return False
-
-    statuses: dict[str, list[InstanceStatus]] = field(default_factory=dict)
-    """What :meth:`inspect` says of a release (default: its running instances, running)."""
-    disks: dict[int, DiskUsage] = field(default_factory=dict)
-    watchers: list[InstanceWatcher] = field(default_factory=list)
 
     def inspect(self, release_id: str) -> list[InstanceStatus]:
         if release_id in self.statuses:
