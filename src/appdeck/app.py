@@ -37,6 +37,7 @@ from appdeck.auth.urls import PublicUrls
 from appdeck.events.cluster import Cluster
 from appdeck.events.leases import RedisLeases
 from appdeck.ingress.haproxy.plane import HAProxyDataPlane
+from appdeck.observability.apps import follow as follow_app_series
 from appdeck.observability.storage import TimedRedis, watch_replicas
 from appdeck.observability.tracing import Tracing, tracing_of
 from appdeck.platform.changes import Change
@@ -253,6 +254,10 @@ class Services:
         if reconciled:
             log.warning("reconciled %d task(s) left working by a previous process", reconciled)
         self._background.append(asyncio.create_task(self._sweep_forever(), name="sweeper"))
+        await platform.health.refresh()  # the app series' catalogue, before the first scrape
+        follow_app_series(platform.health, self.settings.metrics_app_labels)
+        sampling = platform.health.run_forever(self._stopping)
+        self._background.append(asyncio.create_task(sampling, name="health"))
         watching = self._watch_deploys(router)
         self._background.append(asyncio.create_task(self._check_domains(), name="domains"))
         self._background.append(asyncio.create_task(watching, name="deploy-watch"))

@@ -144,6 +144,9 @@ class Settings(BaseSettings):
     """Traces over OTLP/HTTP to ``<this>/v1/traces`` (``docs/observability.md``); default:
     off, unless the standard ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or ``..._TRACES_ENDPOINT``) is
     set. The other ``OTEL_*`` variables (service name, sampler, headers) are honoured."""
+    metrics_app_labels: int = Field(200, ge=0, le=100_000)
+    """How many apps get an ``app`` label of their own in the app series (the first by id);
+    the others are summed into ``app="_other"`` (docs/observability.md)."""
     source_roots: PathList = []
     """Directories app sources may be read from, ``os.pathsep``-separated; ``{tenant}`` in a
     root stands for the caller's tenant id. Default: ``<data dir's parent>/appdeck-sources/

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -138,3 +141,35 @@ def test_an_unknown_app_is_one_clear_line_and_exit_2(tmp_path: Path) -> None:
     result = runner.invoke(cli, ["app", "stop", "hello", "--data-dir", str(tmp_path)])
     assert result.exit_code == 2
     assert "--tenant" in result.output
+
+
+async def test_app_status_reports_the_live_release_and_an_instances_crash(
+    served: tuple[Services, int], tmp_path: Path
+) -> None:
+    services, app_id = served
+    data_dir = tmp_path / "data"
+    first = json.loads(await _cli(data_dir, "status", str(app_id), "--json"))
+    assert first["state"] == "running"
+    assert first["live"]["number"] == 1
+    assert first["instances"] == {"up": 1, "desired": 1}
+    [instance] = first["instance_details"]
+    assert (instance["state"], instance["restarts"], instance["last_exit"]) == ("running", 0, None)
+    assert first["traffic"] is None  # the server's counters: its /metrics has them
+
+    assert services.platform is not None
+    [ref] = await services.platform._driver.instances(f"{app_id}-1")
+    os.kill(ref.pid, signal.SIGKILL)  # the instance's first process, as an OOM killer might
+
+    async def restarted() -> dict[str, Any]:
+        return dict(json.loads(await _cli(data_dir, "status", str(app_id), "--json")))
+
+    seen = await restarted()
+    for _ in range(150):
+        if seen["instance_details"] and seen["instance_details"][0]["restarts"] == 1:
+            break
+        await asyncio.sleep(0.2)
+        seen = await restarted()
+    [instance] = seen["instance_details"]
+    assert (instance["restarts"], instance["last_exit"]) == (1, "signal SIGKILL")
+    text = await _cli(data_dir, "status", "hello", "--tenant", "acme")
+    assert "running, release #1 (rolling), 1/1 instance(s) up" in text

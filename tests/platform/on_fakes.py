@@ -24,6 +24,7 @@ from appdeck.platform.deploy.engine import DeployService, Operations
 from appdeck.platform.deploy.preflight import PreflightService
 from appdeck.platform.domains import DnsTxtResolver, DomainService
 from appdeck.platform.env import EnvService
+from appdeck.platform.health import HealthService
 from appdeck.platform.logs import LogService
 from appdeck.platform.oauth_clients import AppClientService
 from appdeck.platform.repos.git import Git
@@ -223,6 +224,7 @@ async def platform_on_fakes(
             resolver=DnsTxtResolver("127.0.0.1:9"),
             urls=config.urls(),
         ),
+        health=HealthService(apps, store, runtime, router.ingress.counters, feed),
         _driver=driver,  # type: ignore[arg-type]
         _router=router,  # type: ignore[arg-type]
         hosting=HostedService(apps, repos, git, made) if made is not None else None,

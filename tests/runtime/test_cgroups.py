@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from appdeck.runtime.cgroups import Cgroups, Limits, oom_kills
+from appdeck.runtime.cgroups import Cgroups, Limits, Usage, oom_kills
 
 
 def test_v2_is_detected_by_its_controllers_file_and_limits_land_in_one_group(
@@ -84,3 +84,43 @@ def test_an_installs_groups_nest_under_its_own_name_on_v1(tmp_path: Path) -> Non
         tmp_path / c / "appdeck" / "0123abcd4567" / "1-1.0" / "cgroup.procs"
         for c in ("memory", "pids", "cpu")
     )
+
+
+def test_v2_usage_is_read_from_memory_current_and_cpu_stat(tmp_path: Path) -> None:
+    group = tmp_path / "appdeck" / "7-1.0"
+    group.mkdir(parents=True)
+    (group / "memory.current").write_text("5242880\n")
+    (group / "cpu.stat").write_text("usage_usec 2500000\nuser_usec 2000000\n")
+    usage = Cgroups(2, tmp_path).usage("7-1.0")
+    assert (usage.memory_bytes, usage.cpu_seconds) == (5242880, 2.5)
+    assert Cgroups(2, tmp_path).usage("gone") == Usage(None, None)
+
+
+def test_v1_joins_cpuacct_where_it_is_a_hierarchy_of_its_own_and_reads_its_usage(
+    tmp_path: Path,
+) -> None:
+    for controller in ("memory", "pids", "cpu", "cpuacct"):
+        (tmp_path / controller).mkdir()
+    cgroups = Cgroups.detect(tmp_path)
+    assert cgroups is not None
+    group = cgroups.create("7-1.0", Limits())
+    accounting = tmp_path / "cpuacct" / "appdeck" / "7-1.0"
+    assert accounting / "cgroup.procs" in group.procs  # the shim joins it: its CPU is counted
+    (tmp_path / "memory" / "appdeck" / "7-1.0" / "memory.usage_in_bytes").write_text("4096\n")
+    (accounting / "cpuacct.usage").write_text("1500000000\n")
+    assert cgroups.usage("7-1.0") == Usage(4096, 1.5)
+
+
+def test_v1_reads_cpuacct_in_the_cpu_group_where_both_share_a_hierarchy(tmp_path: Path) -> None:
+    (tmp_path / "cpu,cpuacct").mkdir()
+    (tmp_path / "cpu").symlink_to("cpu,cpuacct")
+    (tmp_path / "cpuacct").symlink_to("cpu,cpuacct")
+    for controller in ("memory", "pids"):
+        (tmp_path / controller).mkdir()
+    cgroups = Cgroups.detect(tmp_path)
+    assert cgroups is not None
+    group = cgroups.create("7-1.0", Limits())
+    assert len(group.procs) == 3  # memory, pids, cpu(+cpuacct): joined once
+    (tmp_path / "cpu" / "appdeck" / "7-1.0" / "cpuacct.usage").write_text("2000000000\n")
+    assert cgroups.usage("7-1.0").cpu_seconds == 2.0
+    assert cgroups.usage("7-1.0").memory_bytes is None  # no such file in a fake hierarchy

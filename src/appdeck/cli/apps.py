@@ -1,4 +1,4 @@
-"""``appdeck app list|logs|stop|start``: the operator's view of the apps on this host.
+"""``appdeck app list|status|logs|stop|start``: the operator's view of the apps on this host.
 
 These commands work on the data dir and the database, like ``appdeck token``, beside a
 running server or without one. ``stop`` and ``start`` never touch an app's processes
@@ -23,7 +23,9 @@ from rich.table import Table
 from appdeck.cli.admin import AsJson, DataDir, _database, _emit, _run, _settings, console
 from appdeck.common.errors import FailedPrecondition, InvalidArgument, NotFound
 
-app = typer.Typer(help="The apps on this host: list, logs, stop, start.", no_args_is_help=True)
+app = typer.Typer(
+    help="The apps on this host: list, status, logs, stop, start.", no_args_is_help=True
+)
 
 AppRef = Annotated[str, typer.Argument(help="The app: its id, or its name with --tenant.")]
 Tenant = Annotated[str | None, typer.Option("--tenant", help="The app's tenant (with a name).")]
@@ -206,3 +208,97 @@ def _read(settings: Any, record: Any, kind: str, limit: int) -> list[str]:
     defaults = record.spec.get("env") or {}
     masker = Masker([(n, v) for n, v in frozen.items() if defaults.get(n) != v])
     return [masker(line.text) for line in page.lines]
+
+
+@app.command("status")
+def app_status(
+    ref: AppRef, tenant: Tenant = None, data_dir: DataDir = None, as_json: AsJson = False
+) -> None:
+    """An app's health: its live release, instances up/desired, each instance's state,
+    restarts, last exit, OOM kills, memory and CPU, its disk against its quota."""
+
+    async def go() -> dict[str, Any]:
+        settings, storage = await _open(data_dir)
+        try:
+            record = await _find(storage, ref, tenant)
+            live = await _live(storage, record.id)
+            return _health(settings, record, live)
+        finally:
+            await storage.close()
+
+    done = _run(go)
+    if as_json:
+        typer.echo(json.dumps(done))
+        return
+    _print_health(done)
+
+
+def _health(settings: Any, record: Any, live: Any) -> dict[str, Any]:
+    """The health service's facts, from the data dir: the runtime's records of the live
+    release and the instances' cgroups. The traffic counters are in the server's memory:
+    its ``/metrics`` has them (``appdeck_app_http_*``)."""
+    from appdeck.platform.health import health_of
+    from appdeck.platform.traffic import Traffic
+    from appdeck.runtime.inspection import RecordedInstances, host_cgroups
+
+    data = Path(settings.data_dir)
+    runtime = RecordedInstances(
+        data / "runtime", host_cgroups(_cgroup_name(settings, data)), data / "disks"
+    )
+    health = health_of(record, live, runtime, Traffic(0.0, 0, 0, None))
+    body = health.public()
+    body["traffic"] = None  # not known here (see the docstring)
+    if live is not None and live.release_id in runtime.unhealthy and body["state"] != "stopped":
+        body["state"] = "crash_loop"  # a given-up instance leaves no record behind
+    body["name"] = record.name
+    body["tenant"] = record.tenant_id
+    return body
+
+
+def _cgroup_name(settings: Any, data: Path) -> str:
+    """The install's cgroup (``APPDECK_SANDBOX_CGROUP``, else ``install.json``'s)."""
+    if settings.sandbox_cgroup:
+        return str(settings.sandbox_cgroup)
+    try:
+        found = json.loads((data / "install.json").read_text())
+    except (OSError, ValueError):
+        return "appdeck"
+    name = found.get("cgroup") if isinstance(found, dict) else None
+    if isinstance(name, str) and name:
+        return name
+    ident = found.get("id") if isinstance(found, dict) else None
+    return f"appdeck/{ident}" if isinstance(ident, str) and ident else "appdeck"
+
+
+def _print_health(done: dict[str, Any]) -> None:
+    live = done["live"]
+    head = f"app {done['app_id']} ({escape(done['name'])}, tenant {escape(done['tenant'])})"
+    if live is None:
+        console.print(f"{head}: {done['state']}", highlight=False)
+        return
+    count = done["instances"]
+    console.print(
+        f"{head}: {done['state']}, release #{live['number']} ({live['strategy']}), "
+        f"{count['up']}/{count['desired']} instance(s) up",
+        highlight=False,
+    )
+    table = Table("instance", "state", "restarts", "last exit", "OOM kills", "memory", "CPU s")
+    for item in done["instance_details"]:
+        memory = item["memory_bytes"]
+        table.add_row(
+            str(item["index"]),
+            item["state"],
+            str(item["restarts"]),
+            item["last_exit"] or "-",
+            str(item["oom_kills"]),
+            "-" if memory is None else f"{memory / 1024 / 1024:.1f} MiB",
+            "-" if item["cpu_seconds"] is None else f"{item['cpu_seconds']:.2f}",
+        )
+    console.print(table)
+    disk = done["disk"]
+    if disk is not None:
+        console.print(
+            f"disk: {disk['used_bytes'] / 1024 / 1024:.1f} MiB of "
+            f"{disk['quota_bytes'] / 1024 / 1024:.0f} MiB",
+            highlight=False,
+        )

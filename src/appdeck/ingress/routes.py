@@ -348,6 +348,33 @@ class ReleaseCounter:
         )
 
 
+class RouteTotals:
+    """What one route answered over all its releases (see :meth:`Counters.totals`):
+    responses by class (``by_class[1]`` … ``by_class[5]``), upstream errors (inside the
+    5xx), the seconds to response headers summed."""
+
+    __slots__ = ("by_class", "latency_sum", "upstream_errors")
+
+    def __init__(self) -> None:
+        self.by_class = [0, 0, 0, 0, 0, 0]
+        self.upstream_errors = 0
+        self.latency_sum = 0.0
+
+    @property
+    def requests(self) -> int:
+        return sum(self.by_class)
+
+    @property
+    def status_5xx(self) -> int:
+        return self.by_class[5]
+
+    def add(self, cell: ReleaseCounter) -> None:
+        for code, count in enumerate(cell.by_class):
+            self.by_class[code] += count
+        self.upstream_errors += cell.upstream_errors
+        self.latency_sum += cell.latency_sum
+
+
 @dataclass(frozen=True, slots=True)
 class Mark:
     """A point in one release's counters; :meth:`Counters.since` measures from it."""
@@ -406,6 +433,17 @@ class Counters:
         return [
             (release, cell) for (key, release), cell in list(self._cells.items()) if key == route
         ]
+
+    def totals(self) -> dict[str, RouteTotals]:
+        """Every route's totals over its releases, in one pass over the counters (a metrics
+        scrape or a health sample; not per route: that would be one pass per route)."""
+        found: dict[str, RouteTotals] = {}
+        for (route, _), cell in list(self._cells.items()):
+            totals = found.get(route)
+            if totals is None:
+                totals = found[route] = RouteTotals()
+            totals.add(cell)
+        return found
 
     def snapshot(self, route: str) -> dict[str, ReleaseStats]:
         """Release id → its totals, for every release of ``route`` that was counted."""

@@ -24,7 +24,10 @@ Kind = Literal[
     "member.revoked",
     "table.updated",
     "tables.updated",
+    "instance.updated",
 ]
+"""``instance.updated``: an instance of the app's live release crashed, was restarted, was
+OOM-killed or given up (``deployment``: the release's number)."""
 
 
 @dataclass(frozen=True, slots=True)

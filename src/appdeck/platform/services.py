@@ -7,6 +7,7 @@ import functools
 from dataclasses import dataclass, field
 from ipaddress import IPv4Network, IPv6Network
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -32,6 +33,7 @@ from appdeck.platform.deploy.queued import when_free
 from appdeck.platform.deploy.watch import NOT_WATCHED, DeployWatcher
 from appdeck.platform.domains import AppUrls, DnsTxtResolver, DomainService, NoTls, TlsStatus
 from appdeck.platform.env import EnvService
+from appdeck.platform.health import HealthService
 from appdeck.platform.imports.service import ImportService
 from appdeck.platform.logs import LogService
 from appdeck.platform.oauth_clients import AppClientService
@@ -124,6 +126,8 @@ class Platform:
     """The API catalogue: keys, documents, test calls."""
     domains: DomainService
     """Custom domains: claims, proofs, the data plane's host map."""
+    health: HealthService
+    """Each app's health: the status resource, the CLI, the app series."""
     _driver: RuntimeDriver
     _router: IngressRouter
     hosting: HostedService | None = None
@@ -232,6 +236,14 @@ class Platform:
                 http=AppHttp(config.ingress_host, config.ingress_port, config.outbound),
             ),
             domains=domains,
+            health=HealthService(
+                apps,
+                deployments,
+                deploys.runtime,
+                router.counters,
+                feed,
+                tls_of=lambda app: _tls_of(urls, app),
+            ),
             _driver=driver,
             _router=router,
             hosting=HostedService(
@@ -292,6 +304,12 @@ class Platform:
             if release_id.startswith(prefix):
                 await self._driver.remove(release_id)
         await self._driver.remove_app(app.id)  # its disk (runtime/disks.py)
+
+
+def _tls_of(urls: AppUrls, app: AppRecord) -> dict[str, Any] | None:
+    """The certificate state of the app's public hostname (None: no public one)."""
+    public = urls.public_host(app.name, app.tenant_id)
+    return None if public is None else urls.tls.status_of(public)
 
 
 def connect_repos(platform: Platform) -> None:

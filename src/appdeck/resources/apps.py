@@ -1,4 +1,4 @@
-"""appdeck://apps, appdeck://apps/{app_id}, …/spec and …/deployments."""
+"""appdeck://apps, appdeck://apps/{app_id}, …/spec, …/status and …/deployments."""
 
 from __future__ import annotations
 
@@ -47,12 +47,16 @@ def changed(change: Change) -> tuple[list[str], bool]:
         from appdeck.resources.tables import changed as tables_changed
 
         return tables_changed(change), False
+    if change.kind == "instance.updated":
+        return [status_uri(change.app_id)], False
     if change.kind == "deployment.updated":
-        uris = [f"{base}/deployments"]
+        uris = [f"{base}/deployments", status_uri(change.app_id)]
     elif change.kind == "spec.updated":
         uris = [base, f"{base}/spec"]
     else:
         uris = [base]
+    if change.kind == "app.updated":  # a stop or start changes the instances wanted
+        uris.append(status_uri(change.app_id))
     if change.kind in ("app.created", "app.deleted", "app.updated"):
         uris.append("appdeck://apps")
     return uris, change.kind in ("app.created", "app.deleted")
@@ -61,6 +65,11 @@ def changed(change: Change) -> tuple[list[str], bool]:
 def app_uri(app_id: int) -> str:
     """The app's resource; every other resource of the app lies below it."""
     return f"appdeck://apps/{app_id}"
+
+
+def status_uri(app_id: int) -> str:
+    """The app's health: its live release, instances, exits, traffic."""
+    return f"{app_uri(app_id)}/status"
 
 
 def revoked(change: Change) -> tuple[str, str, str] | None:
@@ -93,6 +102,10 @@ def _app_resources(registry: Registry, platform: Platform) -> None:
         body = {"app_id": view.app.id, "spec_version": view.app.spec_version, "spec": view.app.spec}
         return _contents(uri, body)
 
+    async def read_status(uri: str, v: dict[str, str], ctx: ToolContext) -> list[JsonObject]:
+        health = await platform.health.status(ctx.principal, _app_id(v))
+        return _contents(uri, health.public())
+
     async def list_app_resources(ctx: ToolContext) -> list[JsonObject]:
         out: list[JsonObject] = []
         for view in await apps.list_apps(ctx.principal, offset=0, limit=LISTED_APPS):
@@ -102,6 +115,14 @@ def _app_resources(registry: Registry, platform: Platform) -> None:
                     "uri": base,
                     "name": view.app.name,
                     "title": f"App {view.app.name}",
+                    "mimeType": JSON,
+                }
+            )
+            out.append(
+                {
+                    "uri": f"{base}/status",
+                    "name": f"{view.app.name}-status",
+                    "title": f"Health of {view.app.name}",
                     "mimeType": JSON,
                 }
             )
@@ -143,6 +164,23 @@ def _app_resources(registry: Registry, platform: Platform) -> None:
             "app-spec",
             read_spec,
             title="An app's spec",
+            mime_type=JSON,
+            scope="apps:read",
+        )
+    )
+    registry.add_template(
+        ResourceTemplateDef(
+            "appdeck://apps/{app_id}/status",
+            "app-status",
+            read_status,
+            title="An app's health",
+            description=(
+                "The live release, instances up/desired, each instance's state, restarts, "
+                "last exit (status N or signal NAME), OOM kills, memory and CPU, the disk "
+                "against its quota, requests/5xx/latency over the last minutes, TLS. "
+                "Subscribe: updated on every deployment change and every crash, restart or "
+                "OOM kill."
+            ),
             mime_type=JSON,
             scope="apps:read",
         )

@@ -17,6 +17,7 @@ import os
 import signal
 
 from appdeck.runtime.driver import Adoption, InstanceRef, Release
+from appdeck.runtime.inspection import recall
 from appdeck.runtime.model import InstanceState, ReleaseState, instance_key, validate
 from appdeck.runtime.procs import kill_leftovers, pidfd
 from appdeck.runtime.shim import is_running
@@ -58,6 +59,9 @@ class AdoptionMixin(SupervisionMixin):
                     backoff_s=self.restart.initial_backoff_s,
                     sandboxed=self.sandbox is not None,
                 )
+                groups = self.sandbox.cgroups if self.sandbox is not None else None
+                key = instance_key(state, instance)
+                recall(instance, record, groups.oom_events(key) if groups else None)
                 pid = int(record["pid"])
                 this_boot = recorded.get("boot_id") == self._boot_id
                 if this_boot and not _shim_of(pid, state):

@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import hmac
 import json
+import logging
 import os
 import secrets
 import time
@@ -23,7 +24,13 @@ from typing import Any, Final
 from appdeck.common.errors import InvalidArgument, NotFound
 from appdeck.runtime.appdb import DatabaseAccess, DatabaseGrant
 from appdeck.runtime.disks import AppDisks, split
-from appdeck.runtime.driver import LogKind, Release
+from appdeck.runtime.driver import (
+    InstanceEvent,
+    InstanceEventKind,
+    InstanceWatcher,
+    LogKind,
+    Release,
+)
 from appdeck.runtime.egress import EgressProxy, proxy_env
 from appdeck.runtime.logfile import LOG_MAX_BYTES, LogWriter
 from appdeck.runtime.model import (
@@ -120,6 +127,30 @@ class DriverCore:
         """Network namespaces of instances another replica on this host started, by
         ``"<release_id>.<index>"``: (pid, start ticks, fd). See ``netns_fd``."""
         self._boot_id = boot_id()
+        self._watchers: list[InstanceWatcher] = []
+        self._disk_used: dict[int, int] = {}
+        """``account`` mode: each app's bytes as last measured (``check_disks``)."""
+
+    # ---------------------------------------------------------------- watchers
+
+    def watch(self, watcher: InstanceWatcher) -> None:
+        """See :meth:`~appdeck.runtime.driver.RuntimeDriver.watch`."""
+        self._watchers.append(watcher)
+
+    def _tell(self, state: ReleaseState, instance: InstanceState, kind: InstanceEventKind) -> None:
+        """Tell the watchers what happened to ``instance`` (a watcher's failure is logged)."""
+        app_id = state.release.app_id if state.release is not None else None
+        if app_id is None:
+            head = state.release_id.split("-", 1)[0]
+            if not head.isdigit():
+                return
+            app_id = int(head)
+        event = InstanceEvent(app_id, state.release_id, instance.index, kind)
+        for watcher in list(self._watchers):
+            try:
+                watcher(event)
+            except Exception:  # a watcher's failure must not stop supervision
+                logging.getLogger("appdeck.runtime").exception("instance watcher failed")
 
     # ---------------------------------------------------------------- bookkeeping
 

@@ -19,11 +19,15 @@ How a Kubernetes driver maps onto it later:
 ``adopt``            list the pods labelled with the release after a restart
 ``remove``           delete the Deployment, Service and image
 ``InstanceRef.pid``  0 (no local process); the pod name would be an added field
+``inspect``          the pods' ``status.containerStatuses`` (restartCount, lastState),
+                     the metrics API for memory and CPU
+``watch``            a watch on the release's pods
 ==================  ================================================================
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, NamedTuple, Protocol, runtime_checkable
 
@@ -52,6 +56,57 @@ class InstanceRef:
     """Sandboxed: the instance's network namespace, by name (``"<release_id>.<index>"``):
     ``port`` is on the loopback of that namespace, reached through the driver's
     ``netns_fd``. None: ``port`` is on the host's loopback."""
+
+
+InstanceCondition = Literal["running", "restarting", "crash_loop", "stopped"]
+"""An instance as :meth:`RuntimeDriver.inspect` sees it: ``running`` (its process runs),
+``restarting`` (it exited unasked and waits for its restart), ``crash_loop`` (given up after
+too many crashes), ``stopped``."""
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceStatus:
+    """What the driver knows of one instance now. Every field is the platform's own reading
+    (counts, an exit status, a signal's name, bytes): nothing the app wrote."""
+
+    index: int
+    state: InstanceCondition
+    restarts: int = 0
+    """Restarts after a crash, since the instance was started (or adopted)."""
+    last_exit: str | None = None
+    """How its last process ended: ``status N`` or ``signal NAME``; None: not known."""
+    oom_kills: int = 0
+    """Processes of the instance the kernel's OOM killer killed, since it was started."""
+    memory_bytes: int | None = None
+    """Memory of its cgroup now (None: the driver has no cgroups)."""
+    cpu_seconds: float | None = None
+    """CPU time its cgroup used (None: the driver has no cgroups)."""
+    started_at: float | None = None
+    """When its current process started (epoch seconds)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DiskUsage:
+    """An app's disk: bytes used against its quota."""
+
+    used_bytes: int
+    quota_bytes: int
+
+
+InstanceEventKind = Literal["crashed", "restarted", "oom_killed", "given_up"]
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceEvent:
+    """An instance changed without being asked (see :meth:`RuntimeDriver.watch`)."""
+
+    app_id: int
+    release_id: str
+    index: int
+    kind: InstanceEventKind
+
+
+InstanceWatcher = Callable[[InstanceEvent], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +247,20 @@ class RuntimeDriver(Protocol):
 
     async def unhealthy(self, release_id: str) -> bool:
         """True once an instance of the release crash-looped (sticky until :meth:`remove`)."""
+        ...
+
+    def inspect(self, release_id: str) -> list[InstanceStatus]:
+        """The release's instances as this driver knows them now, by index (cheap: no I/O
+        beyond reading counters; a scrape of every app calls it)."""
+        ...
+
+    def disk_usage(self, app_id: int) -> DiskUsage | None:
+        """The app's disk used against its quota, as last known (None: not counted)."""
+        ...
+
+    def watch(self, watcher: InstanceWatcher) -> None:
+        """Call ``watcher`` (on the event loop, never awaited: it must not block) whenever an
+        instance crashes, is restarted, is OOM-killed or is given up."""
         ...
 
     async def adopt(self, release_id: str, release: Release | None = None) -> Adoption:

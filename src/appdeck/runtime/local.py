@@ -59,6 +59,7 @@ from appdeck.runtime.driver import (
     LogPage,
     Release,
 )
+from appdeck.runtime.inspection import InspectionMixin
 from appdeck.runtime.logs import last_seq, read_page
 from appdeck.runtime.model import (
     ENV_NAME,
@@ -94,7 +95,7 @@ __all__ = [
 ]
 
 
-class LocalDriver(BuildMixin, AdoptionMixin, StopMixin):
+class LocalDriver(BuildMixin, AdoptionMixin, StopMixin, InspectionMixin):
     """:class:`~appdeck.runtime.driver.RuntimeDriver` on local processes."""
 
     # ---------------------------------------------------------------- run
@@ -138,6 +139,7 @@ class LocalDriver(BuildMixin, AdoptionMixin, StopMixin):
                         hint="adopt the release, or stop it",
                     )
                 state.instances[index] = instance
+                state.given_up.pop(index, None)
                 try:
                     self._spawn(state, instance)
                 except BaseException:
@@ -189,6 +191,7 @@ class LocalDriver(BuildMixin, AdoptionMixin, StopMixin):
             if disks.appdb is not None:
                 paths.append(disks.appdb / str(app_id))
             used = await asyncio.to_thread(disks.usage, paths)
+            self._disk_used[app_id] = used
             if used <= limit_mb * MIB:
                 continue
             for state in states:
@@ -226,7 +229,10 @@ class LocalDriver(BuildMixin, AdoptionMixin, StopMixin):
                     sock = netns.socket_in(fd)
                 status = await _http_status("127.0.0.1", ref.port, path, sock)
         except TimeoutError:
-            return Health(False, f"no answer within {timeout:g}s", None, elapsed())
+            return Health(False, f"GET {path} timed out after {timeout:g}s", None, elapsed())
+        except ConnectionRefusedError:
+            detail = f"nothing listening on $PORT={ref.port} (connection refused)"
+            return Health(False, detail, None, elapsed())
         except (OSError, ValueError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             return Health(False, f"GET {path} failed: {reason}", None, elapsed())

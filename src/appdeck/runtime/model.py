@@ -59,21 +59,31 @@ class InstanceState:
     netns_pid: int | None = None
     database: DatabaseGrant | None = None
     """How the instance reaches its app's database (asked for when it is started)."""
+    restarts: int = 0
+    """Restarts after a crash since it was started (or adopted) here."""
+    oom_kills: int = 0
+    """OOM kills counted in the groups of its earlier processes (each restart has a new
+    group: the current one's count is read from :attr:`oom_events`)."""
+    oom_events: Path | None = None
+    """Where the current group counts its OOM kills (None: no group, or already counted)."""
+    last_code: int | None = None
+    """:attr:`exit_code` of its last crash, kept across the restart that follows."""
+
+    def last_exit(self) -> str | None:
+        """How its last crashed process ended, for health facts: ``status 3``, ``signal
+        SIGKILL``, or None when unknown (not our child, or no crash yet)."""
+        return exit_words(self.last_code)
 
     def how_it_ended(self) -> str:
         """In words, for the runtime log's crash lines: `` (status 3)``, `` (killed by
         SIGKILL)``, or nothing when unknown (not our child)."""
-        code = self.exit_code
-        if code is None:
+        words = exit_words(self.exit_code)
+        if words is None:
             return ""
-        if code < 0 or code > 128:
-            number = -code if code < 0 else code - 128
-            try:
-                name = signal.Signals(number).name
-            except ValueError:
-                name = f"signal {number}"
-            return f" (killed by {name})"
-        return f" (status {code})"
+        if not words.startswith("signal "):
+            return f" ({words})"
+        name = words[7:]
+        return f" (killed by {'signal ' + name if name.isdigit() else name})"
 
     def ref(self, release_id: str) -> InstanceRef:
         return InstanceRef(
@@ -93,6 +103,9 @@ class InstanceState:
             "pgid": self.pid,
             "start_ticks": self.start_ticks,
             "started_at": self.started_at,
+            "restarts": self.restarts,
+            "last_code": self.last_code,
+            "oom_kills": self.oom_kills,
         }
 
 
@@ -109,6 +122,9 @@ class ReleaseState:
     writer: LogWriter | None = None
     disk_root: Path | None = None
     """Where the workspace is on the app's disk (:mod:`.disks`); None: in ``directory``."""
+    given_up: dict[int, InstanceState] = field(default_factory=dict)
+    """Instances given up after a crash loop, by index, for :meth:`inspect` (until the
+    release is removed or the index is started again)."""
 
     @property
     def workspace(self) -> Path:
@@ -116,6 +132,21 @@ class ReleaseState:
 
     def log(self, kind: LogKind) -> Path:
         return self.directory / f"{kind}.log"
+
+
+def exit_words(code: int | None) -> str | None:
+    """``status N`` or ``signal NAME`` for an exit code as :attr:`InstanceState.exit_code`
+    holds it (128 + N, or -N: signal N)."""
+    if code is None:
+        return None
+    if code < 0 or code > 128:
+        number = -code if code < 0 else code - 128
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            name = str(number)
+        return f"signal {name}"
+    return f"status {code}"
 
 
 def instance_key(state: ReleaseState, instance: InstanceState) -> str:

@@ -36,6 +36,8 @@ class StopMixin(DriverCore):
         supervises it: the records go first (the stop intent every supervisor reads before
         restarting, see :mod:`.state`), then the signals, to the processes they named."""
         mine = [inst for inst in state.instances.values() if index is None or inst.index == index]
+        for given_up in [i for i in state.given_up if index is None or i == index]:
+            del state.given_up[given_up]  # stopped: no longer a crash loop to report
         for inst in mine:
             inst.stopping = True  # this process's supervisor restarts nothing from now on
         async with locked(state.directory):

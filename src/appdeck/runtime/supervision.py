@@ -26,7 +26,7 @@ from typing import Any, Final
 from appdeck.common.errors import FailedPrecondition, InvalidArgument
 from appdeck.runtime import netns
 from appdeck.runtime import shim as shim_module
-from appdeck.runtime.cgroups import Limits
+from appdeck.runtime.cgroups import Limits, oom_kills
 from appdeck.runtime.core import DriverCore
 from appdeck.runtime.driver import Release
 from appdeck.runtime.logfile import LogWriter
@@ -96,6 +96,7 @@ class SupervisionMixin(DriverCore):
                     argv += ["--cgroup-procs", str(procs)]
                 if group.oom_events is not None:
                     argv += ["--oom-events", str(group.oom_events)]
+                instance.oom_events = group.oom_events
             argv += ["--stage", str(workspace), str(self.sandbox.stage / "app")]
             if state.disk_root is not None:  # on the app's disk: say when it is full
                 argv.append("--disk")
@@ -233,9 +234,12 @@ class SupervisionMixin(DriverCore):
                 return
             async with locked(state.directory):
                 verdict = self._look(state, instance)
+                if verdict == CRASHED:
+                    self._count_crash(state, instance)
                 if verdict == CRASHED and self._crash_loop(state, instance, writer):
                     self._unrecord(state, instance.index, unhealthy=True)
                     await self._remove_group(state, instance)
+                    self._tell(state, instance, "given_up")
                     return
             if verdict == STOPPED:
                 return
@@ -259,6 +263,8 @@ class SupervisionMixin(DriverCore):
                     self._restart(state, instance, writer)
             if verdict == STOPPED:
                 return
+            if verdict == CRASHED:
+                self._tell(state, instance, "restarted")
 
     def _look(self, state: ReleaseState, instance: InstanceState) -> str:
         """What the instance's record says now its process is gone (under the release's
@@ -284,6 +290,16 @@ class SupervisionMixin(DriverCore):
         instance.port, instance.started_at = int(record["port"]), float(record["started_at"])
         return FOLLOWED
 
+    def _count_crash(self, state: ReleaseState, instance: InstanceState) -> None:
+        """Its process crashed: count the OOM kills of its group (before the group goes)
+        and tell the watchers."""
+        killed = oom_kills(instance.oom_events)
+        instance.oom_events = None  # counted: a restart makes a new group
+        if instance.exit_code is not None:
+            instance.last_code = instance.exit_code
+        instance.oom_kills += killed
+        self._tell(state, instance, "oom_killed" if killed else "crashed")
+
     def _crash_loop(self, state: ReleaseState, instance: InstanceState, writer: LogWriter) -> bool:
         """Count the crash; True (the release marked unhealthy, the instance given up) when
         it makes a crash loop."""
@@ -299,6 +315,7 @@ class SupervisionMixin(DriverCore):
             return False
         state.unhealthy = True
         state.instances.pop(instance.index, None)
+        state.given_up[instance.index] = instance
         writer.system(
             f"instance {instance.index} crashed {crashes} times within "
             f"{policy.window_s:g}s{instance.how_it_ended()}: crash loop, not restarting; "
@@ -319,6 +336,7 @@ class SupervisionMixin(DriverCore):
             instance.pid = None  # its record still names the dead process: tried again
             instance.started_at = self.clock()
             return
+        instance.restarts += 1
         self._record_running(state, instance)
 
     def netns_fd(self, key: str) -> int | None:

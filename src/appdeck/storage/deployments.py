@@ -191,6 +191,17 @@ class DeploymentStore:
         async with self._engine.connect() as conn:
             return [_record(r) for r in (await conn.execute(query)).all()]
 
+    async def live_for(self, app_ids: Iterable[int]) -> dict[int, DeploymentRecord]:
+        """The live deployment of each of ``app_ids`` that has one, in one query."""
+        wanted = sorted(set(app_ids))
+        if not wanted:
+            return {}
+        query = sa.select(deployments).where(
+            deployments.c.app_id.in_(wanted), deployments.c.state == "live"
+        )
+        async with self._engine.connect() as conn:
+            return {r.app_id: r for r in map(_record, (await conn.execute(query)).all())}
+
     async def in_states(self, states: Iterable[str]) -> list[DeploymentRecord]:
         """Across all apps (start-up reconciliation and route rebuilding)."""
         query = sa.select(deployments).where(deployments.c.state.in_(list(states)))

@@ -9,7 +9,7 @@ from pydantic import Field, WithJsonSchema
 from appdeck.model import specs
 from appdeck.platform.apps import APP_NAME
 from appdeck.tools.kit import READS, AppId, Arguments, Call, Hints, Output, Reply, Tool, paginate
-from appdeck.tools.results import AppDetail, AppSummary
+from appdeck.tools.results import AppDetail, AppSummary, HealthBrief
 
 FullSpec = Annotated[dict[str, Any], WithJsonSchema(specs.full_schema())]
 SpecPatch = Annotated[dict[str, Any], WithJsonSchema(specs.patch_schema())]
@@ -52,9 +52,10 @@ async def _register(args: RegisterApp, call: Call) -> Reply:
 list_my_apps = Tool(
     "list_my_apps",
     title="List my apps",
-    description="List the apps you can use, with your role on each and their URLs; use it to "
-    "find an app_id. Paginated: pass next_cursor back as cursor for the next page. Next: "
-    "manage_app get for one app's details, list_deployments for its deployments.",
+    description="List the apps you can use, with your role on each, their URLs and health "
+    "(state, instances up/desired, restarts); use it to find an app_id. Paginated: pass "
+    "next_cursor back as cursor for the next page. Next: manage_app get for one app's "
+    "details, list_deployments for its deployments.",
     scope="apps:read",
     hints=READS,
 )
@@ -66,8 +67,12 @@ class ListMyApps(Arguments):
     name_contains: str | None = Field(default=None, max_length=64)
 
 
+class ListedApp(AppSummary):
+    health: HealthBrief
+
+
 class AppList(Output):
-    apps: list[AppSummary]
+    apps: list[ListedApp]
     next_cursor: str | None = Field(default=None, description="Present when there is more.")
 
 
@@ -79,7 +84,13 @@ async def _list(args: ListMyApps, call: Call) -> Reply:
         )
 
     page = await paginate(fetch, args.cursor, args.limit)
-    data = AppList(apps=[AppSummary.model_validate(v.summary()) for v in page.items])
+    health = await call.platform.health.briefs([v.app for v in page.items])
+    data = AppList(
+        apps=[
+            ListedApp.model_validate({**v.summary(), "health": health[v.app.id].brief()})
+            for v in page.items
+        ]
+    )
     if page.next_cursor:
         data.next_cursor = page.next_cursor
     names = ", ".join(v.app.name for v in page.items) or "none"

@@ -8,7 +8,7 @@ from pydantic import Field
 
 from appdeck.platform.access import ROLES
 from appdeck.tools.kit import AppId, Arguments, Call, Hints, Output, Reply, Tool
-from appdeck.tools.results import AppDetail, Member
+from appdeck.tools.results import AppDetail, AppHealth, Member
 
 Role = Literal["owner", "admin", "developer", "viewer"]
 assert set(ROLES) == {"owner", "admin", "developer", "viewer"}  # the platform's list
@@ -28,7 +28,7 @@ UserName = Annotated[str, Field(max_length=128, description="A user name of your
 
 
 class GetApp(Arguments):
-    """Details, complete spec and members."""
+    """Details, complete spec, members and health (instances, exits, traffic)."""
 
     action: Literal["get"]
     app_id: AppId
@@ -36,6 +36,7 @@ class GetApp(Arguments):
 
 class AppWithMembers(AppDetail):
     members: list[Member]
+    health: AppHealth
 
 
 @manage_app.handles(GetApp, AppWithMembers)
@@ -43,8 +44,14 @@ async def _get(args: GetApp, call: Call) -> Reply:
     apps = call.platform.apps
     view = await apps.get(call.principal, args.app_id)
     members = await apps.members(call.principal, args.app_id)
-    data = AppWithMembers.model_validate({**view.detail(), "members": members})
-    return Reply(f"App {view.app.name} (id {args.app_id})", data)
+    health = await call.platform.health.status(call.principal, args.app_id)
+    data = AppWithMembers.model_validate(
+        {**view.detail(), "members": members, "health": health.public()}
+    )
+    summary = f"App {view.app.name} (id {args.app_id}): {health.state}"
+    if health.live is not None:
+        summary += f", {health.up}/{health.desired} instance(s) up"
+    return Reply(summary, data)
 
 
 class UpdateApp(Arguments):

@@ -31,6 +31,52 @@ class AppDetail(AppSummary):
     created_at: float
 
 
+class HealthBrief(Output):
+    """An app's health in a few numbers (list_my_apps)."""
+
+    state: str = Field(
+        description="running, degraded (fewer instances up than desired), crash_loop, "
+        "stopped or not_deployed."
+    )
+    up: int = Field(description="Instances running now.")
+    desired: int = Field(description="Instances its live release asks for.")
+    restarts: int = Field(description="Restarts after crashes, over its instances.")
+
+
+class InstanceHealth(Output):
+    index: int
+    state: str = Field(description="running, restarting, crash_loop or stopped.")
+    restarts: int
+    last_exit: str | None = Field(
+        description="How its last crashed process ended: 'status N' or 'signal NAME'."
+    )
+    oom_kills: int = Field(description="Processes killed by the kernel at the memory limit.")
+    memory_bytes: int | None = Field(description="Memory now (null: not measured here).")
+    cpu_seconds: float | None = Field(description="CPU time used (null: not measured here).")
+    started_at: float | None
+
+
+class AppHealth(Output):
+    """An app's health (manage_app get, and the resource appdeck://apps/{app_id}/status)."""
+
+    app_id: int
+    state: str = Field(
+        description="running, degraded, crash_loop, stopped or not_deployed (see list_my_apps)."
+    )
+    live: dict[str, Any] | None = Field(
+        description="The live release: number, strategy, since (epoch seconds)."
+    )
+    instances: dict[str, int] = Field(description="up and desired.")
+    restarts: int
+    instance_details: list[InstanceHealth]
+    disk: dict[str, int] | None = Field(description="used_bytes against quota_bytes.")
+    traffic: dict[str, Any] = Field(
+        description="requests, errors_5xx and mean_latency_ms over window_s seconds (up to "
+        "the last 5 minutes), through the ingress."
+    )
+    tls: dict[str, Any] | None = Field(description="The public hostname's certificate.")
+
+
 class Member(Output):
     user: str
     role: str

@@ -210,12 +210,12 @@ async def test_a_sandboxed_instance_is_reached_in_its_own_namespace(
         os.close(space)
 
 
-async def _in_a_namespace(reply: bytes) -> tuple[int, int, asyncio.Server]:
+async def _in_a_namespace(reply: bytes, port: int = 0) -> tuple[int, int, asyncio.Server]:
     """A server answering ``reply`` in a new loopback-only network namespace, as a sandboxed
     instance listens: (the namespace's fd, the port, the server)."""
     space = netns.new_loopback_only()
     sock = netns.socket_in(space)
-    sock.bind(("127.0.0.1", 0))
+    sock.bind(("127.0.0.1", port))
     sock.listen(16)
 
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -306,3 +306,32 @@ async def test_counters_survive_a_reload_by_another_driver(
         assert data_plane.counters.since(mark).requests == 4
     finally:
         await other.stop()
+
+
+async def test_a_sandboxed_instance_restarted_in_a_new_namespace_is_reached_there(
+    plane: StartPlane,
+) -> None:
+    """A crash's restart changes no route, only the instance's namespace (same port, on a
+    new loopback): the plane notices (``Namespaces.moved``) and HAProxy gets the new name."""
+    first, port, old_server = await _in_a_namespace(b"first")
+    second, _, new_server = await _in_a_namespace(b"again", port)
+    current = {"r1.0": first}
+    names = Namespaces(secrets.token_hex(6), current.get)
+    try:
+        data_plane, client = await plane(namespaces=names)
+        data_plane.table.set("blog", [Backend("r1", 100, [f"r1.0@127.0.0.1:{port}"])])
+        assert await data_plane.synced()
+        assert (await client.get("/", headers=BLOG)).text == "first"
+        old_server.close()
+        current["r1.0"] = second  # the restart: no route changed
+        seen = ""
+        async with asyncio.timeout(15):
+            while seen != "again":
+                seen = (await client.get("/", headers=BLOG)).text
+                await asyncio.sleep(0.1)
+    finally:
+        names.clear()
+        old_server.close()
+        new_server.close()
+        os.close(first)
+        os.close(second)

@@ -12,7 +12,17 @@ from dataclasses import dataclass, field
 from appdeck.common.errors import Conflict
 from appdeck.ingress import STOPPED, Counters, RouteTable
 from appdeck.platform.deploy.ingress_router import IngressRouter
-from appdeck.platform.deploy.ports import Backend, BuildFailed, Instance, Release
+from appdeck.platform.deploy.ports import (
+    Backend,
+    BuildFailed,
+    DiskUsage,
+    Instance,
+    InstanceEvent,
+    InstanceEventKind,
+    InstanceStatus,
+    InstanceWatcher,
+    Release,
+)
 
 
 @dataclass
@@ -23,6 +33,10 @@ class FakeRuntime:
     adoptable: dict[str, dict[int, Instance]] = field(default_factory=dict)
     health_plan: list[bool] = field(default_factory=list)
     """The health checks of the next instances started, in order (then: healthy)."""
+    statuses: dict[str, list[InstanceStatus]] = field(default_factory=dict)
+    """What :meth:`inspect` says of a release (default: its running instances, running)."""
+    disks: dict[int, DiskUsage] = field(default_factory=dict)
+    watchers: list[InstanceWatcher] = field(default_factory=list)
 
     async def prepare(self, release: Release) -> None:
         self.prepared.append(release.release_id)
@@ -60,6 +74,26 @@ class FakeRuntime:
 
     async def crash_looping(self, release_id: str) -> bool:
         return False
+
+    def inspect(self, release_id: str) -> list[InstanceStatus]:
+        if release_id in self.statuses:
+            return self.statuses[release_id]
+        running = self.running_.get(release_id, {})
+        return [InstanceStatus(index, "running") for index in sorted(running)]
+
+    def disk_usage(self, app_id: int) -> DiskUsage | None:
+        return self.disks.get(app_id)
+
+    def watch(self, watcher: InstanceWatcher) -> None:
+        self.watchers.append(watcher)
+
+    def crash(
+        self, app_id: int, release_id: str, index: int, kind: InstanceEventKind = "crashed"
+    ) -> None:
+        """Tell the watchers an instance crashed (as the real runtime's supervision does)."""
+        event = InstanceEvent(app_id, release_id, index, kind)
+        for watcher in self.watchers:
+            watcher(event)
 
 
 @dataclass

@@ -68,6 +68,18 @@ async def test_an_app_answering_404_is_told_what_it_answered(driver: LocalDriver
     assert "change health_check" in why
 
 
+async def test_an_app_that_keeps_crashing_is_told_how_it_last_ended(driver: LocalDriver) -> None:
+    release = make_spec(env={"CRASH_ON_START": "1"})
+    runtime = LocalRuntime(driver)
+    await runtime.prepare(release)
+    instance = await runtime.start(release, 0)
+    assert not await runtime.wait_healthy(release, instance, 30.0)
+    why = await runtime.why_unhealthy(release, instance)
+    assert (
+        why == "the app kept crashing; it last ended with status 1 (the runtime log has its output)"
+    )
+
+
 def test_only_the_instances_own_sockets_count_on_the_hosts_network() -> None:
     other = socket.create_server(("127.0.0.1", 0))  # this test's, not the child's
     child = subprocess.Popen(

@@ -4,7 +4,8 @@ A sandboxed instance listens on the loopback of its own, unnamed network namespa
 driver holds an fd of it). HAProxy opens ``/run/netns/<name>``, so each routed instance's
 namespace is bind-mounted there as ``appdeck-<install>-<release>.<index>-<inode>``: the
 install id keeps two installs apart, the inode makes a restarted instance (a new namespace)
-a new name (and so a reload). Only root writes ``/run/netns``: no tenant picks a name there.
+a new name (and so a reload: the plane checks for one every second, :meth:`moved`, since
+a crash's restart changes no route). Only root writes ``/run/netns``: no tenant picks a name there.
 Mounts are made when an instance is routed and removed (umount, unlink) when it leaves every
 route, and all of this install's on :meth:`Namespaces.clear`.
 """
@@ -103,6 +104,21 @@ class Namespaces:
             wanted[key] = name
         self._names = wanted
         self._sweep(set(wanted.values()))
+
+    def moved(self) -> bool:
+        """Whether an instance named here has a new namespace now (it crashed and was
+        restarted: same key, another namespace): HAProxy must be told its new name."""
+        for key, name in list(self._names.items()):
+            fd = self.fd_of(key)
+            if fd is None:
+                continue  # gone, or not restarted yet: a route change takes it away
+            try:
+                inode = os.fstat(fd).st_ino
+            except OSError:
+                continue
+            if name != f"{self.prefix}{key}-{inode}":
+                return True
+        return False
 
     def clear(self) -> None:
         """Remove every name of this install."""

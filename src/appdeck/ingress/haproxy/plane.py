@@ -52,6 +52,8 @@ from appdeck.ingress.routes import Backend, Counters, RouteTable
 log = logging.getLogger("appdeck.ingress.haproxy")
 
 TICK_S: Final = 0.25
+MOVED_EVERY_S: Final = 1.0
+"""How often the namespaces of routed sandboxed instances are checked for a restart."""
 SETTLE_S: Final = 30.0
 SYNCED_WITHIN_S: Final = 15.0
 _CLASSES: Final = ("hrsp_1xx", "hrsp_2xx", "hrsp_3xx", "hrsp_4xx", "hrsp_5xx")
@@ -226,6 +228,7 @@ class HAProxyDataPlane:
         self._progress = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._settled = asyncio.Event()
+        self._moved_checked = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._base: dict[tuple[str, str], list[int]] = {}
         """(backend, server) -> what the workers before this one counted."""
@@ -343,7 +346,9 @@ class HAProxyDataPlane:
             try:
                 if not self.process.running() and self._written is not None:
                     await self._restart()
-                if self._settled.is_set() and self._in_effect < self.table.version:
+                if self._settled.is_set() and (
+                    self._in_effect < self.table.version or self._namespace_moved()
+                ):
                     await self._sync()
                 await self._poll()
                 failing = False
@@ -353,6 +358,15 @@ class HAProxyDataPlane:
                 failing = True
             except Exception:
                 log.exception("the HAProxy data plane task failed a round")
+
+    def _namespace_moved(self) -> bool:
+        """A routed sandboxed instance was restarted after a crash (a new namespace, so a
+        new name to render): checked at most every :data:`MOVED_EVERY_S`."""
+        now = time.monotonic()
+        if self.namespaces is None or now - self._moved_checked < MOVED_EVERY_S:
+            return False
+        self._moved_checked = now
+        return self.namespaces.moved()
 
     async def _restart(self) -> None:
         """The watchdog: HAProxy died; start it with the last config."""

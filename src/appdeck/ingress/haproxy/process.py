@@ -143,6 +143,11 @@ class HAProxyProcess:
                 proc.kill()
             await proc.wait()
             raise HAProxyFailed("checking the HAProxy config took too long") from None
+        except asyncio.CancelledError:  # the plane stopping: leave no check running
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+            raise
         if proc.returncode != 0:
             log.error("HAProxy refused its config: %s", out.decode(errors="replace")[-2000:])
             raise HAProxyFailed("HAProxy refused the rendered configuration")

@@ -8,7 +8,16 @@ from typing import Any
 
 from appdeck.platform.deploy.ingress_router import published
 from appdeck.platform.deploy.locks import Hold
-from appdeck.platform.deploy.ports import Backend, Instance, Release, RouterPort, RuntimePort
+from appdeck.platform.deploy.ports import (
+    Backend,
+    DiskUsage,
+    Instance,
+    InstanceStatus,
+    InstanceWatcher,
+    Release,
+    RouterPort,
+    RuntimePort,
+)
 from appdeck.storage.app_locks import Fenced
 
 
@@ -45,6 +54,15 @@ class RoutesFirst:
 
     async def crash_looping(self, release_id: str) -> bool:
         return await self._runtime.crash_looping(release_id)
+
+    def inspect(self, release_id: str) -> list[InstanceStatus]:
+        return self._runtime.inspect(release_id)
+
+    def disk_usage(self, app_id: int) -> DiskUsage | None:
+        return self._runtime.disk_usage(app_id)
+
+    def watch(self, watcher: InstanceWatcher) -> None:
+        self._runtime.watch(watcher)
 
 
 async def abort_held(

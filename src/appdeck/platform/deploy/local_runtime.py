@@ -6,7 +6,14 @@ from __future__ import annotations
 import asyncio
 import time
 
-from appdeck.platform.deploy.ports import BuildFailed, Instance, Release
+from appdeck.platform.deploy.ports import (
+    BuildFailed,
+    DiskUsage,
+    Instance,
+    InstanceStatus,
+    InstanceWatcher,
+    Release,
+)
 from appdeck.runtime import driver as rt
 from appdeck.runtime import listening
 from appdeck.runtime.procs import free_port
@@ -77,7 +84,9 @@ class LocalRuntime:
         key = (instance.release_id, instance.index)
         last, ref = self._last.pop(key, None), self._refs.get(key)
         if await self.driver.unhealthy(instance.release_id):
-            return "the app kept crashing (its exit status is in the runtime log)"
+            exits = [s.last_exit for s in self.driver.inspect(instance.release_id) if s.last_exit]
+            ended = f"; it last ended with {exits[0]}" if exits else ""
+            return f"the app kept crashing{ended} (the runtime log has its output)"
         if ref is None or ref.pid <= 0:
             return last.detail if last is not None else "no check answered"
         if last is not None and last.status is not None:
@@ -111,3 +120,12 @@ class LocalRuntime:
 
     async def crash_looping(self, release_id: str) -> bool:
         return await self.driver.unhealthy(release_id)
+
+    def inspect(self, release_id: str) -> list[InstanceStatus]:
+        return self.driver.inspect(release_id)
+
+    def disk_usage(self, app_id: int) -> DiskUsage | None:
+        return self.driver.disk_usage(app_id)
+
+    def watch(self, watcher: InstanceWatcher) -> None:
+        self.driver.watch(watcher)

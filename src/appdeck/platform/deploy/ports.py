@@ -16,6 +16,11 @@ from typing import Protocol
 from appdeck.ingress.routes import Backend as Backend
 from appdeck.model.release import Release as Release
 from appdeck.runtime.driver import BuildFailed as BuildFailed
+from appdeck.runtime.driver import DiskUsage as DiskUsage
+from appdeck.runtime.driver import InstanceEvent as InstanceEvent
+from appdeck.runtime.driver import InstanceEventKind as InstanceEventKind
+from appdeck.runtime.driver import InstanceStatus as InstanceStatus
+from appdeck.runtime.driver import InstanceWatcher as InstanceWatcher
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +45,18 @@ class RuntimePort(Protocol):
     async def running(self, release_id: str) -> list[Instance]: ...
     async def adopt(self, release: Release) -> list[Instance]: ...
     async def crash_looping(self, release_id: str) -> bool: ...
+    def inspect(self, release_id: str) -> list[InstanceStatus]:
+        """The release's instances as the runtime knows them now (no waiting: a metrics
+        scrape reads every app's); a runtime that knows less fills in less."""
+        ...
+
+    def disk_usage(self, app_id: int) -> DiskUsage | None:
+        """The app's disk used against its quota, as last known (None: not counted)."""
+        ...
+
+    def watch(self, watcher: InstanceWatcher) -> None:
+        """Call ``watcher`` when an instance crashes, restarts, is OOM-killed or given up."""
+        ...
 
 
 class RouterPort(Protocol):
