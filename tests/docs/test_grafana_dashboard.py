@@ -21,30 +21,6 @@ DOCS = ROOT / "docs" / "observability.md"
 METRIC = re.compile(r"\bappdeck_[a-z0-9_]+")
 SUFFIXES = ("_bucket", "_count", "_sum")
 
-EXPECTED_BY_LATER_MERGE = frozenset(
-    {
-        # issue 23's deploy series (branch deploywatch): remove once docs/observability.md has them
-        "appdeck_deploys_started_total",
-        "appdeck_deploys_finished_total",
-        "appdeck_deploy_seconds",
-        "appdeck_deploy_phase_seconds",
-        "appdeck_canary_rollbacks_total",
-        # issue 23's app series (branch apphealth)
-        "appdeck_app_instances",
-        "appdeck_app_restarts_total",
-        "appdeck_app_crash_loops_total",
-        "appdeck_app_oom_kills_total",
-        "appdeck_app_memory_bytes",
-        "appdeck_app_cpu_seconds_total",
-        "appdeck_app_disk_bytes",
-        "appdeck_app_disk_quota_bytes",
-        "appdeck_app_http_requests_total",
-        "appdeck_app_http_upstream_errors_total",
-        "appdeck_app_http_response_seconds",
-    }
-)
-"""Series other branches of issue 23 document; tolerated here until they are merged."""
-
 
 def _dashboard() -> dict[str, Any]:
     document: dict[str, Any] = json.loads(DASHBOARD.read_text())
@@ -80,7 +56,7 @@ def _documented() -> set[str]:
 
 
 def test_every_metric_the_dashboard_queries_is_documented() -> None:
-    documented = _documented() | {_family(n) for n in EXPECTED_BY_LATER_MERGE}
+    documented = _documented()
     queried = {_family(n) for q in _queries(_dashboard()) for n in METRIC.findall(q)}
     assert len(queried) > 30  # the four rows' series, not a parse that found nothing
     assert queried - documented == set(), "dashboard series missing from docs/observability.md"
