@@ -32,6 +32,7 @@ from appdeck.auth.admin import IdentityAdmin
 from appdeck.observability.tracing import Tracing
 from appdeck.protocol.registry import ToolDef
 from appdeck.settings import Settings
+from appdeck.tuning import tune_gc
 
 ECHO_SCHEMA = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
 
@@ -89,6 +90,7 @@ async def main(n: int, profile: bool, mode: str = "off", ratio: float = 1.0) -> 
         }
     )
     services = await Services.start(settings, port=8080, tracing=tracing)
+    tune_gc()  # as appdeck serve does
     services.registry.add_tool(ToolDef("echo", "Echo", ECHO_SCHEMA, echo))
     admin = IdentityAdmin(services.identities, services.token_issuer)
     await admin.ensure_dev()

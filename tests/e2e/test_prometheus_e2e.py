@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import shutil
 import socket
 import subprocess
 from collections.abc import AsyncIterator
@@ -24,7 +25,7 @@ import pytest
 from mcp import Client, MCPError
 
 from tests.e2e.conftest import Launcher
-from tests.e2e.helpers import hello_source, official_client
+from tests.e2e.helpers import hello_source, official_client, through_ingress
 from tests.support import laptop as laptops
 from tests.support.appdeck_process import AppDeckProcess
 from tests.support.replicas import run_replicas
@@ -169,6 +170,9 @@ class Story:
     tool_calls: dict[tuple[str, str], int] = field(default_factory=dict)
     """(tool, outcome) → calls."""
     app_id: int = 0
+    exits_id: int = 0
+    hello_requests: int = 0
+    """Requests the bad canary's traffic sent to hello."""
 
     def called(self, tool: str, outcome: str) -> None:
         self.tool_calls[tool, outcome] = self.tool_calls.get((tool, outcome), 0) + 1
@@ -183,46 +187,141 @@ async def _call(client: Client, story: Story, tool: str, arguments: dict[str, An
     return result
 
 
+EXITS = Path(__file__).resolve().parents[1] / "fixtures" / "apps" / "exits"
+"""An app that exits, or is killed, as a request asks (``/exit?code=N``, ``/hog?mb=N``)."""
+CANARY = {"percent": 50, "steps": [50, 100], "analysis_window_s": 2, "max_error_rate": 0.05}
+
+
+def _spec(source: Path, **extra: Any) -> dict[str, Any]:
+    return {
+        "source_path": str(source),
+        "run_command": "python3 app.py",
+        "health_check": {"path": "/healthz", "timeout_s": 2},
+        **extra,
+    }
+
+
+async def _get(app_url: str, path: str) -> int:
+    """GET ``path`` of the app through the ingress: its status, 0 when it died answering."""
+    where = through_ingress(app_url)
+    with contextlib.suppress(httpx.HTTPError):
+        async with httpx.AsyncClient(timeout=20) as http:
+            answer = await http.get(where["url"].rstrip("/") + path, headers=where["headers"])
+            return answer.status_code
+    return 0
+
+
+@contextlib.asynccontextmanager
+async def _traffic(app_url: str) -> AsyncIterator[list[int]]:
+    """Requests to the app, one after another, for as long as the block runs: the statuses."""
+    statuses: list[int] = []
+    done = asyncio.Event()
+
+    async def send() -> None:
+        where = through_ingress(app_url)
+        async with httpx.AsyncClient(timeout=10) as http:
+            while not done.is_set():
+                with contextlib.suppress(httpx.HTTPError):
+                    statuses.append((await http.get(**where)).status_code)
+                await asyncio.sleep(0.02)
+
+    task = asyncio.create_task(send())
+    try:
+        yield statuses
+    finally:
+        done.set()
+        await task
+
+
+async def _status(client: Client, app_id: int) -> dict[str, Any]:
+    read = await client.read_resource(f"appdeck://apps/{app_id}/status")
+    return dict(json.loads(read.contents[0].text))  # type: ignore[union-attr]
+
+
+async def _status_once(client: Client, app_id: int, done: Any) -> dict[str, Any]:
+    """The app's status resource once ``done(status)`` holds (bounded: 60 s)."""
+    status: dict[str, Any] = {}
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(60):
+            while True:
+                status = await _status(client, app_id)
+                if done(status):
+                    return status
+                await asyncio.sleep(0.2)
+    raise AssertionError(f"not reached; the last status: {status}")
+
+
+async def _deploy(client: Client, story: Story, app_id: int, strategy: str) -> str:
+    deployed = await _call(
+        client, story, "deploy_app", {"app_id": app_id, "strategy": strategy, "wait_seconds": 60}
+    )
+    state = str(deployed.structured_content["state"])
+    assert deployed.is_error == (state != "live"), deployed  # a rolled-back deploy: an error
+    return state
+
+
 async def _story(server: AppDeckProcess, source: Path) -> Story:
-    """Tool calls with the official client: the hello app registered and deployed (live),
-    a tool error (an app that does not exist), a tool the server does not have, the
-    deployments listed, the app deleted."""
+    """Tool calls with the official client:
+    - the hello app registered and deployed (rolling), then a good canary under traffic, then
+      a bad one (every answer 500) under traffic: rolled back on its error rate;
+    - the exits app deployed, made to exit with status 3, then killed at its memory limit:
+      its status resource says so;
+    - a tool error (an app that does not exist) and a tool the server does not have."""
     story = Story()
     async with official_client(server) as client:
         await client.list_tools()
-        spec = {
-            "source_path": str(source),
-            "run_command": "python3 app.py",
-            "health_check": {"path": "/healthz", "timeout_s": 2},
-        }
-        made = await _call(client, story, "register_app", {"name": "hello", "spec": spec})
+        made = await _call(
+            client, story, "register_app", {"name": "hello", "spec": _spec(source, canary=CANARY)}
+        )
         assert not made.is_error, made
-        story.app_id = made.structured_content["app_id"]
-        deployed = await _call(
+        story.app_id = hello = made.structured_content["app_id"]
+        assert await _deploy(client, story, hello, "rolling") == "live"
+        got = await _call(client, story, "get_app_url", {"app_id": hello})
+        hello_url = got.structured_content["url"]
+        async with _traffic(hello_url) as statuses:
+            assert await _deploy(client, story, hello, "canary") == "live"
+        assert statuses
+        assert set(statuses) == {200}, statuses
+        await _call(
             client,
             story,
-            "deploy_app",
-            {"app_id": story.app_id, "strategy": "rolling", "wait_seconds": 60},
+            "env_vars",
+            {"app_id": hello, "action": "set", "name": "FAIL_ALL", "value": "1"},
         )
-        assert deployed.structured_content["state"] == "live", deployed
+        async with _traffic(hello_url) as statuses:
+            assert await _deploy(client, story, hello, "canary") == "rolled_back"
+        assert 500 in statuses, statuses  # the canary's share answered 500
+        story.hello_requests = len(statuses)
+
+        exits_source = source.parent / "exits"
+        shutil.copytree(EXITS, exits_source)
+        spec = _spec(exits_source, resources={"memory_mb": 64})
+        made = await _call(client, story, "register_app", {"name": "exits", "spec": spec})
+        story.exits_id = exits = made.structured_content["app_id"]
+        assert await _deploy(client, story, exits, "rolling") == "live"
+        got = await _call(client, story, "get_app_url", {"app_id": exits})
+        exits_url = got.structured_content["url"]
+        await _get(exits_url, "/exit?code=3")
+        crashed = await _status_once(client, exits, lambda s: s["restarts"] == 1)
+        assert crashed["instance_details"][0]["last_exit"] == "status 3", crashed
+        for _ in range(300):  # the restarted instance answers again (60 s at most)
+            if await _get(exits_url, "/healthz") == 200:
+                break
+            await asyncio.sleep(0.2)
+        else:
+            raise AssertionError("the restarted exits app never answered again")
+        await _get(exits_url, "/hog?mb=256")
+        killed = await _status_once(client, exits, lambda s: s["restarts"] == 2)
+        [instance] = killed["instance_details"]
+        assert instance["oom_kills"] >= 1, killed
+        assert instance["last_exit"] == "signal SIGKILL", killed
+
         missing = await _call(client, story, "manage_app", {"app_id": 987654, "action": "get"})
         assert missing.is_error, missing
         with pytest.raises(MCPError):
             await client.call_tool("no_such_tool", {})
         story.called("other", "invalid")  # a name the server does not serve: never a label
-        await _call(client, story, "list_deployments", {"app_id": story.app_id})
-        # --- after merging issue 23's other branches, add here (cheap, one server):
-        #  - a bad canary: env_vars set a variable that makes hello answer 500, deploy_app
-        #    strategy=canary, expect state rolled_back (reason error_rate);
-        #  - a crash (an instance killed / exiting 3) and an OOM kill of an instance;
-        #  and at the end of the test the queries listed there.
-        deleted = await _call(
-            client,
-            story,
-            "manage_app",
-            {"app_id": story.app_id, "action": "delete", "confirm": True},
-        )
-        assert not deleted.is_error, deleted
+        await _call(client, story, "list_deployments", {"app_id": hello})
     return story
 
 
@@ -239,12 +338,12 @@ async def _requests_served(server: AppDeckProcess) -> float:
 
 
 @pytest.mark.e2e
-async def test_prometheus_scrapes_a_story_and_promql_counts_its_tool_calls_and_storage(
+async def test_promql_counts_a_storys_tool_calls_deploys_canary_rollback_crash_and_oom_kill(
     launch_appdeck: Launcher, tmp_path: Path
 ) -> None:
     source, env = hello_source(tmp_path)
     server = await launch_appdeck(env=env)
-    async with asyncio.timeout(240), prometheus_scraping([server], tmp_path / "prom") as prom:
+    async with asyncio.timeout(420), prometheus_scraping([server], tmp_path / "prom") as prom:
         story = await _story(server, source)
         served = await _requests_served(server)  # nothing but our story sends MCP requests
         # the scrape after the story is in once Prometheus agrees with the server
@@ -253,8 +352,13 @@ async def test_prometheus_scrapes_a_story_and_promql_counts_its_tool_calls_and_s
         async def count(promql: str) -> float:
             return await prom.query(promql)
 
-        assert await count('appdeck_mcp_tool_calls_total{tool="deploy_app",outcome="ok"}') == 1
-        assert await count('sum(appdeck_mcp_tool_calls_total{outcome="tool_error"})') == 1
+        # hello: rolling, a good canary, a bad one (a tool error: rolled back); exits: rolling
+        assert story.tool_calls["deploy_app", "ok"] == 3
+        assert story.tool_calls["deploy_app", "tool_error"] == 1
+        deploy_app = 'appdeck_mcp_tool_calls_total{{tool="deploy_app",outcome="{}"}}'
+        assert await count(deploy_app.format("ok")) == 3
+        assert await count(deploy_app.format("tool_error")) == 1
+        assert await count('sum(appdeck_mcp_tool_calls_total{outcome="tool_error"})') == 2
         assert (
             await count('appdeck_mcp_tool_calls_total{tool="manage_app",outcome="tool_error"}')
             == story.tool_calls["manage_app", "tool_error"]
@@ -263,25 +367,36 @@ async def test_prometheus_scrapes_a_story_and_promql_counts_its_tool_calls_and_s
         assert await count("sum(appdeck_mcp_tool_calls_total)") == story.calls()
         assert await count('sum(appdeck_mcp_requests_total{method="tools/call"})') == story.calls()
         assert await count('sum(appdeck_mcp_requests_total{method="tools/list"})') >= 1
-        assert await count('appdeck_mcp_tool_call_seconds_count{tool="deploy_app"}') == 1
+        assert await count('appdeck_mcp_tool_call_seconds_count{tool="deploy_app"}') == 4
         p95 = 'histogram_quantile(0.95, sum by (le) (appdeck_mcp_tool_call_seconds_bucket{tool="deploy_app"}))'
         assert await count(p95) > 0  # a deploy that waited for live takes time
         assert await count("appdeck_mcp_sessions_open") >= 0
+        # deploys: two rolling and a good canary went live, the bad canary rolled back on
+        # its error rate; every run built once
+        live = 'appdeck_deploys_finished_total{{kind="deploy",strategy="{}",outcome="{}"}}'
+        assert await count('appdeck_deploys_started_total{kind="deploy",strategy="rolling"}') == 2
+        assert await count(live.format("rolling", "live")) == 2
+        assert await count(live.format("canary", "live")) == 1
+        assert await count(live.format("canary", "rolled_back")) == 1
+        assert await count('appdeck_canary_rollbacks_total{reason="error_rate"}') == 1
+        assert await count('appdeck_canary_rollbacks_total{reason="crash_loop"}') == 0
+        assert await count('appdeck_deploy_phase_seconds_count{phase="build"}') == 4
+        assert await count('appdeck_deploy_phase_seconds_count{phase="analysis"}') >= 2
+        # apps: exits crashed twice (status 3, then the OOM kill) and was restarted each time;
+        # hello's traffic and its bad canary's 500s came through the data plane
+        await prom.eventually('appdeck_app_restarts_total{app=~"exits--.+"}', 2, SCRAPED_WITHIN_S)
+        assert await count('appdeck_app_oom_kills_total{app=~"exits--.+"}') >= 1
+        assert await count('appdeck_app_crash_loops_total{app=~"exits--.+"}') == 0
+        assert await count('appdeck_app_instances{app=~"exits--.+",state="desired"}') == 1
+        hello_http = 'sum(appdeck_app_http_requests_total{{app=~"hello--.+"{}}})'
+        assert await count(hello_http.format("")) >= story.hello_requests
+        assert await count(hello_http.format(',code="5xx"')) >= 1
         # storage: the embedded SQLite answered every statement; no lease outlives the story
         assert await count('appdeck_db_query_seconds_count{backend="sqlite"}') > 0
         assert await count('appdeck_db_pool_connections{state="max"}') == 15  # SQLite's 5 + 10
         assert await count('sum(appdeck_leases_held{kind="app"})') == 0
         assert await count('appdeck_replica_heartbeats_total{outcome="failed"}') == 0
         assert await count("sum(appdeck_ci_runs_total)") == 0
-        # --- after merging issue 23's other branches, add (the story above grows to match):
-        #   appdeck_deploys_started_total{kind="deploy",strategy="rolling"}          == 1
-        #   appdeck_deploys_finished_total{kind="deploy",strategy="rolling",outcome="live"} == 1
-        #   appdeck_deploys_finished_total{strategy="canary",outcome="rolled_back"}  == 1
-        #   appdeck_canary_rollbacks_total{reason="error_rate"}                      == 1
-        #   sum(appdeck_deploy_phase_seconds_count{phase="build"})                  >= 1
-        #   appdeck_app_restarts_total{app="hello"}                                  >= 1 (the crash)
-        #   appdeck_app_oom_kills_total{app="hello"}                                 >= 1
-        #   sum(appdeck_app_http_requests_total{app="hello"})                        >= 1
 
 
 @pytest.mark.e2e
