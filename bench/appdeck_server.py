@@ -28,6 +28,7 @@ import uvicorn
 
 from appdeck import logs
 from appdeck.app import Services
+from appdeck.cli.serve import server_class
 from appdeck.protocol.registry import ToolDef
 from appdeck.settings import Settings
 from appdeck.transport.http11 import bounded_protocol, http_limits
@@ -105,7 +106,7 @@ async def serve(args: argparse.Namespace, data_dir: Path) -> None:
         server_header=False,
         proxy_headers=False,  # X-Forwarded-* are not trusted unless a proxy is configured
     )
-    server = uvicorn.Server(config)
+    server = server_class(services.drain)(config)  # as serve: a SIGINT ends serving only
     tune_gc()  # as appdeck serve does
     try:
         await server.serve(sockets=[sock])

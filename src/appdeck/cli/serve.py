@@ -88,7 +88,7 @@ def serve(
         raise typer.Exit(1) from None
 
 
-def _server_class(before_shutdown: Callable[[], None] = lambda: None) -> Any:
+def server_class(before_shutdown: Callable[[], None] = lambda: None) -> Any:
     import uvicorn
 
     class Server(uvicorn.Server):
@@ -159,7 +159,7 @@ async def _serve(settings: Any, dev: bool, stop_apps: bool = False) -> None:
         server_header=False,
         proxy_headers=False,  # X-Forwarded-* are not trusted unless a proxy is configured
     )
-    server = _server_class(services.drain)(config)
+    server = server_class(services.drain)(config)
     tune_gc()
     url = f"{services.base_url}/mcp"
     marker = settings.data_dir / "server.json"
