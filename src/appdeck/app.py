@@ -53,6 +53,8 @@ from appdeck.protocol.tasks import TaskManager
 from appdeck.resources.apps import changed as changed_resources
 from appdeck.resources.apps import revoked as revoked_resources
 from appdeck.runtime.install import InstallLock
+from appdeck.runtime.local import LocalDriver
+from appdeck.runtime.sandbox import Sandbox
 from appdeck.settings import Settings
 from appdeck.storage import Storage
 from appdeck.storage.audit import AuditStore
@@ -75,6 +77,33 @@ DEPLOY_WATCH_SECONDS = 5.0
 PUSH_LEASE_MARGIN_S = 30.0
 """A push's lease outlives its time limit by this much (a dead replica's runs out after it)."""
 """How often a replica ends deployments nobody drives and re-syncs its routes."""
+
+
+async def _app_databases(
+    settings: Settings, runtime: Sandbox | None, driver: LocalDriver
+) -> AppDatabases:
+    """Each app's own database, reached by its instances (``DATABASE_URL``) on its disk."""
+    databases = await open_databases(
+        settings.database(),
+        settings.data_dir,
+        apps_url=settings.apps_database_url,
+        role_prefix=settings.apps_role_prefix,
+        uid_for=runtime.uid_for if runtime is not None else None,
+        secret_key=settings.secret_key,
+    )
+    driver.databases = databases  # instances get DATABASE_URL for their app's own
+    databases.place = driver.place_data  # on the app's disk (issue 19)
+    return databases
+
+
+def _audit_log(settings: Settings) -> AuditLog:
+    """The audit log, started: its own thread and connection."""
+    audit = AuditLog(
+        AuditStore.opener(settings.database()),
+        dead_letter=settings.data_dir / "audit-dead-letter.jsonl",
+    )
+    audit.start()
+    return audit
 
 
 @dataclass
@@ -132,11 +161,7 @@ class Services:
         base_url = settings.base_url(port)
         identities = IdentityStore(storage.engine)
         audit_store = AuditStore(storage.engine)
-        audit = AuditLog(  # its own thread and connection
-            AuditStore.opener(settings.database()),
-            dead_letter=settings.data_dir / "audit-dead-letter.jsonl",
-        )
-        audit.start()
+        audit = _audit_log(settings)
         keys, token_issuer, bearer = await authentication(
             settings, base_url, identities, storage, cluster
         )
@@ -148,16 +173,7 @@ class Services:
         instance_id = cluster.instance_id
         driver, ingress, router = setup.runtime_of(settings, runtime, control_port=port)
         ingress_port = await ingress.start()
-        databases = await open_databases(
-            settings.database(),
-            settings.data_dir,
-            apps_url=settings.apps_database_url,
-            role_prefix=settings.apps_role_prefix,
-            uid_for=runtime.uid_for if runtime is not None else None,
-            secret_key=settings.secret_key,
-        )
-        driver.databases = databases  # instances get DATABASE_URL for their app's own
-        databases.place = driver.place_data  # on the app's disk (issue 19)
+        databases = await _app_databases(settings, runtime, driver)
         tls_states = TlsStates(acme=bool(settings.acme_directory))  # filled once TLS starts
         tracing = tracing or tracing_of(settings.otlp_endpoint)
         platform = Platform.build(

@@ -177,17 +177,8 @@ class Platform:
         )
         env = EnvService(apps, sealer, feed)
         deployments = DeploymentStore(engine, transitions=states.check)
-        deploys = DeployService(
-            apps,
-            env,
-            deployments,
-            LocalRuntime(driver, sandboxed=driver.sandboxed),
-            router,
-            feed,
-            sealer,
-            sources=sources,
-            instance_id=instance_id,
-            watcher=watcher,
+        deploys = _deploy_service(
+            apps, env, deployments, driver, router, feed, sealer, sources, instance_id, watcher
         )
         logs = LogService(apps, env, deployments, driver, sealer)
         ops = Operations(deploys)
@@ -215,16 +206,7 @@ class Platform:
             records=RecordService(apps, databases),
             deploys=deploys,
             ops=ops,
-            ci=CIService(
-                apps,
-                CIStore(engine),
-                repos,
-                env,
-                SandboxRunner(driver),
-                logs.masker,
-                feed,
-                instance_id=instance_id,
-            ),
+            ci=_ci_service(engine, apps, repos, env, driver, logs, feed, instance_id),
             oauth_clients=AppClientService(apps, OAuthStore(engine)),
             apis=ApiServices.build(
                 engine,
@@ -382,3 +364,53 @@ def _git_of(config: PlatformConfig, driver: RuntimeDriver) -> tuple[Git, HostedR
         disks=getattr(driver, "disks", None),
     )
     return git, hosted
+
+
+def _deploy_service(
+    apps: AppService,
+    env: EnvService,
+    deployments: DeploymentStore,
+    driver: RuntimeDriver,
+    router: IngressRouter,
+    feed: ChangeFeed,
+    sealer: Sealer,
+    sources: SourceRoots,
+    instance_id: str,
+    watcher: DeployWatcher,
+) -> DeployService:
+    """The deploy engine over the local runtime (``driver``) and the data plane (``router``)."""
+    return DeployService(
+        apps,
+        env,
+        deployments,
+        LocalRuntime(driver, sandboxed=driver.sandboxed),
+        router,
+        feed,
+        sealer,
+        sources=sources,
+        instance_id=instance_id,
+        watcher=watcher,
+    )
+
+
+def _ci_service(
+    engine: AsyncEngine,
+    apps: AppService,
+    repos: RepoService,
+    env: EnvService,
+    driver: RuntimeDriver,
+    logs: LogService,
+    feed: ChangeFeed,
+    instance_id: str,
+) -> CIService:
+    """CI: runs in the sandbox, their logs masked as the app's are."""
+    return CIService(
+        apps,
+        CIStore(engine),
+        repos,
+        env,
+        SandboxRunner(driver),
+        logs.masker,
+        feed,
+        instance_id=instance_id,
+    )
