@@ -12,6 +12,8 @@ import time
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from starlette.routing import BaseRoute
+
 from appdeck import runtime_setup as setup
 from appdeck.assembly import (
     authentication,
@@ -34,6 +36,10 @@ from appdeck.auth.server.metadata import protected_resource
 from appdeck.auth.throttle import MCP_WINDOW, FailureThrottle
 from appdeck.auth.tokens import TokenIssuer
 from appdeck.auth.urls import PublicUrls
+from appdeck.console import console_routes
+from appdeck.console.context import Console
+from appdeck.console.live import LiveChanges
+from appdeck.console.sessions import ConsoleSessions
 from appdeck.events.cluster import Cluster
 from appdeck.events.leases import RedisLeases
 from appdeck.ingress.haproxy.plane import HAProxyDataPlane
@@ -58,6 +64,7 @@ from appdeck.runtime.sandbox import Sandbox
 from appdeck.settings import Settings
 from appdeck.storage import Storage
 from appdeck.storage.audit import AuditStore
+from appdeck.storage.console_sessions import ConsoleSessionStore
 from appdeck.storage.identity import IdentityStore
 from appdeck.storage.replicas import ReplicaStore
 from appdeck.tls_setup import tls_of
@@ -106,6 +113,28 @@ def _audit_log(settings: Settings) -> AuditLog:
     return audit
 
 
+async def _console_of(services: Services) -> Console | None:
+    """The console, when the embedded authorization server signs people in (an external
+    IdP's users have no password here: the console then is not served)."""
+    authz, platform = services.authorization_server, services.platform
+    if authz is None or platform is None:
+        return None
+    live = LiveChanges(services.cluster.broadcast)
+    await live.start()
+    platform.feed.subscribe(live.publish)
+    return Console(
+        platform=platform,
+        identities=services.identities,
+        sessions=ConsoleSessions(ConsoleSessionStore(services.storage.engine), services.identities),
+        live=live,
+        audit=services.audit,
+        audit_store=services.audit_store,
+        check_credentials=authz.check_credentials,
+        secure=services.base_url.startswith("https://"),
+        mcp_url=f"{services.base_url}/mcp",
+    )
+
+
 @dataclass
 class Services:
     settings: Settings
@@ -134,6 +163,7 @@ class Services:
     tls: TlsService | None = None  # automatic TLS (issue 21 §3), when set
     tls_states: TlsStates | None = None  # its orders' states, read by get_app_url
     tracing: Tracing | None = None  # traces, when an OTLP endpoint is set
+    console: Console | None = None  # the console (issue 24), with the embedded sign-in
     _background: list[asyncio.Task[None]] = field(default_factory=list, repr=False)
     _stopping: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
 
@@ -230,6 +260,7 @@ class Services:
             tls_states=tls_states,
             tracing=tracing,
         )
+        services.console = await _console_of(services)
         await services._begin(platform, router, tasks)
         return services
 
@@ -383,6 +414,8 @@ class Services:
         if self.keys is not None:
             await self.keys.refresh()  # shared keys: a rotation made elsewhere
         await self.server.tasks.expire()
+        if self.console is not None:
+            await self.console.sessions.purge()
         await self.storage.events.trim(time.time() - self.settings.event_retention_seconds)
 
     async def stop(self, *, stop_apps: bool = False) -> None:
@@ -414,6 +447,8 @@ class Services:
             await self.router.close()
         if self.databases is not None:
             await self.databases.close()
+        if self.console is not None:
+            await self.console.live.close()
         await self.audit.close()
         if self.bearer is not None:
             await self.bearer.close()
@@ -477,11 +512,12 @@ class Services:
         async def health() -> dict[str, object]:
             return {"status": "ok", "version": s.app_version, "instance": self.instance_id}
 
+        routes: list[BaseRoute] = []
         if self.authorization_server is not None:
-            routes = self.authorization_server.routes()
+            routes += self.authorization_server.routes()
         else:  # external IdP: only the protected-resource metadata is ours to serve
             document = protected_resource(f"{self.base_url}/mcp", s.issuer or "")
-            routes = [
+            routes += [
                 json_route("/.well-known/oauth-protected-resource", document),
                 json_route("/.well-known/oauth-protected-resource/mcp", document),
             ]
@@ -492,6 +528,8 @@ class Services:
             if self.platform.hosting is not None:  # each app's git remote (issue 21 §4)
                 throttle = FailureThrottle(free=s.auth_failures_per_ip, window=MCP_WINDOW)
                 routes.append(git_remote_route(self.platform.hosting, self.authenticator, throttle))
+        if self.console is not None:
+            routes += console_routes(self.console)
         plane = control_plane(health, routes, metrics_token=s.metrics_token)
         app = SpelledChallenges(Router(mcp, plane), self.urls)
         return setup.behind_edge(app, self.router)  # HAProxy's X-Forwarded-* believed

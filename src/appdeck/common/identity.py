@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-PrincipalKind = Literal["anonymous", "oauth", "pat"]
+PrincipalKind = Literal["anonymous", "oauth", "pat", "console"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -13,7 +13,8 @@ class Principal:
     """The caller of a request.
 
     ``tenant`` and ``user`` own sessions and tasks; ``scopes`` decide which tools are listed and
-    callable; ``kind`` says how the caller proved itself (resources/* accept OAuth only).
+    callable; ``kind`` says how the caller proved itself (resources/* accept OAuth only;
+    ``console``: a browser signed in to the console, acting through the platform only).
     ``token_id`` names the verified token (an access token's ``jti``, a PAT's id): what rate
     limits and per-token session caps count by.
     """

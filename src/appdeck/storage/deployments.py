@@ -202,6 +202,26 @@ class DeploymentStore:
         async with self._engine.connect() as conn:
             return {r.app_id: r for r in map(_record, (await conn.execute(query)).all())}
 
+    async def latest_for(self, app_ids: Iterable[int]) -> dict[int, DeploymentRecord]:
+        """The newest deployment of each of ``app_ids`` that has one, in one query."""
+        wanted = sorted(set(app_ids))
+        if not wanted:
+            return {}
+        newest = (
+            sa.select(deployments.c.app_id, sa.func.max(deployments.c.number).label("number"))
+            .where(deployments.c.app_id.in_(wanted))
+            .group_by(deployments.c.app_id)
+            .subquery()
+        )
+        query = sa.select(deployments).join(
+            newest,
+            sa.and_(
+                deployments.c.app_id == newest.c.app_id, deployments.c.number == newest.c.number
+            ),
+        )
+        async with self._engine.connect() as conn:
+            return {r.app_id: r for r in map(_record, (await conn.execute(query)).all())}
+
     async def in_states(self, states: Iterable[str]) -> list[DeploymentRecord]:
         """Across all apps (start-up reconciliation and route rebuilding)."""
         query = sa.select(deployments).where(deployments.c.state.in_(list(states)))

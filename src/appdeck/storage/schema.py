@@ -520,3 +520,20 @@ app_domains = sa.Table(
     sa.Column("failing_since", sa.Double, nullable=True),  # a verified TXT proof gone since
     sa.Index("ix_app_domains_app_id", "app_id"),
 )
+
+# -- console sessions (migration 0019): a browser signed in to /console ---------------------
+console_sessions = sa.Table(
+    "console_sessions",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),  # a public handle (lists, revocation)
+    sa.Column("secret_hash", sa.String(64), nullable=False, unique=True),  # sha256 of the cookie
+    sa.Column("tenant_id", sa.String, nullable=False),
+    sa.Column("user_id", sa.String, nullable=False),
+    sa.Column("csrf", sa.String(64), nullable=False),  # every form carries it
+    sa.Column("ip", sa.String(64), nullable=True),
+    sa.Column("user_agent", sa.String(200), nullable=True),
+    sa.Column("created_at", sa.Double, nullable=False),
+    sa.Column("last_seen", sa.Double, nullable=False),
+    sa.Column("expires_at", sa.Double, nullable=False, index=True),
+    sa.Index("ix_console_sessions_tenant_id_user_id", "tenant_id", "user_id"),
+)

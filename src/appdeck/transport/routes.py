@@ -4,13 +4,13 @@ and the router that sends ``/mcp`` straight to the raw ASGI app."""
 from __future__ import annotations
 
 import hmac
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from appdeck.transport.edge_forwarded import is_loopback
 from appdeck.transport.responses import ASGIApp, Receive, Scope, Send
@@ -19,7 +19,10 @@ HealthCheck = Callable[[], Awaitable[dict[str, object]]]
 
 
 def control_plane(
-    health: HealthCheck, extra: list[Route] | None = None, *, metrics_token: str | None = None
+    health: HealthCheck,
+    extra: Sequence[BaseRoute] | None = None,
+    *,
+    metrics_token: str | None = None,
 ) -> Starlette:
     """``metrics_token``: what a client beyond loopback must present to read ``/metrics``
     (see :func:`may_scrape`); None: loopback only."""
@@ -41,7 +44,8 @@ def control_plane(
             )
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
-    routes = [Route("/healthz", healthz), Route("/metrics", metrics), *(extra or [])]
+    routes: list[BaseRoute] = [Route("/healthz", healthz), Route("/metrics", metrics)]
+    routes += extra or []
     return Starlette(routes=routes)
 
 

@@ -38,13 +38,14 @@ from appdeck.auth.server.context import RevokeJti, ServerContext
 from appdeck.auth.server.http import json_response, preflight
 from appdeck.auth.server.pending import TRIM_EVERY, PendingRequests
 from appdeck.auth.server.revoke import RevokeEndpoint
+from appdeck.auth.server.signin import Refused, check_credentials
 from appdeck.auth.server.token import TokenEndpoint
 from appdeck.auth.throttle import AuthThrottles
 from appdeck.auth.tokens import TokenIssuer
 from appdeck.auth.urls import PublicUrls
 from appdeck.settings import Settings
 from appdeck.storage.consents import ConsentStore
-from appdeck.storage.identity import IdentityStore, PersonalTokenRecord
+from appdeck.storage.identity import IdentityStore, PersonalTokenRecord, UserRecord
 from appdeck.storage.oauth import OAuthStore
 
 __all__ = ["AuthorizationServer"]
@@ -145,6 +146,20 @@ class AuthorizationServer:
             Route("/token", _with_preflight(self._token), methods=post),
             Route("/revoke", _with_preflight(self._revoke), methods=post),
         ]
+
+    async def check_credentials(
+        self, *, ip: str | None, tenant: str, username: str, password: str
+    ) -> UserRecord | Refused:
+        """The sign-in page's own check, for the console's sign-in (same throttles)."""
+        return await check_credentials(
+            self._ctx,
+            ip=ip,
+            tenant=tenant,
+            username=username,
+            password=password,
+            client="console",
+            method="POST /console/signin",
+        )
 
     async def create_machine_client(
         self, tenant_id: str, name: str, scopes: frozenset[str] | set[str] | list[str]

@@ -19,7 +19,6 @@ already granted, the page is the step-up page, showing what was granted and what
 
 from __future__ import annotations
 
-import asyncio
 import re
 import secrets
 from collections import OrderedDict
@@ -30,17 +29,17 @@ from urllib.parse import urlsplit
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from appdeck import activity
 from appdeck.auth import scopes as scope_names
 from appdeck.auth.admin import SLUG
 from appdeck.auth.audit import AuditEvent
-from appdeck.auth.hashing import new_secret, same, token_hash, verify_password
+from appdeck.auth.hashing import new_secret, same, token_hash
 from appdeck.auth.server import redirects
 from appdeck.auth.server.clients import ClientLookupError, Clients
 from appdeck.auth.server.consent_page import consent_page, error_page
 from appdeck.auth.server.context import ServerContext
 from appdeck.auth.server.http import NO_STORE, Form, OAuthError, read_form
 from appdeck.auth.server.pending import MAX_ATTEMPTS, PendingRequest, PendingRequests
+from appdeck.auth.server.signin import Refused, check_credentials
 from appdeck.common.identity import app_audience
 from appdeck.storage.identity import UserRecord
 from appdeck.storage.oauth import AuthCodeRow, ClientRow
@@ -299,42 +298,24 @@ class Authorize:
         wait per client IP and per account, auth.throttle) or bad credentials."""
         ip = request.client.host if request.client else None  # proxy headers not trusted
         client_id = pending.client.client_id
-        account = f"{tenant}\x00{username}"
-        wait = self._ctx.throttles.sign_in_wait(ip, account)
-        if wait is not None:
-            activity.sign_in(
-                tenant=tenant, user=username, ok=False, client=client_id, reason="throttled"
-            )
-            self._ctx.refuse(
-                "sign_in_throttled",
-                method="POST /authorize",
-                status=429,
-                client_id=client_id,
-                detail={"source": ip},
-            )
+        checked = await check_credentials(
+            self._ctx,
+            ip=ip,
+            tenant=tenant,
+            username=username,
+            password=password,
+            client=client_id,
+            method="POST /authorize",
+            only_tenant=pending.client.tenant_id if pending.client.app_id is not None else None,
+        )
+        if not isinstance(checked, Refused):
+            return checked
+        if checked.reason == "throttled":
             return error_page(
-                f"Too many failed sign-in attempts. Try again in {wait} seconds.", status=429
+                f"Too many failed sign-in attempts. Try again in {checked.wait_s} seconds.",
+                status=429,
             )
-        user = (
-            await self._ctx.identities.find_user(tenant, username) if tenant and username else None
-        )
-        hashed = user.password_hash if user is not None else None
-        valid = await asyncio.to_thread(verify_password, hashed, password)
-        refused = user is not None and (
-            user.disabled or await self._ctx.identities.refused_access(user.tenant_id, user.id)
-        )
-        app_tenant = pending.client.tenant_id if pending.client.app_id is not None else None
-        stranger = user is not None and app_tenant not in (None, user.tenant_id)
-        if user is None or not valid or refused or stranger:  # an app signs in its tenant only
-            self._ctx.throttles.sign_in_failed(ip, account)
-            reason = "disabled" if refused else "other_tenant" if stranger else "bad_credentials"
-            activity.sign_in(
-                tenant=tenant, user=username, ok=False, client=client_id, reason=reason
-            )
-            return await self._bad_login(request, pending, tenant, username, chosen, user)
-        self._ctx.throttles.sign_in_succeeded(account)
-        activity.sign_in(tenant=tenant, user=username, ok=True, client=client_id)
-        return user
+        return await self._bad_login(request, pending, tenant, username, chosen, checked.user)
 
     async def _grant(
         self,

@@ -11,7 +11,7 @@ owned here, not by a tool module: :meth:`Deployments.settle` waits for them at s
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -165,6 +165,12 @@ class Deployments:
             app_id, states=states_, offset=offset, limit=limit
         )
         return [self._view(view, r) for r in records]
+
+    async def latest(self, views: Sequence[AppView]) -> dict[int, DeploymentView]:
+        """The newest deployment of each app in ``views`` (already loaded for their caller,
+        as :meth:`AppService.list_apps` gives them): one query."""
+        records = await self._engine.store.latest_for(v.app.id for v in views)
+        return {v.app.id: self._view(v, records[v.app.id]) for v in views if v.app.id in records}
 
     async def get(self, principal: Principal, app_id: int, number: int) -> DeploymentView:
         view = await self._apps.load(principal, app_id, "deploy.read")

@@ -1,0 +1,64 @@
+"""The console's routes, under ``/console`` (:func:`console_app` is mounted there)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Final
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from appdeck.console.context import Console
+from appdeck.console.guard import Handler, error_page, signed_in
+from appdeck.console.views import actions, app, events, overview, signin
+
+STATIC: Final = Path(__file__).parent / "static"
+GET: Final = ["GET"]
+POST: Final = ["POST"]
+
+
+def page_routes(console: Console) -> list[tuple[str, Handler, list[str]]]:
+    """Every signed-in page: (path, handler, methods)."""
+    return [
+        ("/", overview.overview, GET),
+        ("/fragments/apps", overview.apps_fragment, GET),
+        ("/events", events.overview_events, GET),
+        ("/signout", signin.sign_out, POST),
+        ("/apps/{app_id}", app.show, GET),
+        ("/apps/{app_id}/fragments/timeline", app.timeline_fragment, GET),
+        ("/apps/{app_id}/fragments/health", app.health_fragment, GET),
+        ("/apps/{app_id}/events", events.app_events, GET),
+        ("/apps/{app_id}/actions/{action}", actions.confirm, GET),
+        ("/apps/{app_id}/actions/{action}", actions.perform, POST),
+    ]
+
+
+def console_routes(console: Console) -> list[BaseRoute]:
+    """``/console`` itself (the overview) and everything below it."""
+    overview_page = signed_in(console, overview.overview)
+    return [Route("/console", overview_page, methods=GET), Mount("/console", console_app(console))]
+
+
+def console_app(console: Console) -> Starlette:
+    async def show_sign_in(request: Request) -> Response:
+        return await signin.show(request, console)
+
+    async def submit_sign_in(request: Request) -> Response:
+        return await signin.submit(request, console)
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        return error_page(request, None, 404, "Not found", "There is no such page.")
+
+    routes: list[BaseRoute] = [
+        Route("/signin", show_sign_in, methods=GET),
+        Route("/signin", submit_sign_in, methods=POST),
+        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+    ]
+    routes += [
+        Route(path, signed_in(console, handler), methods=methods)
+        for path, handler, methods in page_routes(console)
+    ]
+    return Starlette(routes=routes, exception_handlers={404: not_found})
