@@ -42,6 +42,10 @@ SIGN_IN: Final = "/console/signin"
 
 Handler = Callable[[Request, Console, Viewer], Awaitable[Response]]
 Endpoint = Callable[[Request], Awaitable[Response]]
+PageRoute = tuple[str, Handler, list[str]]
+"""A signed-in page: (path below ``/console``, handler, methods)."""
+GET: Final = ["GET"]
+POST: Final = ["POST"]
 
 _STATUS: Final[list[tuple[type[AppDeckError], int, str]]] = [
     (NotFound, 404, "Not found"),

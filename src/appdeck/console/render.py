@@ -28,6 +28,10 @@ HEADERS: Final = {
 }
 
 
+NAV: Final[list[tuple[str, str]]] = []
+"""The top navigation after "Apps": (path, label) of each part of the console."""
+
+
 def ago(epoch: float | None, now: float | None = None) -> str:
     """``3 min ago``: how long before now (``-`` when unknown)."""
     if epoch is None:
@@ -87,5 +91,6 @@ def page(request: Request, template: str, *, status: int = 200, **context: Any) 
     context.setdefault("viewer", None)
     context.setdefault("title", "AppDeck")
     context.setdefault("live", None)
+    context.setdefault("nav_links", NAV)
     body = html(template, request_path=request.url.path, **context)
     return HTMLResponse(body, status_code=status, headers=HEADERS)

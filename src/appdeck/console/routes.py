@@ -12,27 +12,21 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from appdeck.console.context import Console
-from appdeck.console.guard import Handler, error_page, signed_in
+from appdeck.console.guard import GET, POST, PageRoute, error_page, signed_in
 from appdeck.console.views import actions, app, events, overview, signin
 
 STATIC: Final = Path(__file__).parent / "static"
-GET: Final = ["GET"]
-POST: Final = ["POST"]
 
 
-def page_routes(console: Console) -> list[tuple[str, Handler, list[str]]]:
-    """Every signed-in page: (path, handler, methods)."""
+def page_routes() -> list[PageRoute]:
+    """Every signed-in page, (path below ``/console``, handler, methods): each view module
+    lists its own in ``ROUTES``."""
     return [
-        ("/", overview.overview, GET),
-        ("/fragments/apps", overview.apps_fragment, GET),
-        ("/events", events.overview_events, GET),
-        ("/signout", signin.sign_out, POST),
-        ("/apps/{app_id}", app.show, GET),
-        ("/apps/{app_id}/fragments/timeline", app.timeline_fragment, GET),
-        ("/apps/{app_id}/fragments/health", app.health_fragment, GET),
-        ("/apps/{app_id}/events", events.app_events, GET),
-        ("/apps/{app_id}/actions/{action}", actions.confirm, GET),
-        ("/apps/{app_id}/actions/{action}", actions.perform, POST),
+        *overview.ROUTES,
+        *events.ROUTES,
+        *signin.ROUTES,
+        *app.ROUTES,
+        *actions.ROUTES,
     ]
 
 
@@ -59,6 +53,6 @@ def console_app(console: Console) -> Starlette:
     ]
     routes += [
         Route(path, signed_in(console, handler), methods=methods)
-        for path, handler, methods in page_routes(console)
+        for path, handler, methods in page_routes()
     ]
     return Starlette(routes=routes, exception_handlers={404: not_found})

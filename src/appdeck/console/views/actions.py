@@ -20,7 +20,7 @@ from starlette.responses import RedirectResponse, Response
 from appdeck.auth.audit import AuditEvent
 from appdeck.common.errors import AppDeckError, NotFound
 from appdeck.console.context import Console, Viewer
-from appdeck.console.guard import FormRefused, failure, text
+from appdeck.console.guard import GET, POST, FormRefused, PageRoute, failure, text
 from appdeck.console.render import HEADERS, page
 from appdeck.console.views.app import app_context, app_id_of
 
@@ -167,3 +167,9 @@ def _audit(
             detail={"error": getattr(error, "code", "internal")} if error is not None else None,
         )
     )
+
+
+ROUTES: Final[list[PageRoute]] = [
+    ("/apps/{app_id}/actions/{action}", confirm, GET),
+    ("/apps/{app_id}/actions/{action}", perform, POST),
+]

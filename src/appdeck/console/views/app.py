@@ -10,6 +10,7 @@ from starlette.responses import Response
 
 from appdeck.common.errors import NotFound
 from appdeck.console.context import Console, Viewer
+from appdeck.console.guard import GET, PageRoute
 from appdeck.console.render import page
 from appdeck.platform import access
 from appdeck.platform.apps import AppView
@@ -97,3 +98,10 @@ async def health_fragment(request: Request, console: Console, viewer: Viewer) ->
         health=health,
         **app_context(view, viewer, app_id, ""),
     )
+
+
+ROUTES: Final[list[PageRoute]] = [
+    ("/apps/{app_id}", show, GET),
+    ("/apps/{app_id}/fragments/timeline", timeline_fragment, GET),
+    ("/apps/{app_id}/fragments/health", health_fragment, GET),
+]

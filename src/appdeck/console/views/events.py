@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from appdeck.console.context import Console, Viewer
-from appdeck.console.guard import error_page
+from appdeck.console.guard import GET, PageRoute, error_page
 from appdeck.console.live import TooManyStreams
 from appdeck.console.views.app import app_id_of
 
@@ -65,3 +65,9 @@ async def _stream(
         media_type="text/event-stream",
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
+
+
+ROUTES: Final[list[PageRoute]] = [
+    ("/events", overview_events, GET),
+    ("/apps/{app_id}/events", app_events, GET),
+]

@@ -8,6 +8,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from appdeck.console.context import Console, Viewer
+from appdeck.console.guard import GET, PageRoute
 from appdeck.console.render import page
 
 PAGE: Final = 100
@@ -72,3 +73,9 @@ async def apps_fragment(request: Request, console: Console, viewer: Viewer) -> R
         more=more,
         page_size=PAGE,
     )
+
+
+ROUTES: Final[list[PageRoute]] = [
+    ("/", overview, GET),
+    ("/fragments/apps", apps_fragment, GET),
+]

@@ -18,7 +18,9 @@ from appdeck.auth.server.signin import Refused
 from appdeck.common.tokens import same
 from appdeck.console.context import Console, Viewer
 from appdeck.console.guard import (
+    POST,
     FormRefused,
+    PageRoute,
     error_page,
     next_path,
     read_form,
@@ -189,3 +191,6 @@ async def sign_out(request: Request, console: Console, viewer: Viewer) -> Respon
     response = RedirectResponse("/console/signin", status_code=303, headers=HEADERS)
     response.delete_cookie(COOKIE, path="/console")
     return response
+
+
+ROUTES: Final[list[PageRoute]] = [("/signout", sign_out, POST)]
