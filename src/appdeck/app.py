@@ -463,8 +463,10 @@ class Services:
     def drain(self) -> None:
         """The server is about to stop serving: every ``subscriptions/listen`` stream ends
         with its response now (the spec's graceful closure), before the HTTP server waits
-        for its connections to finish."""
+        for its connections to finish. The console's live streams end too."""
         self.server.listen.end_all()
+        if self.console is not None:
+            self.console.live.end_all()
 
     @property
     def urls(self) -> PublicUrls:

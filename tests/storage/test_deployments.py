@@ -93,3 +93,16 @@ async def test_a_lease_guards_only_its_own_apps_writes(storage: Storage) -> None
     assert other is not None
     with pytest.raises(ValueError, match="guards no write"):
         await store.update(app_id, record.number, message="x", lease=other)
+
+
+async def test_the_newest_deployment_of_each_app_comes_in_one_read(storage: Storage) -> None:
+    app_id = await _app(storage)
+    other = (await AppStore(storage.engine).create("acme", "blog", None, {}, "alice")).id
+    never = (await AppStore(storage.engine).create("acme", "wiki", None, {}, "alice")).id
+    store = DeploymentStore(storage.engine)
+    for _ in range(3):
+        await _create(store, app_id, state="failed")
+    await _create(store, other, state="live")
+    newest = await store.latest_for([app_id, other, never, app_id])
+    assert {k: v.number for k, v in newest.items()} == {app_id: 3, other: 1}
+    assert await store.latest_for([]) == {}

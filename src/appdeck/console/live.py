@@ -43,6 +43,9 @@ class Event:
 
 
 RESYNC: Final = Event("resync")
+END: Final = Event("end")
+"""Not sent: tells a stream the server is stopping (its response ends; the browser reconnects
+to whichever replica is still serving)."""
 
 
 @dataclass(eq=False, slots=True)
@@ -111,6 +114,13 @@ class LiveChanges:
     def _lost(self) -> None:
         for stream in list(self._streams):
             stream.offer(RESYNC)
+
+    def end_all(self) -> None:
+        """The server is stopping: every stream ends now rather than at its lifetime."""
+        for stream in list(self._streams):
+            while not stream.queue.empty():
+                stream.queue.get_nowait()
+            stream.queue.put_nowait(END)
 
     @contextlib.asynccontextmanager
     async def follow(self, tenant: str, app_id: int | None) -> AsyncIterator[asyncio.Queue[Event]]:

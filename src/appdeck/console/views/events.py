@@ -17,7 +17,7 @@ from starlette.responses import Response, StreamingResponse
 
 from appdeck.console.context import Console, Viewer
 from appdeck.console.guard import GET, PageRoute, error_page
-from appdeck.console.live import TooManyStreams
+from appdeck.console.live import END, TooManyStreams
 from appdeck.console.views.app import app_id_of
 
 KEEPALIVE_S: Final = 15.0
@@ -55,6 +55,8 @@ async def _stream(
                 except TimeoutError:
                     yield b": keepalive\n\n"
                     continue
+                if event is END:
+                    return
                 yield b"event: change\ndata: " + event.wire() + b"\n\n"
         finally:
             with contextlib.suppress(Exception):
