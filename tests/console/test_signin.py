@@ -126,3 +126,36 @@ async def test_after_sign_in_the_browser_goes_back_to_the_page_it_asked_for_but_
         )
         assert answer.headers["location"] == expected
         browser.client.cookies.clear()
+
+
+async def test_a_disabled_tenant_loses_the_console_and_cannot_sign_in(world: ConsoleWorld) -> None:
+    browser = world.browser()
+    await browser.sign_in("alice")
+    await world.services.identities.set_tenant_disabled("acme", True)
+    assert (await browser.get("/console")).status_code == 303
+    form = await browser.get("/console/signin")
+    answer = await browser.client.post(
+        "/console/signin",
+        data={"tenant": "acme", "username": "alice", "password": PASSWORD, "csrf": csrf(form)},
+    )
+    assert answer.status_code == 401
+
+
+async def test_absurd_sign_in_fields_are_refused_cleanly(world: ConsoleWorld) -> None:
+    browser = world.browser()
+    for fields in [
+        {"tenant": "acme\x00", "username": "alice", "password": PASSWORD},
+        {"tenant": "a" * 10_000, "username": "alice", "password": PASSWORD},
+        {"tenant": "acme", "username": "alice", "password": "p" * 5000},
+        {"tenant": "ácmé", "username": "🦊", "password": PASSWORD},
+    ]:
+        form = await browser.get("/console/signin")
+        answer = await browser.client.post("/console/signin", data={**fields, "csrf": csrf(form)})
+        assert answer.status_code in (400, 401), answer.status_code
+        assert "appdeck_console=" not in answer.headers.get("set-cookie", "")
+    huge = await browser.client.post(
+        "/console/signin",
+        content=b"x=" + b"y" * 100_000,
+        headers={"content-type": "application/x-www-form-urlencoded"},
+    )
+    assert huge.status_code == 413

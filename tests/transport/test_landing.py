@@ -45,7 +45,9 @@ async def test_a_browser_gets_a_page_with_the_mcp_url_and_the_ways_to_connect(
     assert r.headers["x-frame-options"] == "DENY"
     tags = _Tags()
     tags.feed(r.text)
-    assert not tags.tags & {"script", "img", "iframe", "link", "a"}
+    assert not tags.tags & {"script", "img", "iframe", "link"}
+    assert r.text.count("<a ") == 1
+    assert '<a href="/console">console</a>' in r.text  # the only link: the people's console
 
 
 async def test_a_program_gets_a_small_json_description(services: Services) -> None:
@@ -59,6 +61,7 @@ async def test_a_program_gets_a_small_json_description(services: Services) -> No
     assert body["transport"] == "streamable-http"
     assert body["version"] == services.settings.app_version
     assert body["protected_resource_metadata"].endswith("/.well-known/oauth-protected-resource/mcp")
+    assert body["console"] == f"http://[::1]:{port}/console"
 
 
 async def test_a_foreign_host_is_never_echoed_back(services: Services) -> None:

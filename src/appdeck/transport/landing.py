@@ -41,6 +41,7 @@ def describe(mcp_url: str, version: str, oauth: bool) -> dict[str, object]:
         "protected_resource_metadata": mcp_url.removesuffix("/mcp")
         + "/.well-known/oauth-protected-resource/mcp",
         "health": mcp_url.removesuffix("/mcp") + "/healthz",
+        **({"console": mcp_url.removesuffix("/mcp") + "/console"} if oauth else {}),
     }
 
 
@@ -55,11 +56,15 @@ def _page(mcp_url: str, version: str, oauth: bool) -> str:
         else "Send <code>Authorization: Bearer &lt;token&gt;</code> with a token from "
         "your identity provider."
     )
+    console = (
+        '; to see what your agents did, sign in to the <a href="/console">console</a>.'
+        if oauth
+        else "."
+    )
     return (
         "<h1>AppDeck</h1>"
         "<p>This is an AppDeck server: a self-hosted app platform that AI assistants drive "
-        "over the Model Context Protocol (MCP). There is nothing to click here; connect an "
-        "MCP client to it.</p>"
+        f"over the Model Context Protocol (MCP). Connect an MCP client to it{console}</p>"
         f"<h2>MCP URL</h2><pre>{url}</pre><p>{sign_in}</p>"
         f"<h2>Claude Code</h2><pre>claude mcp add --transport http {NAME} {url}</pre>"
         "<h2>Cursor, Claude Code <code>.mcp.json</code>, and others</h2>"
