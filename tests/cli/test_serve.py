@@ -139,6 +139,7 @@ async def test_dev_prints_a_connect_block_logs_activity_and_says_one_version(
         entry = json.loads(next(ln for ln in printed.splitlines() if '"mcpServers"' in ln))
         assert entry["mcpServers"]["appdeck"]["headers"] == {"Authorization": f"Bearer {token}"}
         assert f"AppDeck {appdeck.__version__} MCP server listening on" in printed
+        assert f"Console (sign in with a user's password): {server.origin}/console" in printed
 
         async with httpx.AsyncClient(base_url=server.origin, timeout=10) as http:
             assert (await http.get("/healthz")).json()["version"] == appdeck.__version__

@@ -174,6 +174,8 @@ async def _serve(settings: Any, dev: bool, stop_apps: bool = False) -> None:
         print(f"Apps are served by the ingress router at {ingress}", flush=True)
     token = await _dev_setup(services) if dev else None
     print(connect.connect_block(url, token), flush=True)
+    if services.console is not None:  # the people behind the agents: docs/console.md
+        print(f"Console (sign in with a user's password): {url.removesuffix('/mcp')}/console")
     if not dev and not settings.external_idp and not await _anyone_can_sign_in(services):
         print(connect.first_user_hint(settings.data_dir), flush=True)
     try:
