@@ -165,7 +165,12 @@ async def test_a_good_canary_is_promoted_in_steps(rig: Rig) -> None:
     assert await rig.deploy("canary") == "live"
     shares = [h.get(f"{rig.app_id}-2") for h in rig.router.history if f"{rig.app_id}-2" in h]
     assert shares == [10, 50, 100]
-    assert "canary" in [s["state"] for s in (await rig.deploys.store.get(rig.app_id, 2)).steps]  # type: ignore[union-attr]
+    record = await rig.deploys.store.get(rig.app_id, 2)
+    assert record is not None
+    assert "canary" in [s["state"] for s in record.steps]
+    passed = [s["message"] for s in record.steps if " passed: " in s["message"]]
+    assert [m.split(" passed")[0] for m in passed] == ["Canary at 10%", "Canary at 50%"]
+    assert all("requests answered 5xx" in m and "limit" in m for m in passed)  # the rate shown
 
 
 async def test_a_failed_build_leaves_the_live_release_serving(rig: Rig) -> None:

@@ -181,12 +181,21 @@ async def canary(
         r.router.mark(r.name, r.new.release_id)
         await r.report(f"Canary at {percent}% for {window_s:g}s", percent)
         with r.watch.phase("analysis", traffic=percent):
-            await _analyse(r, window_s, max_error_rate, percent)
+            requests, errors = await _analyse(r, window_s, max_error_rate, percent)
+        rate = f"{errors / requests:.0%}" if requests else "no requests"
+        await r.report(
+            f"Canary at {percent}% passed: {errors} of {requests} requests answered 5xx "
+            f"({rate}; limit {max_error_rate:.0%})",
+            percent,
+        )
     r.route_to_new()
     await r.report("Canary promoted: all traffic on the new release", 100)
 
 
-async def _analyse(r: Rollout, window_s: float, max_error_rate: float, percent: int) -> None:
+async def _analyse(
+    r: Rollout, window_s: float, max_error_rate: float, percent: int
+) -> tuple[int, int]:
+    """Watch the canary for ``window_s``: (requests, 5xx) it answered, or CanaryRejected."""
     deadline = time.monotonic() + window_s
     while True:
         if await r.runtime.crash_looping(r.new.release_id):
@@ -208,6 +217,7 @@ async def _analyse(r: Rollout, window_s: float, max_error_rate: float, percent: 
             f"(> {max_error_rate:.0%}) at {percent}%",
             "error_rate",
         )
+    return requests, errors
 
 
 __all__ = [
