@@ -28,7 +28,11 @@ HEADERS: Final = {
 }
 
 
-NAV: Final[list[tuple[str, str]]] = []
+NAV: Final[list[tuple[str, str]]] = [
+    ("/console/account", "Account"),
+    ("/console/tenant", "Tenant"),
+    ("/console/audit", "Audit log"),
+]
 """The top navigation after "Apps": (path, label) of each part of the console."""
 
 
