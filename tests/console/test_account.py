@@ -10,7 +10,7 @@ import re
 import httpx
 
 from appdeck.auth import scopes
-from appdeck.console.views.account import cap
+from appdeck.console.render import cap
 from tests.auth.server.helpers import authorize_url, parse_consent, pkce_pair, post_form, query_of
 from tests.console.conftest import PASSWORD, Browser, ConsoleWorld, csrf
 from tests.support.mcp import headers, initialize, request

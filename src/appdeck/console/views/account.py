@@ -25,7 +25,7 @@ from appdeck.auth.audit import AuditEvent
 from appdeck.common.errors import NotFound
 from appdeck.console.context import Console, McpSession, Viewer
 from appdeck.console.guard import GET, POST, FormRefused, PageRoute, text
-from appdeck.console.render import HEADERS, ago, page
+from appdeck.console.render import HEADERS, ago, cap, page
 from appdeck.console.sessions import COOKIE
 from appdeck.storage.console_sessions import ConsoleSessionRow
 from appdeck.storage.identity import PersonalTokenRecord
@@ -34,16 +34,8 @@ from appdeck.storage.oauth import GrantRow
 MAX_ROWS: Final = 200
 """Rows one table of the page shows at most (PATs, grants, sessions: each capped far lower
 by the platform; this bounds the page whatever the tables hold)."""
-MAX_TEXT: Final = 120
-"""Characters of an attacker-chosen string (a client's name, a user agent) the page shows."""
 MAX_ID: Final = 2048
 """The longest id a revocation accepts (URL client ids are long)."""
-
-
-def cap(value: object, limit: int = MAX_TEXT) -> str:
-    """``value`` as text of at most ``limit`` characters (an ellipsis marks a cut)."""
-    shown = "" if value is None else str(value)
-    return shown if len(shown) <= limit else shown[: limit - 1] + "…"
 
 
 def _client_of(session: McpSession) -> str:
@@ -89,7 +81,6 @@ async def show(request: Request, console: Console, viewer: Viewer) -> Response:
         mcp_sessions=[(s, _client_of(s)) for s in mcp],
         console_sessions=await _console_sessions(console, viewer),
         now=now,
-        cap=cap,
         done=KINDS.get(request.query_params.get("done", "")),
     )
 

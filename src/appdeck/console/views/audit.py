@@ -20,8 +20,7 @@ from starlette.responses import Response
 from appdeck.common.errors import InvalidArgument
 from appdeck.console.context import Console, Viewer
 from appdeck.console.guard import GET, PageRoute
-from appdeck.console.render import page
-from appdeck.console.views.account import cap
+from appdeck.console.render import cap, page
 from appdeck.storage.audit import AuditFilter
 
 PAGE: Final = 50

@@ -17,7 +17,6 @@ from starlette.responses import Response
 from appdeck.console.context import Console, Viewer
 from appdeck.console.guard import GET, PageRoute
 from appdeck.console.render import page
-from appdeck.console.views.account import cap
 
 APPS: Final = 20
 """Apps per page (each with its members)."""
@@ -57,7 +56,6 @@ async def show(request: Request, console: Console, viewer: Viewer) -> Response:
         clients=clients,
         max_users=MAX_USERS,
         max_clients=MAX_CLIENTS,
-        cap=cap,
     )
 
 
