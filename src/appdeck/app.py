@@ -37,7 +37,7 @@ from appdeck.auth.throttle import MCP_WINDOW, FailureThrottle
 from appdeck.auth.tokens import TokenIssuer
 from appdeck.auth.urls import PublicUrls
 from appdeck.console import console_routes
-from appdeck.console.context import Console
+from appdeck.console.context import AccountPorts, Console
 from appdeck.console.live import LiveChanges
 from appdeck.console.sessions import ConsoleSessions
 from appdeck.events.cluster import Cluster
@@ -66,6 +66,7 @@ from appdeck.storage import Storage
 from appdeck.storage.audit import AuditStore
 from appdeck.storage.console_sessions import ConsoleSessionStore
 from appdeck.storage.identity import IdentityStore
+from appdeck.storage.oauth import OAuthStore
 from appdeck.storage.replicas import ReplicaStore
 from appdeck.tls_setup import tls_of
 from appdeck.transport.git_hooks import git_hook_route
@@ -116,8 +117,8 @@ def _audit_log(settings: Settings) -> AuditLog:
 async def _console_of(services: Services) -> Console | None:
     """The console, when the embedded authorization server signs people in (an external
     IdP's users have no password here: the console then is not served)."""
-    authz, platform = services.authorization_server, services.platform
-    if authz is None or platform is None:
+    authz, platform, bearer = services.authorization_server, services.platform, services.bearer
+    if authz is None or platform is None or bearer is None:
         return None
     live = LiveChanges(services.cluster.broadcast)
     await live.start()
@@ -132,6 +133,13 @@ async def _console_of(services: Services) -> Console | None:
         check_credentials=authz.check_credentials,
         secure=services.base_url.startswith("https://"),
         mcp_url=f"{services.base_url}/mcp",
+        account=AccountPorts(
+            oauth=OAuthStore(services.storage.engine),
+            mcp_sessions=services.server.sessions.owned_sessions,
+            end_mcp_session=services.server.sessions.end_owned,
+            revoke_jti=bearer.revoke_jti,
+            forget_pat=bearer.forget_pat,
+        ),
     )
 
 

@@ -219,3 +219,33 @@ async def test_one_process_without_a_broadcast_behaves_as_before() -> None:
     assert await sessions.session_ids("acme") == [session.id]
     assert await sessions.session_ids("other") == []
     await sessions.close()
+
+
+async def test_owned_sessions_lists_a_users_sessions_on_every_replica_newest_first(
+    nodes: tuple[Node, Node, MemorySessionStore],
+) -> None:
+    a, b, _ = nodes
+    first = await a.sessions.create(ALICE, "2025-11-25", {"name": "one"}, {})
+    second = await b.sessions.create(ALICE, "2025-06-18", {"name": "two"}, {})
+    await b.sessions.create(BOB, "2025-11-25", {}, {})
+    second.last_active = first.last_active + 1
+    listed = await a.sessions.owned_sessions(ALICE.tenant, ALICE.user)
+    assert {s.id for s in listed} == {first.id, second.id}
+    assert await a.sessions.owned_sessions("nobody", ALICE.user) == []
+
+
+async def test_end_owned_ends_the_owners_session_on_every_replica_and_nobody_elses(
+    nodes: tuple[Node, Node, MemorySessionStore],
+) -> None:
+    a, b, store = nodes
+    session = await a.sessions.create(ALICE, "2025-11-25", {}, {})
+    assert await b.sessions.get(session.id) is not None
+    assert not await b.sessions.end_owned(BOB.tenant, BOB.user, session.id)  # not Bob's
+    assert not await b.sessions.end_owned(ALICE.tenant, ALICE.user, "x" * 129)
+    assert not await b.sessions.end_owned(ALICE.tenant, ALICE.user, "unknown")
+    assert session.id in store.rows
+    assert await b.sessions.end_owned(ALICE.tenant, ALICE.user, session.id)
+    await until(lambda: a.dropped == [session.id])  # a's streams closed too
+    assert b.dropped == [session.id]
+    assert session.id not in store.rows
+    assert await a.sessions.get(session.id) is None

@@ -241,3 +241,20 @@ async def test_a_grant_is_the_union_of_its_live_families_scopes(store: OAuthStor
     [grant] = await store.list_grants("acme", "u1", now=NOW + 1)
     assert grant.scope == "apps:write deploy:read tables:read"
     assert (grant.created_at, grant.expires_at) == (NOW, NOW + 7200)
+
+
+async def test_a_grant_says_when_it_was_last_refreshed(store: OAuthStore) -> None:
+    await store.insert_refresh(refresh("r1", "fam1", created_at=NOW))
+    await store.insert_refresh(refresh("r2", "fam2", created_at=NOW + 30))
+    [grant] = await store.list_grants("acme", "u1", now=NOW + 1)
+    assert (grant.created_at, grant.refreshed_at) == (NOW, NOW + 30)
+
+
+async def test_tenant_clients_are_that_tenants_only(store: OAuthStore) -> None:
+    await store.insert_client(client("acme-1", tenant_id="acme", created_at=NOW))
+    await store.insert_client(client("acme-2", tenant_id="acme", created_at=NOW + 1))
+    await store.insert_client(client("globex-1", tenant_id="globex"))
+    await store.insert_client(client("anyone"))  # a registered client of no tenant
+    found = await store.tenant_clients("acme")
+    assert [c.client_id for c in found] == ["acme-1", "acme-2"]
+    assert [c.client_id for c in await store.tenant_clients("acme", limit=1)] == ["acme-1"]

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from appdeck.auth.audit import AuditLog
 from appdeck.auth.server.signin import Refused
@@ -12,13 +13,54 @@ from appdeck.console.live import LiveChanges
 from appdeck.console.sessions import ConsoleSessions
 from appdeck.platform.services import Platform
 from appdeck.storage.audit import AuditStore
-from appdeck.storage.identity import IdentityStore, UserRecord
+from appdeck.storage.identity import IdentityStore, PersonalTokenRecord, UserRecord
+from appdeck.storage.oauth import OAuthStore
 
 
 class CheckCredentials(Protocol):
     async def __call__(
         self, *, ip: str | None, tenant: str, username: str, password: str
     ) -> UserRecord | Refused: ...
+
+
+class McpSession(Protocol):
+    """What the account page shows of one MCP session (the protocol's ``Session``)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def protocol_version(self) -> str: ...
+    @property
+    def client_info(self) -> dict[str, Any]: ...
+    @property
+    def created_at(self) -> float: ...
+    @property
+    def last_active(self) -> float: ...
+
+
+class OwnedMcpSessions(Protocol):
+    async def __call__(self, tenant: str, user: str) -> Sequence[McpSession]: ...
+
+
+class EndMcpSession(Protocol):
+    async def __call__(self, tenant: str, user: str, session_id: str) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class AccountPorts:
+    """What the account pages reach of auth and the protocol, as bound methods of the server's
+    own objects (so a revocation here is the one ``/revoke``, ``appdeck token revoke`` and
+    ``DELETE /mcp`` make, other replicas told the same way)."""
+
+    oauth: OAuthStore
+    mcp_sessions: OwnedMcpSessions
+    """The protocol's session manager: every live MCP session of a user, on any replica."""
+    end_mcp_session: EndMcpSession
+    """End one as ``DELETE /mcp`` does (its streams close here; other replicas hear it)."""
+    revoke_jti: Callable[[str, float], Awaitable[None]]
+    """The resource server's: refuse an access token here at once, in the store, elsewhere."""
+    forget_pat: Callable[[PersonalTokenRecord], None]
+    """The resource server's: drop a revoked PAT from this process's cache, tell the others."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,3 +91,4 @@ class Console:
     secure: bool
     """Cookies get ``Secure`` (the control plane is served over TLS)."""
     mcp_url: str
+    account: AccountPorts

@@ -28,8 +28,22 @@ HEADERS: Final = {
 }
 
 
-NAV: Final[list[tuple[str, str]]] = []
+NAV: Final[list[tuple[str, str]]] = [
+    ("/console/account", "Account"),
+    ("/console/tenant", "Tenant"),
+    ("/console/audit", "Audit log"),
+]
 """The top navigation after "Apps": (path, label) of each part of the console."""
+
+
+MAX_TEXT: Final = 120
+"""Characters of an attacker-chosen string (a client's name, a user agent) a cell shows."""
+
+
+def cap(value: object, limit: int = MAX_TEXT) -> str:
+    """``value`` as text of at most ``limit`` characters (an ellipsis marks a cut)."""
+    shown = "" if value is None else str(value)
+    return shown if len(shown) <= limit else shown[: limit - 1] + "…"
 
 
 def ago(epoch: float | None, now: float | None = None) -> str:
@@ -76,6 +90,7 @@ def _environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters.update(ago=ago, when=when, iso=iso, size=size)
+    env.globals["cap"] = cap
     return env
 
 

@@ -323,6 +323,28 @@ class SessionManager:
         """Ids of every stored session (of ``tenant`` when given), on any replica."""
         return await self._store.session_ids(tenant)
 
+    async def owned_sessions(self, tenant: str, user: str) -> list[Session]:
+        """Every live session of (``tenant``, ``user``) on any replica, most recently active
+        first (what the console lists; at most ``max_per_user``)."""
+        found = []
+        for session_id, _, _ in await self._store.owned(tenant, user):
+            session = self._cache.get(session_id) or await self._store.load(session_id)
+            if session is not None:
+                found.append(session)
+        return sorted(found, key=lambda s: s.last_active, reverse=True)
+
+    async def end_owned(self, tenant: str, user: str, session_id: str) -> bool:
+        """End (``tenant``, ``user``)'s session ``session_id`` as ``DELETE /mcp`` does: its
+        streams here close, the other replicas hear it and close theirs. False when no such
+        session of theirs exists."""
+        if len(session_id) > 128:
+            return False
+        session = self._cache.get(session_id) or await self._store.load(session_id)
+        if session is None or session.owner != (tenant, user):
+            return False
+        await self.drop(session)
+        return True
+
     async def drop(self, session: Session) -> None:
         if self._cache.pop(session.id, None) is None and await self._store.load(session.id) is None:
             return

@@ -12,7 +12,8 @@ from __future__ import annotations
 import operator
 import sqlite3
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Final
 
 import orjson
 import sqlalchemy as sa
@@ -52,6 +53,23 @@ def _tuple(row: dict[str, Any]) -> tuple[Any, ...]:
     serialised = list(values)
     serialised[_DETAIL] = orjson.dumps(detail).decode()
     return tuple(serialised)
+
+
+MAX_PAGE: Final = 100
+"""Rows one :meth:`AuditStore.search` returns at most."""
+
+
+@dataclass(frozen=True, slots=True)
+class AuditFilter:
+    """Which rows of one tenant :meth:`AuditStore.search` reads (each None: any)."""
+
+    tenant_id: str
+    user_id: str | None = None
+    app_id: int | None = None
+    name: str | None = None
+    """A tool's name or an event's (``tool_call``, ``token_revoked``, ``console_action`` ...)."""
+    since: float | None = None
+    until: float | None = None
 
 
 class AuditStore:
@@ -114,6 +132,30 @@ class AuditStore:
         async with self._engine.connect() as conn:
             rows = [dict(r) for r in (await conn.execute(query)).mappings()]
         return rows[::-1]
+
+    async def search(
+        self, where: AuditFilter, *, before_id: int | None = None, limit: int = 50
+    ) -> list[dict[str, Any]]:
+        """One tenant's rows matching ``where``, newest first: at most ``limit`` (capped at
+        :data:`MAX_PAGE`) with an id below ``before_id`` (keyset paging: the next page starts
+        below the last id shown)."""
+        c = audit_log.c
+        query = sa.select(audit_log).where(c.tenant_id == where.tenant_id)
+        if where.user_id is not None:
+            query = query.where(c.user_id == where.user_id)
+        if where.app_id is not None:
+            query = query.where(c.app_id == where.app_id)
+        if where.name is not None:
+            query = query.where(sa.or_(c.tool == where.name, c.event == where.name))
+        if where.since is not None:
+            query = query.where(c.ts >= where.since)
+        if where.until is not None:
+            query = query.where(c.ts < where.until)
+        if before_id is not None:
+            query = query.where(c.id < before_id)
+        query = query.order_by(c.id.desc()).limit(max(1, min(limit, MAX_PAGE)))
+        async with self._engine.connect() as conn:
+            return [dict(r) for r in (await conn.execute(query)).mappings()]
 
 
 class SqliteWriter:

@@ -177,6 +177,8 @@ class GrantRow:
     scope: str
     created_at: float
     expires_at: float
+    refreshed_at: float | None = None
+    """When its newest live refresh token was issued (the last refresh, or the consent)."""
 
 
 class OAuthStore:
@@ -387,7 +389,7 @@ class OAuthStore:
             key = (r.tenant_id, r.user_id, r.client_id)
             seen = merged.get(key)
             if seen is None:
-                merged[key] = GrantRow(*key, r.scope, r.created_at, r.expires_at)
+                merged[key] = GrantRow(*key, r.scope, r.created_at, r.expires_at, r.created_at)
                 continue
             union = sorted(set(seen.scope.split()) | set(r.scope.split()))
             merged[key] = GrantRow(
@@ -395,6 +397,7 @@ class OAuthStore:
                 " ".join(union),
                 min(seen.created_at, r.created_at),
                 max(seen.expires_at, r.expires_at),
+                max(seen.refreshed_at or 0.0, r.created_at),
             )
         return list(merged.values())
 
@@ -461,6 +464,18 @@ class OAuthStore:
             .where(oauth_clients.c.app_id == app_id)
             .order_by(oauth_clients.c.created_at, oauth_clients.c.client_id)
             .offset(offset)
+            .limit(limit)
+        )
+        async with self._engine.connect() as conn:
+            return [_client(r) for r in (await conn.execute(query)).all()]
+
+    async def tenant_clients(self, tenant_id: str, *, limit: int = 200) -> list[ClientRow]:
+        """The clients registered for ``tenant_id`` (machine clients, apps' clients), oldest
+        first, at most ``limit``."""
+        query = (
+            sa.select(oauth_clients)
+            .where(oauth_clients.c.tenant_id == tenant_id)
+            .order_by(oauth_clients.c.created_at, oauth_clients.c.client_id)
             .limit(limit)
         )
         async with self._engine.connect() as conn:
