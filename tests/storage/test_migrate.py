@@ -144,4 +144,4 @@ async def test_two_processes_migrating_at_once_both_succeed(database_url: str) -
 def test_the_migration_templates_live_inside_the_package() -> None:
     assert (MIGRATIONS_DIR / "script.py.mako").is_file()
     assert (MIGRATIONS_DIR / "env.py").is_file()
-    assert HEAD == "0019"
+    assert HEAD == "0020"

@@ -212,6 +212,9 @@ audit_log = sa.Table(
     sa.Column("detail", sa.JSON(none_as_null=True), nullable=True),
     # no AUTOINCREMENT: ids only need to grow while rows are appended, and the extra
     # sqlite_sequence write costs ~1 µs on every tools/call
+    # the console's audit page (migration 0020): one tenant's rows, newest first, by keyset;
+    # written by the audit thread in batches, off the event loop
+    sa.Index("ix_audit_log_tenant_id_id", "tenant_id", "id"),
 )
 
 # -- apps (migration 0003) ------------------------------------------------------------------
