@@ -13,7 +13,7 @@ from starlette.staticfiles import StaticFiles
 
 from appdeck.console.context import Console
 from appdeck.console.guard import GET, POST, PageRoute, error_page, signed_in
-from appdeck.console.views import actions, app, events, overview, signin
+from appdeck.console.views import actions, apis, app, ci, events, overview, signin, tables
 
 STATIC: Final = Path(__file__).parent / "static"
 
@@ -27,6 +27,9 @@ def page_routes() -> list[PageRoute]:
         *signin.ROUTES,
         *app.ROUTES,
         *actions.ROUTES,
+        *tables.ROUTES,
+        *apis.ROUTES,
+        *ci.ROUTES,
     ]
 
 
