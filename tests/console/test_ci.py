@@ -88,7 +88,7 @@ async def test_owner_and_viewer_see_the_configuration_runs_and_a_log_a_stranger_
         assert SHA in run.text
     eve = world.browser()
     await eve.sign_in("eve", tenant="globex")
-    for path in ("ci", f"ci/runs/{number}", "fragments/ci-runs"):
+    for path in ("ci", f"ci/runs/{number}", "fragments/ci-runs", f"fragments/ci-runs/{number}"):
         refused = await eve.get(f"/console/apps/{app_id}/{path}")
         assert refused.status_code == 404, path
         assert "pytest" not in refused.text
@@ -192,3 +192,19 @@ async def test_a_real_run_shows_the_masked_log_and_no_page_shows_a_secret(
     masked = next(line for line in logs["log"].splitlines() if line.startswith("token="))
     assert masked in run.text  # masked exactly as manage_ci logs shows it
     assert "&lt;script&gt;x&lt;/script&gt;" in run.text
+
+
+async def test_a_running_runs_page_follows_it_an_ended_ones_does_not(world: ConsoleWorld) -> None:
+    _, app_id = await _configured(world)
+    running = await _run(world, app_id, "", state="running", started_at=1_000.0)
+    ended = await _run(world, app_id, "done", state="passed")
+    browser = world.browser()
+    await browser.sign_in("carol")
+    follow = f'data-refresh="/console/apps/{app_id}/fragments/ci-runs/{running}"'
+    assert follow in (await browser.get(f"/console/apps/{app_id}/ci/runs/{running}")).text
+    page = await browser.get(f"/console/apps/{app_id}/ci/runs/{ended}")
+    assert "data-refresh" not in page.text
+    fragment = await browser.get(f"/console/apps/{app_id}/fragments/ci-runs/{running}")
+    assert fragment.status_code == 200
+    assert "<html" not in fragment.text
+    assert "No output yet" in fragment.text

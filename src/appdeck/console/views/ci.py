@@ -23,6 +23,7 @@ from appdeck.console.guard import GET, PageRoute
 from appdeck.console.render import page
 from appdeck.console.shown import capped, summary, visible
 from appdeck.console.views.app import app_context, app_id_of
+from appdeck.platform.apps import AppView
 from appdeck.platform.ci.service import CIConfigView, CIRunRecord
 
 RUNS: Final = 20
@@ -123,28 +124,41 @@ def log_tail(log: str) -> tuple[str, bool]:
     return visible(text, lines=True), cut
 
 
-async def run(request: Request, console: Console, viewer: Viewer) -> Response:
+async def _run_context(
+    request: Request, console: Console, viewer: Viewer
+) -> tuple[AppView, dict[str, Any]]:
     app_id = app_id_of(request)
     number = _number(request)
     view = await console.platform.apps.get(viewer.principal, app_id)
     record = await console.platform.ci.run(viewer.principal, app_id, number)
     log, cut = log_tail(record.log)
     message, _ = capped(record.message or "", 2000)
-    return page(
-        request,
-        "app/ci_run.html",
-        title=f"CI run #{record.number} of {view.app.name}",
-        row=_row(record),
-        message=visible(message, lines=True),
-        log=log,
-        log_cut=cut,
-        log_lines=LOG_LINES,
+    return view, {
+        "row": _row(record),
+        "message": visible(message, lines=True),
+        "log": log,
+        "log_cut": cut,
+        "log_lines": LOG_LINES,
         **app_context(view, viewer, app_id, SECTION),
-    )
+    }
+
+
+async def run(request: Request, console: Console, viewer: Viewer) -> Response:
+    view, context = await _run_context(request, console, viewer)
+    title = f"CI run #{context['row'].run.number} of {view.app.name}"
+    return page(request, "app/ci_run.html", title=title, **context)
+
+
+async def run_fragment(request: Request, console: Console, viewer: Viewer) -> Response:
+    """One run alone: what its live page fetches while it is queued or running (its log is
+    kept when it ends)."""
+    _, context = await _run_context(request, console, viewer)
+    return page(request, "app/fragments/ci_run.html", **context)
 
 
 ROUTES: Final[list[PageRoute]] = [
     ("/apps/{app_id}/ci", ci, GET),
     ("/apps/{app_id}/ci/runs/{number}", run, GET),
     ("/apps/{app_id}/fragments/ci-runs", runs_fragment, GET),
+    ("/apps/{app_id}/fragments/ci-runs/{number}", run_fragment, GET),
 ]
