@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from appdeck.console.shown import CELL_CHARS
+from appdeck.console.views.tables import page_shape
 from tests.console.conftest import ConsoleWorld
 from tests.tools.conftest import Caller
 
@@ -189,3 +191,30 @@ async def test_hostile_table_names_and_absurd_paging_never_fail_with_500(
         page = await browser.get(f"{base}/notes?{query}")
         assert page.status_code == 400, query
     assert (await browser.get(f"{base}/notes")).status_code == 200  # still there
+
+
+def test_a_wide_table_shows_fewer_rows_and_shorter_cells() -> None:
+    assert page_shape(5) == (25, CELL_CHARS)
+    rows, chars = page_shape(100)
+    assert (rows, chars) == (10, 60)
+    assert page_shape(10_000) == (5, 40)
+    for columns in range(1, 200):
+        rows, chars = page_shape(columns)
+        assert 5 <= rows <= 25
+        assert rows * columns <= 1000 or rows == 5  # at most 1,000 cells, 5 rows at least
+        assert 40 <= chars <= CELL_CHARS
+
+
+async def test_a_wide_tables_page_stays_small(world: ConsoleWorld) -> None:
+    bob = await world.agent("bob")
+    app_id = int((await bob.ok("register_app", name="shop"))["app_id"])
+    columns = [{"name": f"c{i}", "type": "text"} for i in range(99)]
+    await bob.ok("manage_table", action="create", app_id=app_id, table="wide", columns=columns)
+    row = {f"c{i}": "<y>" * 100 for i in range(99)}
+    await bob.ok("records", action="insert", app_id=app_id, table="wide", rows=[row] * 25)
+    browser = world.browser()
+    await browser.sign_in("bob")
+    page = await browser.get(f"/console/apps/{app_id}/tables/wide")
+    assert page.status_code == 200
+    assert len(page.content) < 600_000
+    assert "Next 10 rows" in page.text

@@ -20,7 +20,7 @@ from appdeck.console import paging
 from appdeck.console.context import Console, Viewer
 from appdeck.console.guard import GET, PageRoute
 from appdeck.console.render import page
-from appdeck.console.shown import cell, summary
+from appdeck.console.shown import CELL_CHARS, cell, summary
 from appdeck.console.views.app import app_context, app_id_of
 from appdeck.platform.tables import names
 from appdeck.platform.tables.catalog import Column
@@ -29,7 +29,12 @@ from appdeck.platform.tables.records_service import ListQuery
 TABLES: Final = 50
 """Tables a page lists."""
 ROWS: Final = 25
-"""Rows a page shows (the service's own limit is 500; its result size bound holds too)."""
+"""Rows a page shows at most (the service's own limit is 500; its result size bound holds)."""
+CELLS: Final = 1000
+"""Cells a page shows at most: a wide table shows fewer rows (5 at least)."""
+SHOWN_CHARS: Final = 60_000
+"""Characters of all cells of a page at most: a wide table's cells are cut shorter (at 40 at
+least, at :data:`shown.CELL_CHARS` at most), so a page stays a few hundred KiB."""
 MAX_CURSOR: Final = 4096
 """A row cursor longer than this is not one the service made."""
 SECTION: Final = "/tables"
@@ -77,19 +82,20 @@ async def table(request: Request, console: Console, viewer: Viewer) -> Response:
     view = await console.platform.apps.get(viewer.principal, app_id)
     schema = await console.platform.tables.describe(viewer.principal, app_id, name)
     after = _cursor(request)
+    size, chars = page_shape(len(schema.columns))
     rows: list[list[Any]] = []
     next_cursor = None
     unreadable = None
     capped = False
     try:
         found = await console.platform.records.list(
-            viewer.principal, app_id, name, ListQuery(cursor=after, limit=ROWS)
+            viewer.principal, app_id, name, ListQuery(cursor=after, limit=size)
         )
     except FailedPrecondition as exc:  # a table the app made itself, without an integer id
         unreadable = exc.message
     else:
         shown = [c.name for c in schema.columns]
-        rows = [[cell(row.get(c)) for c in shown] for row in found.rows]
+        rows = [[cell(row.get(c), chars) for c in shown] for row in found.rows]
         next_cursor, capped = found.next_cursor, found.capped
     return page(
         request,
@@ -102,9 +108,16 @@ async def table(request: Request, console: Console, viewer: Viewer) -> Response:
         next_cursor=next_cursor,
         capped=capped,
         unreadable=unreadable,
-        page_size=ROWS,
+        page_size=size,
+        cell_chars=chars,
         **app_context(view, viewer, app_id, SECTION),
     )
+
+
+def page_shape(columns: int) -> tuple[int, int]:
+    """Rows a page of a table with ``columns`` columns shows, and characters a cell shows."""
+    rows = max(5, min(ROWS, CELLS // max(1, columns)))
+    return rows, max(40, min(CELL_CHARS, SHOWN_CHARS // (rows * max(1, columns))))
 
 
 def _default(column: Column) -> str:
