@@ -74,7 +74,7 @@ async def test_a_hostile_row_renders_escaped_and_capped(world: ConsoleWorld) -> 
     huge = "A" * 1_000_000
     rows = [
         {"title": "<script>alert(1)</script>", "n": 1, "body": "\u202eevil\u0007"},
-        {"title": huge, "n": 2, "meta": {"x": "</td><script>x</script>"}},
+        {"body": huge, "n": 2, "meta": {"x": "</td><script>x</script>"}},  # title is indexed
         {"title": "日本語 ☃ 🦄 e\u0301", "n": 3},
     ]
     await bob.ok("records", action="insert", app_id=app_id, table="notes", rows=rows)
@@ -218,3 +218,28 @@ async def test_a_wide_tables_page_stays_small(world: ConsoleWorld) -> None:
     assert page.status_code == 200
     assert len(page.content) < 600_000
     assert "Next 10 rows" in page.text
+
+
+async def test_every_column_type_renders(world: ConsoleWorld) -> None:
+    bob = await world.agent("bob")
+    app_id = int((await bob.ok("register_app", name="shop"))["app_id"])
+    types = ["text", "integer", "real", "boolean", "timestamp", "json", "uuid"]
+    columns = [{"name": f"c_{t}", "type": t} for t in types]
+    await bob.ok("manage_table", action="create", app_id=app_id, table="all", columns=columns)
+    row = {
+        "c_text": "t",
+        "c_integer": 2**62,
+        "c_real": 1.5,
+        "c_boolean": False,
+        "c_timestamp": "2026-11-27T12:00:00Z",
+        "c_json": [1, "<two>", None],
+        "c_uuid": "12345678-1234-5678-1234-567812345678",
+    }
+    await bob.ok("records", action="insert", app_id=app_id, table="all", rows=[row])
+    browser = world.browser()
+    await browser.sign_in("bob")
+    page = await browser.get(f"/console/apps/{app_id}/tables/all")
+    assert page.status_code == 200
+    for shown in [str(2**62), "1.5", "false", "2026-11-27", "[1,&#34;&lt;two&gt;&#34;,null]"]:
+        assert shown in page.text, shown
+    assert "12345678-1234-5678-1234-567812345678" in page.text
