@@ -96,7 +96,11 @@ async def read_form(request: Request) -> FormData:
     if not same_origin(request):
         raise FormRefused(403, "The form came from another site.")
     declared = request.headers.get("content-length")
-    if declared is None or not declared.isdigit() or int(declared) > MAX_FORM_BYTES:
+    if (
+        declared is None
+        or not (declared.isascii() and declared.isdigit())
+        or int(declared) > MAX_FORM_BYTES
+    ):
         raise FormRefused(413, "The form is too large (or its length was not sent).")
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if kind != "application/x-www-form-urlencoded":

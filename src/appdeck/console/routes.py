@@ -13,7 +13,19 @@ from starlette.staticfiles import StaticFiles
 
 from appdeck.console.context import Console
 from appdeck.console.guard import GET, POST, PageRoute, error_page, signed_in
-from appdeck.console.views import account, actions, app, audit, events, overview, signin, tenant
+from appdeck.console.views import (
+    account,
+    actions,
+    apis,
+    app,
+    audit,
+    ci,
+    events,
+    overview,
+    signin,
+    tables,
+    tenant,
+)
 
 STATIC: Final = Path(__file__).parent / "static"
 
@@ -30,6 +42,9 @@ def page_routes() -> list[PageRoute]:
         *account.ROUTES,
         *tenant.ROUTES,
         *audit.ROUTES,
+        *tables.ROUTES,
+        *apis.ROUTES,
+        *ci.ROUTES,
     ]
 
 

@@ -98,7 +98,7 @@ def _action(request: Request) -> tuple[str, Action]:
 
 
 def _number(raw: str | None) -> int | None:
-    if raw and raw.isdigit() and len(raw) < 10:
+    if raw and raw.isascii() and raw.isdigit() and len(raw) < 10:
         return int(raw)
     return None
 

@@ -17,13 +17,18 @@ from appdeck.platform.apps import AppView
 
 TIMELINE: Final = 20
 """Deployments the timeline shows (newest first); older ones page."""
-SECTIONS: Final[list[tuple[str, str]]] = [("", "Overview")]
+SECTIONS: Final[list[tuple[str, str]]] = [
+    ("", "Overview"),
+    ("/tables", "Tables"),
+    ("/apis", "APIs"),
+    ("/ci", "CI"),
+]
 """The app's pages (path below ``/console/apps/{id}``, label): the app's navigation."""
 
 
 def app_id_of(request: Request) -> int:
     raw = str(request.path_params.get("app_id", ""))
-    if not raw.isdigit() or len(raw) > 18:
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 18:
         raise NotFound(f"no app {raw[:40]}")
     return int(raw)
 
@@ -52,7 +57,7 @@ async def _timeline(
 
 def _offset(request: Request) -> int:
     raw = request.query_params.get("offset", "0")
-    return min(int(raw), 1_000_000) if raw.isdigit() and len(raw) < 8 else 0
+    return min(int(raw), 1_000_000) if raw.isascii() and raw.isdigit() and len(raw) < 8 else 0
 
 
 async def show(request: Request, console: Console, viewer: Viewer) -> Response:

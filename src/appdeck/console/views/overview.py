@@ -40,7 +40,7 @@ async def _rows(
 
 def _offset(request: Request) -> int:
     raw = request.query_params.get("offset", "0")
-    return min(int(raw), 1_000_000) if raw.isdigit() and len(raw) < 8 else 0
+    return min(int(raw), 1_000_000) if raw.isascii() and raw.isdigit() and len(raw) < 8 else 0
 
 
 async def overview(request: Request, console: Console, viewer: Viewer) -> Response:
