@@ -13,7 +13,7 @@ from starlette.staticfiles import StaticFiles
 
 from appdeck.console.context import Console
 from appdeck.console.guard import GET, POST, PageRoute, error_page, signed_in
-from appdeck.console.views import actions, app, events, overview, signin
+from appdeck.console.views import actions, app, domains, env, events, logs, overview, repo, signin
 
 STATIC: Final = Path(__file__).parent / "static"
 
@@ -27,6 +27,10 @@ def page_routes() -> list[PageRoute]:
         *signin.ROUTES,
         *app.ROUTES,
         *actions.ROUTES,
+        *logs.ROUTES,
+        *env.ROUTES,
+        *domains.ROUTES,
+        *repo.ROUTES,
     ]
 
 

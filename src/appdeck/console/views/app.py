@@ -17,7 +17,13 @@ from appdeck.platform.apps import AppView
 
 TIMELINE: Final = 20
 """Deployments the timeline shows (newest first); older ones page."""
-SECTIONS: Final[list[tuple[str, str]]] = [("", "Overview")]
+SECTIONS: Final[list[tuple[str, str]]] = [
+    ("", "Overview"),
+    ("/logs", "Logs"),
+    ("/env", "Env"),
+    ("/domains", "Domains"),
+    ("/repo", "Repository"),
+]
 """The app's pages (path below ``/console/apps/{id}``, label): the app's navigation."""
 
 
