@@ -43,6 +43,23 @@ async def test_every_member_sees_the_names_and_only_an_admin_gets_a_reveal_butto
         assert (f"/console/apps/{app_id}/env/reveal" in page.text) is button, user
 
 
+async def test_the_names_fragment_follows_a_change_and_holds_no_value(
+    world: ConsoleWorld,
+) -> None:
+    app_id = await _app(world)
+    carol = world.browser()
+    await carol.sign_in("carol")
+    page = await carol.get(f"/console/apps/{app_id}/env")
+    assert f'data-refresh="/console/apps/{app_id}/fragments/env"' in page.text
+    alice = await world.agent("alice")
+    await alice.ok("env_vars", app_id=app_id, action="set", name="LATER", value="later-value")
+    fragment = await carol.get(f"/console/apps/{app_id}/fragments/env")
+    assert fragment.status_code == 200
+    assert "LATER" in fragment.text
+    assert "later-value" not in fragment.text
+    assert "<html" not in fragment.text
+
+
 async def test_an_admin_reveals_the_values_once_uncached_and_audited(world: ConsoleWorld) -> None:
     app_id = await _app(world)
     alice = world.browser()
@@ -103,7 +120,11 @@ async def test_another_tenant_gets_404_on_every_env_page(world: ConsoleWorld) ->
     app_id = await _app(world)
     eve = world.browser()
     await eve.sign_in("eve", tenant="globex")
-    for path in (f"/console/apps/{app_id}/env", f"/console/apps/{app_id}/env/reveal"):
+    for path in (
+        f"/console/apps/{app_id}/env",
+        f"/console/apps/{app_id}/fragments/env",
+        f"/console/apps/{app_id}/env/reveal",
+    ):
         page = await eve.get(path)
         assert page.status_code == 404, path
         assert "API_KEY" not in page.text

@@ -104,6 +104,18 @@ async def test_an_app_never_deployed_shows_no_log_and_strangers_get_404(
         assert "shop" not in answer.text
 
 
+async def test_past_the_followed_logs_cap_a_stream_is_a_503(
+    world: ConsoleWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bob = await world.agent("bob")
+    app_id = (await bob.ok("register_app", name="shop"))["app_id"]
+    browser = world.browser()
+    await browser.sign_in("bob")
+    monkeypatch.setattr(logs, "MAX_STREAMS", 0)
+    answer = await browser.get(f"/console/apps/{app_id}/logs/stream?cursor=0")
+    assert answer.status_code == 503
+
+
 def _events(body: str) -> list[dict[str, list[str]]]:
     """The SSE events of ``body``: each field's values (comments left out)."""
     found = []

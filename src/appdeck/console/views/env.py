@@ -23,12 +23,21 @@ MAX_SHOWN: Final = 4096
 
 
 async def show(request: Request, console: Console, viewer: Viewer) -> Response:
+    return await _names(request, console, viewer, "app/env.html")
+
+
+async def names_fragment(request: Request, console: Console, viewer: Viewer) -> Response:
+    """The names table alone: the page fetches it again on ``env.updated``."""
+    return await _names(request, console, viewer, "app/fragments/env_names.html")
+
+
+async def _names(request: Request, console: Console, viewer: Viewer, template: str) -> Response:
     app_id = app_id_of(request)
     view = await console.platform.apps.get(viewer.principal, app_id)
     names = await console.platform.env.list_vars(viewer.principal, app_id)
     return page(
         request,
-        "app/env.html",
+        template,
         title=f"Env · {view.app.name}",
         names=sorted(names, key=lambda v: str(v["name"])),
         **app_context(view, viewer, app_id, "/env"),
@@ -94,6 +103,7 @@ def _audit(console: Console, viewer: Viewer, app_id: int, count: int | None) -> 
 
 ROUTES: Final[list[PageRoute]] = [
     ("/apps/{app_id}/env", show, GET),
+    ("/apps/{app_id}/fragments/env", names_fragment, GET),
     ("/apps/{app_id}/env/reveal", confirm, GET),
     ("/apps/{app_id}/env/reveal", reveal, POST),
 ]

@@ -142,19 +142,18 @@ async def stream(request: Request, console: Console, viewer: Viewer) -> Response
         else _digits(request.query_params.get("cursor"), "cursor", MAX_CURSOR)
     )
     kind, number, grep = _query(request)
+    if _streams >= MAX_STREAMS:
+        return error_page(request, viewer, 503, "Busy", "Too many logs are followed.")
     base = LogQuery(kind=kind, limit=RATE, grep=grep, follow=True)
     # the first read answers now (a role refused, no deployment: a page, not a broken stream)
     first = await console.platform.logs.read(
         viewer.principal, app_id, number, _with(base, cursor, 0.0)
     )
-    global _streams
-    if _streams >= MAX_STREAMS:
-        return error_page(request, viewer, 503, "Busy", "Too many logs are followed.")
-    _streams += 1
     pinned = first.number  # the deployment the page showed, even once another goes live
 
     async def body() -> AsyncIterator[bytes]:
         global _streams
+        _streams += 1  # counted once running: a body never started holds no slot
         try:
             yield f"retry: {RETRY_MS}\n: logs\n\n".encode()
             until = time.monotonic() + LIFETIME_S
