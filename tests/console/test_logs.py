@@ -6,6 +6,8 @@ are a 400, another tenant's app a 404."""
 from __future__ import annotations
 
 import asyncio
+import html
+import re
 from pathlib import Path
 
 import pytest
@@ -166,6 +168,22 @@ async def test_a_deployed_apps_lines_are_masked_escaped_and_streamed_one_event_e
     huge = await carol.get(f"{path}?cursor=9223372036854775807")
     assert huge.status_code == 200
     assert "SECRET=" not in huge.text
+
+    monkeypatch.setattr(logs, "PAGE", 2)  # paged forward by cursor, two lines a page
+    seen: list[str] = []
+    link: str | None = f"{path}?cursor=0"
+    for _ in range(20):
+        if link is None:
+            break
+        paged = await carol.get(link)
+        assert paged.status_code == 200
+        body = paged.text.split('aria-label="Log lines"', 1)[1].split("</pre>", 1)[0]
+        seen += [x for x in body.split(">", 1)[1].split("\n") if x]
+        found = re.search(r'href="([^"]+)">Next lines', paged.text)
+        link = html.unescape(found.group(1)) if found else None
+    assert seen.index("SECRET=[masked:SECRET]") < seen.index("last line")
+    assert len(seen) == len(set(seen))  # nothing twice
+    monkeypatch.setattr(logs, "PAGE", 200)
 
     monkeypatch.setattr(logs, "LIFETIME_S", 1.0)  # the stream ends: its whole body is read
     monkeypatch.setattr(logs, "WAIT_S", 0.2)
