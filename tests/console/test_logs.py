@@ -48,6 +48,9 @@ def test_a_line_loses_its_control_characters_and_is_cut() -> None:
     long = clean("x" * (MAX_LINE * 3))
     assert long == "x" * MAX_LINE + " [cut]"
     assert clean("żółw 🐢") == "żółw 🐢"
+    wide = clean("🐢" * MAX_LINE)  # 4 bytes each: cut at a character, within MAX_LINE bytes
+    assert wide == "🐢" * (MAX_LINE // 4) + " [cut]"
+    assert clean("x" * MAX_LINE) == "x" * MAX_LINE
 
 
 def test_an_event_is_one_line_whatever_the_app_printed() -> None:

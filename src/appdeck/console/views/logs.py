@@ -4,7 +4,7 @@ cursor, and followed live.
 
 A log line is the app's own text, so an attacker's: :func:`clean` replaces every control
 character (CR and LF included: inside an SSE ``data:`` line they would start new fields, so new
-events) and bidirectional override, and cuts a line at :data:`MAX_LINE` characters, on the page
+events) and bidirectional override, and cuts a line at :data:`MAX_LINE` bytes, on the page
 and in the stream alike.
 
 The stream (``/logs/stream``) is Server-Sent Events: ``event: line``, ``data:`` one masked line,
@@ -35,7 +35,7 @@ from appdeck.platform.logs import LogKind, LogQuery, LogView
 PAGE: Final = 200
 """Lines one page shows."""
 MAX_LINE: Final = 4096
-"""Characters of one line shown; the rest is cut."""
+"""Bytes (UTF-8) of one line shown; the rest is cut."""
 MAX_CURSOR: Final = 2**63 - 1
 MAX_GREP: Final = 200
 RATE: Final = 50
@@ -53,10 +53,12 @@ _streams = 0
 
 def clean(text: str) -> str:
     """One line as shown: no control character (a tab stays), no bidi override, at most
-    :data:`MAX_LINE` characters."""
-    cut = len(text) > MAX_LINE
-    text = _UNSAFE.sub("\ufffd", text[:MAX_LINE])
-    return text + " [cut]" if cut else text
+    :data:`MAX_LINE` bytes of UTF-8 (cut at a character's boundary)."""
+    text = _UNSAFE.sub("\ufffd", text[: MAX_LINE + 1])
+    encoded = text.encode()
+    if len(encoded) <= MAX_LINE:
+        return text
+    return encoded[:MAX_LINE].decode(errors="ignore") + " [cut]"
 
 
 def _digits(raw: str | None, name: str, limit: int) -> int | None:
