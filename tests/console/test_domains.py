@@ -3,6 +3,7 @@ one, the URL of a verified one) for every member; another tenant's app is a 404.
 
 from __future__ import annotations
 
+from appdeck.console.render import html
 from tests.console.conftest import ConsoleWorld
 
 SHOP = "shop.example.test"
@@ -58,3 +59,19 @@ async def test_another_tenant_gets_404_on_the_domains_page(world: ConsoleWorld) 
     page = await eve.get(f"/console/apps/{app_id}/domains")
     assert page.status_code == 404
     assert SHOP not in page.text
+
+
+def test_a_certificate_shows_its_state_and_an_escaped_error() -> None:
+    failed = {
+        "state": "failed",
+        "error": "<img src=x onerror=alert(1)> refused",
+        "next_try": "2026-11-28T00:00:00+00:00",
+    }
+    shown = html("app/_tls.html", cert=failed)
+    assert "state-tls-failed" in shown
+    assert "&lt;img src=x onerror=alert(1)&gt; refused" in shown
+    assert "<img" not in shown
+    assert "next try 2026-11-28" in shown
+    issued = html("app/_tls.html", cert={"state": "issued", "live": True, "not_after": "2027"})
+    assert "served, valid until 2027" in issued
+    assert "none" in html("app/_tls.html", cert=None)

@@ -41,6 +41,21 @@ async def test_the_connected_repository_shows_without_its_webhook_secret(
         assert "<script>alert" not in page.text
 
 
+async def test_a_hosted_repository_shows_its_git_remote(world: ConsoleWorld) -> None:
+    bob = await world.agent("bob")
+    app_id = (await bob.ok("register_app", name="shop"))["app_id"]
+    done = await bob.ok("connect_repo", action="connect", app_id=app_id, url="hosted")
+    push_url = done["repo"]["push_url"]
+    assert push_url
+    browser = world.browser()
+    await browser.sign_in("bob")
+    page = await browser.get(f"/console/apps/{app_id}/repo")
+    assert page.status_code == 200
+    assert "hosted on this server" in page.text
+    assert f"<code>{push_url}</code>" in page.text
+    assert str(done["webhook_secret"]) not in page.text
+
+
 async def test_an_app_without_a_repository_says_how_to_connect_one(world: ConsoleWorld) -> None:
     bob = await world.agent("bob")
     app_id = (await bob.ok("register_app", name="plain"))["app_id"]
