@@ -19,6 +19,7 @@ import asyncio
 import re
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Final
 from urllib.parse import urlencode
 
@@ -149,7 +150,7 @@ async def stream(request: Request, console: Console, viewer: Viewer) -> Response
     base = LogQuery(kind=kind, limit=RATE, grep=grep, follow=True)
     # the first read answers now (a role refused, no deployment: a page, not a broken stream)
     first = await console.platform.logs.read(
-        viewer.principal, app_id, number, _with(base, cursor, 0.0)
+        viewer.principal, app_id, number, replace(base, cursor=cursor, wait_s=0.0)
     )
     pinned = first.number  # the deployment the page showed, even once another goes live
 
@@ -175,7 +176,7 @@ async def stream(request: Request, console: Console, viewer: Viewer) -> Response
                 pause = len(found.lines) / RATE - (time.monotonic() - started)
                 if pause > 0:
                     await asyncio.sleep(min(pause, left))
-                query = _with(base, found.next_cursor, min(WAIT_S, max(left, 0.0)))
+                query = replace(base, cursor=found.next_cursor, wait_s=min(WAIT_S, left))
                 try:
                     found = await console.platform.logs.read(
                         viewer.principal, app_id, pinned, query
@@ -189,17 +190,6 @@ async def stream(request: Request, console: Console, viewer: Viewer) -> Response
         body(),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-    )
-
-
-def _with(base: LogQuery, cursor: int | None, wait_s: float) -> LogQuery:
-    return LogQuery(
-        kind=base.kind,
-        cursor=cursor,
-        limit=base.limit,
-        grep=base.grep,
-        follow=base.follow,
-        wait_s=wait_s,
     )
 
 
