@@ -29,6 +29,18 @@ async def test_a_secret_is_masked_unless_revealed_by_an_admin(on: OnFakes) -> No
     assert [v["name"] for v in await env.list_vars(on.bob, app_id)] == ["TOKEN"]
 
 
+async def test_reveal_lists_every_value_for_an_admin_and_refuses_a_developer(on: OnFakes) -> None:
+    apps, env = on.platform.apps, on.platform.env
+    app_id = (await apps.register(on.alice, "shop")).app.id
+    await env.set_vars(on.alice, app_id, {"TOKEN": "s3cr3t-value"}, secret=True)
+    await env.set_vars(on.alice, app_id, {"MODE": "prod"}, secret=False)
+    shown = {v["name"]: (v["secret"], v["value"]) for v in await env.reveal(on.alice, app_id)}
+    assert shown == {"TOKEN": (True, "s3cr3t-value"), "MODE": (False, "prod")}
+    await apps.grant(on.alice, app_id, "bob", "developer")
+    with pytest.raises(PermissionDenied):
+        await env.reveal(on.bob, app_id)
+
+
 async def test_a_change_before_any_deploy_marks_no_restart(on: OnFakes) -> None:
     """Nothing runs yet (a deployed app's change is marked: tests/platform/advice)."""
     apps, env = on.platform.apps, on.platform.env

@@ -19,6 +19,10 @@ TIMELINE: Final = 20
 """Deployments the timeline shows (newest first); older ones page."""
 SECTIONS: Final[list[tuple[str, str]]] = [
     ("", "Overview"),
+    ("/logs", "Logs"),
+    ("/env", "Env"),
+    ("/domains", "Domains"),
+    ("/repo", "Repository"),
     ("/tables", "Tables"),
     ("/apis", "APIs"),
     ("/ci", "CI"),
