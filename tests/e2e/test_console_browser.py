@@ -264,23 +264,28 @@ async def test_a_person_watches_a_canary_live_rolls_back_and_every_page_passes_a
         assert await as_viewer.locator('a[href*="/actions/"]').count() == 0
         assert SECRET not in await as_viewer.content()
         answer = await as_viewer.goto(f"{origin}/console/apps/{app_id}/actions/rollback")
-        assert answer is not None and answer.status == 403
+        assert answer is not None
+        assert answer.status == 403
 
         stranger = await _context(chromium)
         as_stranger = await _sign_in(stranger, origin, "other", "olga", PASSWORD)
         for path in (f"/console/apps/{app_id}", f"/console/apps/{app_id}/actions/rollback"):
             answer = await as_stranger.goto(f"{origin}{path}")
-            assert answer is not None and answer.status == 404, path
+            assert answer is not None
+            assert answer.status == 404, path
 
         # axe-core is injected as a script tag, which the console's CSP forbids: auditing
         # tools bypass the page's CSP (Playwright's bypass_csp), the pages are unchanged
         audited = await _context(chromium, bypass_csp=True)
         await _sign_in(audited, origin, "dev", "dev", dev_password)
         anonymous = await _context(chromium, bypass_csp=True)
+        shots = _shots_dir()
+        if shots is not None:
+            shots.mkdir(parents=True, exist_ok=True)
         problems = []
         for entry in PAGES:
             context = audited if entry.signed_in else anonymous
-            problems += await _audit(context, origin, entry, app_id, axe, _shots_dir())
+            problems += await _audit(context, origin, entry, app_id, axe, shots)
         assert not problems, "axe-core found serious or critical violations:\n" + "\n".join(
             problems
         )
@@ -302,11 +307,13 @@ async def _audit(
         for width, viewport in (("desktop", DESKTOP), ("390px", PHONE)):
             await page.set_viewport_size(viewport)  # type: ignore[arg-type]
             answer = await page.goto(origin + entry.path.format(app=app_id))
-            assert answer is not None and answer.status == entry.status, (entry, answer)
+            assert answer is not None
+            assert answer.status == entry.status, entry
             await page.add_script_tag(path=axe)
             report = await page.evaluate(
                 "async () => await axe.run(document, {resultTypes: ['violations']})"
             )
+            assert report["passes"], f"axe-core checked nothing on {entry.name}"
             for violation in report["violations"]:
                 if violation["impact"] in BLOCKING:
                     where = "; ".join(", ".join(n["target"]) for n in violation["nodes"][:5])
@@ -315,7 +322,6 @@ async def _audit(
                         f"{violation['help']} at {where}"
                     )
             if shots is not None and width == "desktop":
-                shots.mkdir(parents=True, exist_ok=True)
                 await page.screenshot(path=shots / f"console-{entry.name}.png", full_page=True)
     finally:
         await page.close()
