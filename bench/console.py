@@ -51,6 +51,8 @@ from appdeck.app import Services
 from appdeck.auth import scopes
 from appdeck.auth.admin import IdentityAdmin
 from appdeck.common.identity import Principal
+from appdeck.console.context import Viewer
+from appdeck.console.render import html
 from appdeck.platform.changes import Change
 from appdeck.platform.crypto import Sealer
 from appdeck.platform.deploy import states
@@ -178,6 +180,48 @@ async def profile(client: httpx.AsyncClient, path: str) -> None:
     pstats.Stats(profiler).sort_stats("cumulative").print_stats(r"appdeck|jinja2|sqlalchemy", 30)
 
 
+async def overview_phases(services: Services, principal: Principal, runs: int) -> dict[str, float]:
+    """The overview's parts, each timed alone ``runs`` times (median ms): the platform's three
+    reads (as ``views/overview.py`` makes them) and the template."""
+    platform = services.platform
+    assert platform is not None
+    viewer = Viewer("bench", "x" * 32, principal, "ada", "admin")
+    took: dict[str, list[float]] = {
+        "apps.list_apps": [],
+        "health.briefs": [],
+        "deployments.latest": [],
+        "template": [],
+    }
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        views = (await platform.apps.list_apps(principal, offset=0, limit=101))[:100]
+        t1 = time.perf_counter()
+        health = await platform.health.briefs([v.app for v in views], traffic=True)
+        t2 = time.perf_counter()
+        latest = await platform.deployments.latest(views)
+        t3 = time.perf_counter()
+        rows = [
+            {"view": v, "health": health[v.app.id], "last": latest[v.app.id].record} for v in views
+        ]
+        html(
+            "overview.html",
+            request_path="/console",
+            viewer=viewer,
+            title="Apps",
+            rows=rows,
+            offset=0,
+            more=False,
+            page_size=100,
+            mcp_url="http://127.0.0.1/mcp",
+            live="/console/events",
+            nav_links=[],
+        )
+        t4 = time.perf_counter()
+        for name, (a, b) in zip(took, [(t0, t1), (t1, t2), (t2, t3), (t3, t4)], strict=True):
+            took[name].append((b - a) * 1000)
+    return {name: statistics.median(values) for name, values in took.items()}
+
+
 async def page_bytes(client: httpx.AsyncClient, path: str) -> tuple[int, int]:
     """(bytes as sent, gzip -6) of the page and the CSS and JS it loads."""
     parts = [(await client.get(path)).content]
@@ -275,6 +319,7 @@ async def measure(args: argparse.Namespace) -> str:
                 for path in pages.values():
                     await profile(client, path)
             cookie = client.cookies["appdeck_console"]
+        phases = await overview_phases(services, principal, 100)
         delays = await live_delays(services, args.port, big, cookie, args.changes)
     finally:
         await services.stop(stop_apps=True)
@@ -299,6 +344,10 @@ async def measure(args: argparse.Namespace) -> str:
             f"| {raw:,} | {packed:,} |"
         )
     lines += [
+        "",
+        "Where the overview's time goes (each part alone, median of 100): "
+        + ", ".join(f"{name} {ms:.1f} ms" for name, ms in phases.items())
+        + ".",
         "",
         f"Live update delay, a deployment step's DB timestamp to the browser's DOM showing it "
         f"(Chromium, {len(delays)} changes): p50 {statistics.median(delays):.0f} ms, "

@@ -164,7 +164,7 @@ def _spec(source: Path) -> dict[str, Any]:
         "run_command": "python3 app.py",
         "health_check": {"path": "/healthz", "timeout_s": 2},
         "instances": 2,
-        "canary": {"percent": 20, "steps": [20, 50, 100], "analysis_window_s": 3},
+        "canary": {"percent": 20, "steps": [20, 50, 100], "analysis_window_s": 4},
     }
 
 
@@ -233,7 +233,7 @@ async def test_a_person_watches_a_canary_live_rolls_back_and_every_page_passes_a
         seen: dict[str, float] = await page.evaluate("window.__seen")  # still there: no reload
         times = [seen[m] for m in CANARY_STEPS]
         assert times == sorted(times), seen
-        # the canary holds each share for 3 s: the page showed them apart, while it ran
+        # the canary holds each share for 4 s: the page showed them apart, while it ran
         assert seen["Canary at 20%"] < seen["Canary at 50%"] < seen[CANARY_STEPS[-1]], seen
         await page.locator("#deployment-2 .state-live").first.wait_for()
 
