@@ -19,9 +19,11 @@
     return open;
   }
 
+  // pending: el -> whether a change came while its fetch was out (then fetch once more: the
+  // answer in flight may predate that change)
   function refresh(el) {
-    if (pending.has(el)) return;
-    pending.set(el, true);
+    if (pending.has(el)) { pending.set(el, true); return; }
+    pending.set(el, false);
     var open = openDetails(el);
     fetch(el.getAttribute("data-refresh"), {credentials: "same-origin", headers: {"X-Console-Fragment": "1"}})
       .then(function (r) { return r.ok ? r.text() : Promise.reject(r.status); })
@@ -35,7 +37,11 @@
         el.dispatchEvent(new CustomEvent("console:refreshed", {bubbles: true}));
       })
       .catch(function () {})
-      .finally(function () { pending.delete(el); });
+      .finally(function () {
+        var again = pending.get(el);
+        pending.delete(el);
+        if (again) refresh(el);
+      });
   }
 
   function changed(kind) {
