@@ -23,12 +23,15 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import secrets
 import subprocess
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import urlsplit
 
+import httpx
 import pytest
 from mcp import Client
 from playwright.async_api import Browser, BrowserContext, Page, async_playwright
@@ -65,6 +68,17 @@ PAGES: Final[list[ConsolePage]] = [
     ConsolePage("overview", "/console"),
     ConsolePage("app", "/console/apps/{app}"),
     ConsolePage("confirm", "/console/apps/{app}/actions/rollback"),
+    ConsolePage("logs", "/console/apps/{app}/logs"),
+    ConsolePage("env", "/console/apps/{app}/env"),
+    ConsolePage("env-reveal", "/console/apps/{app}/env/reveal"),
+    ConsolePage("domains", "/console/apps/{app}/domains"),
+    ConsolePage("repo", "/console/apps/{app}/repo"),
+    ConsolePage("tables", "/console/apps/{app}/tables"),
+    ConsolePage("apis", "/console/apps/{app}/apis"),
+    ConsolePage("ci", "/console/apps/{app}/ci"),
+    ConsolePage("account", "/console/account"),
+    ConsolePage("tenant", "/console/tenant"),
+    ConsolePage("audit", "/console/audit"),
     ConsolePage("signin", "/console/signin", signed_in=False),
     ConsolePage("error", "/console/apps/999999999", status=404),
 ]
@@ -249,6 +263,26 @@ async def test_a_person_watches_a_canary_live_rolls_back_and_every_page_passes_a
         await page.locator("#deployment-2 summary .state-live").wait_for(state="detached")
         assert SECRET not in await page.content()
 
+        # the app's log, followed live: a request to the app writes a line the page shows
+        await page.goto(f"{origin}/console/apps/{app_id}/logs")
+        await page.locator("pre.log[data-follow]").wait_for()
+        ingress = urlsplit(made["url"])
+        marker = f"/items/{secrets.randbelow(10**9)}"
+        async with httpx.AsyncClient(timeout=10) as http:
+            fetched = await http.get(
+                f"http://127.0.0.1:{ingress.port}{marker}", headers={"host": ingress.netloc}
+            )
+        assert fetched.status_code == 200, fetched.text
+        await page.wait_for_function(
+            "(m) => document.querySelector('pre.log').textContent.includes(m)",
+            arg=marker,
+            timeout=30_000,
+        )
+        assert SECRET not in await page.content()
+        await page.goto(f"{origin}/console/apps/{app_id}/env")
+        assert "API_KEY" in await page.locator("main").inner_text()
+        assert SECRET not in await page.content()  # values only on a confirmed reveal
+
         # a form posted without its CSRF token (the page's cookies, through Playwright)
         refused = await person.request.post(
             f"{origin}/console/apps/{app_id}/actions/restart", form={"confirm": "yes"}
@@ -263,6 +297,10 @@ async def test_a_person_watches_a_canary_live_rolls_back_and_every_page_passes_a
         assert await as_viewer.locator(".actions").count() == 0
         assert await as_viewer.locator('a[href*="/actions/"]').count() == 0
         assert SECRET not in await as_viewer.content()
+        await as_viewer.goto(f"{origin}/console/apps/{app_id}/env")
+        assert "API_KEY" in await as_viewer.locator("main").inner_text()
+        assert SECRET not in await as_viewer.content()
+        assert await as_viewer.locator('a[href$="/env/reveal"]').count() == 0
         answer = await as_viewer.goto(f"{origin}/console/apps/{app_id}/actions/rollback")
         assert answer is not None
         assert answer.status == 403
