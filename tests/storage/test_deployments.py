@@ -104,5 +104,8 @@ async def test_the_newest_deployment_of_each_app_comes_in_one_read(storage: Stor
         await _create(store, app_id, state="failed")
     await _create(store, other, state="live")
     newest = await store.latest_for([app_id, other, never, app_id])
-    assert {k: v.number for k, v in newest.items()} == {app_id: 3, other: 1}
+    assert {k: (v.number, v.state) for k, v in newest.items()} == {
+        app_id: (3, "failed"),
+        other: (1, "live"),
+    }
     assert await store.latest_for([]) == {}

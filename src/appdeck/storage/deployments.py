@@ -69,6 +69,19 @@ class DeploymentRecord:
         return {k: v for k, v in self.source.items() if k != "path"}
 
 
+@dataclass(frozen=True, slots=True)
+class DeploymentBrief:
+    """What a list of apps shows of a deployment."""
+
+    app_id: int
+    number: int
+    state: str
+    strategy: str
+    created_at: float
+    updated_at: float
+    status_message: str | None
+
+
 def _record(row: Any) -> DeploymentRecord:
     return DeploymentRecord(
         app_id=int(row.app_id),
@@ -202,25 +215,36 @@ class DeploymentStore:
         async with self._engine.connect() as conn:
             return {r.app_id: r for r in map(_record, (await conn.execute(query)).all())}
 
-    async def latest_for(self, app_ids: Iterable[int]) -> dict[int, DeploymentRecord]:
-        """The newest deployment of each of ``app_ids`` that has one, in one query."""
+    async def latest_for(self, app_ids: Iterable[int]) -> dict[int, DeploymentBrief]:
+        """The newest deployment of each of ``app_ids`` that has one, briefly (no spec, env,
+        source or steps: a list shows a number, a state and a time), in one query."""
         wanted = sorted(set(app_ids))
         if not wanted:
             return {}
+        c = deployments.c
         newest = (
-            sa.select(deployments.c.app_id, sa.func.max(deployments.c.number).label("number"))
-            .where(deployments.c.app_id.in_(wanted))
-            .group_by(deployments.c.app_id)
+            sa.select(c.app_id, sa.func.max(c.number).label("number"))
+            .where(c.app_id.in_(wanted))
+            .group_by(c.app_id)
             .subquery()
         )
-        query = sa.select(deployments).join(
-            newest,
-            sa.and_(
-                deployments.c.app_id == newest.c.app_id, deployments.c.number == newest.c.number
-            ),
-        )
+        query = sa.select(
+            c.app_id, c.number, c.state, c.strategy, c.created_at, c.updated_at, c.status_message
+        ).join(newest, sa.and_(c.app_id == newest.c.app_id, c.number == newest.c.number))
         async with self._engine.connect() as conn:
-            return {r.app_id: r for r in map(_record, (await conn.execute(query)).all())}
+            rows = (await conn.execute(query)).all()
+        return {
+            int(r.app_id): DeploymentBrief(
+                int(r.app_id),
+                int(r.number),
+                r.state,
+                r.strategy,
+                r.created_at,
+                r.updated_at,
+                r.status_message,
+            )
+            for r in rows
+        }
 
     async def in_states(self, states: Iterable[str]) -> list[DeploymentRecord]:
         """Across all apps (start-up reconciliation and route rebuilding)."""

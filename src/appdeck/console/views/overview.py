@@ -32,7 +32,7 @@ async def _rows(
             {
                 "view": view,
                 "health": facts,
-                "last": last.record if last is not None else None,
+                "last": last,
             }
         )
     return rows, more

@@ -22,7 +22,7 @@ from appdeck.platform.deploy import policy, states
 from appdeck.platform.deploy.engine import DeployService, Operations
 from appdeck.platform.deploy.running import RunState
 from appdeck.storage.apps import AppRecord
-from appdeck.storage.deployments import DeploymentRecord
+from appdeck.storage.deployments import DeploymentBrief, DeploymentRecord
 
 Progress = Callable[[str, int | None], Awaitable[None]]
 
@@ -166,11 +166,10 @@ class Deployments:
         )
         return [self._view(view, r) for r in records]
 
-    async def latest(self, views: Sequence[AppView]) -> dict[int, DeploymentView]:
+    async def latest(self, views: Sequence[AppView]) -> dict[int, DeploymentBrief]:
         """The newest deployment of each app in ``views`` (already loaded for their caller,
-        as :meth:`AppService.list_apps` gives them): one query."""
-        records = await self._engine.store.latest_for(v.app.id for v in views)
-        return {v.app.id: self._view(v, records[v.app.id]) for v in views if v.app.id in records}
+        as :meth:`AppService.list_apps` gives them), briefly: one query."""
+        return await self._engine.store.latest_for(v.app.id for v in views)
 
     async def get(self, principal: Principal, app_id: int, number: int) -> DeploymentView:
         view = await self._apps.load(principal, app_id, "deploy.read")
