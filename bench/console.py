@@ -201,7 +201,7 @@ async def overview_phases(services: Services, principal: Principal, runs: int) -
         latest = await platform.deployments.latest(views)
         t3 = time.perf_counter()
         rows = [
-            {"view": v, "health": health[v.app.id], "last": latest[v.app.id].record} for v in views
+            {"view": v, "health": health[v.app.id], "last": latest[v.app.id]} for v in views
         ]
         html(
             "overview.html",
