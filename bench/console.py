@@ -200,9 +200,7 @@ async def overview_phases(services: Services, principal: Principal, runs: int) -
         t2 = time.perf_counter()
         latest = await platform.deployments.latest(views)
         t3 = time.perf_counter()
-        rows = [
-            {"view": v, "health": health[v.app.id], "last": latest[v.app.id]} for v in views
-        ]
+        rows = [{"view": v, "health": health[v.app.id], "last": latest[v.app.id]} for v in views]
         html(
             "overview.html",
             request_path="/console",
