@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from appdeck.auth.audit import AuditLog
+from appdeck.auth.audit import AuditEvent, AuditLog
 from appdeck.auth.server.signin import Refused
 from appdeck.common.identity import Principal
 from appdeck.console.live import LiveChanges
@@ -92,3 +92,26 @@ class Console:
     """Cookies get ``Secure`` (the control plane is served over TLS)."""
     mcp_url: str
     account: AccountPorts
+
+    def record(
+        self,
+        event: str,
+        outcome: str,
+        method: str,
+        *,
+        by: Principal | None = None,
+        **fields: Any,
+    ) -> None:
+        """One audit row of the console's (``client_id="console"``), by ``by`` when known;
+        ``fields``: the other :class:`AuditEvent` fields (never a secret)."""
+        self.audit.record(
+            AuditEvent(
+                event=event,
+                outcome=outcome,
+                tenant_id=fields.pop("tenant_id", by.tenant if by is not None else None),
+                user_id=fields.pop("user_id", by.user if by is not None else None),
+                client_id="console",
+                method=method[:200],
+                **fields,
+            )
+        )

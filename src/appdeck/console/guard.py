@@ -17,7 +17,6 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from appdeck.auth import scopes
-from appdeck.auth.audit import AuditEvent
 from appdeck.common.errors import (
     AppDeckError,
     Conflict,
@@ -166,17 +165,13 @@ def signed_in(console: Console, handler: Handler) -> Endpoint:
                 if not same(text(form, "csrf", 100), viewer.csrf):
                     raise FormRefused(403, "The form could not be verified. Reload the page.")
             except FormRefused as exc:
-                console.audit.record(
-                    AuditEvent(
-                        event="refused",
-                        outcome="denied",
-                        tenant_id=viewer.principal.tenant,
-                        user_id=viewer.principal.user,
-                        client_id="console",
-                        method=f"POST {request.url.path}"[:200],
-                        status=exc.status,
-                        detail={"reason": "console_form"},
-                    )
+                console.record(
+                    "refused",
+                    "denied",
+                    f"POST {request.url.path}",
+                    by=viewer.principal,
+                    status=exc.status,
+                    detail={"reason": "console_form"},
                 )
                 return error_page(request, viewer, exc.status, "Refused", exc.message)
             request.state.form = form

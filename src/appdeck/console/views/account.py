@@ -21,7 +21,6 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from appdeck import activity
-from appdeck.auth.audit import AuditEvent
 from appdeck.common.errors import NotFound
 from appdeck.console.context import Console, McpSession, Viewer
 from appdeck.console.guard import GET, POST, FormRefused, PageRoute, text
@@ -254,17 +253,13 @@ async def perform(request: Request, console: Console, viewer: Viewer) -> Respons
         raise FormRefused(400, "The revocation was not confirmed.")
     target = _id(text(form, "id", MAX_ID))
     detail = await kind.revoke(console, viewer, target)
-    console.audit.record(
-        AuditEvent(
-            event="console_action",
-            outcome="ok",
-            tenant_id=viewer.principal.tenant,
-            user_id=viewer.principal.user,
-            client_id="console",
-            method=f"POST /console/account/revoke/{name}",
-            action=kind.action,
-            detail=detail,
-        )
+    console.record(
+        "console_action",
+        "ok",
+        f"POST /console/account/revoke/{name}",
+        by=viewer.principal,
+        action=kind.action,
+        detail=detail,
     )
     if name == "console-session" and target == viewer.session_id:  # signed this browser out
         response = RedirectResponse("/console/signin", status_code=303, headers=HEADERS)

@@ -17,7 +17,6 @@ from typing import Any, Final
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from appdeck.auth.audit import AuditEvent
 from appdeck.common.errors import AppDeckError, NotFound
 from appdeck.console.context import Console, Viewer
 from appdeck.console.guard import GET, POST, FormRefused, PageRoute, failure, text
@@ -154,18 +153,14 @@ def _audit(
     console: Console, viewer: Viewer, name: str, app_id: int, task: asyncio.Task[object]
 ) -> None:
     error = None if task.cancelled() else task.exception()
-    console.audit.record(
-        AuditEvent(
-            event="console_action",
-            outcome="ok" if error is None and not task.cancelled() else "error",
-            tenant_id=viewer.principal.tenant,
-            user_id=viewer.principal.user,
-            client_id="console",
-            method=f"POST /console/apps/{app_id}/actions/{name}",
-            action=name,
-            app_id=app_id,
-            detail={"error": getattr(error, "code", "internal")} if error is not None else None,
-        )
+    console.record(
+        "console_action",
+        "ok" if error is None and not task.cancelled() else "error",
+        f"POST /console/apps/{app_id}/actions/{name}",
+        by=viewer.principal,
+        action=name,
+        app_id=app_id,
+        detail={"error": getattr(error, "code", "internal")} if error is not None else None,
     )
 
 

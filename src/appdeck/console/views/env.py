@@ -11,7 +11,6 @@ from typing import Final
 from starlette.requests import Request
 from starlette.responses import Response
 
-from appdeck.auth.audit import AuditEvent
 from appdeck.common.errors import PermissionDenied
 from appdeck.console.context import Console, Viewer
 from appdeck.console.guard import GET, POST, FormRefused, PageRoute, text
@@ -86,18 +85,14 @@ async def reveal(request: Request, console: Console, viewer: Viewer) -> Response
 
 
 def _audit(console: Console, viewer: Viewer, app_id: int, count: int | None) -> None:
-    console.audit.record(
-        AuditEvent(
-            event="console_action",
-            outcome="ok" if count is not None else "denied",
-            tenant_id=viewer.principal.tenant,
-            user_id=viewer.principal.user,
-            client_id="console",
-            method=f"POST /console/apps/{app_id}/env/reveal",
-            action="env.reveal",
-            app_id=app_id,
-            detail={"names": count} if count is not None else None,
-        )
+    console.record(
+        "console_action",
+        "ok" if count is not None else "denied",
+        f"POST /console/apps/{app_id}/env/reveal",
+        by=viewer.principal,
+        action="env.reveal",
+        app_id=app_id,
+        detail={"names": count} if count is not None else None,
     )
 
 

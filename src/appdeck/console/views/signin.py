@@ -13,7 +13,6 @@ from typing import Final
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from appdeck.auth.audit import AuditEvent
 from appdeck.auth.server.signin import Refused
 from appdeck.common.tokens import same
 from appdeck.console.context import Console, Viewer
@@ -97,15 +96,8 @@ async def submit(request: Request, console: Console) -> Response:
         return error_page(request, None, exc.status, "Refused", exc.message)
     pre = request.cookies.get(PRE) or ""
     if not csrf or not pre or not same(csrf, pre):
-        console.audit.record(
-            AuditEvent(
-                event="refused",
-                outcome="denied",
-                client_id="console",
-                method="POST /console/signin",
-                status=403,
-                detail={"reason": "csrf"},
-            )
+        console.record(
+            "refused", "denied", "POST /console/signin", status=403, detail={"reason": "csrf"}
         )
         return _form(
             request,
@@ -126,17 +118,14 @@ async def submit(request: Request, console: Console) -> Response:
             status = 429
         else:
             message, status = BAD_LOGIN, 401
-        console.audit.record(
-            AuditEvent(
-                event="refused",
-                outcome="denied",
-                tenant_id=checked.user.tenant_id if checked.user else None,
-                user_id=checked.user.id if checked.user else None,
-                client_id="console",
-                method="POST /console/signin",
-                status=status,
-                detail={"reason": checked.reason},
-            )
+        console.record(
+            "refused",
+            "denied",
+            "POST /console/signin",
+            tenant_id=checked.user.tenant_id if checked.user else None,
+            user_id=checked.user.id if checked.user else None,
+            status=status,
+            detail={"reason": checked.reason},
         )
         return _form(
             request,
@@ -150,16 +139,13 @@ async def submit(request: Request, console: Console) -> Response:
     secret, row = await console.sessions.sign_in(
         checked, ip=ip, user_agent=request.headers.get("user-agent")
     )
-    console.audit.record(
-        AuditEvent(
-            event="console_sign_in",
-            outcome="ok",
-            tenant_id=checked.tenant_id,
-            user_id=checked.id,
-            client_id="console",
-            method="POST /console/signin",
-            detail={"session": row.id},
-        )
+    console.record(
+        "console_sign_in",
+        "ok",
+        "POST /console/signin",
+        tenant_id=checked.tenant_id,
+        user_id=checked.id,
+        detail={"session": row.id},
     )
     response = RedirectResponse(target, status_code=303, headers=HEADERS)
     response.set_cookie(
@@ -177,16 +163,12 @@ async def submit(request: Request, console: Console) -> Response:
 
 async def sign_out(request: Request, console: Console, viewer: Viewer) -> Response:
     await console.sessions.store.delete(viewer.principal.tenant, viewer.session_id)
-    console.audit.record(
-        AuditEvent(
-            event="console_sign_out",
-            outcome="ok",
-            tenant_id=viewer.principal.tenant,
-            user_id=viewer.principal.user,
-            client_id="console",
-            method="POST /console/signout",
-            detail={"session": viewer.session_id},
-        )
+    console.record(
+        "console_sign_out",
+        "ok",
+        "POST /console/signout",
+        by=viewer.principal,
+        detail={"session": viewer.session_id},
     )
     response = RedirectResponse("/console/signin", status_code=303, headers=HEADERS)
     response.delete_cookie(COOKIE, path="/console")
