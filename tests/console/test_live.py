@@ -145,3 +145,35 @@ async def test_the_app_page_stream_names_each_change_to_the_app(
                 data = line.removeprefix("data: ")
                 break
         assert orjson.loads(data) == {"kind": "app.updated", "app": app_id, "deployment": None}
+
+
+async def test_a_members_overview_stream_never_names_an_app_they_have_no_role_on(
+    world: ConsoleWorld, served: str
+) -> None:
+    alice = await world.agent("alice")  # a tenant admin: her apps are not carol's
+    hidden = (await alice.ok("register_app", name="hidden"))["app_id"]
+    shared = (await alice.ok("register_app", name="shared"))["app_id"]
+    await alice.ok("manage_app", app_id=shared, action="grant", user="carol", role="viewer")
+    carol = world.browser()
+    await carol.sign_in("carol")
+    cookies = {"appdeck_console": carol.client.cookies["appdeck_console"]}
+    named: list[int] = []
+    async with (
+        httpx.AsyncClient(base_url=served, cookies=cookies, timeout=10) as http,
+        asyncio.timeout(20),
+        http.stream("GET", "/console/events") as stream,
+    ):
+        lines = stream.aiter_lines()
+        assert (await anext(lines)).startswith("retry: ")
+        await until(
+            lambda: world.services.console is not None and world.services.console.live.streams == 1
+        )
+        await alice.ok("manage_app", app_id=hidden, action="update", description="secret move")
+        await alice.ok("manage_app", app_id=shared, action="update", description="seen")
+        async for line in lines:
+            if line.startswith("data: "):
+                named.append(orjson.loads(line.removeprefix("data: "))["app"])
+                if shared in named:
+                    break
+    assert hidden not in named
+    assert named == [shared]
