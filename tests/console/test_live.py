@@ -4,6 +4,7 @@ every replica), to the streams of the change's tenant (and app); and the SSE end
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 from collections.abc import AsyncIterator
 
@@ -13,7 +14,7 @@ import pytest
 import uvicorn
 from redis.asyncio import Redis
 
-from appdeck.console.live import END, QUEUE, RESYNC, LiveChanges
+from appdeck.console.live import END, PER_OWNER, QUEUE, RESYNC, LiveChanges, TooManyStreams
 from appdeck.events.signals import LocalBroadcast, RedisBroadcast
 from appdeck.platform.changes import Change
 from tests.console.conftest import ConsoleWorld
@@ -177,3 +178,16 @@ async def test_a_members_overview_stream_never_names_an_app_they_have_no_role_on
                     break
     assert hidden not in named
     assert named == [shared]
+
+
+async def test_one_session_holds_a_bounded_number_of_streams() -> None:
+    live = LiveChanges(LocalBroadcast())
+    await live.start()
+    async with contextlib.AsyncExitStack() as stack:
+        for _ in range(PER_OWNER):
+            await stack.enter_async_context(live.follow("acme", None, owner="s1"))
+        with pytest.raises(TooManyStreams):
+            await stack.enter_async_context(live.follow("acme", None, owner="s1"))
+        await stack.enter_async_context(live.follow("acme", None, owner="s2"))  # others may
+    async with live.follow("acme", None, owner="s1"):  # all given back
+        assert live.streams == 1

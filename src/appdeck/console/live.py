@@ -27,6 +27,9 @@ log = logging.getLogger("appdeck.console")
 CHANNEL: Final = "console"
 MAX_STREAMS: Final = 2000
 """Streams one replica holds at most (a browser tab holds one)."""
+PER_OWNER: Final = 16
+"""Streams one console session holds at most on a replica (tabs of one browser): one user
+cannot take every slot."""
 QUEUE: Final = 64
 """Changes waiting for one slow stream at most: past it, the stream gets ``resync``."""
 
@@ -72,6 +75,7 @@ class LiveChanges:
     def __init__(self, broadcast: Broadcast) -> None:
         self._broadcast = broadcast
         self._streams: set[_Stream] = set()
+        self._owners: dict[str, int] = {}
         self._subscription: Subscription | None = None
 
     async def start(self) -> None:
@@ -123,13 +127,26 @@ class LiveChanges:
             stream.queue.put_nowait(END)
 
     @contextlib.asynccontextmanager
-    async def follow(self, tenant: str, app_id: int | None) -> AsyncIterator[asyncio.Queue[Event]]:
-        """A queue of the changes to ``tenant``'s app ``app_id`` (None: all its apps)."""
+    async def follow(
+        self, tenant: str, app_id: int | None, *, owner: str | None = None
+    ) -> AsyncIterator[asyncio.Queue[Event]]:
+        """A queue of the changes to ``tenant``'s app ``app_id`` (None: all its apps).
+        ``owner`` (a console session) holds at most :data:`PER_OWNER` streams at once."""
         if len(self._streams) >= MAX_STREAMS:
+            raise TooManyStreams
+        if owner is not None and self._owners.get(owner, 0) >= PER_OWNER:
             raise TooManyStreams
         stream = _Stream(tenant, app_id)
         self._streams.add(stream)
+        if owner is not None:
+            self._owners[owner] = self._owners.get(owner, 0) + 1
         try:
             yield stream.queue
         finally:
             self._streams.discard(stream)
+            if owner is not None:
+                left = self._owners.get(owner, 1) - 1
+                if left > 0:
+                    self._owners[owner] = left
+                else:
+                    self._owners.pop(owner, None)

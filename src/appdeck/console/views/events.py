@@ -41,7 +41,7 @@ async def app_events(request: Request, console: Console, viewer: Viewer) -> Resp
 async def _stream(
     request: Request, console: Console, viewer: Viewer, app_id: int | None
 ) -> Response:
-    follow = console.live.follow(viewer.principal.tenant, app_id)
+    follow = console.live.follow(viewer.principal.tenant, app_id, owner=viewer.session_id)
     try:
         queue = await follow.__aenter__()
     except TooManyStreams:

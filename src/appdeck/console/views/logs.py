@@ -46,10 +46,13 @@ WAIT_S: Final = 15.0
 LIFETIME_S: Final = 300.0
 RETRY_MS: Final = 2000
 MAX_STREAMS: Final = 200
+PER_SESSION: Final = 8
+"""Logs one console session follows at most at once on a replica."""
 KINDS: Final[tuple[LogKind, ...]] = ("runtime", "build")
 
 _UNSAFE: Final = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 _streams = 0
+_per_session: dict[str, int] = {}
 
 
 def clean(text: str) -> str:
@@ -145,7 +148,7 @@ async def stream(request: Request, console: Console, viewer: Viewer) -> Response
         else _digits(request.query_params.get("cursor"), "cursor", MAX_CURSOR)
     )
     kind, number, grep = _query(request)
-    if _streams >= MAX_STREAMS:
+    if _streams >= MAX_STREAMS or _per_session.get(viewer.session_id, 0) >= PER_SESSION:
         return error_page(request, viewer, 503, "Busy", "Too many logs are followed.")
     base = LogQuery(kind=kind, limit=RATE, grep=grep, follow=True)
     # the first read answers now (a role refused, no deployment: a page, not a broken stream)
@@ -157,6 +160,7 @@ async def stream(request: Request, console: Console, viewer: Viewer) -> Response
     async def body() -> AsyncIterator[bytes]:
         global _streams
         _streams += 1  # counted once running: a body never started holds no slot
+        _per_session[viewer.session_id] = _per_session.get(viewer.session_id, 0) + 1
         try:
             yield f"retry: {RETRY_MS}\n: logs\n\n".encode()
             until = time.monotonic() + LIFETIME_S
@@ -185,6 +189,11 @@ async def stream(request: Request, console: Console, viewer: Viewer) -> Response
                     return
         finally:
             _streams -= 1
+            held = _per_session.get(viewer.session_id, 1) - 1
+            if held > 0:
+                _per_session[viewer.session_id] = held
+            else:
+                _per_session.pop(viewer.session_id, None)
 
     return StreamingResponse(
         body(),
