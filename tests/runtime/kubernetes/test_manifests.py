@@ -302,7 +302,7 @@ def test_env_values_are_only_in_the_secret_never_in_the_pod_spec(env: dict[str, 
         assert value not in text
     pod = deployment["spec"]["template"]["spec"]
     (app,) = pod["containers"]
-    assert {e["name"] for e in app["env"]} == {"PORT", "HOST", "HOME", "PYTHONUNBUFFERED"}
+    assert {e["name"] for e in app["env"]} == {"PORT", "HOST", "HOME", "PATH", "PYTHONUNBUFFERED"}
     assert app["envFrom"] == [
         {"secretRef": {"name": secret["metadata"]["name"], "optional": False}}
     ]
@@ -320,7 +320,7 @@ def test_env_values_are_only_in_the_secret_never_in_the_pod_spec(env: dict[str, 
         ({"A-B": "x"}, "not a valid env var name"),
         ({"": "x"}, "not a valid env var name"),
         ({"PORT": "1"}, "set by the platform"),
-        ({"APPDECK_SOURCE_TOKEN": "x"}, "set by the platform"),
+        ({"DATABASE_URL": "x"}, "set by the platform"),
         ({"OK": "a\x00b"}, "NUL"),
         ({"BIG": "x" * (1024 * 1024)}, "larger than a Kubernetes Secret"),
     ],
@@ -463,7 +463,7 @@ def test_the_source_comes_from_appdeck_through_the_init_container_with_its_own_t
     assert fetch["command"][:2] == ["/bin/sh", "-c"]
     assert fetch["command"][3:] == [
         "appdeck-fetch",
-        "http://appdeck.appdeck-system.svc:8080/internal/releases/12-3/source.tar",
+        "http://appdeck.appdeck-system.svc:8080/internal/releases/12-3/workspace.tar",
         str(256 * 1024 * 1024),
     ]
     token = fetch["env"][0]["valueFrom"]["secretKeyRef"]

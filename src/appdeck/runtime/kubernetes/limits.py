@@ -10,7 +10,7 @@ from typing import Final, Literal
 from urllib.parse import urlsplit
 
 NamespaceMode = Literal["tenant", "shared"]
-"""``tenant``: a namespace per tenant (``<namespace>-<tenant>``); ``shared``: every app in
+"""``tenant``: a namespace per tenant (``<namespace>-t-<tenant>``); ``shared``: every app in
 ``namespace``, told apart by labels (docs/kubernetes.md says why ``tenant`` is the default)."""
 
 PRIVATE_V4: Final = (
@@ -50,7 +50,8 @@ class ClusterLimits:
     """The operator's settings for the Kubernetes driver (one value for the whole platform)."""
 
     image: str
-    """The base image every release runs in (Python 3, Node, sh, curl and tar in it)."""
+    """The base image every release runs in: the Debian release of AppDeck's hosts (the
+    workspace's ``.venv`` was built there) with Python 3, Node, sh, curl and tar."""
     source_url: str
     """AppDeck as the cluster's pods reach it (``http://appdeck.appdeck-system.svc:8080``)."""
     namespace_mode: NamespaceMode = "tenant"
@@ -75,7 +76,7 @@ class ClusterLimits:
     tmp_mb: int = 256
     """``/tmp`` of each pod (an ``emptyDir``; at most the pod's disk)."""
     max_source_mb: int = 256
-    """The largest source tar the init container fetches (its volume holds twice that while it
+    """The largest workspace tar the init container fetches (its volume holds twice that while it
     unpacks)."""
     private_v4: tuple[str, ...] = PRIVATE_V4
     private_v6: tuple[str, ...] = PRIVATE_V6

@@ -13,11 +13,12 @@ object              one per      what it is for
 ``HTTPRoute``       app          the app's hostname; one weighted backend per release
 ==================  ===========  ==================================================
 
-**Source**: an init container fetches the release's source as a tar from AppDeck
-(``<source_url>/internal/releases/<release_id>/source.tar``, a bearer token of the release's
-own) into an ``emptyDir`` mounted read-only at ``/app`` in the app's container, at most
-``max_source_mb`` (a ConfigMap holds 1 MiB, stays in etcd for every release kept, and cannot
-carry a ``.venv`` or ``node_modules``: docs/kubernetes.md).
+**Source**: an init container fetches the release's prepared workspace (its source, built by
+AppDeck as the local driver builds it) as a tar from AppDeck
+(``<source_url>/internal/releases/<release_id>/workspace.tar``, with a bearer token of the
+release's own) into an ``emptyDir`` mounted read-only at ``/app`` in the app's container, at
+most ``max_source_mb`` (a ConfigMap holds 1 MiB, stays in etcd for every release kept, and
+cannot carry a ``.venv`` or ``node_modules``: docs/kubernetes.md).
 
 **Ownership**: the API server gives uids, so nothing here renders ``ownerReferences``. The
 driver applies the Deployment, reads its uid, then patches both Secrets with

@@ -36,8 +36,10 @@ _APP_NAME: Final = re.compile(r"[a-z0-9](?:[a-z0-9-]*[a-z0-9])?")
 _LABEL_VALUE: Final = re.compile(r"(?:[A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
 ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 """An env var name a shell can read, and a valid Secret key (``[-._a-zA-Z0-9]+``)."""
-RESERVED_ENV: Final = frozenset({"PORT", "HOST", "DATABASE_URL", "HOME", "APPDECK_SOURCE_TOKEN"})
-"""Set by the platform in every pod (the env of the spec refuses the first three already)."""
+RESERVED_ENV: Final = frozenset({"PORT", "HOST", "DATABASE_URL"})
+"""The platform's in every instance (``specs.RESERVED_ENV``: the spec refuses them too). The
+pod's other own names (``HOME``, ``PATH``, ``PYTHONUNBUFFERED``) win over the Secret's as
+``env`` wins over ``envFrom``, as the local driver's ``PATH`` wins over the app's."""
 _HTTP_PATH: Final = re.compile(r"/[!-~]{0,511}")
 """Printable ASCII, no space: the path goes into an HTTP request line (``specs._HEALTH_PATH``)."""
 _DOMAIN: Final = re.compile(

@@ -1,11 +1,13 @@
 """The pod of a release: the base image running its source, hardened (Pod Security
 ``restricted`` and then some), its resources clamped to the operator's ceilings.
 
-Two containers run in order: ``source`` (init) fetches the release's source tar from AppDeck
-into the ``source`` volume, then ``app`` runs the spec's command in it, read-only, as uid
-65532, with ``/tmp`` its only writable place. The app gets its env from the release's Secret
-(``envFrom``) and from the platform (``PORT``, ``HOST``, ``HOME``), nothing else: no service
-account token, no service links, no capabilities.
+Two containers run in order: ``source`` (init) fetches the release's *prepared workspace*
+from AppDeck (the tar of what the driver's ``prepare`` built at ``/app`` in its sandbox:
+the source with its ``.venv`` or ``node_modules``; no build runs in the pod) into the
+``source`` volume, then ``app`` runs the spec's command in it, read-only, as uid 65532, with
+``/tmp`` its only writable place. The app gets its env from the release's Secret
+(``envFrom``) and from the platform (``PORT``, ``HOST``, ``HOME``, ``PATH``), nothing else:
+no service account token, no service links, no capabilities.
 """
 
 from __future__ import annotations
@@ -24,13 +26,17 @@ DEFAULT_PORT: Final = 8080
 RUN_AS: Final = 65532
 """The uid and gid of every container (the base image needs no user of that id)."""
 APP_DIR: Final = "/app"
+"""Where the workspace is, in the pod as in the local sandbox (so a ``.venv`` built there works
+here, given the same Debian release in the base image)."""
+PATH: Final = f"{APP_DIR}/.venv/bin:{APP_DIR}/node_modules/.bin:/usr/local/bin:/usr/bin:/bin"
+"""The sandbox's ``PATH`` (``runtime.sandbox.SANDBOX_PATH``)."""
 SOURCE_TOKEN_ENV: Final = "APPDECK_SOURCE_TOKEN"  # noqa: S105 - a name, not a token
 
 _FETCH: Final = """set -eu
 curl --fail --silent --show-error --max-time 300 --max-filesize "$2" \\
-  --oauth2-bearer "$APPDECK_SOURCE_TOKEN" --output /app/.source.tar "$1"
-tar --extract --file /app/.source.tar --directory /app --no-same-owner --no-same-permissions
-rm -f /app/.source.tar
+  --oauth2-bearer "$APPDECK_SOURCE_TOKEN" --output /app/.workspace.tar "$1"
+tar --extract --file /app/.workspace.tar --directory /app --no-same-owner --no-same-permissions
+rm -f /app/.workspace.tar
 """
 """The init container's script: the URL and the byte limit are its arguments (``$1``,
 ``$2``), never spliced into it."""
@@ -67,6 +73,7 @@ def pod_spec(release: Release, tenant: str, limits: ClusterLimits) -> JsonObject
             {"name": "PORT", "value": str(port(release))},
             {"name": "HOST", "value": "0.0.0.0"},
             {"name": "HOME", "value": "/tmp"},  # noqa: S108 - the pod's private emptyDir
+            {"name": "PATH", "value": PATH},
             {"name": "PYTHONUNBUFFERED", "value": "1"},
         ],
         "envFrom": [{"secretRef": {"name": env_secret, "optional": False}}],
@@ -182,6 +189,7 @@ def run_argv(release: Release) -> list[str]:
 
 
 def fetch_argv(release: Release, limits: ClusterLimits) -> list[str]:
-    """The init container's command: fetch and unpack the source (``$0`` names the script)."""
-    url = f"{limits.source_url}/internal/releases/{release.release_id}/source.tar"
+    """The init container's command: fetch and unpack the workspace (``$0`` names the
+    script)."""
+    url = f"{limits.source_url}/internal/releases/{release.release_id}/workspace.tar"
     return ["/bin/sh", "-c", _FETCH, "appdeck-fetch", url, str(limits.max_source_mb * 1024**2)]
