@@ -5,7 +5,8 @@ every object against the OpenAPI schemas of one pinned Kubernetes version with
 beside this file and made strict the same way.
 
 What this does not prove: that an API server admits them (admission, Pod Security, the CRD's
-CEL rules, which ``jsonschema`` skips), that a gateway routes by the weights, that the
+CEL rules: ``jsonschema`` skips them, and only the few that bear on a rendered route are
+restated here), that a gateway routes by the weights, that the
 NetworkPolicy is enforced (a CNI plugin does that), or that the base image runs the app.
 """
 
@@ -71,10 +72,34 @@ def validate(obj: dict[str, Any]) -> None:
     """Raise unless ``obj`` is valid for the pinned Kubernetes (HTTPRoute: for the CRD)."""
     if obj["kind"] == "HTTPRoute":
         ROUTE.validate(obj)
+        _route_cel_rules(obj)
         assert DNS_1035.fullmatch(obj["metadata"]["name"])
         assert len(obj["metadata"]["name"]) <= 63
     else:
-        kubernetes_validate.validate(obj, KUBERNETES, strict=True)
+        assert kubernetes_validate.validate(obj, KUBERNETES, strict=True) == KUBERNETES
+
+
+_CRD_PATH = re.compile(r"(?:[-A-Za-z0-9/._~!$&'()*+,;=:@]|[%][0-9a-fA-F]{2})+")
+
+
+def _route_cel_rules(route: dict[str, Any]) -> None:
+    """The CRD's CEL rules (``x-kubernetes-validations``, which ``jsonschema`` skips) that
+    bear on what AppDeck renders, restated: a Service backend names its port, parent refs are
+    unique, a PathPrefix is a clean absolute path."""
+    spec = route["spec"]
+    parents = [json.dumps(p, sort_keys=True) for p in spec["parentRefs"]]
+    assert len(parents) == len(set(parents))
+    for rule in spec["rules"]:
+        for ref in rule["backendRefs"]:
+            if ref.get("group", "") == "" and ref.get("kind", "Service") == "Service":
+                assert "port" in ref
+        for match in rule.get("matches", []):
+            value = match["path"]["value"]
+            assert value.startswith("/")
+            assert _CRD_PATH.fullmatch(value)
+            for bad in ("//", "/./", "/../", "%2f", "%2F", "#"):
+                assert bad not in value
+            assert not value.endswith(("/..", "/."))
 
 
 def release(
