@@ -309,9 +309,11 @@ def test_the_readiness_probe_is_the_apps_health_check_and_liveness_only_a_connec
         st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,20}", fullmatch=True).filter(
             lambda n: n not in names.RESERVED_ENV
         ),
-        st.text(st.characters(exclude_characters="\x00"), min_size=1, max_size=40).map(
-            lambda v: "sEcReT:" + v
-        ),
+        st.text(
+            st.characters(exclude_characters="\x00", exclude_categories=["Cs"]),
+            min_size=1,
+            max_size=40,
+        ).map(lambda v: "sEcReT:" + v),
         max_size=8,
     )
 )
@@ -347,6 +349,7 @@ def test_env_values_are_only_in_the_secret_never_in_the_pod_spec(env: dict[str, 
         ({"PORT": "1"}, "set by the platform"),
         ({"DATABASE_URL": "x"}, "set by the platform"),
         ({"OK": "a\x00b"}, "NUL"),
+        ({"OK": "a\ud800b"}, "not valid UTF-8"),
         ({"BIG": "x" * (1024 * 1024)}, "larger than a Kubernetes Secret"),
     ],
 )
@@ -365,6 +368,7 @@ def test_an_env_a_secret_cannot_hold_safely_never_reaches_a_manifest(
         (lambda: render(release(health_check=AppHealthCheck(path="health"))), "health check path"),
         (lambda: render(release(health_check=AppHealthCheck(path="/é"))), "health check path"),
         (lambda: render(release(run_command="python3\x00 app.py")), "NUL"),
+        (lambda: render(release(run_command="python3 \udc80")), "UTF-8"),
         (lambda: render(release(app="Hello")), "app name"),
         (lambda: render(release(app="-hello")), "app name"),
         (lambda: render(release(app="hello\n")), "app name"),
@@ -534,6 +538,7 @@ def test_a_tenant_gets_its_own_namespace_under_pod_security_restricted() -> None
         {"gateway_namespace": "Gateway"},
         {"private_v4": ("fc00::/7",)},
         {"max_source_mb": 4096},
+        {"appdeck_pod_port": 70000},
         {"gateway_namespace": "appdeck-t-gw"},
         {"gateway_pod_labels": (("app", "bad value"),)},
     ],
@@ -557,3 +562,14 @@ def test_a_tenant_named_like_a_platform_namespace_stays_out_of_it() -> None:
     for tenant in ("system", "gateway", "kube-system", "default"):
         namespace = by_kind(render(release(tenant=tenant), tenant), "Namespace")
         assert namespace["metadata"]["name"] == f"appdeck-t-{tenant}"
+
+
+def test_the_policy_lets_apps_reach_appdeck_on_its_pods_port_not_its_services() -> None:
+    limits = ClusterLimits(
+        image=LIMITS.image, source_url="http://appdeck.appdeck-system.svc", appdeck_pod_port=8080
+    )
+    policy = by_kind(render(release(), limits=limits), "NetworkPolicy")
+    assert policy["spec"]["egress"][1]["ports"] == [{"protocol": "TCP", "port": 8080}]
+    assert (
+        ClusterLimits(image=LIMITS.image, source_url="https://appdeck.example").source_port == 443
+    )

@@ -81,7 +81,11 @@ class ClusterLimits:
     private_v4: tuple[str, ...] = PRIVATE_V4
     private_v6: tuple[str, ...] = PRIVATE_V6
     """Add the cluster's pod and service ranges when they are public addresses."""
+    appdeck_pod_port: int | None = None
+    """The port AppDeck's pods listen on, when its Service maps ``source_url``'s port to
+    another (a NetworkPolicy sees the pod's port, after the Service's translation)."""
     source_port: int = field(init=False)
+    """The port app pods may reach AppDeck's pods on: ``appdeck_pod_port`` or the URL's."""
 
     def __post_init__(self) -> None:
         if not _IMAGE.fullmatch(self.image):
@@ -129,4 +133,7 @@ class ClusterLimits:
             raise ValueError("the ceilings must be positive")
         if self.max_source_mb <= 0 or self.max_source_mb * 2 + self.tmp_mb > self.max_disk_mb:
             raise ValueError("max_disk_mb must hold /tmp and twice max_source_mb")
-        object.__setattr__(self, "source_port", url.port or (443 if url.scheme == "https" else 80))
+        if self.appdeck_pod_port is not None and not 1 <= self.appdeck_pod_port <= 65535:
+            raise ValueError(f"appdeck_pod_port {self.appdeck_pod_port} is not a port")
+        port = self.appdeck_pod_port or url.port or (443 if url.scheme == "https" else 80)
+        object.__setattr__(self, "source_port", port)

@@ -82,7 +82,8 @@ def checked_app(app_name: str, tenant: str) -> str:
 
 
 def checked_env(env: dict[str, str]) -> dict[str, str]:
-    """``env`` if every name is a valid, unreserved env var name and no value holds a NUL."""
+    """``env`` if every name is a valid, unreserved env var name and every value is UTF-8
+    without a NUL."""
     for name, value in env.items():
         if not ENV_NAME.fullmatch(name):
             raise InvalidArgument(f"env name {name[:80]!r} is not a valid env var name")
@@ -90,6 +91,10 @@ def checked_env(env: dict[str, str]) -> dict[str, str]:
             raise InvalidArgument(f"env name {name} is set by the platform")
         if "\x00" in value:
             raise InvalidArgument(f"env {name} holds a NUL character")
+        try:
+            value.encode()
+        except UnicodeEncodeError:  # a lone surrogate: JSON's "\ud800" decodes to one
+            raise InvalidArgument(f"env {name} is not valid UTF-8") from None
     return env
 
 

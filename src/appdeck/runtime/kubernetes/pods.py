@@ -182,8 +182,8 @@ def run_argv(release: Release) -> list[str]:
     runs confined whatever it says), or the runtime's default."""
     command = release.spec.run_command
     if command:
-        if "\x00" in command:
-            raise InvalidArgument("run_command holds a NUL character")
+        if "\x00" in command or command.encode(errors="replace").decode() != command:
+            raise InvalidArgument("run_command holds a NUL character or is not valid UTF-8")
         return ["/bin/sh", "-c", command]
     return ["/bin/sh", "-c", _DEFAULT_RUN.get(release.spec.runtime, _DEFAULT_RUN["python"])]
 
