@@ -52,3 +52,18 @@ def test_an_io_import_in_the_protocol_core_breaks_its_contract(tmp_path: Path) -
     done = _lint_imports(source)
     assert done.returncode != 0
     assert "appdeck.protocol.errors -> sqlalchemy" in done.stdout
+
+
+def test_a_runtime_import_in_the_kubernetes_manifests_breaks_their_purity_contract(
+    tmp_path: Path,
+) -> None:
+    source = tmp_path / "src"
+    shutil.copytree(
+        ROOT / "src" / "appdeck", source / "appdeck", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    names = source / "appdeck" / "runtime" / "kubernetes" / "names.py"
+    names.write_text(names.read_text() + "\nimport appdeck.runtime.local  # not pure\n")
+    done = _lint_imports(source)
+    assert done.returncode != 0
+    assert "The Kubernetes manifests (issue 25) are pure" in done.stdout
+    assert "appdeck.runtime.kubernetes.names -> appdeck.runtime.local" in done.stdout
