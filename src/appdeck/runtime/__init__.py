@@ -5,6 +5,8 @@ on local processes, with :mod:`.shim` (the first process of every instance), :mo
 (reading the JSON-lines logs) and :mod:`.workspace` (copying a source safely).
 """
 
+from typing import TYPE_CHECKING, Any
+
 from appdeck.model.release import AppSpec, Release, RuntimeKind
 from appdeck.runtime.driver import (
     RUNTIMES,
@@ -21,8 +23,32 @@ from appdeck.runtime.driver import (
     LogStream,
     RuntimeDriver,
 )
-from appdeck.runtime.local import LocalDriver, RestartPolicy, free_port
-from appdeck.runtime.workspace import CopyLimits
+
+if TYPE_CHECKING:
+    from appdeck.runtime.local import LocalDriver, RestartPolicy, free_port
+    from appdeck.runtime.workspace import CopyLimits
+
+_LAZY = {
+    "LocalDriver": "appdeck.runtime.local",
+    "RestartPolicy": "appdeck.runtime.local",
+    "free_port": "appdeck.runtime.local",
+    "CopyLimits": "appdeck.runtime.workspace",
+}
+"""The local driver's names, imported when first asked for: a package below ``runtime``
+(``runtime.kubernetes``, the manifests) does not load the local driver, its sandbox and its
+process supervision by being imported."""
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "RUNTIMES",
