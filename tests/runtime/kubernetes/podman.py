@@ -62,6 +62,8 @@ NPROC_CAP: Final = 4096
 """``RLIMIT_NPROC`` of a container, at most: a pod's own processes, not the host's."""
 COMMAND_TIMEOUT_S: Final = 120.0
 STOP_S: Final = 5
+STALE_S: Final = 3600.0
+"""A play this old (its YAML's age) belongs to a run that died without tearing it down."""
 """How long a pod's containers have between SIGTERM and SIGKILL when it is torn down."""
 
 
@@ -194,12 +196,11 @@ class Podman:
         """``kube play`` of ``objects`` (ConfigMaps, a Deployment, a Service), torn down on
         the way out whatever happened in between."""
         self.configure()
+        self.sweep()
         yaml = self.home / "plays" / f"{uuid.uuid4().hex}.yaml"
         # JSON is YAML: no YAML writer needed
         yaml.write_text("\n---\n".join(json.dumps(item) for item in objects) + "\n")
-        volumes = tuple(
-            item["metadata"]["name"] for item in objects if item.get("kind") == "ConfigMap"
-        )
+        volumes = _volumes_of(objects)
         played = Played(yaml, pods=(), volumes=volumes)
         try:
             report = self._podman("kube", "play", "--quiet", str(yaml), check=False)
@@ -222,6 +223,14 @@ class Podman:
         for volume in played.volumes:
             self._podman("volume", "rm", "--force", volume, check=False)
         played.yaml.unlink(missing_ok=True)
+
+    def sweep(self) -> None:
+        """Tear down what a killed run left: plays older than :data:`STALE_S`."""
+        for yaml in (self.home / "plays").glob("*.yaml"):
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                if time.time() - yaml.stat().st_mtime > STALE_S:
+                    objects = [json.loads(text) for text in yaml.read_text().split("\n---\n")]
+                    self.down(Played(yaml, tuple(self._pods_of(yaml)), _volumes_of(objects)))
 
     def pod_ip(self, pod: str) -> str:
         """The address of ``pod`` on its network: what a Service's endpoint would hold."""
@@ -286,6 +295,11 @@ def wait_http(host: str, port: int, path: str, *, deadline_s: float = 30.0) -> t
         finally:
             connection.close()
         time.sleep(0.1)
+
+
+def _volumes_of(objects: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
+    """The volumes a play of ``objects`` makes: one per ConfigMap, by its name."""
+    return tuple(item["metadata"]["name"] for item in objects if item.get("kind") == "ConfigMap")
 
 
 def _python_roots() -> list[str]:

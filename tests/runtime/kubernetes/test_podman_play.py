@@ -84,7 +84,7 @@ def hello_objects(name: str, image: str, port: int) -> list[dict[str, Any]]:
         },
         "volumeMounts": [
             {"name": "source", "mountPath": "/app", "readOnly": True},
-            {"name": "tmp", "mountPath": "/tmp"},
+            {"name": f"{name}-tmp", "mountPath": "/tmp"},
         ],
     }
     pod_spec = {
@@ -98,7 +98,9 @@ def hello_objects(name: str, image: str, port: int) -> list[dict[str, Any]]:
         "containers": [container],
         "volumes": [
             {"name": "source", "configMap": {"name": f"{name}-source"}},
-            {"name": "tmp", "emptyDir": {"sizeLimit": "16Mi"}},
+            # podman 4.3 makes an emptyDir a volume named as it is, shared by every pod
+            # naming one alike: a name per app keeps one app's /tmp from another's
+            {"name": f"{name}-tmp", "emptyDir": {"sizeLimit": "16Mi"}},
         ],
     }
     return [
