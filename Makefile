@@ -6,8 +6,13 @@ STAMP  := $(VENV)/.installed
 
 DEBS   := bubblewrap python3-venv e2fsprogs haproxy
 TEST_DEBS := chromium pebble git prometheus
+# what `podman kube play` of a rendered pod needs on this host (docs/kubernetes.md, "Running a
+# rendered pod under podman"): podman with runc (crun, podman's first choice, refuses our hybrid
+# cgroups), its network stack (netavark, aardvark-dns, iptables) and catatonit for the pod's
+# infra image, which podman builds locally instead of pulling
+K8S_DEBS := podman runc conmon netavark aardvark-dns iptables catatonit
 
-.PHONY: run test lint types unit e2e conformance bench clean system-deps test-deps
+.PHONY: run test lint types unit e2e conformance bench clean system-deps test-deps k8s-deps
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -35,7 +40,10 @@ system-deps:
 	$(call apt_install,$(DEBS))
 
 test-deps:
-	$(call apt_install,$(DEBS) $(TEST_DEBS))
+	$(call apt_install,$(DEBS) $(TEST_DEBS) $(K8S_DEBS))
+
+k8s-deps:
+	$(call apt_install,$(K8S_DEBS))
 
 run: $(STAMP) system-deps
 	$(BIN)/appdeck serve --dev

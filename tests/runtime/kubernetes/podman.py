@@ -1,0 +1,424 @@
+"""Running Kubernetes objects under podman on this host: issue 25's third test layer.
+
+``podman kube play`` takes a Deployment (and the ConfigMaps it mounts) and runs its pod
+template as a podman pod, so a pod spec AppDeck renders can be run, hardened as a cluster would
+run it, without a cluster. Everything here is this host's podman under a home of its own
+(:data:`HOME`, a stable path so the base image is built once): its own storage, run state,
+network configs and ``containers.conf``, passed in the environment and on the command line;
+nothing global (``/etc/containers``, ``/var/lib/containers``) is read for storage or changed.
+
+The settings that work on a host like ours (root in a container, PID 1 not systemd, cgroups v1
+with a v2 ``unified`` hierarchy beside it, no ``CAP_SYS_RESOURCE``, no container registry), and
+why (docs/kubernetes.md, "Running a rendered pod under podman"):
+
+- runtime **runc**: crun 1.8 refuses a hybrid host whose v2 hierarchy holds a controller
+  ("cgroups in hybrid mode not supported, drop all controllers from cgroupv2"; ours holds
+  ``hugetlb``); runc 1.1 runs there, and on v1 and v2 hosts alike;
+- cgroup manager **cgroupfs** (there is no systemd to ask), events to a **file** (no journald);
+- ``default_ulimits`` at most this process's own limits: podman as root otherwise raises
+  ``RLIMIT_NOFILE`` and ``RLIMIT_NPROC`` to 1048576, which needs ``CAP_SYS_RESOURCE``;
+- storage **overlay** (the kernel's, as root; ``APPDECK_PODMAN_STORAGE=vfs`` where the home is
+  itself on overlayfs); network **netavark** bridges (the pod gets an address the host routes
+  to; aardvark-dns, iptables).
+
+The base image is made from Debian's packages, never pulled: the closure of Debian's
+``python3.X-minimal`` and ``libpython3.X-stdlib`` (``apt-get download``, unpacked with
+``dpkg-deb -x``, no maintainer script run; about 47 MB), imported with ``podman import``, and
+tagged by the hash of the package files it was made of: a Debian update makes a new one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import http.client
+import json
+import os
+import resource
+import shutil
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+HOME: Final = Path(os.environ.get("APPDECK_PODMAN_HOME", "/var/tmp/appdeck-podman"))
+"""Where podman keeps this project's images, containers and configs (stable across runs)."""
+STORAGE_DRIVER: Final = os.environ.get("APPDECK_PODMAN_STORAGE", "overlay")
+IMAGE_NAME: Final = "localhost/appdeck-base"
+RECIPE: Final = "1"
+"""Bumped when the way the image is made changes (it is part of the image's tag)."""
+EXCLUDED: Final = frozenset(
+    {"dpkg", "install-info", "perl-base", "perl", "tar", "debconf", "mailcap", "mime-support"}
+)
+"""Dependencies the image does without: the package manager's own (no maintainer script runs
+in it, nothing is installed into it afterwards) and what only they need."""
+TRIMMED: Final = ("usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/locale")
+NPROC_CAP: Final = 4096
+"""``RLIMIT_NPROC`` of a container, at most: a pod's own processes, not the host's."""
+COMMAND_TIMEOUT_S: Final = 120.0
+STOP_S: Final = 5
+STALE_S: Final = 3600.0
+"""A play this old (its YAML's age) belongs to a run that died without tearing it down."""
+"""How long a pod's containers have between SIGTERM and SIGKILL when it is torn down."""
+
+
+class PodmanUnavailable(RuntimeError):
+    """podman cannot run a pod on this host; the message says what failed and what to do."""
+
+
+@dataclass(frozen=True, slots=True)
+class Image:
+    ref: str
+    built: bool
+    """False: it was there already (made by an earlier run)."""
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Played:
+    """What one ``kube play`` started: its YAML (``kube down`` takes it) and the pods."""
+
+    yaml: Path
+    pods: tuple[str, ...]
+    volumes: tuple[str, ...]
+    """The ConfigMaps' volumes: podman 4.3's ``kube down`` leaves them behind."""
+
+
+@dataclass(frozen=True, slots=True)
+class Podman:
+    home: Path = HOME
+    storage_driver: str = STORAGE_DRIVER
+    runtime: str = "runc"
+
+    # -- configuration ---------------------------------------------------------------------
+
+    def env(self) -> dict[str, str]:
+        """podman's environment: the configs of :attr:`home`, never the host's."""
+        env = {
+            name: value for name, value in os.environ.items() if not name.startswith("CONTAINERS_")
+        }
+        env["CONTAINERS_CONF"] = str(self.home / "containers.conf")
+        env["CONTAINERS_STORAGE_CONF"] = str(self.home / "storage.conf")
+        env["CONTAINERS_REGISTRIES_CONF"] = str(self.home / "registries.conf")
+        return env
+
+    def configure(self) -> None:
+        """Write the configs (each run: they follow this process's limits)."""
+        for name in ("storage", "run", "tmp", "networks", "plays"):
+            (self.home / name).mkdir(parents=True, exist_ok=True)
+        nofile = _limit(resource.RLIMIT_NOFILE, None)
+        nproc = _limit(resource.RLIMIT_NPROC, NPROC_CAP)
+        _write(
+            self.home / "containers.conf",
+            "[containers]\n"
+            f'default_ulimits = ["nofile={nofile}:{nofile}", "nproc={nproc}:{nproc}"]\n'
+            "[engine]\n"
+            'cgroup_manager = "cgroupfs"\n'
+            'events_logger = "file"\n'
+            f'runtime = "{self.runtime}"\n'
+            f'tmp_dir = "{self.home / "tmp"}"\n'
+            "[network]\n"
+            'network_backend = "netavark"\n'
+            f'network_config_dir = "{self.home / "networks"}"\n',
+        )
+        _write(
+            self.home / "storage.conf",
+            "[storage]\n"
+            f'driver = "{self.storage_driver}"\n'
+            f'graphroot = "{self.home / "storage"}"\n'
+            f'runroot = "{self.home / "run"}"\n',
+        )
+        # no registry: an image that is not local fails at once instead of being looked up
+        _write(self.home / "registries.conf", "unqualified-search-registries = []\n")
+
+    def problem(self) -> str | None:
+        """Why podman cannot run a pod here, or None: what is missing and how to get it."""
+        missing = [tool for tool in ("podman", self.runtime, "conmon") if not shutil.which(tool)]
+        if missing:
+            return f"not installed: {', '.join(missing)} (`make k8s-deps` installs them)"
+        if os.geteuid() != 0:
+            return "podman runs pods here as root only (rootless needs subuids and a user bus)"
+        self.configure()
+        info = self._podman("info", "--format", "json", check=False)
+        if info.returncode != 0:
+            return f"`podman info` failed: {_tail(info.stderr)}"
+        return None
+
+    # -- the base image --------------------------------------------------------------------
+
+    def ensure_image(self) -> Image:
+        """The base image (Debian's python3), made once per set of Debian package files:
+        resolving that set asks apt (~4 s), so it is remembered per state of apt's lists."""
+        started = time.monotonic()
+        self.configure()
+        remembered = self.home / "image.json"
+        lists = _apt_lists_state()
+        with _locked(self.home / "image.lock"):
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                known = json.loads(remembered.read_text())
+                if known["lists"] == lists and self._has_image(known["ref"]):
+                    return Image(known["ref"], built=False, seconds=time.monotonic() - started)
+            packages = _closure(_python_roots())
+            files = _download_names(packages)
+            digest = hashlib.sha256("\n".join([RECIPE, *sorted(files)]).encode()).hexdigest()
+            ref = f"{IMAGE_NAME}:{digest[:16]}"
+            built = not self._has_image(ref)
+            if built:
+                self._build(ref, packages)
+            _write(remembered, json.dumps({"lists": lists, "ref": ref}))
+        return Image(ref, built=built, seconds=time.monotonic() - started)
+
+    def _has_image(self, ref: str) -> bool:
+        return self._podman("image", "exists", ref, check=False).returncode == 0
+
+    def _build(self, ref: str, packages: Sequence[str]) -> None:
+        with tempfile.TemporaryDirectory(dir=self.home / "tmp") as scratch:
+            rootfs = _rootfs(Path(scratch), packages)
+            tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
+            try:
+                self._podman(
+                    "import", "--change", 'CMD ["/usr/bin/python3"]', "-", ref, stdin=tar.stdout
+                )
+            finally:
+                if tar.stdout is not None:
+                    tar.stdout.close()
+                tar.wait(timeout=COMMAND_TIMEOUT_S)
+
+    # -- pods ------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def played(self, objects: Sequence[Mapping[str, Any]]) -> Iterator[Played]:
+        """``kube play`` of ``objects`` (ConfigMaps, a Deployment, a Service), torn down on
+        the way out whatever happened in between."""
+        self.configure()
+        self.sweep()
+        yaml = self.home / "plays" / f"{uuid.uuid4().hex}.yaml"
+        # JSON is YAML: no YAML writer needed
+        yaml.write_text("\n---\n".join(json.dumps(item) for item in objects) + "\n")
+        volumes = _volumes_of(objects)
+        played = Played(yaml, pods=(), volumes=volumes)
+        try:
+            report = self._podman("kube", "play", "--quiet", str(yaml), check=False)
+            pods = tuple(self._pods_of(yaml))
+            played = Played(yaml, pods=pods, volumes=volumes)
+            if report.returncode != 0:
+                raise RuntimeError(f"podman kube play failed: {_tail(report.stderr)}")
+            yield played
+        finally:
+            self.down(played)
+
+    def down(self, played: Played) -> None:
+        """Stop and remove the pods, their containers and the ConfigMaps' volumes. Pod by pod
+        rather than ``kube down``, which takes ~3.5 s more here for the same work."""
+        if played.pods:
+            self._podman("pod", "stop", "--time", str(STOP_S), *played.pods, check=False)
+            self._podman("pod", "rm", "--force", "--ignore", *played.pods, check=False)
+        else:  # the play failed before its pods could be listed
+            self._podman("kube", "down", str(played.yaml), check=False)
+        for volume in played.volumes:
+            self._podman("volume", "rm", "--force", volume, check=False)
+        played.yaml.unlink(missing_ok=True)
+
+    def sweep(self) -> None:
+        """Tear down what a killed run left: plays older than :data:`STALE_S`."""
+        for yaml in (self.home / "plays").glob("*.yaml"):
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                if time.time() - yaml.stat().st_mtime > STALE_S:
+                    objects = [json.loads(text) for text in yaml.read_text().split("\n---\n")]
+                    self.down(Played(yaml, tuple(self._pods_of(yaml)), _volumes_of(objects)))
+
+    def pod_ip(self, pod: str) -> str:
+        """The address of ``pod`` on its network: what a Service's endpoint would hold."""
+        infra = self._podman("pod", "inspect", pod, "--format", "{{.InfraContainerID}}")
+        found = json.loads(self._podman("inspect", infra.stdout.strip()).stdout)
+        for network in found[0]["NetworkSettings"]["Networks"].values():
+            if network.get("IPAddress"):
+                return str(network["IPAddress"])
+        raise RuntimeError(f"pod {pod} has no address")
+
+    def exec(self, container: str, *argv: str) -> str:
+        """The output of ``argv`` run in ``container`` (as its own user, with its limits)."""
+        return self._podman("exec", container, *argv).stdout
+
+    def logs(self, pod: str) -> str:
+        """Every container's output in ``pod`` (for a failure's message)."""
+        found = self._podman("pod", "logs", pod, check=False)
+        return _tail(found.stdout + found.stderr, 4000)
+
+    def _pods_of(self, yaml: Path) -> Iterator[str]:
+        """The pods a play of ``yaml`` made: ``<deployment>-pod-<n>``, as podman names them."""
+        names = {
+            item["metadata"]["name"]
+            for text in yaml.read_text().split("\n---\n")
+            if (item := json.loads(text)).get("kind") in {"Deployment", "Pod"}
+        }
+        listed = self._podman("pod", "ps", "--format", "{{.Name}}", check=False).stdout.split()
+        for pod in listed:
+            if pod in names or pod.rsplit("-pod-", 1)[0] in names:
+                yield pod
+
+    def _podman(
+        self, *args: str, check: bool = True, stdin: Any = None
+    ) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            ["podman", "--log-level=error", *args],
+            env=self.env(),
+            stdin=stdin if stdin is not None else subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=COMMAND_TIMEOUT_S,
+            check=False,
+        )
+        if check and done.returncode != 0:
+            raise RuntimeError(f"podman {' '.join(args[:3])} failed: {_tail(done.stderr)}")
+        return done
+
+
+def wait_http(host: str, port: int, path: str, *, deadline_s: float = 30.0) -> tuple[int, bytes]:
+    """The first HTTP answer of ``host:port`` to ``GET path`` within ``deadline_s`` (refused
+    and reset connections are retried: the pod may not listen yet)."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        connection = http.client.HTTPConnection(host, port, timeout=2.0)
+        try:
+            connection.request("GET", path)
+            answer = connection.getresponse()
+            return answer.status, answer.read()
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+        finally:
+            connection.close()
+        time.sleep(0.1)
+
+
+def _volumes_of(objects: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
+    """The volumes a play of ``objects`` makes: one per ConfigMap, by its name."""
+    return tuple(item["metadata"]["name"] for item in objects if item.get("kind") == "ConfigMap")
+
+
+def _python_roots() -> list[str]:
+    """The packages of Debian's ``python3`` (the sandbox's interpreter): its
+    ``python3.X-minimal`` and that version's standard library."""
+    depends = _run(["apt-cache", "depends", "--important", "python3"])
+    for line in depends.splitlines():
+        name = line.split(":", 1)[-1].strip()
+        if line.strip().startswith(("Depends:", "PreDepends:")) and name.startswith("python3."):
+            version = name.split("-")[0].removeprefix("python")
+            return [f"python{version}-minimal", f"libpython{version}-stdlib"]
+    raise PodmanUnavailable("apt knows no python3 package: run `apt-get update`")
+
+
+def _closure(roots: Sequence[str]) -> list[str]:
+    """``roots`` and what they depend on (Depends and Pre-Depends; of alternatives, the first
+    not :data:`EXCLUDED`), without :data:`EXCLUDED`."""
+    seen: set[str] = set()
+    todo = list(roots)
+    while todo:
+        seen.update(todo)
+        listing = _run(["apt-cache", "depends", "--important", *todo])
+        todo = []
+        alternatives: list[str] = []
+        lines = listing.splitlines()
+        for index, line in enumerate(lines):
+            stripped = line.strip()
+            if not line.startswith(" ") or ":" not in stripped:
+                continue
+            kind, name = (part.strip() for part in stripped.lstrip("|").split(":", 1))
+            if kind not in {"Depends", "PreDepends"}:
+                continue
+            if name.startswith("<"):  # a virtual package: its first provider, listed below
+                following = lines[index + 1] if index + 1 < len(lines) else ""
+                name = following.strip() if following.startswith("    ") else ""
+            alternatives.append(name.split(":")[0])
+            if stripped.startswith("|"):
+                continue  # another alternative follows
+            chosen = next((a for a in alternatives if a and a not in EXCLUDED), None)
+            alternatives = []
+            if chosen is not None and chosen not in seen and chosen not in todo:
+                todo.append(chosen)
+    return sorted(seen - EXCLUDED)
+
+
+def _apt_lists_state() -> str:
+    """A digest of apt's package lists (names, sizes, times): it changes when they do."""
+    lists = Path("/var/lib/apt/lists")
+    entries = sorted(
+        f"{entry.name} {entry.stat().st_size} {entry.stat().st_mtime_ns}"
+        for entry in (lists.iterdir() if lists.is_dir() else ())
+        if entry.is_file()
+    )
+    return hashlib.sha256("\n".join(entries).encode()).hexdigest()
+
+
+def _download_names(packages: Sequence[str]) -> list[str]:
+    """The file names (with versions) ``apt-get download`` would fetch for ``packages``."""
+    uris = _run(["apt-get", "download", "--print-uris", *packages])
+    return [line.split()[1] for line in uris.splitlines() if line.startswith("'")]
+
+
+def _rootfs(scratch: Path, packages: Sequence[str]) -> Path:
+    debs = scratch / "debs"
+    rootfs = scratch / "rootfs"
+    debs.mkdir()
+    rootfs.mkdir()
+    _run(["apt-get", "download", "-q", *packages], cwd=debs)
+    for deb in sorted(debs.glob("*.deb")):
+        _run(["dpkg-deb", "-x", str(deb), str(rootfs)])
+    for trimmed in TRIMMED:
+        shutil.rmtree(rootfs / trimmed, ignore_errors=True)
+    python = next((rootfs / "usr" / "bin").glob("python3.*"))
+    (rootfs / "usr" / "bin" / "python3").symlink_to(python.name)
+    for directory in ("app", "tmp", "proc", "sys", "dev", "etc", "run"):
+        (rootfs / directory).mkdir(exist_ok=True)
+    (rootfs / "tmp").chmod(0o1777)
+    (rootfs / "etc" / "passwd").write_text("root:x:0:0:root:/root:/nonexistent\n")
+    (rootfs / "etc" / "group").write_text("root:x:0:\n")
+    return rootfs
+
+
+def _limit(which: int, cap: int | None) -> int:
+    """This process's limit ``which`` (the lower of soft and hard), at most ``cap``."""
+    bounds = [value for value in resource.getrlimit(which) if value != resource.RLIM_INFINITY]
+    if cap is not None:
+        bounds.append(cap)
+    return min(bounds) if bounds else 1_048_576
+
+
+def _run(argv: Sequence[str], *, cwd: Path | None = None) -> str:
+    done = subprocess.run(
+        list(argv), cwd=cwd, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, check=False
+    )
+    if done.returncode != 0:
+        raise PodmanUnavailable(f"{' '.join(argv[:3])} failed: {_tail(done.stderr)}")
+    return done.stdout
+
+
+def _write(path: Path, text: str) -> None:
+    """Write ``path`` unless it holds ``text`` already (workers share the home)."""
+    if not path.exists() or path.read_text() != text:
+        partial = path.with_name(f".{path.name}.{os.getpid()}")
+        partial.write_text(text)
+        partial.replace(path)
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _tail(text: str, limit: int = 1000) -> str:
+    lines = [
+        line for line in text.strip().splitlines() if "failed to connect to syslog" not in line
+    ]
+    return "\n".join(lines)[-limit:]
