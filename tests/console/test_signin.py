@@ -159,3 +159,15 @@ async def test_absurd_sign_in_fields_are_refused_cleanly(world: ConsoleWorld) ->
         headers={"content-type": "application/x-www-form-urlencoded"},
     )
     assert huge.status_code == 413
+
+
+async def test_a_new_password_signs_the_users_browsers_out(world: ConsoleWorld) -> None:
+    browser = world.browser()
+    await browser.sign_in("bob")
+    other = world.browser()
+    await other.sign_in("alice")
+    await world.admin.set_password("acme", "bob", "a brand new passphrase")
+    assert (await browser.get("/console")).status_code == 303  # signed out
+    assert (await other.get("/console")).status_code == 200  # another user's: untouched
+    await browser.sign_in("bob", password="a brand new passphrase")
+    assert (await browser.get("/console")).status_code == 200

@@ -13,7 +13,13 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from appdeck.common.errors import Conflict, NotFound
-from appdeck.storage.schema import personal_tokens, revoked_tokens, tenants, users
+from appdeck.storage.schema import (
+    console_sessions,
+    personal_tokens,
+    revoked_tokens,
+    tenants,
+    users,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,9 +168,14 @@ class IdentityStore:
         return record
 
     async def set_password(self, user_id: str, password_hash: str) -> None:
+        """A new password; the console sessions the old one signed in end with it (a
+        password changed because it leaked must not leave its browsers signed in)."""
         async with self._engine.begin() as conn:
             await conn.execute(
                 sa.update(users).where(users.c.id == user_id).values(password_hash=password_hash)
+            )
+            await conn.execute(
+                sa.delete(console_sessions).where(console_sessions.c.user_id == user_id)
             )
 
     async def set_user_disabled(self, user_id: str, disabled: bool) -> None:
