@@ -185,10 +185,12 @@ class CIStore:
         return None if row is None else _run(row)
 
     async def runs(self, app_id: int, *, offset: int, limit: int) -> list[CIRunRecord]:
-        """Newest first."""
+        """Newest first, without their logs (``log`` is empty: a list shows no log, and each
+        may hold 256 KiB; :meth:`run` reads one with its log)."""
+        columns = [c for c in ci_runs.c if c.name != "log"]
         async with self._engine.connect() as conn:
             rows = await conn.execute(
-                sa.select(ci_runs)
+                sa.select(*columns, sa.literal("").label("log"))
                 .where(ci_runs.c.app_id == app_id)
                 .order_by(ci_runs.c.number.desc())
                 .offset(offset)

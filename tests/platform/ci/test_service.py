@@ -78,6 +78,8 @@ async def test_a_red_push_deploys_nothing_and_its_log_says_why(on: OnFakes, repo
     assert "s3cr3t-value" not in run.log  # the app's env values are masked in CI logs too
     assert "[masked:TOKEN]" in run.log
     assert await on.platform.deploys.store.for_app(app_id, offset=0, limit=10) == []
+    listed = await on.platform.ci.runs(on.alice, app_id, offset=0, limit=10)
+    assert [(r.number, r.state, r.log) for r in listed] == [(1, "failed", "")]  # no log listed
 
 
 async def test_require_green_refuses_a_deploy_of_a_commit_without_a_passed_run(
