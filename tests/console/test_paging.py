@@ -27,5 +27,6 @@ async def test_unicode_digits_in_the_skeletons_urls_are_a_404_or_a_clamp(
         "/console/fragments/apps?offset=%C2%B2",
         f"/console/apps/{app_id}?offset=%E2%91%A0",
         f"/console/apps/{app_id}/actions/rollback?number=%E2%91%A0",
+        "/console/tenant?offset=%E2%91%A0",
     ]:
         assert (await browser.get(path)).status_code == 200, path

@@ -62,9 +62,9 @@ NPROC_CAP: Final = 4096
 """``RLIMIT_NPROC`` of a container, at most: a pod's own processes, not the host's."""
 COMMAND_TIMEOUT_S: Final = 120.0
 STOP_S: Final = 5
+"""How long a pod's containers have between SIGTERM and SIGKILL when it is torn down."""
 STALE_S: Final = 3600.0
 """A play this old (its YAML's age) belongs to a run that died without tearing it down."""
-"""How long a pod's containers have between SIGTERM and SIGKILL when it is torn down."""
 
 
 class PodmanUnavailable(RuntimeError):

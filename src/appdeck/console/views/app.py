@@ -9,6 +9,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from appdeck.common.errors import NotFound
+from appdeck.console import paging
 from appdeck.console.context import Console, Viewer
 from appdeck.console.guard import GET, PageRoute
 from appdeck.console.render import page
@@ -59,16 +60,11 @@ async def _timeline(
     return [d.record for d in found[:TIMELINE]], len(found) > TIMELINE
 
 
-def _offset(request: Request) -> int:
-    raw = request.query_params.get("offset", "0")
-    return min(int(raw), 1_000_000) if raw.isascii() and raw.isdigit() and len(raw) < 8 else 0
-
-
 async def show(request: Request, console: Console, viewer: Viewer) -> Response:
     app_id = app_id_of(request)
     view = await console.platform.apps.get(viewer.principal, app_id)
     health = await console.platform.health.status(viewer.principal, app_id)
-    offset = _offset(request)
+    offset = paging.offset(request)
     deployments, more = await _timeline(console, viewer, app_id, offset)
     return page(
         request,
@@ -85,7 +81,7 @@ async def show(request: Request, console: Console, viewer: Viewer) -> Response:
 async def timeline_fragment(request: Request, console: Console, viewer: Viewer) -> Response:
     app_id = app_id_of(request)
     view = await console.platform.apps.get(viewer.principal, app_id)
-    offset = _offset(request)
+    offset = paging.offset(request)
     deployments, more = await _timeline(console, viewer, app_id, offset)
     return page(
         request,

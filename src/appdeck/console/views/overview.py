@@ -7,6 +7,7 @@ from typing import Final
 from starlette.requests import Request
 from starlette.responses import Response
 
+from appdeck.console import paging
 from appdeck.console.context import Console, Viewer
 from appdeck.console.guard import GET, PageRoute
 from appdeck.console.render import page
@@ -38,13 +39,8 @@ async def _rows(
     return rows, more
 
 
-def _offset(request: Request) -> int:
-    raw = request.query_params.get("offset", "0")
-    return min(int(raw), 1_000_000) if raw.isascii() and raw.isdigit() and len(raw) < 8 else 0
-
-
 async def overview(request: Request, console: Console, viewer: Viewer) -> Response:
-    offset = _offset(request)
+    offset = paging.offset(request)
     rows, more = await _rows(console, viewer, offset)
     return page(
         request,
@@ -62,7 +58,7 @@ async def overview(request: Request, console: Console, viewer: Viewer) -> Respon
 
 async def apps_fragment(request: Request, console: Console, viewer: Viewer) -> Response:
     """The apps table alone: what the live overview fetches after a change."""
-    offset = _offset(request)
+    offset = paging.offset(request)
     rows, more = await _rows(console, viewer, offset)
     return page(
         request,

@@ -14,6 +14,7 @@ from typing import Any, Final
 from starlette.requests import Request
 from starlette.responses import Response
 
+from appdeck.console import paging
 from appdeck.console.context import Console, Viewer
 from appdeck.console.guard import GET, PageRoute
 from appdeck.console.render import page
@@ -25,14 +26,9 @@ MAX_CLIENTS: Final = 200
 MAX_MEMBERS: Final = 200
 
 
-def _offset(request: Request) -> int:
-    raw = request.query_params.get("offset", "0")
-    return min(int(raw), 1_000_000) if raw.isdigit() and len(raw) < 8 else 0
-
-
 async def show(request: Request, console: Console, viewer: Viewer) -> Response:
     principal = viewer.principal
-    offset = _offset(request)
+    offset = paging.offset(request)
     views = await console.platform.apps.list_apps(principal, offset=offset, limit=APPS + 1)
     more = len(views) > APPS
     apps: list[tuple[Any, list[dict[str, Any]]]] = []
