@@ -108,10 +108,16 @@ class KubeApi:
     async def list(
         self, kind: str, namespace: str | None, labels: Mapping[str, str]
     ) -> list[JsonObject]:
-        """The objects of ``kind`` carrying ``labels`` (``namespace`` None: all namespaces)."""
-        answer = await self.call(
-            "GET", collection(kind, namespace), query={"labelSelector": selector(labels)}
-        )
+        """The objects of ``kind`` carrying ``labels`` (``namespace`` None: all namespaces);
+        none when the kind is not served (a cluster without the Gateway API's CRDs)."""
+        try:
+            answer = await self.call(
+                "GET", collection(kind, namespace), query={"labelSelector": selector(labels)}
+            )
+        except KubeError as exc:
+            if exc.status == 404:
+                return []
+            raise
         items = (answer or {}).get("items") or []
         return [item for item in items if isinstance(item, dict) and matches(item, labels)]
 

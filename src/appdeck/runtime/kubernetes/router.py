@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from typing import Final, Protocol
 
 from appdeck.common.types import JsonObject
-from appdeck.ingress.routes import Backend
 from appdeck.model.release import AppSpec, Release
 from appdeck.runtime.kubernetes import names
 from appdeck.runtime.kubernetes.api import MERGE_PATCH, KubeApi, KubeError, collection, path_of
@@ -44,6 +43,20 @@ ATTEMPTS: Final = 3
 """Writes of one route state before giving up on 409s (another writer keeps winning)."""
 
 
+class Backend(Protocol):
+    """What the router reads of a route's backend: the ingress's
+    :class:`~appdeck.ingress.routes.Backend` has it, and so does any share. Its ``upstreams``
+    are not read: the gateway reaches the release's Service, whose name the release id gives.
+    (The ingress's ``Backend`` refuses a weight without ``127.0.0.1`` upstreams, so the engine
+    cannot hand it the driver's ``<service>.<namespace>.svc:80``: the seam lane's to settle.)
+    """
+
+    @property
+    def release_id(self) -> str: ...
+    @property
+    def weight(self) -> int: ...
+
+
 class BackendMetrics(Protocol):
     """The gateway's counters for one backend (a release's Service): requests and 5xx answers
     since the gateway started, monotonic. A port, so that tests fake it."""
@@ -53,7 +66,7 @@ class BackendMetrics(Protocol):
 
 @dataclass
 class _Route:
-    wanted: list[Backend] | None
+    wanted: Sequence[Backend] | None
     """None: unrouted (the route is deleted)."""
     dirty: bool = True
     """``wanted`` changed since the worker last took it."""
@@ -97,7 +110,7 @@ class GatewayRouter:
         self._windows = _Windows()
 
     # -- RouterPort --------------------------------------------------------------------------
-    def route(self, route: str, backends: list[Backend]) -> None:
+    def route(self, route: str, backends: Sequence[Backend]) -> None:
         """Make ``backends`` (release ids and weights in percent) the route's, soon: the
         HTTPRoute is patched by the route's worker (:meth:`published` waits for it)."""
         if not backends:
@@ -157,7 +170,7 @@ class GatewayRouter:
         await self.published()
 
     # -- the worker --------------------------------------------------------------------------
-    def _want(self, route: str, backends: list[Backend] | None) -> None:
+    def _want(self, route: str, backends: Sequence[Backend] | None) -> None:
         state = self._routes.setdefault(route, _Route(wanted=backends))
         state.wanted, state.dirty = backends, True
         if state.worker is None or state.worker.done():
@@ -176,7 +189,7 @@ class GatewayRouter:
                 state.error = exc
                 return
 
-    async def _write(self, route: str, state: _Route, backends: list[Backend]) -> None:
+    async def _write(self, route: str, state: _Route, backends: Sequence[Backend]) -> None:
         obj = self._route_object(route, backends)
         path = path_of(obj)
         if not state.exists:
