@@ -29,7 +29,7 @@ costs a POST answered 409 and a merge patch. Server-side apply would be one PATC
 and would track field ownership, but the API-conversation tests' server (kmock 0.8) emulates
 neither (a PATCH to a missing object is 404 and no managed fields are kept), so the tests
 would prove nothing of it; a move to it belongs with ``make k8s-e2e`` against a real cluster.
-The Secrets are immutable: on 409 they are deleted and created again (their token may differ).
+The Secrets are immutable and the release's own: on 409 they are left as they are.
 """
 
 from __future__ import annotations
@@ -434,14 +434,15 @@ class KubernetesDriver:
         self._namespaces.add(name)
 
     async def _secret(self, obj: JsonObject) -> None:
-        collection_path = path_of(obj).rsplit("/", 1)[0]
+        """Create a Secret; one that exists is left as it is. It is immutable and the
+        release's own: its env is frozen with the release, and its source token must be the
+        same for every call of ``tokens(release)`` (derived from the release, not random).
+        Deleting and creating it again would break the release's pods starting meanwhile."""
         try:
-            await self.api.call("POST", collection_path, body=obj)
+            await self.api.call("POST", path_of(obj).rsplit("/", 1)[0], body=obj)
         except KubeError as exc:
             if exc.status != 409:
                 raise
-            await self.api.delete(obj)  # immutable: replaced, never patched
-            await self.api.call("POST", collection_path, body=obj)
 
     async def _policy(self, obj: JsonObject) -> None:
         """The app's NetworkPolicy follows its newest release: patched once known."""
