@@ -23,6 +23,7 @@ import kmock
 import pytest
 from kubernetes_asyncio.client import ApiClient, Configuration
 
+from appdeck.common.errors import InvalidArgument
 from appdeck.model.release import Release
 from appdeck.runtime.driver import InstanceEvent
 from appdeck.runtime.kubernetes.api import KubeApi, KubeError
@@ -713,3 +714,41 @@ async def test_api_calls_per_deploy_by_strategy(
         "blue_green": 10,
         "canary": 18,
     }
+
+
+async def test_route_changes_before_the_worker_runs_make_one_write(
+    kmock: kmock.KubernetesEmulator, router: GatewayRouter
+) -> None:
+    router.route(ROUTE, [Backend("7-1", 100)])
+    router.route(ROUTE, [Backend("7-2", 10), Backend("7-1", 90)])
+    router.route(ROUTE, [Backend("7-2", 50), Backend("7-1", 50)])
+    await router.published()
+
+    assert calls(kmock) == ["POST httproutes"]  # newest wins
+    assert weights(kmock) == [("app-hello--acme-r2", 50), ("app-hello--acme-r1", 50)]
+    with pytest.raises(InvalidArgument, match="every weight is 0"):
+        router.route(ROUTE, [Backend("7-2", 0)])  # refused at once, never written
+    assert calls(kmock) == ["POST httproutes"]
+
+
+async def test_stopping_one_index_scales_the_deployment_down(
+    kmock: kmock.KubernetesEmulator, driver: KubernetesDriver
+) -> None:
+    r1 = release(1, instances=3)
+    await driver.start(r1, 0)
+    mark = count(kmock)
+
+    await driver.stop(r1.release_id, 0)
+    await driver.stop(r1.release_id, 1)
+    await driver.stop(r1.release_id, 2)  # the last one: the release stops
+
+    assert calls(kmock, mark) == [
+        "PATCH deployments/app-hello--acme-r1",
+        "PATCH deployments/app-hello--acme-r1",
+        "GET deployments",
+        "DELETE deployments/app-hello--acme-r1",
+        "GET services",
+        "DELETE services/app-hello--acme-r1",
+    ]
+    history = kmock.objects["apps/v1/deployments", NS, "app-hello--acme-r1", :]
+    assert [v["spec"]["replicas"] for v in history if v is not None] == [3, 2, 1]
