@@ -209,6 +209,7 @@ async def test_canary_10_50_100_is_three_route_patches(
         await router.refresh()
         assert router.window(ROUTE, new.release_id) == window
     router.route(ROUTE, [Backend(new.release_id, 100)])
+    assert router.window(ROUTE, new.release_id) == (0, 0)  # the route changed: no window open
     await router.published()
     seen.append(weights(kmock))
     await driver.stop(old.release_id)
@@ -752,3 +753,34 @@ async def test_stopping_one_index_scales_the_deployment_down(
     ]
     history = kmock.objects["apps/v1/deployments", NS, "app-hello--acme-r1", :]
     assert [v["spec"]["replicas"] for v in history if v is not None] == [3, 2, 1]
+
+
+async def _until(condition: Any, within_s: float = 5.0) -> bool:
+    """Poll ``condition()`` until true or ``within_s`` (a bound, not a timing assertion)."""
+    deadline = asyncio.get_running_loop().time() + within_s
+    while not condition():
+        if asyncio.get_running_loop().time() >= deadline:
+            return False
+        await asyncio.sleep(0.01)
+    return True
+
+
+async def test_the_metrics_poller_runs_while_a_window_is_open(
+    api: KubeApi, metrics: FakeMetrics
+) -> None:
+    router = GatewayRouter(api, LIMITS, metrics, poll_s=0.01)
+    metrics.counters["app-hello--acme-r2"] = (100, 0)
+    router.mark(ROUTE, "7-2")
+    assert await _until(
+        lambda: (
+            router.window(ROUTE, "7-2") == (0, 0) and router._windows.marks[ROUTE, "7-2"].baseline
+        )
+    )
+    metrics.counters["app-hello--acme-r2"] = (130, 4)
+    assert await _until(lambda: router.window(ROUTE, "7-2") == (30, 4))
+
+    router.route(ROUTE, [Backend("7-2", 100)])  # the window closes, the poller ends
+    poller = router._windows.poller
+    assert poller is not None
+    assert await _until(poller.done)
+    await router.close()

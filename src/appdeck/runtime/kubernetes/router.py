@@ -122,7 +122,9 @@ class GatewayRouter:
         self._want(route, None)
 
     def mark(self, route: str, release_id: str) -> None:
-        """Start the release's analysis window: its counters now are the baseline."""
+        """Start the release's analysis window: its counters now are the baseline. The
+        window ends with the route's next change (the metrics poller stops when none is
+        open)."""
         release = _release(route, release_id)
         tenant = _split(route)[1]
         self._windows.marks[(route, release_id)] = _Mark(
@@ -171,6 +173,9 @@ class GatewayRouter:
 
     # -- the worker --------------------------------------------------------------------------
     def _want(self, route: str, backends: Sequence[Backend] | None) -> None:
+        # a window runs from a mark to the route's next change (the canary marks after each)
+        for key in [key for key in self._windows.marks if key[0] == route]:
+            del self._windows.marks[key]
         state = self._routes.setdefault(route, _Route(wanted=backends))
         state.wanted, state.dirty = backends, True
         if state.worker is None or state.worker.done():
