@@ -226,6 +226,9 @@ async def test_canary_10_50_100_is_three_route_patches(
         "DELETE deployments/app-hello--acme-r1",
         "GET services",
         "DELETE services/app-hello--acme-r1",
+        "GET secrets",
+        "DELETE secrets/app-hello--acme-r1-env",
+        "DELETE secrets/app-hello--acme-r1-source",
     ]
     assert seen == [
         [("app-hello--acme-r2", 10), ("app-hello--acme-r1", 90)],
@@ -264,10 +267,13 @@ async def test_canary_abort_gives_the_old_release_all_traffic(
         "DELETE deployments/app-hello--acme-r2",
         "GET services",
         "DELETE services/app-hello--acme-r2",
+        "GET secrets",
+        "DELETE secrets/app-hello--acme-r2-env",
+        "DELETE secrets/app-hello--acme-r2-source",
     ]
     assert weights(kmock) == [("app-hello--acme-r1", 100)]
     assert await driver.gave_up(new.release_id)  # sticky: no call needed
-    assert calls(kmock, mark)[-1] == "DELETE services/app-hello--acme-r2"
+    assert calls(kmock, mark)[-1] == "DELETE secrets/app-hello--acme-r2-source"
     assert [s.state for s in driver.inspect(new.release_id)] == []  # stopped: forgotten
 
 
@@ -656,8 +662,11 @@ STOP_OLD = [
     "DELETE deployments/app-hello--acme-r1",
     "GET services",
     "DELETE services/app-hello--acme-r1",
+    "GET secrets",
+    "DELETE secrets/app-hello--acme-r1-env",
+    "DELETE secrets/app-hello--acme-r1-source",
 ]
-STOPPED_ALREADY = ["GET deployments", "GET services"]
+STOPPED_ALREADY = ["GET deployments", "GET services", "GET secrets"]
 PER_STRATEGY = {
     "recreate": [
         "GET pods",
@@ -710,10 +719,10 @@ async def test_api_calls_per_deploy_by_strategy(
     assert calls(kmock, mark) == PER_STRATEGY[strategy]
     assert weights(kmock) == [("app-hello--acme-r2", 100)]
     assert {s: len(c) for s, c in PER_STRATEGY.items()} == {
-        "recreate": 17,
-        "rolling": 17,
+        "recreate": 21,
+        "rolling": 21,
         "blue_green": 10,
-        "canary": 18,
+        "canary": 21,
     }
 
 
@@ -750,6 +759,9 @@ async def test_stopping_one_index_scales_the_deployment_down(
         "DELETE deployments/app-hello--acme-r1",
         "GET services",
         "DELETE services/app-hello--acme-r1",
+        "GET secrets",
+        "DELETE secrets/app-hello--acme-r1-env",
+        "DELETE secrets/app-hello--acme-r1-source",
     ]
     history = kmock.objects["apps/v1/deployments", NS, "app-hello--acme-r1", :]
     assert [v["spec"]["replicas"] for v in history if v is not None] == [3, 2, 1]

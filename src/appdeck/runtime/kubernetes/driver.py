@@ -15,7 +15,7 @@ app's HTTPRoute (:mod:`.router`), never through AppDeck's data plane.
 ``gave_up``         a pod in CrashLoopBackOff with ``GIVE_UP_RESTARTS`` restarts (sticky)
 ``running``         the release's Ready pods, by label (adoption after a restart)
 ``recover``         the Deployment by label: there (adopted) or not (every index dead)
-``stop``            delete the Deployment and Service (scale down by one with an index)
+``stop``            delete the Deployment, Service, Secrets (one replica fewer with an index)
 ``remove``          delete every object of the release, by label
 ``remove_app``      delete the app's NetworkPolicy and HTTPRoute, and any release left
 ``inspect``         the last pods read (cheap, sync); :meth:`refresh` reads them all
@@ -176,16 +176,18 @@ class KubernetesDriver:
         return release_id in self._given_up
 
     async def stop(self, release_id: str, index: int | None = None, grace_s: float = 5.0) -> None:
-        """All instances: delete the Deployment and the Service; the Secrets go with the
-        Deployment (they are owned), the pods after their ``terminationGracePeriodSeconds``
-        (the pod spec's, not ``grace_s``: the garbage collector deletes them). One index: one
-        replica fewer (which pod goes is the ReplicaSet's choice)."""
+        """All instances: delete the Deployment, the Service and the Secrets (the pods go after
+        their ``terminationGracePeriodSeconds``, the pod spec's, not ``grace_s``: the garbage
+        collector deletes them). The Secrets are owned by the Deployment, but a ``start`` of
+        the same release soon after would find them still there (409, kept) and the collector
+        could delete them before the new Deployment owns them: its pods would never start.
+        One index: one replica fewer (which pod goes is the ReplicaSet's choice)."""
         handle = self._handles.get(release_id)
         if index is not None and handle is not None and handle.replicas > 1:
             handle.replicas -= 1
             await self._patch_deployment(handle, {"spec": {"replicas": handle.replicas}})
             return
-        for kind in ("Deployment", "Service"):
+        for kind in ("Deployment", "Service", "Secret"):
             for obj in await self.api.list(kind, _ns(handle), _release_labels(release_id)):
                 await self.api.delete(obj)
         if handle is not None:
@@ -295,12 +297,9 @@ class KubernetesDriver:
         return sorted(i for i in ids if i)
 
     async def remove(self, release_id: str) -> None:
-        """Every object of the release, by label (the Secrets too: the ownership patch may
-        never have happened)."""
-        handle = self._handles.get(release_id)
-        for kind in ("Deployment", "Service", "Secret"):
-            for obj in await self.api.list(kind, _ns(handle), _release_labels(release_id)):
-                await self.api.delete(obj)
+        """Every object of the release, by label (as :meth:`stop`: nothing else is kept on the
+        cluster), and what the driver remembers of it (a give-up too)."""
+        await self.stop(release_id)
         self._forget(release_id)
 
     async def remove_app(self, app_id: int) -> None:
