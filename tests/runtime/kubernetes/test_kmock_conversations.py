@@ -473,6 +473,15 @@ async def test_logs_page_by_a_nanosecond_cursor(
     build = await driver.logs(r1.release_id, "build")
     assert build.lines == []
 
+    # follow: nothing new within the time given is an empty page; a new line ends the wait
+    assert (
+        await driver.follow(r1.release_id, "runtime", last.next_cursor, timeout_s=0.0)
+    ).lines == []
+    log.append("2026-11-27T17:00:03.5Z five")
+    followed = await driver.follow(r1.release_id, "runtime", last.next_cursor, timeout_s=5.0)
+    assert [line.text for line in followed.lines] == ["five"]
+    assert followed.next_cursor == 1_795_798_803_500_000_000
+
 
 async def test_every_call_has_a_deadline(kmock: kmock.KubernetesEmulator) -> None:
     never = asyncio.Event()
