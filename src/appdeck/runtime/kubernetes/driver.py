@@ -108,8 +108,8 @@ class _Seen:
 class _Cache:
     pods: dict[str, list[JsonObject]] = field(default_factory=dict)
     """release_id -> its pods at the last read, by name."""
-    seen: dict[str, _Seen] = field(default_factory=dict)
-    """pod uid (or name) -> what the last read saw."""
+    seen: dict[str, dict[str, _Seen]] = field(default_factory=dict)
+    """release_id -> pod uid (or name) -> what the last read saw (only the pods it saw)."""
 
 
 class KubernetesDriver:
@@ -193,6 +193,7 @@ class KubernetesDriver:
         if handle is not None:
             handle.release = None  # a start applies again
         self._cache.pods.pop(release_id, None)
+        self._cache.seen.pop(release_id, None)
 
     async def running(self, release_id: str) -> list[Instance]:
         """The release's Ready pods, by index (name order), read by label."""
@@ -217,7 +218,8 @@ class KubernetesDriver:
             self._handles.pop(rid, None)
             return Adoption(adopted=[], dead=list(range(count)))
         deployment = found[0]
-        replicas = int((deployment.get("spec") or {}).get("replicas") or count)
+        wanted = (deployment.get("spec") or {}).get("replicas")
+        replicas = count if wanted is None else int(wanted)
         handle = _Handle(namespace, names.release_name(release, _tenant(release)), replicas)
         handle.release = release
         self._handles[rid] = handle
@@ -327,8 +329,11 @@ class KubernetesDriver:
             rid = (pod["metadata"].get("labels") or {}).get("appdeck.dev/release")
             if rid:
                 by_release.setdefault(rid, []).append(pod)
-        for rid in set(self._cache.pods) | set(by_release):
-            self._remember(rid, by_release.get(rid, []))
+        for rid in set(self._cache.pods) - set(by_release):  # no pod left: nothing to inspect
+            self._cache.pods.pop(rid, None)
+            self._cache.seen.pop(rid, None)
+        for rid, found in by_release.items():
+            self._remember(rid, found)
 
     async def _pods(self, release_id: str) -> list[JsonObject]:
         handle = self._handles.get(release_id)
@@ -338,16 +343,18 @@ class KubernetesDriver:
     def _remember(self, release_id: str, pods: list[JsonObject]) -> list[JsonObject]:
         pods = sorted(pods, key=lambda p: str(p["metadata"].get("name")))
         self._cache.pods[release_id] = pods
-        for pod in pods:
-            self._diff(release_id, pod)
+        before = self._cache.seen.get(release_id, {})
+        self._cache.seen[release_id] = {}
+        for index, pod in enumerate(pods):
+            self._diff(release_id, index, pod, before)
         return pods
 
-    def _diff(self, release_id: str, pod: JsonObject) -> None:
+    def _diff(self, release_id: str, index: int, pod: JsonObject, seen: dict[str, _Seen]) -> None:
         meta = pod["metadata"]
         key = str(meta.get("uid") or meta.get("name"))
-        before = self._cache.seen.get(key)
+        before = seen.get(key)
         now = _Seen(status.restarts(pod), status.gave_up(pod, self.give_up_after))
-        self._cache.seen[key] = now
+        self._cache.seen[release_id][key] = now
         if now.gave_up:
             self._given_up.add(release_id)
         if before is None:
@@ -362,7 +369,6 @@ class KubernetesDriver:
         if now.gave_up and not before.gave_up:
             kinds.append("given_up")
         app_id = int((meta.get("labels") or {}).get("appdeck.dev/app-id") or 0)
-        index = self._cache.pods[release_id].index(pod)
         for kind in kinds:
             self._emit(InstanceEvent(app_id, release_id, index, kind))
 
@@ -377,6 +383,7 @@ class KubernetesDriver:
         self._handles.pop(release_id, None)
         self._given_up.discard(release_id)
         self._cache.pods.pop(release_id, None)
+        self._cache.seen.pop(release_id, None)
 
     # -- applying ----------------------------------------------------------------------------
     async def _apply(self, release: Release) -> _Handle:
