@@ -12,7 +12,7 @@ TEST_DEBS := chromium pebble git prometheus
 # infra image, which podman builds locally instead of pulling
 K8S_DEBS := podman runc conmon netavark aardvark-dns iptables catatonit
 
-.PHONY: run test lint types unit e2e conformance bench clean system-deps test-deps k8s-deps
+.PHONY: run test lint types unit quick e2e conformance bench clean system-deps test-deps k8s-deps
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -62,6 +62,10 @@ TEST_WORKERS ?= 4
 
 unit: $(STAMP) test-deps
 	$(BIN)/pytest -q --durations=15 -n $(TEST_WORKERS) --dist loadfile
+
+# the inner loop: SQLite only, no end-to-end server process, no podman (issue 26 §3)
+quick: $(STAMP)
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --ignore=tests/e2e -m "not e2e and not podman" -k "not postgresql"
 
 conformance: $(STAMP)
 	scripts/conformance
