@@ -44,7 +44,6 @@ from appdeck.platform.crypto import Sealer
 from appdeck.platform.deploy import rollout, states
 from appdeck.platform.deploy.aborts import RoutesFirst, abort_held, plan_abort
 from appdeck.platform.deploy.cancels import CancelRelay
-from appdeck.platform.deploy.ingress_router import published
 from appdeck.platform.deploy.locks import AppLocks, Hold
 from appdeck.platform.deploy.ports import (
     Backend,
@@ -342,7 +341,7 @@ class DeployService:
         async def step(message: str, traffic: int | None = None, state: str | None = None) -> None:
             nonlocal record
             held.check()
-            await published(self.router)  # the other replicas route as this one before it goes on
+            await self.router.published()  # the other replicas route as this one before it goes on
             record = await self.store.update(
                 app.id,
                 record.number,
