@@ -12,8 +12,8 @@ What a received commit does (CI tests it, or it is deployed, or only recorded) i
 ``on_commit`` port's answer (:class:`CommitPolicy`, the platform's push policy, built after
 CI and the deployments): this service records the commit, tells the change feed
 (``commit.received``, for observers) and returns the policy's :class:`PushOutcome` as the
-webhook's answer. The reads other services need of a connection are :class:`.sources.RepoSources`,
-built first and shared.
+webhook's answer. The reads other services need of a connection are
+:class:`.sources.RepoSources`, built first and shared.
 
 A webhook delivery is taken once: its body (SHA-256) and its ``X-GitHub-Delivery`` id are
 remembered in the database for ``replay_window_s`` (every replica sees them); a delivery seen
