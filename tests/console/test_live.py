@@ -191,3 +191,15 @@ async def test_one_session_holds_a_bounded_number_of_streams() -> None:
         await stack.enter_async_context(live.follow("acme", None, owner="s2"))  # others may
     async with live.follow("acme", None, owner="s1"):  # all given back
         assert live.streams == 1
+
+
+async def test_a_received_commit_is_not_streamed_its_app_update_is() -> None:
+    """The console shows a push through ``app.updated`` (emitted with ``commit.received``):
+    the commit event itself would only make the overview fetch twice."""
+    live = LiveChanges(LocalBroadcast())
+    await live.start()
+    async with live.follow("acme", 1) as app_page, live.follow("acme", None) as overview:
+        await live.publish(Change("app.updated", "acme", 1))
+        await live.publish(Change("commit.received", "acme", 1, commit="a" * 40))
+        for queue in (app_page, overview):
+            assert [queue.get_nowait().kind for _ in range(queue.qsize())] == ["app.updated"]

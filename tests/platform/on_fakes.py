@@ -5,6 +5,7 @@ drive. Nothing here starts a process."""
 from __future__ import annotations
 
 import asyncio
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from appdeck.platform.apis.client import AppHttp
 from appdeck.platform.apis.services import ApiServices
 from appdeck.platform.apps import AppService
 from appdeck.platform.changes import ChangeFeed
+from appdeck.platform.ci.gate import CIGate
 from appdeck.platform.ci.service import CIService
 from appdeck.platform.crypto import Sealer
 from appdeck.platform.deploy import states
@@ -27,11 +29,14 @@ from appdeck.platform.env import EnvService
 from appdeck.platform.health import HealthService
 from appdeck.platform.logs import LogService
 from appdeck.platform.oauth_clients import AppClientService
+from appdeck.platform.pushes import CommitDeploys, PushPolicy
 from appdeck.platform.repos.git import Git
 from appdeck.platform.repos.hosted import HostedLimits, HostedRepos
 from appdeck.platform.repos.hosting import HostedService
+from appdeck.platform.repos.prune import kept_commits
 from appdeck.platform.repos.service import RepoService
-from appdeck.platform.services import Platform, PlatformConfig, connect_repos
+from appdeck.platform.repos.sources import RepoSources
+from appdeck.platform.services import Platform, PlatformConfig
 from appdeck.platform.sources import SourceRoots
 from appdeck.platform.tables.databases import AppDatabases, open_databases
 from appdeck.platform.tables.records_service import RecordService
@@ -163,6 +168,16 @@ async def platform_on_fakes(
     env = EnvService(apps, sealer, feed)
     runtime, router = FakeRuntime(), FakeRouter()
     store = DeploymentStore(storage.engine, transitions=states.check)
+    made = HostedRepos(tmp_path / "hosted", sandbox, hosted) if hosted else None
+    sources = RepoSources(  # built first, as Platform.build does: see there for the order
+        RepoStore(storage.engine),
+        git := Git(tmp_path / "repos", sandbox=sandbox),
+        sealer,
+        apps.sources,
+        hosted=made,
+        keep=functools.partial(kept_commits, store),
+    )
+    ci_store = CIStore(storage.engine)
     engine = DeployService(
         apps,
         env,
@@ -173,45 +188,49 @@ async def platform_on_fakes(
         sealer,
         sources=apps.sources,
         instance_id="test",
+        git=sources,
+        gate=CIGate(ci_store),
         sleep=no_wait,
     )
     ops = Operations(engine)
+    deployments = Deployments(apps, engine, ops)
+    commits = CommitDeploys(deployments, sources.is_newest)
     driver = FakeDriver(runtime)
     databases = await open_databases(default_sqlite_url(tmp_path), tmp_path / "data")
     _opened.append(databases)
+    logs = LogService(apps, env, store, driver, sealer)  # type: ignore[arg-type]
+    ci = CIService(
+        apps,
+        ci_store,
+        sources,
+        env,
+        ShellRunner(),
+        logs.masker,
+        feed,
+        deploy=commits.number,
+        instance_id="test",
+    )
     repos = RepoService(
         apps,
-        RepoStore(storage.engine),
+        sources,
         sealer,
-        apps.sources,
-        git := Git(tmp_path / "repos", sandbox=sandbox),
         feed,
+        on_commit=PushPolicy(ci, commits, sources),
         deliveries=WebhookDeliveries(storage.engine),
-        hosted=(made := HostedRepos(tmp_path / "hosted", sandbox, hosted) if hosted else None),
     )
-    logs = LogService(apps, env, store, driver, sealer)  # type: ignore[arg-type]
     platform = Platform(
         feed=feed,
         apps=apps,
         env=env,
-        deployments=Deployments(apps, engine, ops),
-        preflight=PreflightService(apps, env, sandboxed=True),
+        deployments=deployments,
+        preflight=PreflightService(apps, env, sandboxed=True, repository=sources.url),
         logs=logs,
         tables=TableService(apps, databases, feed),
         records=RecordService(apps, databases),
         deploys=engine,
         ops=ops,
         repos=repos,
-        ci=CIService(
-            apps,
-            CIStore(storage.engine),
-            repos,
-            env,
-            ShellRunner(),
-            logs.masker,
-            feed,
-            instance_id="test",
-        ),
+        ci=ci,
         oauth_clients=AppClientService(apps, OAuthStore(storage.engine)),
         apis=ApiServices.build(
             storage.engine, apps, repos, feed, gate=KeyGate(), http=AppHttp("127.0.0.1", 9)
@@ -229,7 +248,6 @@ async def platform_on_fakes(
         _router=router,  # type: ignore[arg-type]
         hosting=HostedService(apps, repos, git, made) if made is not None else None,
     )
-    connect_repos(platform)
     alice, bob, eve = principals
     return OnFakes(platform, runtime, router, admin, alice, bob, eve, source, databases)
 

@@ -28,3 +28,8 @@ def test_a_stop_or_start_of_the_app_updates_its_status_too() -> None:
 def test_an_env_change_leaves_the_status_alone() -> None:
     uris, _ = changed(Change("env.updated", "acme", 7))
     assert status_uri(7) not in uris
+
+
+def test_a_received_commit_notifies_nothing_of_its_own() -> None:
+    """Its ``app.updated``, emitted with it, notifies the app's subscribers once."""
+    assert changed(Change("commit.received", "acme", 7, commit="a" * 40)) == ([], False)

@@ -129,7 +129,7 @@ async def test_github_repos_needs_a_github_connection_with_a_token(world: World)
     assert await alice.error("connect_repo", **listed) == "failed_precondition"
     repos = world.services.platform.repos
     fake = FakeGitHub([STATUS, REPOS], documented)
-    repos.github = GitHub(transport=fake.transport)
+    repos.sources.github = GitHub(transport=fake.transport)
     await repos._store.put(
         app_id=app_id,
         url="https://github.com/octocat/Hello-World.git",

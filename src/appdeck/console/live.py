@@ -32,6 +32,11 @@ PER_OWNER: Final = 16
 cannot take every slot."""
 QUEUE: Final = 64
 """Changes waiting for one slow stream at most: past it, the stream gets ``resync``."""
+NOT_SHOWN: Final = frozenset({"commit.received"})
+"""Kinds no page refreshes on, never sent: a received commit comes with ``app.updated``,
+which already refreshes every part that shows a commit (the overview, the repository, the CI
+runs, the health); sent too, it would make the overview (``data-on="*"``) fetch twice per
+push, on every replica's streams of the tenant."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +99,8 @@ class LiveChanges:
 
     async def publish(self, change: Change) -> None:
         """The change feed's listener: to every replica's streams (itself included)."""
+        if change.kind in NOT_SHOWN:
+            return
         payload = orjson.dumps(
             {
                 "t": change.tenant_id,

@@ -25,9 +25,13 @@ Kind = Literal[
     "table.updated",
     "tables.updated",
     "instance.updated",
+    "commit.received",
 ]
 """``instance.updated``: an instance of the app's live release crashed, was restarted, was
-OOM-killed or given up (``deployment``: the release's number)."""
+OOM-killed or given up (``deployment``: the release's number). ``commit.received``: a new
+commit on the app's connected branch (a webhook push, a poll, a ``git push``), for observers:
+what it does (tested, deployed, recorded) is the push policy's answer, not a listener's, and
+``app.updated`` is emitted for it as well."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +44,8 @@ class Change:
     """``member.revoked``: the user who lost access to the app."""
     table: str | None = None
     """``table.updated``: the table whose schema changed (``tables.updated``: the list did)."""
+    commit: str | None = None
+    """``commit.received``: the commit (a full sha)."""
 
 
 Listener = Callable[[Change], Awaitable[None]]

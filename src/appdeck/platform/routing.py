@@ -13,7 +13,7 @@ import logging
 from appdeck.model import hostnames
 from appdeck.platform.apps import AppService
 from appdeck.platform.changes import Change, ChangeFeed
-from appdeck.platform.deploy.ingress_router import IngressRouter, published
+from appdeck.platform.deploy.ingress_router import IngressRouter
 from appdeck.storage.apps import AppRecord
 
 log = logging.getLogger("appdeck.routing")
@@ -56,7 +56,7 @@ class AppRoutes:
     async def removed(self, app: AppRecord) -> None:
         """The app is gone: its hostname answers 404."""
         self._router.forget(route_of(app))
-        await published(self._router)  # issue 21: in effect (HAProxy too) once handled
+        await self._router.published()  # issue 21: in effect (HAProxy too) once handled
 
     async def follow(self, change: Change) -> None:
         if change.kind == "app.created":
@@ -65,6 +65,6 @@ class AppRoutes:
                 # A new app has no live release. Whatever its key served before (a renamed
                 # app's deploy still in flight may have routed its old key) is not this app.
                 self._router.unroute(route_of(app))
-                await published(self._router)  # "not deployed yet" as soon as it is known
+                await self._router.published()  # "not deployed yet" as soon as it is known
         elif change.kind == "app.updated":  # a rename moved the route (``moved``)
-            await published(self._router)  # in effect (HAProxy too) before it is reported
+            await self._router.published()  # in effect (HAProxy too) before it is reported

@@ -11,7 +11,6 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from appdeck.common.identity import Principal
 from appdeck.ingress.hosts import HostMap
 from appdeck.model import hostnames
 from appdeck.platform.advice.service import AdviceService
@@ -20,8 +19,9 @@ from appdeck.platform.apis.services import ApiServices
 from appdeck.platform.apis.shares import OutboundLimits
 from appdeck.platform.apps import AppService
 from appdeck.platform.changes import ChangeFeed
+from appdeck.platform.ci.gate import CIGate
 from appdeck.platform.ci.runner import SandboxRunner
-from appdeck.platform.ci.service import CIService
+from appdeck.platform.ci.service import CIService, DeployCommit
 from appdeck.platform.crypto import Sealer
 from appdeck.platform.deploy import states
 from appdeck.platform.deploy.deployments import Deployments
@@ -29,7 +29,6 @@ from appdeck.platform.deploy.engine import DeployService, Operations
 from appdeck.platform.deploy.ingress_router import IngressRouter
 from appdeck.platform.deploy.local_runtime import LocalRuntime
 from appdeck.platform.deploy.preflight import PreflightService
-from appdeck.platform.deploy.queued import when_free
 from appdeck.platform.deploy.watch import NOT_WATCHED, DeployWatcher
 from appdeck.platform.domains import AppUrls, DnsTxtResolver, DomainService, NoTls, TlsStatus
 from appdeck.platform.env import EnvService
@@ -37,6 +36,7 @@ from appdeck.platform.health import HealthService
 from appdeck.platform.imports.service import ImportService
 from appdeck.platform.logs import LogService
 from appdeck.platform.oauth_clients import AppClientService
+from appdeck.platform.pushes import CommitDeploys, PushPolicy
 from appdeck.platform.quotas import Limits
 from appdeck.platform.repos.git import Git
 from appdeck.platform.repos.hosted import HostedLimits, HostedRepos
@@ -44,6 +44,7 @@ from appdeck.platform.repos.hosting import HostedService
 from appdeck.platform.repos.inline import InlineLimits
 from appdeck.platform.repos.prune import kept_commits
 from appdeck.platform.repos.service import REPLAY_WINDOW_S, RepoService
+from appdeck.platform.repos.sources import RepoSources
 from appdeck.platform.routing import AppRoutes
 from appdeck.platform.sources import SourceRoots
 from appdeck.platform.tables.databases import AppDatabases
@@ -177,36 +178,64 @@ class Platform:
         )
         env = EnvService(apps, sealer, feed)
         deployments = DeploymentStore(engine, transitions=states.check)
+        # Built in this order, each over what exists already (no setter after construction):
+        # the repository's reads and CI's gate, then the engine, then CI (which deploys a
+        # green commit), then the push policy over CI, then the repository service.
+        git, hosted = _git_of(config, driver)
+        repo_sources = RepoSources(
+            RepoStore(engine),
+            git,
+            sealer,
+            sources,
+            hosted=hosted,
+            keep=functools.partial(kept_commits, deployments),
+        )
+        ci_store = CIStore(engine)
         deploys = _deploy_service(
-            apps, env, deployments, driver, router, feed, sealer, sources, instance_id, watcher
+            apps,
+            env,
+            deployments,
+            driver,
+            router,
+            feed,
+            sealer,
+            sources,
+            instance_id,
+            watcher,
+            git=repo_sources,  # a connected repository is the app's source
+            gate=CIGate(ci_store),  # require_green
         )
         logs = LogService(apps, env, deployments, driver, sealer)
         ops = Operations(deploys)
-        git, hosted = _git_of(config, driver)
+        deploying = Deployments(apps, deploys, ops)
+        commits = CommitDeploys(deploying, repo_sources.is_newest)
+        ci = _ci_service(
+            ci_store, apps, repo_sources, env, driver, logs, feed, instance_id, commits.number
+        )
         repos = RepoService(
             apps,
-            RepoStore(engine),
+            repo_sources,
             sealer,
-            sources,
-            git,
             feed,
+            on_commit=PushPolicy(ci, commits, repo_sources),
             deliveries=WebhookDeliveries(engine),
             replay_window_s=config.webhook_replay_window_s,
-            hosted=hosted,
         )
         platform = cls(
             feed=feed,
             apps=apps,
             env=env,
-            deployments=Deployments(apps, deploys, ops),
+            deployments=deploying,
             repos=repos,
-            preflight=PreflightService(apps, env, sandboxed=driver.sandboxed),
+            preflight=PreflightService(
+                apps, env, sandboxed=driver.sandboxed, repository=repo_sources.url
+            ),
             logs=logs,
             tables=TableService(apps, databases, feed),
             records=RecordService(apps, databases),
             deploys=deploys,
             ops=ops,
-            ci=_ci_service(engine, apps, repos, env, driver, logs, feed, instance_id),
+            ci=ci,
             oauth_clients=AppClientService(apps, OAuthStore(engine)),
             apis=ApiServices.build(
                 engine,
@@ -234,7 +263,6 @@ class Platform:
             if hosted is not None
             else None,
         )
-        connect_repos(platform)
         platform._follow_apps(hosted, databases, router)
         return platform
 
@@ -294,37 +322,6 @@ def _tls_of(urls: AppUrls, app: AppRecord) -> dict[str, Any] | None:
     return None if public is None else urls.tls.status_of(public)
 
 
-def connect_repos(platform: Platform) -> None:
-    """A connected repository is its app's deploy source, and a push deploys through the
-    same path as deploy_app."""
-    platform.deploys.git = platform.repos
-    platform.preflight.repository = platform.repos.url  # preflight's source check
-
-    async def deploy(principal: Principal, app_id: int, commit: str) -> object:
-        return await when_free(  # after the deploy under way, if still the newest commit
-            lambda: platform.deployments.deploy(principal, app_id, wait_s=None, commit=commit),
-            lambda: platform.repos.is_newest(app_id, commit),
-        )
-
-    platform.repos.deploy_with(deploy)
-
-    async def deploy_commit(
-        principal: Principal, app_id: int, commit: str, strategy: str | None
-    ) -> int | None:
-        view = await when_free(
-            lambda: platform.deployments.deploy(
-                principal, app_id, strategy, wait_s=None, commit=commit
-            ),
-            lambda: platform.repos.is_newest(app_id, commit),
-        )
-        return None if view is None else view.record.number
-
-    platform.ci.deploy_with(deploy_commit)  # a green run with auto_deploy
-    platform.repos.handle_pushes_with(platform.ci.on_push)  # CI sees every received commit
-    platform.deploys.gate = platform.ci.gate  # require_green
-    platform.repos.keep_with(functools.partial(kept_commits, platform.deploys.store))
-
-
 def _domain_service(
     engine: AsyncEngine,
     config: PlatformConfig,
@@ -377,6 +374,9 @@ def _deploy_service(
     sources: SourceRoots,
     instance_id: str,
     watcher: DeployWatcher,
+    *,
+    git: RepoSources,
+    gate: CIGate,
 ) -> DeployService:
     """The deploy engine over the local runtime (``driver``) and the data plane (``router``)."""
     return DeployService(
@@ -389,28 +389,33 @@ def _deploy_service(
         sealer,
         sources=sources,
         instance_id=instance_id,
+        git=git,
+        gate=gate,
         watcher=watcher,
     )
 
 
 def _ci_service(
-    engine: AsyncEngine,
+    store: CIStore,
     apps: AppService,
-    repos: RepoService,
+    repos: RepoSources,
     env: EnvService,
     driver: RuntimeDriver,
     logs: LogService,
     feed: ChangeFeed,
     instance_id: str,
+    deploy: DeployCommit,
 ) -> CIService:
-    """CI: runs in the sandbox, their logs masked as the app's are."""
+    """CI: runs in the sandbox, their logs masked as the app's are; a green run with
+    auto_deploy deploys through ``deploy``."""
     return CIService(
         apps,
-        CIStore(engine),
+        store,
         repos,
         env,
         SandboxRunner(driver),
         logs.masker,
         feed,
+        deploy=deploy,
         instance_id=instance_id,
     )

@@ -43,6 +43,8 @@ def changed(change: Change) -> tuple[list[str], bool]:
     base = app_uri(change.app_id)
     if change.kind == "member.revoked":
         return [], False  # nothing changed for the others; see :func:`revoked`
+    if change.kind == "commit.received":
+        return [], False  # its ``app.updated`` (emitted with it) notifies the app's resources
     if change.kind in ("table.updated", "tables.updated"):
         from appdeck.resources.tables import changed as tables_changed
 

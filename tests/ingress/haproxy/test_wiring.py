@@ -19,7 +19,6 @@ from appdeck.common.tokens import token_hash
 from appdeck.ingress.haproxy.edge import control_secret
 from appdeck.ingress.haproxy.plane import HAProxyDataPlane
 from appdeck.ingress.keys import GateKey
-from appdeck.platform.deploy.ingress_router import published
 from appdeck.platform.deploy.ports import Backend
 from appdeck.runtime_setup import HAProxyRouter, behind_edge, edge_options, runtime_of
 from appdeck.settings import Settings
@@ -57,11 +56,11 @@ async def test_the_haproxy_setting_builds_a_router_whose_published_changes_are_i
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
             for release in ("r1", "r2"):
                 router.route("blog--acme", [Backend(release, 100, (app.address,))])
-                await published(router)
+                await router.published()
                 r = await client.get("/", headers={"host": "blog--acme.localhost"})
                 assert r.status_code == 200  # at once: published means in effect
             router.forget("blog--acme")
-            await published(router)
+            await router.published()
             r = await client.get("/", headers={"host": "blog--acme.localhost"})
             assert r.status_code == 404
         assert ingress.process.running()
@@ -101,7 +100,7 @@ async def test_a_route_that_requires_a_key_is_served_with_it_and_a_revoked_key_s
         assert behind_edge(app.app, router) == app.app  # no control plane through HAProxy
         await router.edge.start()
         router.route("shop--acme", [Backend("r1", 100, (app.address,))])
-        await published(router)
+        await router.published()
         secret = "adk_key_" + "x" * 43
         router.keys.add(token_hash(secret), GateKey(7, "key1", write=True, expires_at=None))
         await router.keys_published()  # what the API-key service awaits before "done"
@@ -194,7 +193,7 @@ async def test_replicas_on_one_host_each_serve_the_control_plane_until_one_stops
                 assert (await client.get("/healthz", headers=host)).status_code == 200
             assert len(second_cp.seen) == before
             first.route("blog--acme", [Backend("r1", 100, (first_cp.address,))])
-            await published(first)  # the first replica reloads: the second is gone for good
+            await first.published()  # the first replica reloads: the second is gone for good
             config = first.plane.layout.config.read_text()
             assert f"127.0.0.1:{first_cp.port} check" in config
             assert f":{second_cp.port}" not in config
@@ -233,7 +232,7 @@ async def test_a_killed_haproxy_is_started_again_with_the_edge_and_keys_are_stil
         router.keys.replace({7: "shop--acme"}, [])
         await router.edge.start()
         router.route("shop--acme", [Backend("r1", 100, (app.address,))])
-        await published(router)
+        await router.published()
         secret = "adk_key_" + "y" * 43
         router.keys.add(token_hash(secret), GateKey(7, "key1", write=True, expires_at=None))
         await router.keys_published()

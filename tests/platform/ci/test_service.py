@@ -238,7 +238,7 @@ async def test_runs_report_their_progress_as_the_ci_commit_status(
         reported.append((sha, state, context))
         return True
 
-    monkeypatch.setattr(on.platform.repos, "report_status", report)
+    monkeypatch.setattr(on.platform.repos.sources, "report_status", report)  # CI reports there
     app_id, secret = await _connected(on, repo, auto_deploy=False)
     green = repo.commit({"app.py": "print('v2')\n"}, "v2")
     await _push(on, app_id, secret, green, "v2")

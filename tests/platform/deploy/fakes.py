@@ -125,6 +125,16 @@ class FakeRouter:
         rate = self.error_rates.get(release_id, 0.0)
         return 100, int(rate * 100)
 
+    def apply(self, route: str, backends: list[Backend]) -> None:
+        """One table (no other replica to leave out): a route change like any other."""
+        if backends:
+            self.route(route, backends)
+        else:
+            self.unroute(route)
+
+    async def published(self) -> None:
+        """Nothing to wait for: no other replica, no data plane of its own."""
+
     def weights(self, route: str) -> dict[str, int]:
         return {b.release_id: b.weight for b in self.table.get(route, [])}
 

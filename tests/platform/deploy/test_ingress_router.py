@@ -15,7 +15,7 @@ from redis.asyncio import Redis
 from appdeck.events.signals import LocalBroadcast, RedisBroadcast
 from appdeck.ingress import Counters, RouteTable
 from appdeck.platform.deploy.ingress_router import CHANNEL, IngressRouter, decode, encode
-from appdeck.platform.deploy.ports import Backend
+from appdeck.platform.deploy.ports import Backend, RouterPort
 from tests.support.redis import connect
 
 ONE = [Backend("1-1", 100, ("127.0.0.1:20001", "127.0.0.1:20002"))]
@@ -111,6 +111,29 @@ async def test_one_process_shares_through_the_local_broadcast_too() -> None:
         a.route("shop--acme", ONE)
         await a.published()
         assert _weights(b, "shop--acme") == {"1-1": 100}
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_through_the_router_port_apply_stays_on_this_replica_and_route_does_not() -> None:
+    broadcast = LocalBroadcast()
+    a, b = _router(), _router()
+    await a.share(broadcast, "a")
+    await b.share(broadcast, "b")
+    port: RouterPort = a  # what the deploy engine holds: no isinstance to reach apply
+    try:
+        port.apply("shop--acme", ONE)  # after a restart: every replica routes it by itself
+        await port.published()
+        assert _weights(a, "shop--acme") == {"1-1": 100}
+        assert _weights(b, "shop--acme") is None
+        port.route("shop--acme", CANARY)
+        await port.published()  # returns once b has it (its own message came back)
+        assert _weights(b, "shop--acme") == {"1-2": 10, "1-1": 90}
+        port.apply("shop--acme", [])  # known, nothing to serve: here only
+        await port.published()
+        assert _weights(a, "shop--acme") == {}
+        assert _weights(b, "shop--acme") == {"1-2": 10, "1-1": 90}
     finally:
         await a.close()
         await b.close()

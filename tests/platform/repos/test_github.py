@@ -7,13 +7,17 @@ from __future__ import annotations
 import json
 import logging
 from types import SimpleNamespace
+from typing import cast
 
 import httpx
 import pytest
 
 from appdeck.common.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from appdeck.common.identity import Principal
+from appdeck.platform.deploy.deployments import DeploymentView
+from appdeck.platform.pushes import PushPolicy
 from appdeck.platform.repos.github import GitHub, github_repository
+from appdeck.platform.repos.service import PushOutcome, Received
 from tests.platform.on_fakes import OnFakes
 from tests.platform.repos.openapi import REPOS, STATUS, FakeGitHub, Operation, documented
 
@@ -188,7 +192,7 @@ async def _stored(on: OnFakes, url: str, token: str | None) -> int:
 
 async def _on_github(on: OnFakes, fake: FakeGitHub) -> int:
     """An app connected to a github.com repository with a token; GitHub is ``fake``."""
-    on.platform.repos.github = GitHub(transport=fake.transport)
+    on.platform.repos.sources.github = GitHub(transport=fake.transport)
     return await _stored(on, "https://github.com/octocat/Hello-World.git", TOKEN)
 
 
@@ -225,27 +229,31 @@ async def test_the_token_repo_list_needs_a_github_connection_and_the_role(
 async def test_a_push_deploy_reports_its_progress_as_the_deploy_status(
     on: OnFakes, fake: FakeGitHub
 ) -> None:
-    repos = on.platform.repos
     app_id = await _on_github(on, fake)
-    outcomes: list[object] = [SimpleNamespace(live=True), SimpleNamespace(live=False)]
+    app = await on.platform.apps.store.get(app_id)
+    assert app is not None
+    outcomes: list[object] = [SimpleNamespace(live=True), SimpleNamespace(live=False), None]
 
-    async def deploy(by: Principal, app: int, commit: str) -> object:
+    async def deploy(by: Principal, app: int, commit: str) -> DeploymentView | None:
         if not outcomes:
             raise Unavailable("the checkout failed")
-        return outcomes.pop(0)
+        return cast("DeploymentView | None", outcomes.pop(0))
 
-    repos.deploy_with(deploy)
-    assert repos._deploy is not None
-    for _ in range(2):
-        await repos._deploy(on.alice, app_id, SHA)
-    with pytest.raises(Unavailable):
-        await repos._deploy(on.alice, app_id, SHA)
-    said = [(json.loads(r.content)["state"], json.loads(r.content)["context"]) for r in fake.seen]
-    assert said == [
+    policy = PushPolicy(on.platform.ci, deploy, on.platform.repos.sources)  # no CI configured
+    for auto_deploy, answer in ((False, "recorded"), *[(True, "deploying")] * 4):
+        got = Received(app, on.alice, SHA, "m", "main", "push", auto_deploy)
+        assert await policy(got) == PushOutcome(answer, SHA)
+        await policy.settle()
+    said = [json.loads(r.content) for r in fake.seen]
+    assert [(s["state"], s["context"]) for s in said] == [
         ("pending", "appdeck/deploy"),
         ("success", "appdeck/deploy"),
         ("pending", "appdeck/deploy"),
         ("failure", "appdeck/deploy"),
         ("pending", "appdeck/deploy"),
         ("error", "appdeck/deploy"),
+        ("pending", "appdeck/deploy"),
+        ("error", "appdeck/deploy"),
     ]
+    assert said[5]["description"] == "not deployed: superseded by a newer push"
+    assert said[7]["description"] == "the deploy did not run"

@@ -42,7 +42,7 @@ def server(tmp_path: Path, repo: BareRepo) -> Iterator[GitHttpServer]:
 
 def _use(on: OnFakes, server: GitHttpServer, tmp_path: Path, limits: Limits | None = None) -> None:
     """Git as the server builds it, but trusting the test CA and allowed this loopback port."""
-    on.platform.repos._git = Git(
+    on.platform.repos.sources.git = Git(
         tmp_path / "repos",
         limits,
         policy=EgressPolicy(extra_allowed=(("127.0.0.1", server.port),)),
@@ -106,7 +106,7 @@ async def test_no_token_or_a_wrong_one_is_a_clear_error_that_never_shows_a_token
 async def test_git_does_not_trust_a_ca_it_was_not_given(
     on: OnFakes, server: GitHttpServer, tmp_path: Path
 ) -> None:
-    on.platform.repos._git = Git(
+    on.platform.repos.sources.git = Git(
         tmp_path / "repos", policy=EgressPolicy(extra_allowed=(("127.0.0.1", server.port),))
     )
     app_id = (await on.platform.apps.register(on.alice, "shop", SPEC)).app.id

@@ -12,7 +12,7 @@ import pytest
 from appdeck.common.errors import InvalidArgument, NotFound, PermissionDenied
 from appdeck.platform.deploy import states
 from appdeck.platform.repos.poller import Poller
-from appdeck.platform.repos.service import PushOutcome, Received, RepoService
+from appdeck.platform.repos.service import RepoService
 from tests.platform.on_fakes import OnFakes
 from tests.platform.repos.gitrepo import BareRepo, bare_repo
 
@@ -76,24 +76,20 @@ async def test_polling_turned_on_later_starts_from_the_head_and_hands_commits_to
 ) -> None:
     app_id = await _app(on)
     repos = on.platform.repos
-    seen: list[Received] = []
-
-    async def handler(got: Received) -> PushOutcome | None:
-        seen.append(got)
-        return PushOutcome("testing", got.commit)
-
-    repos.handle_pushes_with(handler)
     await repos.connect(on.alice, app_id, str(repo.bare))
+    await on.platform.ci.configure(on.alice, app_id, test_command="true")
     assert (await repos.get(on.alice, app_id)).poll_seconds is None
     assert await repos.poller.poll_once() == {}
     view = await repos.set_polling(on.alice, app_id, 300)
     assert view.poll_seconds == 300
     assert await repos.poller.poll_once() == {app_id: "baseline"}  # due at once
-    assert seen == []
+    assert await on.platform.ci.runs(on.alice, app_id, offset=0, limit=10) == []
     sha = repo.commit({"b.txt": "b"}, "second")
     clock.now += 300
-    assert await repos.poller.poll_once() == {app_id: "testing"}
-    assert [(r.commit, r.trigger, r.message) for r in seen] == [(sha, "poll", "second")]
+    assert await repos.poller.poll_once() == {app_id: "testing"}  # the push policy: CI first
+    await on.platform.ci.settle()
+    runs = await on.platform.ci.runs(on.alice, app_id, offset=0, limit=10)
+    assert [(r.commit, r.trigger, r.message) for r in runs] == [(sha, "poll", "second")]
     await repos.set_polling(on.alice, app_id, None)
     clock.now += 10**6
     assert await repos.poller.poll_once() == {}

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from appdeck.common.errors import FailedPrecondition, InvalidArgument
+from appdeck.platform.changes import Change
 from appdeck.platform.deploy import states
 from appdeck.platform.deploy.ports import Instance, Release
 from appdeck.platform.repos.git import Limits
@@ -57,6 +58,33 @@ async def test_a_signed_push_deploys_the_pushed_commit(on: OnFakes, repo: BareRe
     checkout = Path(record.source["path"], "app.py")
     assert checkout.read_text() == "print('v2')\n"  # noqa: ASYNC240 (a test's one small read)
     assert (await on.platform.repos.get(on.alice, app_id)).last_commit == sha
+
+
+async def test_a_received_commit_is_told_to_the_feed_for_observers_only(
+    on: OnFakes, repo: BareRepo
+) -> None:
+    seen: list[Change] = []
+
+    async def observe(change: Change) -> None:
+        seen.append(change)
+
+    on.platform.feed.subscribe(observe)
+    app_id, secret = await _connected(on, repo)
+    sha = repo.commit({"app.py": "print('v2')\n"}, "v2")
+    body = push_payload(sha, "v2")
+    seen.clear()
+    outcome = await on.platform.repos.push(app_id, body, sign(secret, body), "push")
+    assert (outcome.status, outcome.commit) == ("deploying", sha)  # the push policy's answer
+    assert seen[:2] == [
+        Change("app.updated", on.alice.tenant, app_id),
+        Change("commit.received", on.alice.tenant, app_id, commit=sha),
+    ]
+    await on.platform.repos.settle()
+    other = push_payload(repo.commit({"c": "c"}, "c"), "c", branch="other")
+    seen.clear()
+    outcome = await on.platform.repos.push(app_id, other, sign(secret, other), "push")
+    assert outcome.status == "ignored"
+    assert [c for c in seen if c.kind == "commit.received"] == []  # not the connected branch
 
 
 async def test_a_bad_or_missing_signature_is_refused_like_an_unknown_app(

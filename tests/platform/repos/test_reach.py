@@ -64,7 +64,7 @@ async def on(storage: Storage, tmp_path: Path) -> OnFakes:
 
 def _spy(on: OnFakes, tmp_path: Path, **kwargs: Any) -> Spy:
     spy = Spy(tmp_path / "spy-repos", Limits(timeout_s=20), **kwargs)
-    on.platform.repos._git = spy
+    on.platform.repos.sources.git = spy
     return spy
 
 

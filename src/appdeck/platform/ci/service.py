@@ -12,9 +12,9 @@ The rules:
   commit as the user who connected the repository, and records the deployment's number; any
   other outcome deploys nothing. Without a configuration the connection's own rule applies.
 - **require_green**: a deploy of a commit from the repository is refused (failed_precondition)
-  unless that exact commit has a passed run (:meth:`gate`, called by the deploy engine). A
-  deploy not from the repository (none connected any more) is not gated: there is nothing
-  to test.
+  unless that exact commit has a passed run (:class:`.gate.CIGate`, the deploy engine's
+  ``gate``, built before both over the runs' store). A deploy not from the repository (none
+  connected any more) is not gated: there is nothing to test.
 - **A restart** ends the runs a dead server process left queued or running as ``error``.
 """
 
@@ -46,7 +46,8 @@ from appdeck.platform.changes import Change, ChangeFeed
 from appdeck.platform.ci.runner import CIRunner, Job, Outcome
 from appdeck.platform.env import EnvService
 from appdeck.platform.repos.git import SHA
-from appdeck.platform.repos.service import PushOutcome, Received, RepoService
+from appdeck.platform.repos.service import PushOutcome, Received
+from appdeck.platform.repos.sources import RepoSources
 from appdeck.storage.apps import AppRecord
 from appdeck.storage.ci import CIConfigRecord, CIRunRecord, CIStore
 
@@ -67,9 +68,9 @@ GITHUB_STATES: Final = {"passed": "success", "failed": "failure", "timed_out": "
 """A run's end as a GitHub commit status (``appdeck/ci``); the rest is ``error``."""
 
 DeployCommit = Callable[[Principal, int, str, str | None], Awaitable[int | None]]
-"""Deploys a green commit; its deployment's number, or None when a newer push superseded it
-while it waited for the deploy under way."""
-"""Deploys a commit (principal, app id, commit, strategy) and returns the deployment number."""
+"""Deploys a green commit (principal, app id, commit, strategy): its deployment's number, or
+None when a newer push superseded it while it waited for the deploy under way
+(``appdeck.platform.pushes.CommitDeploys.number``)."""
 Masks = Callable[[int], Awaitable[Callable[[str], str]]]
 """The app's log masker (its env values), as tail_deploy_logs masks them."""
 
@@ -97,12 +98,13 @@ class CIService:
         self,
         apps: AppService,
         store: CIStore,
-        repos: RepoService,
+        repos: RepoSources,
         env: EnvService,
         runner: CIRunner,
         masks: Masks,
         feed: ChangeFeed,
         *,
+        deploy: DeployCommit,
         instance_id: str,
     ) -> None:
         self._apps = apps
@@ -113,16 +115,13 @@ class CIService:
         self._masks = masks
         self._feed = feed
         self._instance = instance_id
-        self._deploy: DeployCommit | None = None
+        self._deploy = deploy
+        """What a green run with auto_deploy calls (deploy_app's path, when the app is free)."""
         self._locks: dict[int, asyncio.Lock] = {}
         self._running: dict[tuple[int, int], asyncio.Task[CIRunRecord]] = {}
         self._making: dict[int, int] = {}
         self._cancelled: weakref.WeakSet[asyncio.Task[CIRunRecord]] = weakref.WeakSet()
         """Runs cancel_all cancelled (see there)."""
-
-    def deploy_with(self, deploy: DeployCommit) -> None:
-        """What a green run with auto_deploy calls (the composition root wires Deployments)."""
-        self._deploy = deploy
 
     # -- configuration ------------------------------------------------------------------
 
@@ -271,22 +270,6 @@ class CIService:
             self._making[got.app.id] -= 1
         return PushOutcome("testing", got.commit, reason=f"CI run #{record.number}")
 
-    async def gate(self, app_id: int, commit: str | None) -> None:
-        """Refuse a deploy of ``commit`` when the app requires a green run and it has none."""
-        config = await self._store.config(app_id)
-        if config is None or not config.require_green or commit is None:
-            return
-        if await self._store.passed(app_id, commit):
-            return
-        last = await self._last(app_id)
-        about = ""
-        if last is not None and last.commit == commit:
-            about = f"; its last run #{last.number} is {last.state}"
-        raise FailedPrecondition(
-            f"commit {commit[:12]} has no passing CI run{about} (require_green)",
-            hint="manage_ci trigger runs its tests; manage_ci logs shows why a run failed",
-        )
-
     async def start(self) -> int:
         """After a restart: runs another (dead) server process left unfinished end ``error``."""
         return await self._store.interrupted(
@@ -339,7 +322,7 @@ class CIService:
                 outcome = Outcome("error", None, f"the run could not be made: {exc}"[:500], "")
             ci_metrics.run_ended(outcome.state, time.monotonic() - began)
             ended = await self._end(record, outcome)
-        if ended.state == "passed" and config.auto_deploy and self._deploy is not None:
+        if ended.state == "passed" and config.auto_deploy:
             ended = await self._deploy_green(ended, by, config.strategy)
         return ended
 
@@ -409,7 +392,6 @@ class CIService:
     async def _deploy_green(
         self, run: CIRunRecord, by: Principal, strategy: str | None
     ) -> CIRunRecord:
-        assert self._deploy is not None
         try:
             number = await self._deploy(by, run.app_id, run.commit, strategy)
         except AppDeckError as exc:  # refused (a role lost, a deploy under way): said

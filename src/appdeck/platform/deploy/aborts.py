@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from appdeck.platform.deploy.ingress_router import published
 from appdeck.platform.deploy.locks import Hold
 from appdeck.platform.deploy.ports import (
     Backend,
@@ -43,7 +42,7 @@ class RoutesFirst:
         return await self._runtime.why_unhealthy(release, instance)
 
     async def stop(self, release_id: str, index: int | None = None) -> None:
-        await published(self._router())
+        await self._router().published()
         await self._runtime.stop(release_id, index)
 
     async def running(self, release_id: str) -> list[Instance]:

@@ -44,7 +44,6 @@ from appdeck.platform.crypto import Sealer
 from appdeck.platform.deploy import rollout, states
 from appdeck.platform.deploy.aborts import RoutesFirst, abort_held, plan_abort
 from appdeck.platform.deploy.cancels import CancelRelay
-from appdeck.platform.deploy.ingress_router import published
 from appdeck.platform.deploy.locks import AppLocks, Hold
 from appdeck.platform.deploy.ports import (
     Backend,
@@ -105,6 +104,8 @@ class DeployService:
         *,
         sources: SourceRoots,
         instance_id: str,
+        git: GitSource | None = None,
+        gate: Callable[[int, str | None], Awaitable[None]] | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         locks: AppLocks | None = None,
         watcher: DeployWatcher = NOT_WATCHED,
@@ -133,10 +134,10 @@ class DeployService:
         self.cancels = CancelRelay(self.runs)
         """Cancels for deploys another replica drives (:mod:`.cancels`)."""
         self._aside: set[asyncio.Task[None]] = set()
-        self.git: GitSource | None = None
-        """Set by the composition root: a connected repository is the app's source."""
-        self.gate: Callable[[int, str | None], Awaitable[None]] | None = None
-        """Set by the composition root: CI's require_green check of the commit deployed."""
+        self.git = git
+        """A connected repository is the app's source (``RepoSources``; None: no git)."""
+        self.gate = gate
+        """CI's require_green check of the commit deployed (``CIGate``; None: no CI)."""
 
     def background(self, work: Awaitable[None]) -> None:
         """Run clean-up work (stopping a release nobody routes to) without making the caller
@@ -342,7 +343,7 @@ class DeployService:
         async def step(message: str, traffic: int | None = None, state: str | None = None) -> None:
             nonlocal record
             held.check()
-            await published(self.router)  # the other replicas route as this one before it goes on
+            await self.router.published()  # the other replicas route as this one before it goes on
             record = await self.store.update(
                 app.id,
                 record.number,

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from appdeck.ingress import routes as ingress
 from appdeck.ingress.keys import KeyGate
-from appdeck.platform.deploy.ports import Backend, RouterPort
+from appdeck.platform.deploy.ports import Backend
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -240,24 +240,6 @@ class IngressRouter:
         here = (stats.requests, stats.status_5xx)
         cluster = None if self._counts is None else self._counts.window(route, release_id)
         return cluster if cluster is not None and cluster[0] >= here[0] else here
-
-
-async def published(router: RouterPort) -> None:
-    """Wait (bounded) until ``router``'s route changes so far reached the other replicas
-    (nothing to wait for unless it is a shared :class:`IngressRouter`)."""
-    if isinstance(router, IngressRouter):
-        await router.published()
-
-
-def apply_here(router: RouterPort, route: str, backends: list[Backend]) -> None:
-    """Route ``route`` in this replica's table only, when ``router`` has one of its own (an
-    :class:`IngressRouter`); otherwise, a plain route change."""
-    if isinstance(router, IngressRouter):
-        router.apply(route, list(backends))
-    elif backends:
-        router.route(route, backends)
-    else:
-        router.unroute(route)
 
 
 class _Share:

@@ -18,7 +18,6 @@ from appdeck.common.errors import AppDeckError, FailedPrecondition, NotFound
 from appdeck.common.identity import Principal
 from appdeck.model import hostnames
 from appdeck.platform.deploy import rollout, states
-from appdeck.platform.deploy.ingress_router import apply_here, published
 from appdeck.platform.deploy.locks import Hold
 from appdeck.platform.deploy.ports import Backend, BuildFailed, Instance, Release
 from appdeck.platform.deploy.running import STOPPED_ROUTE, Running, fenced, refuse_if_stopped
@@ -123,7 +122,7 @@ class Operations:
                 release.route,
                 [Backend(release.release_id, 100, tuple(i.upstream for i in instances))],
             )
-        await published(s.router)  # issue 21: in effect (HAProxy too) before it is reported
+        await s.router.published()  # issue 21: in effect (HAProxy too) before it is reported
         how = "instantly (it was still warm)" if warm else "after starting it again"
         with fenced(app_id):
             held.check()
@@ -325,7 +324,7 @@ class Operations:
                 if started:  # new instances: every replica routes them
                     s.router.route(release.route, backends)
                 else:  # the others route it already (or a deploy of it is under way)
-                    apply_here(s.router, release.route, backends)
+                    s.router.apply(release.route, backends)
                 restored += 1
         await self.running.apply_intents()  # stops and starts the CLI asked for meanwhile
         return interrupted, restored

@@ -68,3 +68,16 @@ class RouterPort(Protocol):
     def window(self, route: str, release_id: str) -> tuple[int, int]:
         """Requests and 5xx answers for the release since its last :meth:`mark`."""
         ...
+
+    def apply(self, route: str, backends: list[Backend]) -> None:
+        """Route ``route`` in this replica's own table only, unannounced (no backend: known,
+        with nothing to serve): what every replica does by itself, as after a restart, where
+        :meth:`route` would tell the others what they already route. A router with no table of
+        its own (one replica, a gateway) treats it as :meth:`route` or :meth:`unroute`."""
+        ...
+
+    async def published(self) -> None:
+        """Wait (bounded) until the route changes made so far are in effect everywhere traffic
+        comes in (the other replicas' ingresses, this host's data plane): an instance is
+        stopped only after it. At once where there is nothing to wait for."""
+        ...

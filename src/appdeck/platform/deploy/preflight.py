@@ -68,7 +68,7 @@ class PreflightService:
     which: Callable[[str], str | None] = field(default=shutil.which)
     port_free: Callable[[int], bool] = field(default=port_free)
     repository: Callable[[int], Awaitable[str | None]] | None = None
-    """The app's connected repository URL, if any (the composition root wires RepoService):
+    """The app's connected repository URL, if any (``RepoSources.url``, given when built):
     a connected repository is the app's source, whatever spec.source_path says."""
 
     async def check(

@@ -44,7 +44,6 @@ from appdeck.common.identity import Principal
 from appdeck.ingress.routes import STOPPED
 from appdeck.model import hostnames
 from appdeck.platform.deploy import rollout, states
-from appdeck.platform.deploy.ingress_router import apply_here, published
 from appdeck.platform.deploy.locks import Hold
 from appdeck.platform.deploy.ports import Backend, BuildFailed, Instance, Release
 from appdeck.storage.app_locks import Fenced
@@ -238,7 +237,7 @@ class Running:
         held.check()
         app = await s.apps.store.update(app.id, stopped=True, run_intent=None)
         s.router.route(route_of(app), list(STOPPED_ROUTE))  # every replica answers "stopped"
-        await published(s.router)  # issue 21: and HAProxy does, before an instance stops
+        await s.router.published()  # issue 21: and HAProxy does, before an instance stops
         for record in await s.store.for_app(
             app.id, states=[states.LIVE, states.SUPERSEDED, states.ROLLED_BACK], limit=10
         ):
@@ -280,7 +279,7 @@ class Running:
             ) from None
         upstreams = tuple(i.upstream for _, i in sorted(serving.items()))
         s.router.route(release.route, [Backend(release.release_id, 100, upstreams)])
-        await published(s.router)  # issue 21: in effect (HAProxy too) before it is reported
+        await s.router.published()  # issue 21: in effect (HAProxy too) before it is reported
         app = await s.apps.store.update(app.id, stopped=False, run_intent=None)
         with fenced(app.id):
             record = await s.store.update(
@@ -317,7 +316,7 @@ class Running:
             ) from None
         kept = [i for k, i in sorted(serving.items()) if k < count]
         s.router.route(release.route, [Backend(release.release_id, 100, _upstreams(kept))])
-        await published(s.router)  # issue 21: HAProxy too, before the extra instances stop
+        await s.router.published()  # issue 21: HAProxy too, before the extra instances stop
         for index in sorted(k for k in serving if k >= count):  # out of every route first
             await s.runtime.stop(release.release_id, index)
         return len(kept)
@@ -337,7 +336,7 @@ def route_of(app: AppRecord) -> str:
 
 def here(s: DeployService, app: AppRecord) -> None:
     """A stopped app's route in this replica's table (the others route it themselves)."""
-    apply_here(s.router, route_of(app), list(STOPPED_ROUTE))
+    s.router.apply(route_of(app), list(STOPPED_ROUTE))
 
 
 def refuse_if_stopped(app: AppRecord, what: str) -> None:

@@ -8,6 +8,13 @@ The token and the webhook secret are sealed at rest; the token is never returned
 the secret is returned once, by the connect that made it. A push deploys as the user who
 connected the repository (their role is checked then, as for any deploy).
 
+What a received commit does (CI tests it, or it is deployed, or only recorded) is the
+``on_commit`` port's answer (:class:`CommitPolicy`, the platform's push policy, built after
+CI and the deployments): this service records the commit, tells the change feed
+(``commit.received``, for observers) and returns the policy's :class:`PushOutcome` as the
+webhook's answer. The reads other services need of a connection are
+:class:`.sources.RepoSources`, built first and shared.
+
 A webhook delivery is taken once: its body (SHA-256) and its ``X-GitHub-Delivery`` id are
 remembered in the database for ``replay_window_s`` (every replica sees them); a delivery seen
 before, byte for byte or by id, is answered ``duplicate`` and does nothing. And a push acts
@@ -21,11 +28,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import re
 import secrets
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from appdeck.common.errors import AppDeckError, FailedPrecondition, InvalidArgument, NotFound
 from appdeck.common.identity import Principal
@@ -33,20 +38,16 @@ from appdeck.platform.apps import AppService
 from appdeck.platform.changes import Change, ChangeFeed
 from appdeck.platform.crypto import Sealer
 from appdeck.platform.repos import urls, webhook
-from appdeck.platform.repos.git import BRANCH, Git, GitError, Remote, unavailable
+from appdeck.platform.repos.git import BRANCH, Git, GitError
 from appdeck.platform.repos.github import GitHub, GitHubRepo, github_repository
 from appdeck.platform.repos.hosted import HostedRepos
 from appdeck.platform.repos.poller import POLL_MAX_S, POLL_MIN_S, Poller
-from appdeck.platform.sources import SourceRoots
+from appdeck.platform.repos.sources import RepoSources, failed, log_output
 from appdeck.storage.apps import AppRecord
 from appdeck.storage.repos import RepoRecord, RepoStore
 from appdeck.storage.webhook_deliveries import MAX_DELIVERY_ID, WebhookDeliveries
 
 log = logging.getLogger("appdeck.repos")
-
-Deploy = Callable[[Principal, int, str], Awaitable[object]]
-KeepCommits = Callable[[int], Awaitable[set[str]]]
-"""The commits whose checkouts an app keeps (:func:`.prune.kept_commits`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,15 +65,9 @@ class Received:
     """The connection's own auto_deploy (a CI configuration takes over when there is one)."""
 
 
-PushHandler = Callable[[Received], Awaitable["PushOutcome | None"]]
-"""Takes a received commit over (CI): its outcome, or None to let the connection's
-auto_deploy rule apply."""
 _DUMMY_SECRET: Final = secrets.token_urlsafe(32)
 REPLAY_WINDOW_S: Final = 3 * 86_400
 """How long a delivery is remembered (GitHub redelivers a delivery of the last 3 days)."""
-COMMIT: Final = re.compile(r"[0-9a-f]{7,64}")
-"""A commit to deploy: a full sha, or a prefix git resolves in the app's cache (one that
-names no commit, or several, is refused as not on the branch)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,74 +117,56 @@ class WebhookRefused(Exception):
     """The delivery is not signed by the app's secret (or no such connection: not said)."""
 
 
+class CommitPolicy(Protocol):
+    """What a received commit does (``appdeck.platform.pushes.PushPolicy``): its answer is
+    the webhook's (or the poll's) outcome; work it starts in the background is awaited by
+    :meth:`settle`."""
+
+    async def __call__(self, got: Received) -> PushOutcome: ...
+
+    async def settle(self) -> None: ...
+
+
 class RepoService:
     def __init__(
         self,
         apps: AppService,
-        store: RepoStore,
+        sources: RepoSources,
         sealer: Sealer,
-        sources: SourceRoots,
-        git: Git,
         feed: ChangeFeed,
         *,
+        on_commit: CommitPolicy,
         deliveries: WebhookDeliveries,
         replay_window_s: float = REPLAY_WINDOW_S,
-        hosted: HostedRepos | None = None,
     ) -> None:
         self._apps = apps
-        self.hosted = hosted
-        """The apps' hosted repositories (url ``hosted``: :mod:`.hosting`); None: off."""
+        self.sources = sources
+        """The connection's reads, shared with the deploy engine, preflight and CI."""
         self._deliveries = deliveries
         self._replay_window_s = replay_window_s
-        self._store = store
         self._sealer = sealer
-        self._sources = sources
-        self._git = git
         self._feed = feed
-        self._deploy: Deploy | None = None
-        self._handler: PushHandler | None = None
-        self._keep: KeepCommits | None = None
-        self._aside: set[asyncio.Task[None]] = set()
-        self.poller = Poller(self, store)
+        self._on_commit = on_commit
+        self.poller = Poller(self, sources.store)
         """Polls the connections with ``poll_seconds`` (started by ``Platform.start``)."""
-        self.github = GitHub()
-        """The GitHub adapter (statuses, a token's repositories); not tried on github.com."""
 
-    async def is_newest(self, app_id: int, commit: str) -> bool:
-        """Whether ``commit`` is still the newest commit received for the app (no push since,
-        the repository still connected): a push's deploy waiting its turn goes on only then."""
-        record = await self._store.get(app_id)
-        return record is not None and record.last_commit == commit
+    @property
+    def _store(self) -> RepoStore:
+        return self.sources.store
 
-    def deploy_with(self, deploy: Deploy) -> None:
-        """What an auto-deploying push calls (the composition root wires Deployments here).
-        Its progress is reported to GitHub as the ``appdeck/deploy`` commit status when the
-        repository is a github.com https URL with a token (:meth:`report_status`)."""
+    @property
+    def _git(self) -> Git:
+        return self.sources.git
 
-        async def reported(by: Principal, app_id: int, commit: str) -> object:
-            context = "appdeck/deploy"
-            await self.report_status(app_id, commit, "pending", context, "deploying")
-            try:
-                done = await deploy(by, app_id, commit)
-            except Exception:
-                await self.report_status(app_id, commit, "error", context, "the deploy did not run")
-                raise
-            live = getattr(done, "live", False) is True  # a DeploymentView
-            state, said = ("success", "live") if live else ("failure", "the deploy did not go live")
-            if done is None:  # it waited for the deploy under way, and a newer push came
-                state, said = "error", "not deployed: superseded by a newer push"
-            await self.report_status(app_id, commit, state, context, said)
-            return done
+    @property
+    def hosted(self) -> HostedRepos | None:
+        """The apps' hosted repositories (url ``hosted``: :mod:`.hosting`); None: off."""
+        return self.sources.hosted
 
-        self._deploy = reported
-
-    def keep_with(self, keep: KeepCommits) -> None:
-        """Which checkouts survive pruning (the composition root wires the deployments)."""
-        self._keep = keep
-
-    def handle_pushes_with(self, handler: PushHandler) -> None:
-        """What sees every received commit first (the composition root wires CI here)."""
-        self._handler = handler
+    @property
+    def github(self) -> GitHub:
+        """The GitHub adapter (statuses, a token's repositories): :class:`RepoSources`'s."""
+        return self.sources.github
 
     # -- the connection -------------------------------------------------------------------
 
@@ -213,13 +190,13 @@ class RepoService:
                 raise InvalidArgument("a token is sent over https only; the url is not https")
         if branch is not None and not BRANCH.fullmatch(branch):
             raise InvalidArgument(f"branch {branch[:100]!r} is not a valid branch name")
-        remote = self._remote(view.app, parsed, token)
+        remote = self.sources.remote(view.app, parsed, token)
         if parsed.kind == "hosted" and self.hosted is not None:
             await self.hosted.ensure(app_id)
         try:
             heads = await self._git.heads(remote, app_id)
         except GitError as exc:
-            raise _failed(app_id, exc, "the repository could not be read") from None
+            raise failed(app_id, exc, "the repository could not be read") from None
         if not heads.branches and parsed.kind != "hosted":
             raise FailedPrecondition("the repository has no branch", hint="push a commit first")
         fallback = next(iter(sorted(heads.branches)), "main")  # an empty hosted repo: main
@@ -274,9 +251,9 @@ class RepoService:
         view = await self._apps.load(principal, app_id, "repo.connect")
         record = await self._connection(app_id)
         try:
-            heads = await self._git.heads(self._stored_remote(view.app, record), app_id)
+            heads = await self._git.heads(self.sources.stored_remote(view.app, record), app_id)
         except GitError as exc:
-            raise _failed(app_id, exc, "the repository could not be read") from None
+            raise failed(app_id, exc, "the repository could not be read") from None
         found = [Branch(n, s, n == heads.default) for n, s in sorted(heads.branches.items())]
         return found[offset : offset + limit]
 
@@ -290,82 +267,22 @@ class RepoService:
             raise NotFound(f"app {app_id} has no repository", hint="connect_repo connects one")
         return record
 
-    def _remote(self, app: AppRecord, parsed: urls.GitUrl, token: str | None) -> Remote:
-        if parsed.kind == "hosted":
-            if self.hosted is None:
-                raise FailedPrecondition("hosted repositories are off on this server")
-            return Remote(str(self.hosted.path(app.id)))
-        if parsed.kind == "local":
-            assert parsed.path is not None
-            checked = self._sources.check(app.tenant_id, parsed.path)
-            return Remote(str(checked))
-        return Remote(parsed.url, token)
-
-    def _stored_remote(self, app: AppRecord, record: RepoRecord) -> Remote:
-        token = self._sealer.open(record.token) if record.token else None
-        try:
-            return self._remote(app, urls.parse(record.url), token)
-        except InvalidArgument as exc:
-            raise FailedPrecondition(
-                f"the connected repository no longer passes the source check: {exc.message}",
-                hint=exc.hint,
-            ) from None
-
-    # -- a deployment's source (the deploy engine's GitSource) ----------------------------
+    # -- the reads other services make (:class:`RepoSources`'s, for this service's callers) --
 
     async def connected(self, app_id: int) -> bool:
-        return await self._store.get(app_id) is not None
+        return await self.sources.connected(app_id)
 
     async def url(self, app_id: int) -> str | None:
         """The connected repository's URL (never with credentials), if any."""
-        record = await self._store.get(app_id)
-        return None if record is None else record.url
+        return await self.sources.url(app_id)
 
     async def connection(self, app_id: int) -> RepoRecord | None:
         """The app's connection as stored (sealed token and secret: never shown as is)."""
-        return await self._store.get(app_id)
-
-    async def note_commit(self, app: AppRecord, commit: str, message: str) -> None:
-        """Record a commit the platform made on the connected branch (inline files): a
-        later push or poll compares with it."""
-        await self._store.pushed(app.id, commit, message)
-        await self._feed.emit(Change("app.updated", app.tenant_id, app.id))
+        return await self.sources.connection(app_id)
 
     async def source(self, app: AppRecord, commit: str | None) -> dict[str, Any] | None:
-        """The app's repository checked out at ``commit`` (default: its branch's head), as a
-        deployment's ``source``; ``None`` when no repository is connected."""
-        record = await self._store.get(app.id)
-        if record is None:
-            return None
-        if commit is not None and not COMMIT.fullmatch(commit):
-            raise InvalidArgument("commit must be a hex sha, whole or its first 7+ digits")
-        remote = self._stored_remote(app, record)
-        try:
-            found = await self._git.resolve(app.id, remote, record.branch, commit)
-            path = await self._git.checkout(app.id, found.sha, remote)
-        except GitError as exc:
-            raise _failed(app.id, exc, "the commit could not be checked out") from None
-        await self._prune(app.id, found.sha)
-        return {
-            "kind": "git",
-            "path": str(path),
-            "url": record.url,
-            "branch": record.branch,
-            "commit": found.sha,
-            "message": found.message,
-        }
-
-    async def _prune(self, app_id: int, current: str) -> None:
-        """Drop the app's checkouts no deployment worth keeping uses (never ``current``)."""
-        if self._keep is None:
-            return
-        try:
-            keep = await self._keep(app_id) | {current}
-            await asyncio.to_thread(self._git.prune, app_id, keep)
-        except Exception:  # a checkout left behind is no reason to fail the deploy
-            log.exception("pruning the checkouts of app %s failed", app_id)
-
-    # -- GitHub's extras (:mod:`.github`) ------------------------------------------------
+        """The app's repository checked out at ``commit`` (:meth:`RepoSources.source`)."""
+        return await self.sources.source(app, commit)
 
     async def report_status(
         self,
@@ -376,27 +293,18 @@ class RepoService:
         description: str,
         target_url: str | None = None,
     ) -> bool:
-        """Set a commit status on GitHub (``context`` appdeck/ci or appdeck/deploy) when the
-        app's repository is a github.com https URL with a token; else nothing. Never raises: a
-        status that could not be set is logged (without the token). Whether it was set."""
-        record = await self._store.get(app_id)
-        where = github_repository(record.url) if record is not None else None
-        if record is None or record.token is None or where is None:
-            return False
-        try:
-            await self.github.create_status(
-                self._sealer.open(record.token),
-                *where,
-                sha,
-                state=state,
-                context=context,
-                description=description,
-                target_url=target_url,
-            )
-        except AppDeckError as exc:
-            log.warning("the GitHub status of app %s was not set: %s", app_id, exc.message)
-            return False
-        return True
+        """A GitHub commit status (:meth:`RepoSources.report_status`)."""
+        return await self.sources.report_status(
+            app_id, sha, state, context, description, target_url
+        )
+
+    async def note_commit(self, app: AppRecord, commit: str, message: str) -> None:
+        """Record a commit the platform made on the connected branch (inline files): a
+        later push or poll compares with it."""
+        await self._store.pushed(app.id, commit, message)
+        await self._feed.emit(Change("app.updated", app.tenant_id, app.id))
+
+    # -- GitHub's extras (:mod:`.github`) ------------------------------------------------
 
     async def token_repos(self, principal: Principal, app_id: int) -> list[GitHubRepo]:
         """The GitHub repositories the app's connected token can see."""
@@ -420,7 +328,7 @@ class RepoService:
         app = await self._apps.store.get(record.app_id)
         if app is None:
             return "gone"
-        remote = self._stored_remote(app, record)
+        remote = self.sources.stored_remote(app, record)
         head = (await self._git.heads(remote, app.id)).branches.get(record.branch)
         if head is None:
             raise GitError(f"the branch {record.branch!r} is gone from the repository")
@@ -432,7 +340,7 @@ class RepoService:
         try:
             found = await self._git.resolve(app.id, remote, record.branch, None)
         except GitError as exc:
-            _log_output(app.id, exc)
+            log_output(app.id, exc)
             raise
         current = await self._store.get(record.app_id)
         if current is None or current.url != record.url or current.branch != record.branch:
@@ -504,7 +412,7 @@ class RepoService:
         """``ignored`` unless ``commit`` is the branch's head on the remote now: a push
         delivered late, or replayed after the window, never moves the app back."""
         try:
-            heads = await self._git.heads(self._stored_remote(app, record))
+            heads = await self._git.heads(self.sources.stored_remote(app, record))
         except (GitError, AppDeckError) as exc:
             await self._deliveries.forget(app.id, digest)  # a redelivery may be taken
             reason = exc.reason if isinstance(exc, GitError) else exc.message
@@ -528,47 +436,19 @@ class RepoService:
     async def received(
         self, app: AppRecord, record: RepoRecord, commit: str, message: str, trigger: str
     ) -> PushOutcome:
-        """A new commit on the connected branch, from a verified webhook or a poll: recorded,
-        then handed to CI when configured, else deployed when the connection auto-deploys."""
+        """A new commit on the connected branch, from a verified webhook, a poll or a ``git
+        push``: recorded, told to the change feed's observers, then what the push policy
+        (``on_commit``) answers: CI tests it, or it is deployed, or it stays recorded."""
         await self._store.pushed(app.id, commit, message)
         await self._feed.emit(Change("app.updated", app.tenant_id, app.id))
+        await self._feed.emit(Change("commit.received", app.tenant_id, app.id, commit=commit))
         by = Principal(tenant=app.tenant_id, user=record.connected_by, kind="pat")
         got = Received(app, by, commit, message, record.branch, trigger, record.auto_deploy)
-        if self._handler is not None and (outcome := await self._handler(got)) is not None:
-            return outcome
-        if not record.auto_deploy or self._deploy is None:
-            return PushOutcome("recorded", commit)
-        self._background(app.id, self._deploy(by, app.id, commit))
-        return PushOutcome("deploying", commit)
-
-    def _background(self, app_id: int, work: Awaitable[object]) -> None:
-        async def run() -> None:
-            try:
-                await work
-            except AppDeckError as exc:  # refused (a role lost, a checkout refused): logged
-                log.warning("the push deploy of app %s did not run: %s", app_id, exc.message)
-            except Exception:
-                log.exception("the push deploy of app %s failed", app_id)
-
-        task = asyncio.create_task(run())
-        self._aside.add(task)
-        task.add_done_callback(self._aside.discard)
+        return await self._on_commit(got)
 
     async def settle(self) -> None:
         """Wait for push deploys under way (tests, shutdown)."""
-        if self._aside:
-            await asyncio.wait(set(self._aside), timeout=600)
-
-
-def _log_output(app_id: int, exc: GitError) -> None:
-    if exc.output:  # masked and bounded by :mod:`.git`; the tenant's words, for the log only
-        log.info("git on the repository of app %s failed: %s", app_id, exc.output)
-
-
-def _failed(app_id: int, exc: GitError, what: str) -> AppDeckError:
-    """``what`` failed, in the platform's words; git's own output goes to the log."""
-    _log_output(app_id, exc)
-    return unavailable(exc, what)
+        await self._on_commit.settle()
 
 
 def _view(record: RepoRecord) -> RepoView:
