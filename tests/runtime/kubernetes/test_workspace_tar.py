@@ -110,6 +110,12 @@ async def test_the_release_token_gets_the_built_workspace_as_a_tar_of_its_exact_
     assert answer.status_code == 200, answer.text
     assert answer.headers["content-type"] == "application/x-tar"
     assert int(answer.headers["content-length"]) == len(answer.content)
+    head = await client.head(
+        f"/internal/releases/{release_id}/workspace.tar",
+        headers={"authorization": f"Bearer {tars.token(release_id)}"},
+    )
+    assert (head.status_code, head.content) == (200, b"")
+    assert head.headers["content-length"] == answer.headers["content-length"]
     found = members(answer.content)
     assert set(found) >= {"app.py", "lib", "lib/data.txt", "inside"}
     with tarfile.open(fileobj=io.BytesIO(answer.content), mode="r:") as archive:
