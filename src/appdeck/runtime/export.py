@@ -73,13 +73,16 @@ class WorkspaceTar:
             raise Unavailable("the workspace's tar ended with an error")
 
     async def aclose(self) -> None:
+        """End the process and remove the scratch directory, both before the first await: a
+        client that hangs up cancels the response, and a cancelled task may get no further
+        (the scratch directory is empty: removing it is quick)."""
         if self.process.returncode is None:
             kill_tree(self.process.pid)
+        if self._scratch is not None:
+            remove_tree(self._scratch)
+            self._scratch = None
         with contextlib.suppress(ProcessLookupError):
             await self.process.wait()
-        if self._scratch is not None:
-            await asyncio.to_thread(remove_tree, self._scratch)
-            self._scratch = None
 
 
 class ExportMixin(DriverCore):

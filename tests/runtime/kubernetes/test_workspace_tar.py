@@ -176,6 +176,23 @@ async def test_a_workspace_over_the_limit_is_refused_before_a_byte_of_it(
     assert "larger than 1 MiB" in answer.json()["error"]
 
 
+async def test_a_tar_left_halfway_leaves_no_process_and_no_scratch_directory(
+    driver: LocalDriver, source: Path
+) -> None:
+    """A pod that hangs up mid-download: the response is closed, and so is the tar."""
+    (source / "big.bin").write_bytes(os.urandom(3 * 1024 * 1024))
+    release_id = await built(driver, APP, source)
+    tar = await driver.workspace_tar(release_id, 16 * 1024 * 1024)
+    assert tar is not None
+    chunks = tar.chunks()
+    assert len(await anext(chunks)) > 0
+    await tar.aclose()
+    await chunks.aclose()
+    assert tar.process.returncode is not None
+    directory = driver._existing(release_id).directory  # type: ignore[union-attr]
+    assert not list(directory.glob("export.*"))
+
+
 async def test_no_token_a_garbled_one_or_another_releases_get_one_answer_that_names_nothing(
     driver: LocalDriver, tars: WorkspaceTars, client: httpx.AsyncClient, source: Path
 ) -> None:
