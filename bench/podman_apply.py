@@ -12,7 +12,8 @@ once by the sandboxed local driver, then, interleaved round by round:
   port (polled every 5 ms). That includes the init container fetching and unpacking the
   workspace.tar from a real AppDeck endpoint (uvicorn on the host's address) with the
   release's token. Also when ``kube play`` returned (it waits for the init container), and the
-  teardown.
+  teardown; and the endpoint alone (the whole tar fetched from the host, as the init
+  container's ``curl`` does).
 - **local**: ``LocalDriver.start`` → the first healthy answer (``health`` polled every 5 ms,
   in the instance's network namespace), then ``stop``, as ``bench/sandbox.py`` measures it.
 
@@ -125,6 +126,16 @@ async def local_round(driver: LocalDriver, one: Release) -> dict[str, float]:
     return {"serving_s": serving - started, "teardown_s": time.monotonic() - serving}
 
 
+def fetch_round(deck: AppDeck, one: Release) -> dict[str, float]:
+    """What the init container's ``curl`` asks of AppDeck, from the host: the whole tar."""
+    url = f"{deck.url}/internal/releases/{one.release_id}/workspace.tar"
+    token = deck.tars.token(one.release_id)
+    started = time.monotonic()
+    answer = httpx.get(url, headers={"authorization": f"Bearer {token}"}, timeout=60)
+    answer.raise_for_status()
+    return {"fetch_s": time.monotonic() - started, "bytes": float(len(answer.content))}
+
+
 def measure_split(
     podman: Podman, deck: AppDeck, image: str, weights: tuple[int, int], requests: int
 ) -> dict[str, Any]:
@@ -205,7 +216,7 @@ def main() -> int:
         return 2
     image = podman.ensure_image().ref
     load_before = os.getloadavg()
-    rounds: dict[str, list[dict[str, float]]] = {"podman": [], "local": []}
+    rounds: dict[str, list[dict[str, float]]] = {"podman": [], "local": [], "fetch": []}
     with tempfile.TemporaryDirectory(prefix="podman-bench-") as scratch:
         sandbox = detect(340_000, f"appdeck/bench-{os.getpid()}")
         with appdeck_serving(Path(scratch) / "runtime", sandbox) as deck:
@@ -218,6 +229,7 @@ def main() -> int:
                         rounds["podman"].append(podman_round(podman, deck, image, one))
                     else:
                         rounds["local"].append(deck.run(local_round(deck.driver, one)))
+                rounds["fetch"].append(fetch_round(deck, one))
             splits = [
                 measure_split(podman, deck, image, weights, args.requests)
                 for weights in ((90, 10), (50, 50))
@@ -236,6 +248,8 @@ def main() -> int:
     print(f"apply → serving, podman: {summary([r['serving_s'] for r in rounds['podman']])}")
     print(f"  kube play returned:     {summary([r['play_s'] for r in rounds['podman']])}")
     print(f"  teardown:               {summary([r['teardown_s'] for r in rounds['podman']])}")
+    print(f"  workspace.tar alone:    {summary([r['fetch_s'] for r in rounds['fetch']])}", end="")
+    print(f", {rounds['fetch'][0]['bytes'] / 1024:.0f} KiB")
     print(f"start → healthy, local:   {summary([r['serving_s'] for r in rounds['local']])}")
     print(f"  stop:                   {summary([r['teardown_s'] for r in rounds['local']])}")
     for split in splits:
