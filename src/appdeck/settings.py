@@ -401,6 +401,30 @@ class Settings(BaseSettings):
     domain_txt_grace_seconds: float = Field(3 * 86_400.0, ge=0.0, le=90 * 86_400.0)
     """How long a TXT-verified domain keeps being served after its record is found missing."""
 
+    # -- issue 25 §2: apps on Kubernetes (runtime/kubernetes, docs/kubernetes.md) -------------
+    runtime: Literal["local", "kubernetes"] = "local"
+    """Where apps run: this host's processes (``local``) or a Kubernetes cluster. The server
+    does not start on ``kubernetes`` yet: the driver waits for the runtime seam (issue 25 §1)
+    to be wired into the composition root."""
+    kube_config: Path | None = None
+    """A kubeconfig file. Unset: the pod's service account when AppDeck runs in the cluster
+    (``KUBERNETES_SERVICE_HOST`` is set), else ``$KUBECONFIG`` or ``~/.kube/config``."""
+    kube_context: str | None = None
+    """The kubeconfig context; default: its current one."""
+    kube_image: str | None = None
+    """The base image every release runs in (required with ``kubernetes``)."""
+    kube_source_url: str | None = None
+    """AppDeck as the cluster's pods reach it, for the workspace download (required with
+    ``kubernetes``): ``http://appdeck.appdeck-system.svc:8080``."""
+    kube_namespace_mode: Literal["tenant", "shared"] = "tenant"
+    """A namespace per tenant (``<namespace>-t-<tenant>``), or every app in ``namespace``."""
+    kube_namespace: str = "appdeck"
+    kube_gateway: str = "appdeck-gateway/appdeck"
+    """The Gateway the apps' HTTPRoutes attach to, ``<namespace>/<name>``."""
+    kube_metrics_url: str | None = None
+    """The gateway's Prometheus text endpoint (Envoy's ``/stats/prometheus``) the canary's
+    per-backend 5xx are read from; unset: a canary sees no requests and passes on health."""
+
 
 class InvalidSetting(Exception):
     """A setting has a value that cannot be used; ``str()`` is one line for a person."""

@@ -45,8 +45,10 @@ async def _state(engine: AsyncEngine) -> tuple[set[str], str | None]:
         return await conn.run_sync(read)
 
 
-async def test_migrate_creates_the_tables_and_records_the_head_revision(database_url: str) -> None:
-    engine = create_engine(database_url)
+async def test_migrate_creates_the_tables_and_records_the_head_revision(
+    empty_database_url: str,
+) -> None:
+    engine = create_engine(empty_database_url)
     try:
         await migrate(engine)
         assert await _state(engine) == (TABLES, HEAD)
@@ -54,8 +56,8 @@ async def test_migrate_creates_the_tables_and_records_the_head_revision(database
         await engine.dispose()
 
 
-async def test_migrate_is_idempotent_and_keeps_the_data(database_url: str) -> None:
-    engine = create_engine(database_url)
+async def test_migrate_is_idempotent_and_keeps_the_data(empty_database_url: str) -> None:
+    engine = create_engine(empty_database_url)
     try:
         await migrate(engine)
         async with engine.begin() as conn:
@@ -74,12 +76,14 @@ async def test_migrate_is_idempotent_and_keeps_the_data(database_url: str) -> No
         await engine.dispose()
 
 
-async def test_the_migrations_build_exactly_the_schema_the_stores_query(database_url: str) -> None:
+async def test_the_migrations_build_exactly_the_schema_the_stores_query(
+    empty_database_url: str,
+) -> None:
     def diff(conn: Connection) -> list[Any]:
         context = MigrationContext.configure(conn, opts={"compare_type": True})
         return list(compare_metadata(context, metadata))
 
-    engine = create_engine(database_url)
+    engine = create_engine(empty_database_url)
     try:
         await migrate(engine)
         async with engine.connect() as conn:
@@ -88,8 +92,8 @@ async def test_the_migrations_build_exactly_the_schema_the_stores_query(database
         await engine.dispose()
 
 
-async def test_two_engines_migrating_at_once_both_succeed(database_url: str) -> None:
-    engines = [create_engine(database_url) for _ in range(2)]
+async def test_two_engines_migrating_at_once_both_succeed(empty_database_url: str) -> None:
+    engines = [create_engine(empty_database_url) for _ in range(2)]
     try:
         await asyncio.wait_for(asyncio.gather(*(migrate(e) for e in engines)), timeout=60)
         assert await _state(engines[0]) == (TABLES, HEAD)
@@ -99,9 +103,9 @@ async def test_two_engines_migrating_at_once_both_succeed(database_url: str) -> 
 
 
 async def test_one_process_can_migrate_two_databases_at_once(
-    database_url: str, tmp_path: Path
+    empty_database_url: str, tmp_path: Path
 ) -> None:
-    engines = [create_engine(database_url), create_engine(default_sqlite_url(tmp_path / "b"))]
+    engines = [create_engine(empty_database_url), create_engine(default_sqlite_url(tmp_path / "b"))]
     try:
         await asyncio.wait_for(asyncio.gather(*(migrate(e) for e in engines)), timeout=60)
         for engine in engines:
@@ -111,13 +115,13 @@ async def test_one_process_can_migrate_two_databases_at_once(
             await engine.dispose()
 
 
-async def test_two_processes_migrating_at_once_both_succeed(database_url: str) -> None:
+async def test_two_processes_migrating_at_once_both_succeed(empty_database_url: str) -> None:
     processes = [
         await asyncio.create_subprocess_exec(
             sys.executable,
             "-c",
             MIGRATE_IN_A_PROCESS,
-            database_url,
+            empty_database_url,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )
@@ -134,7 +138,7 @@ async def test_two_processes_migrating_at_once_both_succeed(database_url: str) -
                 await p.wait()
     for p, (_, stderr) in zip(processes, outputs, strict=True):
         assert p.returncode == 0, stderr.decode()
-    engine = create_engine(database_url)
+    engine = create_engine(empty_database_url)
     try:
         assert await _state(engine) == (TABLES, HEAD)
     finally:

@@ -8,8 +8,10 @@ from appdeck.protocol.sessions import Session
 from appdeck.storage import SqlEventLog, SqlSessionStore, SqlTaskStore, Storage
 
 
-async def test_opening_storage_migrates_and_builds_the_three_stores(database_url: str) -> None:
-    storage = await Storage.open(database_url)
+async def test_opening_storage_migrates_and_builds_the_three_stores(
+    empty_database_url: str,
+) -> None:
+    storage = await Storage.open(empty_database_url)
     try:
         assert isinstance(storage.sessions, SqlSessionStore)
         assert isinstance(storage.tasks, SqlTaskStore)
@@ -20,17 +22,17 @@ async def test_opening_storage_migrates_and_builds_the_three_stores(database_url
 
 
 async def test_what_was_stored_is_there_after_closing_and_opening_again(
-    database_url: str,
+    empty_database_url: str,
 ) -> None:
     session = Session(id="s1", tenant="acme", user="ada", protocol_version="2025-11-25")
-    first = await Storage.open(database_url)
+    first = await Storage.open(empty_database_url)
     try:
         await first.sessions.insert(session)
         event = await first.events.append("s1", "get", b"{}")
     finally:
         await first.close()
 
-    second = await Storage.open(database_url)
+    second = await Storage.open(empty_database_url)
     try:
         assert await second.sessions.load("s1") == session
         assert await second.events.replay("s1", "get", 0) == [event]

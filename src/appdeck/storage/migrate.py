@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import weakref
+from functools import cache
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -73,5 +76,15 @@ async def _lock(connection: AsyncConnection) -> None:
         )
 
 
+@cache
+def head_revision() -> str | None:
+    """The newest revision of the migrations shipped with this code (read once per process:
+    parsing every migration script is most of what an up-to-date start costs)."""
+    return ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+
 def _upgrade(connection: Connection) -> None:
+    # At head already (every start but the first after an upgrade): nothing to load or run.
+    if MigrationContext.configure(connection).get_current_revision() == head_revision():
+        return
     command.upgrade(alembic_config(connection), "head")
