@@ -79,6 +79,7 @@ from appdeck.transport.responses import ASGIApp
 from appdeck.transport.routes import Router, control_plane, json_route
 from appdeck.transport.security import LOOPBACK_HOSTS, HostPolicy
 from appdeck.transport.spellings import SpelledChallenges
+from appdeck.transport.workspace_tar import workspace_tar_route
 
 log = logging.getLogger("appdeck")
 DEPLOY_WATCH_SECONDS = 5.0
@@ -538,6 +539,8 @@ class Services:
             if self.platform.hosting is not None:  # each app's git remote (issue 21 §4)
                 throttle = FailureThrottle(free=s.auth_failures_per_ip, window=MCP_WINDOW)
                 routes.append(git_remote_route(self.platform.hosting, self.authenticator, throttle))
+            if self.platform.workspaces is not None:  # a pod's source (docs/kubernetes.md)
+                routes.append(workspace_tar_route(self.platform.workspaces))
         if self.console is not None:
             routes += console_routes(self.console)
         plane = control_plane(health, routes, metrics_token=s.metrics_token)

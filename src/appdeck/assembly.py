@@ -268,6 +268,7 @@ def platform_config(settings: Settings, ingress_port: int, base_url: str) -> Pla
         reserved_hosts=tuple(
             h for h in [urlsplit(settings.public_url or "").hostname] if h is not None
         ),
+        max_source_mb=settings.max_source_mb,
     )
 
 

@@ -336,6 +336,9 @@ class Settings(BaseSettings):
     """Files in one ``files`` argument (import_and_deploy, deploy_app)."""
     inline_max_bytes: int = Field(3 << 20, ge=1024, le=1 << 30)
     """Decoded bytes of one ``files`` argument (the MCP body cap applies too)."""
+    max_source_mb: int = Field(256, ge=1, le=64 << 10)
+    """The largest prepared workspace served at ``/internal/releases/<id>/workspace.tar`` to
+    a Kubernetes pod (``ClusterLimits.max_source_mb``: keep the two equal; docs/kubernetes.md)."""
 
     # -- automatic TLS (issue 21 §3: platform/tls, docs/tls.md) -----------------------------
     acme_directory: str | None = None

@@ -50,6 +50,7 @@ from appdeck.platform.sources import SourceRoots
 from appdeck.platform.tables.databases import AppDatabases
 from appdeck.platform.tables.records_service import RecordService
 from appdeck.platform.tables.schema_service import TableService
+from appdeck.platform.workspace_tars import DEFAULT_MAX_MB, WorkspaceTars
 from appdeck.runtime.driver import RuntimeDriver
 from appdeck.runtime.egress import EgressPolicy
 from appdeck.storage.apps import AppRecord, AppStore
@@ -94,6 +95,8 @@ class PlatformConfig:
     domain_txt_grace_seconds: float = 3 * 86_400.0
     reserved_hosts: tuple[str, ...] = ()
     """The platform's own hostnames (the control plane's public URL): never a custom domain."""
+    max_source_mb: int = DEFAULT_MAX_MB
+    """The largest prepared workspace served to a pod (``/internal/.../workspace.tar``)."""
 
     def url_of(self, app_name: str, tenant: str) -> str:
         """Where the app is served (the hostname rule is :mod:`appdeck.model.hostnames`)."""
@@ -133,6 +136,8 @@ class Platform:
     _router: IngressRouter
     hosting: HostedService | None = None
     """Each app's git remote and inline files (None: APPDECK_HOSTED_REPOS off)."""
+    workspaces: WorkspaceTars | None = None
+    """Releases' prepared workspaces for their pods (None: the driver keeps none)."""
 
     @property
     def advice(self) -> AdviceService:
@@ -262,6 +267,7 @@ class Platform:
             )
             if hosted is not None
             else None,
+            workspaces=_workspaces_of(config, driver, sealer),
         )
         platform._follow_apps(hosted, databases, router)
         return platform
@@ -342,6 +348,16 @@ def _domain_service(
         claim_ttl=config.domain_claim_ttl_seconds,
         txt_grace=config.domain_txt_grace_seconds,
     )
+
+
+def _workspaces_of(
+    config: PlatformConfig, driver: RuntimeDriver, sealer: Sealer
+) -> WorkspaceTars | None:
+    """Built workspaces served to pods, when the driver keeps them (the local driver's)."""
+    source = getattr(driver, "workspace_tar", None)
+    if source is None:
+        return None
+    return WorkspaceTars(sealer.mac, source, max_mb=config.max_source_mb)
 
 
 def _git_of(config: PlatformConfig, driver: RuntimeDriver) -> tuple[Git, HostedRepos | None]:

@@ -33,8 +33,9 @@ after stopping anything they left behind.
 
 The driver is assembled here from mixins, one module per concern: :mod:`.core` (settings,
 bookkeeping, environment), :mod:`.build`, :mod:`.supervision` (spawning and restarts),
-:mod:`.stopping` and :mod:`.adoption`; with :mod:`.model` (releases, instances, restart policy,
-validation), :mod:`.state` (the state files) and :mod:`.procs` (process helpers).
+:mod:`.stopping`, :mod:`.adoption` and :mod:`.export` (a built workspace as a tar); with
+:mod:`.model` (releases, instances, restart policy, validation), :mod:`.state` (the state
+files) and :mod:`.procs` (process helpers).
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ from appdeck.runtime.driver import (
     LogPage,
     Release,
 )
+from appdeck.runtime.export import ExportMixin
 from appdeck.runtime.inspection import InspectionMixin
 from appdeck.runtime.logs import last_seq, read_page
 from appdeck.runtime.model import (
@@ -95,7 +97,7 @@ __all__ = [
 ]
 
 
-class LocalDriver(BuildMixin, AdoptionMixin, StopMixin, InspectionMixin):
+class LocalDriver(BuildMixin, AdoptionMixin, StopMixin, InspectionMixin, ExportMixin):
     """:class:`~appdeck.runtime.driver.RuntimeDriver` on local processes."""
 
     # ---------------------------------------------------------------- run

@@ -22,7 +22,8 @@ why (docs/kubernetes.md, "Running a rendered pod under podman"):
   to; aardvark-dns, iptables).
 
 The base image is made from Debian's packages, never pulled: the closure of Debian's
-``python3.X-minimal`` and ``libpython3.X-stdlib`` (``apt-get download``, unpacked with
+``python3.X-minimal`` and ``libpython3.X-stdlib``, and of the init container's ``dash``,
+``coreutils``, ``curl`` and ``tar`` (:data:`TOOLS`; ``apt-get download``, unpacked with
 ``dpkg-deb -x``, no maintainer script run; about 47 MB), imported with ``podman import``, and
 tagged by the hash of the package files it was made of: a Debian update makes a new one.
 """
@@ -50,10 +51,13 @@ HOME: Final = Path(os.environ.get("APPDECK_PODMAN_HOME", "/var/tmp/appdeck-podma
 """Where podman keeps this project's images, containers and configs (stable across runs)."""
 STORAGE_DRIVER: Final = os.environ.get("APPDECK_PODMAN_STORAGE", "overlay")
 IMAGE_NAME: Final = "localhost/appdeck-base"
-RECIPE: Final = "1"
+RECIPE: Final = "3"
 """Bumped when the way the image is made changes (it is part of the image's tag)."""
+TOOLS: Final = ("dash", "coreutils", "curl", "tar")
+"""What a rendered pod's init container runs besides Python: ``/bin/sh``, ``rm``, ``curl``
+and ``tar`` (it fetches and unpacks the release's workspace.tar)."""
 EXCLUDED: Final = frozenset(
-    {"dpkg", "install-info", "perl-base", "perl", "tar", "debconf", "mailcap", "mime-support"}
+    {"dpkg", "install-info", "perl-base", "perl", "debconf", "mailcap", "mime-support"}
 )
 """Dependencies the image does without: the package manager's own (no maintainer script runs
 in it, nothing is installed into it afterwards) and what only they need."""
@@ -86,7 +90,9 @@ class Played:
     yaml: Path
     pods: tuple[str, ...]
     volumes: tuple[str, ...]
-    """The ConfigMaps' volumes: podman 4.3's ``kube down`` leaves them behind."""
+    """The ConfigMaps' and emptyDirs' volumes: podman 4.3's ``kube down`` leaves them behind."""
+    secrets: tuple[str, ...] = ()
+    """The Secrets, made with ``podman secret create`` before the play (:meth:`Podman.played`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,13 +163,13 @@ class Podman:
         started = time.monotonic()
         self.configure()
         remembered = self.home / "image.json"
-        lists = _apt_lists_state()
+        lists = f"{RECIPE}:{_apt_lists_state()}"  # a new recipe is a new image too
         with _locked(self.home / "image.lock"):
             with contextlib.suppress(OSError, ValueError, KeyError):
                 known = json.loads(remembered.read_text())
                 if known["lists"] == lists and self._has_image(known["ref"]):
                     return Image(known["ref"], built=False, seconds=time.monotonic() - started)
-            packages = _closure(_python_roots())
+            packages = _closure([*_python_roots(), *TOOLS])
             files = _download_names(packages)
             digest = hashlib.sha256("\n".join([RECIPE, *sorted(files)]).encode()).hexdigest()
             ref = f"{IMAGE_NAME}:{digest[:16]}"
@@ -193,28 +199,45 @@ class Podman:
 
     @contextlib.contextmanager
     def played(self, objects: Sequence[Mapping[str, Any]]) -> Iterator[Played]:
-        """``kube play`` of ``objects`` (ConfigMaps, a Deployment, a Service), torn down on
-        the way out whatever happened in between."""
+        """``kube play`` of ``objects`` (Secrets, ConfigMaps, a Deployment, a Service), torn
+        down on the way out whatever happened in between.
+
+        Each Secret becomes a podman secret holding its ``data`` before the play: podman
+        4.3's play of a ``Secret`` stores the whole object, which its own ``secretKeyRef``
+        and ``envFrom`` then fail to read ("secret ... is not valid JSON": they want the
+        ``data`` map alone)."""
         self.configure()
         self.sweep()
-        yaml = self.home / "plays" / f"{uuid.uuid4().hex}.yaml"
+        stem = uuid.uuid4().hex
+        yaml = self.home / "plays" / f"{stem}.yaml"
+        secrets = {
+            str(item["metadata"]["name"]): dict(item.get("data") or {})
+            for item in objects
+            if item.get("kind") == "Secret"
+        }
+        played_objects = [item for item in objects if item.get("kind") != "Secret"]
+        # what a killed run leaves is found by this file (:meth:`sweep`): written first
+        yaml.with_suffix(".secrets").write_text("".join(f"{name}\n" for name in secrets))
         # JSON is YAML: no YAML writer needed
-        yaml.write_text("\n---\n".join(json.dumps(item) for item in objects) + "\n")
-        volumes = _volumes_of(objects)
-        played = Played(yaml, pods=(), volumes=volumes)
+        yaml.write_text("\n---\n".join(json.dumps(item) for item in played_objects) + "\n")
+        volumes = _volumes_of(played_objects)
+        played = Played(yaml, pods=(), volumes=volumes, secrets=tuple(secrets))
         try:
+            for name, data in secrets.items():
+                self._podman("secret", "create", name, "-", input=json.dumps(data))
             report = self._podman("kube", "play", "--quiet", str(yaml), check=False)
             pods = tuple(self._pods_of(yaml))
-            played = Played(yaml, pods=pods, volumes=volumes)
+            played = Played(yaml, pods=pods, volumes=volumes, secrets=tuple(secrets))
             if report.returncode != 0:
-                raise RuntimeError(f"podman kube play failed: {_tail(report.stderr)}")
+                logs = "\n".join(self.logs(pod) for pod in pods)
+                raise RuntimeError(f"podman kube play failed: {_tail(report.stderr)}\n{logs}")
             yield played
         finally:
             self.down(played)
 
     def down(self, played: Played) -> None:
-        """Stop and remove the pods, their containers and the ConfigMaps' volumes. Pod by pod
-        rather than ``kube down``, which takes ~3.5 s more here for the same work."""
+        """Stop and remove the pods, their containers, volumes and secrets. Pod by pod rather
+        than ``kube down``, which takes ~3.5 s more here for the same work."""
         if played.pods:
             self._podman("pod", "stop", "--time", str(STOP_S), *played.pods, check=False)
             self._podman("pod", "rm", "--force", "--ignore", *played.pods, check=False)
@@ -222,7 +245,10 @@ class Podman:
             self._podman("kube", "down", str(played.yaml), check=False)
         for volume in played.volumes:
             self._podman("volume", "rm", "--force", volume, check=False)
+        for secret in played.secrets:
+            self._podman("secret", "rm", secret, check=False)
         played.yaml.unlink(missing_ok=True)
+        played.yaml.with_suffix(".secrets").unlink(missing_ok=True)
 
     def sweep(self) -> None:
         """Tear down what a killed run left: plays older than :data:`STALE_S`."""
@@ -230,7 +256,10 @@ class Podman:
             with contextlib.suppress(OSError, ValueError, KeyError):
                 if time.time() - yaml.stat().st_mtime > STALE_S:
                     objects = [json.loads(text) for text in yaml.read_text().split("\n---\n")]
-                    self.down(Played(yaml, tuple(self._pods_of(yaml)), _volumes_of(objects)))
+                    secrets = yaml.with_suffix(".secrets")
+                    names = secrets.read_text().split() if secrets.exists() else []
+                    pods = tuple(self._pods_of(yaml))
+                    self.down(Played(yaml, pods, _volumes_of(objects), tuple(names)))
 
     def pod_ip(self, pod: str) -> str:
         """The address of ``pod`` on its network: what a Service's endpoint would hold."""
@@ -247,8 +276,18 @@ class Podman:
 
     def logs(self, pod: str) -> str:
         """Every container's output in ``pod`` (for a failure's message)."""
-        found = self._podman("pod", "logs", pod, check=False)
-        return _tail(found.stdout + found.stderr, 4000)
+        said = []
+        for container in self._containers_of(pod):
+            found = self._podman("logs", container, check=False)
+            said.append(f"-- {container}:\n{_tail(found.stdout + found.stderr, 2000)}")
+        return "\n".join(said)
+
+    def _containers_of(self, pod: str) -> list[str]:
+        """Every container of ``pod``, the exited init containers too."""
+        listed = self._podman(
+            "ps", "--all", "--filter", f"pod={pod}", "--format", "{{.Names}}", check=False
+        )
+        return [name for name in listed.stdout.split() if not name.endswith("-infra")]
 
     def _pods_of(self, yaml: Path) -> Iterator[str]:
         """The pods a play of ``yaml`` made: ``<deployment>-pod-<n>``, as podman names them."""
@@ -263,12 +302,13 @@ class Podman:
                 yield pod
 
     def _podman(
-        self, *args: str, check: bool = True, stdin: Any = None
+        self, *args: str, check: bool = True, stdin: Any = None, input: str | None = None
     ) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(
             ["podman", "--log-level=error", *args],
             env=self.env(),
-            stdin=stdin if stdin is not None else subprocess.DEVNULL,
+            input=input,
+            stdin=None if input is not None else stdin if stdin is not None else subprocess.DEVNULL,
             capture_output=True,
             text=True,
             timeout=COMMAND_TIMEOUT_S,
@@ -277,6 +317,63 @@ class Podman:
         if check and done.returncode != 0:
             raise RuntimeError(f"podman {' '.join(args[:3])} failed: {_tail(done.stderr)}")
         return done
+
+
+NOT_PLAYED: Final = {
+    "Namespace": "podman has no namespaces: every pod is in one, whatever its tenant",
+    "NetworkPolicy": "podman enforces none (netavark has no policy engine)",
+    "HTTPRoute": "no gateway under podman: AppDeck's HAProxy data plane takes the route's "
+    "weights instead",
+}
+"""The kinds a rendered release holds that podman 4.3 does not play, and why."""
+
+
+def for_podman(
+    objects: Sequence[Mapping[str, Any]], host_ports: Mapping[str, int]
+) -> list[dict[str, Any]]:
+    """``render()``'s objects as podman 4.3 can play them beside other releases, changed only
+    where it cannot take them as they are (docs/kubernetes.md says why, case by case):
+
+    - the kinds of :data:`NOT_PLAYED` are left out;
+    - each Deployment's emptyDirs are named after it (``<deployment>-source``, ``-tmp``):
+      podman 4.3 shares an emptyDir by name between pods, so every release would unpack its
+      workspace into one ``source`` volume, and share one ``/tmp`` with every other app;
+    - the ``http`` port of the Deployment named ``d`` gets ``hostIP: 127.0.0.1`` and
+      ``hostPort: host_ports[d]``: podman 4.3 publishes every containerPort on the host, at
+      the same number on 0.0.0.0 unless told, so two releases on 8080 would collide, and the
+      app would be open on every interface. Published on loopback, it is also what AppDeck's
+      data plane can reach (it forwards to 127.0.0.1 only), as a gateway reaches endpoints;
+    - a pod with init containers restarts ``OnFailure``, not ``Always``: podman 4.3 applies
+      the pod's policy to its init containers too, restarts the one that finished, and the
+      play then fails removing it ("cannot remove container ... as it is running").
+
+    Secrets and everything else go as rendered (:meth:`Podman.played` makes the Secrets)."""
+    adapted: list[dict[str, Any]] = []
+    for item in objects:
+        if item.get("kind") in NOT_PLAYED:
+            continue
+        copied: dict[str, Any] = json.loads(json.dumps(item))
+        if copied.get("kind") == "Deployment":
+            name = copied["metadata"]["name"]
+            pod = copied["spec"]["template"]["spec"]
+            renamed = {
+                volume["name"]: f"{name}-{volume['name']}"
+                for volume in pod.get("volumes", ())
+                if "emptyDir" in volume
+            }
+            for volume in pod.get("volumes", ()):
+                volume["name"] = renamed.get(volume["name"], volume["name"])
+            if pod.get("initContainers") and pod.get("restartPolicy") == "Always":
+                pod["restartPolicy"] = "OnFailure"
+            for container in [*pod.get("initContainers", ()), *pod["containers"]]:
+                for mount in container.get("volumeMounts", ()):
+                    mount["name"] = renamed.get(mount["name"], mount["name"])
+                for port in container.get("ports", ()):
+                    if port.get("name") == "http":
+                        port["hostIP"] = "127.0.0.1"
+                        port["hostPort"] = host_ports[name]
+        adapted.append(copied)
+    return adapted
 
 
 def wait_http(host: str, port: int, path: str, *, deadline_s: float = 30.0) -> tuple[int, bytes]:
@@ -298,8 +395,27 @@ def wait_http(host: str, port: int, path: str, *, deadline_s: float = 30.0) -> t
 
 
 def _volumes_of(objects: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
-    """The volumes a play of ``objects`` makes: one per ConfigMap, by its name."""
-    return tuple(item["metadata"]["name"] for item in objects if item.get("kind") == "ConfigMap")
+    """The volumes a play of ``objects`` makes: one per ConfigMap and one per emptyDir, by
+    its name."""
+    maps = (item["metadata"]["name"] for item in objects if item.get("kind") == "ConfigMap")
+    return (*maps, *_empty_dirs(objects))
+
+
+def _empty_dirs(objects: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
+    """The ``emptyDir`` volumes of the Deployments and Pods in ``objects``, by name (podman
+    4.3 makes each a named volume, shared by every pod naming one alike)."""
+    found: list[str] = []
+    for item in objects:
+        if item.get("kind") not in ("Deployment", "Pod"):
+            continue
+        spec = item.get("spec") or {}
+        pod = (
+            (spec.get("template") or {}).get("spec") or {} if item["kind"] == "Deployment" else spec
+        )
+        for volume in pod.get("volumes") or ():
+            if "emptyDir" in volume and volume["name"] not in found:
+                found.append(str(volume["name"]))
+    return tuple(found)
 
 
 def _python_roots() -> list[str]:
@@ -377,6 +493,10 @@ def _rootfs(scratch: Path, packages: Sequence[str]) -> Path:
     for directory in ("app", "tmp", "proc", "sys", "dev", "etc", "run"):
         (rootfs / directory).mkdir(exist_ok=True)
     (rootfs / "tmp").chmod(0o1777)
+    # podman 4.3 gives an empty volume the mode of the directory it is mounted on: /app is
+    # where the init container unpacks the workspace into an emptyDir, 0777 as the kubelet
+    # makes one (a mounted volume always hides it: it is never where anything is written)
+    (rootfs / "app").chmod(0o777)
     (rootfs / "etc" / "passwd").write_text("root:x:0:0:root:/root:/nonexistent\n")
     (rootfs / "etc" / "group").write_text("root:x:0:\n")
     return rootfs
