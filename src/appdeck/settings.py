@@ -338,7 +338,7 @@ class Settings(BaseSettings):
     """Decoded bytes of one ``files`` argument (the MCP body cap applies too)."""
     max_source_mb: int = Field(256, ge=1, le=64 << 10)
     """The largest prepared workspace served at ``/internal/releases/<id>/workspace.tar`` to
-    a Kubernetes pod (``ClusterLimits.max_source_mb``: keep the two equal; docs/kubernetes.md)."""
+    a Kubernetes pod; the driver's ``ClusterLimits.max_source_mb`` (docs/kubernetes.md)."""
 
     # -- automatic TLS (issue 21 §3: platform/tls, docs/tls.md) -----------------------------
     acme_directory: str | None = None

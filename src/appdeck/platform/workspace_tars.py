@@ -21,7 +21,7 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Final, Protocol
 
-from appdeck.common.errors import AppDeckError, NotFound
+from appdeck.common.errors import AppDeckError, NotFound, Unavailable
 from appdeck.runtime.export import WorkspaceTar
 
 RELEASE_ID: Final = re.compile(r"[0-9]{1,19}-[0-9]{1,19}")
@@ -29,6 +29,10 @@ RELEASE_ID: Final = re.compile(r"[0-9]{1,19}-[0-9]{1,19}")
 MAX_TOKEN: Final = 512
 DEFAULT_MAX_MB: Final = 256
 """The largest tar served (``ClusterLimits.max_source_mb``'s default: what the pod takes)."""
+MAX_OPEN: Final = 8
+"""Tars made at once by this server (each is a sandboxed process): a pod in a crash loop, or
+many pods of a scale-up, wait their turn (503 with ``Retry-After``; the init container retries)
+instead of starting a process each."""
 _PURPOSE: Final = "workspace.tar\0"
 
 
@@ -49,13 +53,21 @@ class WorkspaceTars:
     """Tokens for, and the tars of, releases' prepared workspaces."""
 
     def __init__(
-        self, mac: Callable[[str], str], source: WorkspaceSource, *, max_mb: int = DEFAULT_MAX_MB
+        self,
+        mac: Callable[[str], str],
+        source: WorkspaceSource,
+        *,
+        max_mb: int = DEFAULT_MAX_MB,
+        max_open: int = MAX_OPEN,
     ) -> None:
-        if max_mb <= 0:
-            raise ValueError("max_mb must be positive")
+        if max_mb <= 0 or max_open <= 0:
+            raise ValueError("max_mb and max_open must be positive")
         self._mac = mac
         self._source = source
         self.max_bytes = max_mb * 1024 * 1024
+        self.max_open = max_open
+        self.open_now = 0
+        """Tars being made or sent now."""
 
     def token(self, release_id: str) -> str:
         """The bearer token that opens ``release_id``'s workspace (for its source Secret)."""
@@ -81,7 +93,19 @@ class WorkspaceTars:
         byte. The caller must ``aclose()`` what it gets."""
         if not self.authentic(release_id, presented):
             raise Unauthenticated("no workspace for this token")
-        tar = await self._source(release_id, self.max_bytes)
+        if self.open_now >= self.max_open:
+            raise Unavailable("too many workspace downloads at once: retry in a moment")
+        self.open_now += 1
+        try:
+            tar = await self._source(release_id, self.max_bytes)
+        except BaseException:
+            self.open_now -= 1
+            raise
         if tar is None:
+            self.open_now -= 1
             raise NotFound(f"release {release_id} has no built workspace on this server")
+        tar.on_close = self._closed
         return tar
+
+    def _closed(self) -> None:
+        self.open_now -= 1

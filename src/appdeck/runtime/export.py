@@ -16,7 +16,7 @@ import json
 import os
 import secrets
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Final
 
@@ -51,6 +51,8 @@ class WorkspaceTar:
         self.size = size
         self.entries = entries
         self._scratch = scratch
+        self.on_close: Callable[[], None] | None = None
+        """Called once, by the first :meth:`aclose` (the server's count of open tars)."""
 
     async def chunks(self) -> AsyncIterator[bytes]:
         """The tar, exactly :attr:`size` bytes; :class:`Unavailable` when it ends otherwise
@@ -81,6 +83,9 @@ class WorkspaceTar:
         if self._scratch is not None:
             remove_tree(self._scratch)
             self._scratch = None
+        done, self.on_close = self.on_close, None
+        if done is not None:
+            done()
         with contextlib.suppress(ProcessLookupError):
             await self.process.wait()
 

@@ -44,7 +44,9 @@ def workspace_tar_route(tars: WorkspaceTars) -> Route:
         except QuotaExceeded as exc:
             return JSONResponse({"error": exc.message}, status_code=413)
         except AppDeckError as exc:  # unreadable (the app's own doing) or unavailable
-            return JSONResponse({"error": exc.message}, status_code=503)
+            return JSONResponse(
+                {"error": exc.message}, status_code=503, headers={"retry-after": "1"}
+            )
         headers = {"content-length": str(tar.size), "cache-control": "no-store"}
         if request.method == "HEAD":
             await tar.aclose()

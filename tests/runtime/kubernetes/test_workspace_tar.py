@@ -131,6 +131,43 @@ async def test_the_release_token_gets_the_built_workspace_as_a_tar_of_its_exact_
         assert member.isdir() or member.isfile() or member.issym()
 
 
+async def test_tars_at_once_are_capped_and_a_closed_one_frees_its_turn(
+    driver: LocalDriver, tmp_path: Path, source: Path
+) -> None:
+    release_id = await built(driver, APP, source)
+    tars = WorkspaceTars(
+        Sealer.from_settings("k", tmp_path / "key").mac, driver.workspace_tar, max_mb=1, max_open=2
+    )
+    token = tars.token(release_id)
+    held = [await tars.open(release_id, token) for _ in range(2)]
+    try:
+        assert tars.open_now == 2
+        app = Starlette(routes=[workspace_tar_route(tars)])
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://appdeck"
+        ) as client:
+            busy = await client.get(
+                f"/internal/releases/{release_id}/workspace.tar",
+                headers={"authorization": f"Bearer {token}"},
+            )
+            assert (busy.status_code, busy.headers["retry-after"]) == (503, "1")
+            assert "too many workspace downloads" in busy.json()["error"]
+            done = held.pop()
+            await done.aclose()
+            await done.aclose()  # closing twice counts once
+            assert tars.open_now == 1
+            answer = await client.get(
+                f"/internal/releases/{release_id}/workspace.tar",
+                headers={"authorization": f"Bearer {token}"},
+            )
+            assert answer.status_code == 200
+        assert tars.open_now == 1
+    finally:
+        for tar in held:
+            await tar.aclose()
+    assert tars.open_now == 0
+
+
 async def test_a_link_out_of_the_workspace_is_carried_as_a_link_never_followed(
     driver: LocalDriver, tars: WorkspaceTars, client: httpx.AsyncClient, source: Path
 ) -> None:

@@ -55,6 +55,7 @@ def limits_from(settings: Settings) -> ClusterLimits:
             gateway_namespace=gateway_namespace,
             gateway_pod_labels=(("gateway.networking.k8s.io/gateway-name", gateway),),
             domain=settings.apps_domain or "localhost",
+            max_source_mb=settings.max_source_mb,  # the pod's limit is the endpoint's
         )
     except ValueError as exc:
         raise InvalidSetting("APPDECK_KUBE_*", str(exc)) from None

@@ -33,13 +33,14 @@ PATH: Final = f"{APP_DIR}/.venv/bin:{APP_DIR}/node_modules/.bin:/usr/local/bin:/
 SOURCE_TOKEN_ENV: Final = "APPDECK_SOURCE_TOKEN"  # noqa: S105 - a name, not a token
 
 _FETCH: Final = """set -eu
-curl --fail --silent --show-error --max-time 300 --max-filesize "$2" \\
+curl --fail --silent --show-error --max-time 300 --max-filesize "$2" --retry 20 \\
   --oauth2-bearer "$APPDECK_SOURCE_TOKEN" --output /app/.workspace.tar "$1"
 tar --extract --file /app/.workspace.tar --directory /app --no-same-owner --no-same-permissions
 rm -f /app/.workspace.tar
 """
 """The init container's script: the URL and the byte limit are its arguments (``$1``,
-``$2``), never spliced into it."""
+``$2``), never spliced into it. ``--retry``: a busy AppDeck answers 503 with ``Retry-After``
+(``platform.workspace_tars.MAX_OPEN`` tars at once), and curl waits that long and asks again."""
 _DEFAULT_RUN: Final = {
     "static": 'exec python3 -I -m http.server "$PORT" --bind 0.0.0.0',
     "python": "if [ -f app.py ]; then exec python3 app.py; else exec python3 main.py; fi",
