@@ -70,6 +70,12 @@ class Rig:
 
 @pytest.fixture
 async def rig(storage: Storage, tmp_path: Path) -> Rig:
+    return await make_rig(storage, tmp_path)
+
+
+async def make_rig(storage: Storage, tmp_path: Path) -> Rig:
+    """acme's admin alice and her app ``shop`` (two instances, a canary in steps 10, 50,
+    100), not deployed yet, on the fakes."""
     source = tmp_path / "src"
     source.mkdir()
     identities = IdentityStore(storage.engine)
