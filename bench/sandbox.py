@@ -177,7 +177,7 @@ async def one_start(
     await driver.prepare(release)
     t1 = time.perf_counter()
     port = 8000 if driver.sandboxed else deploy_free_port()
-    ref = await driver.start(release, 0, port)
+    ref = await driver.launch(release, 0, port)
     t2 = time.perf_counter()
     await wait_healthy(driver, ref)
     t3 = time.perf_counter()
@@ -334,7 +334,7 @@ async def serve(mode: str, app: str, work: Path) -> None:
     driver = LocalDriver(work / "runtime", sandbox=detect() if mode == "on" else None)
     release = spec(source, 1)
     await driver.prepare(release)
-    ref = await driver.start(release, 0, 8000 if mode == "on" else deploy_free_port())
+    ref = await driver.launch(release, 0, 8000 if mode == "on" else deploy_free_port())
     names = Namespaces(secrets.token_hex(6), driver.netns_fd)
     table = HAProxyTable()
     plane = HAProxyDataPlane(

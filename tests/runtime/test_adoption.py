@@ -127,7 +127,7 @@ async def test_an_instance_that_died_with_the_server_is_reported_and_its_leftove
     await eventually(lambda: not is_alive(app_pid), within=30.0)  # no orphan keeps the port
 
     spec = make_spec(env={"GREETING": "restarted"})
-    ref = await driver.start(spec, adoption.dead[0].index, adoption.dead[0].port)
+    ref = await driver.launch(spec, adoption.dead[0].index, adoption.dead[0].port)
     await wait_healthy(driver, ref)
     _, body = await http_get(port, "/")
     assert json.loads(body)["greeting"] == "restarted"
@@ -139,7 +139,7 @@ async def test_an_unadopted_instance_blocks_a_second_start_and_can_still_be_stop
     port = free_port()
     before = await _server_that_dies(runtime_dir, port, then="wait")
     with pytest.raises(Conflict, match="unsupervised"):
-        await driver.start(make_spec(), 0, free_port())
+        await driver.launch(make_spec(), 0, free_port())
     await driver.stop("12-1", grace_s=2.0)
     assert not is_alive(before.pid)
     assert processes_under(runtime_dir) == []

@@ -67,7 +67,7 @@ async def test_workspaces_live_on_the_app_disk_survive_a_restart_and_go_with_the
         workspace = disks.release_root(21, "21-1") / "src"
         assert (workspace / "app.py").is_file()
         assert not (runtime_dir / "apps" / "21" / "releases" / "21-1" / "src").exists()
-        ref = await first.start(one, 0, 8000)
+        ref = await first.launch(one, 0, 8000)
         await wait_healthy(first, ref, within=20)
         await first.detach()  # the server goes; the instance stays
 
@@ -106,7 +106,7 @@ async def test_accounting_stops_an_app_over_its_disk_and_its_log_says_so(
     )
     try:
         await driver.prepare(release)
-        await driver.start(release, 0, 8000)
+        await driver.launch(release, 0, 8000)
         assert await driver.check_disks() == []  # not yet written: under its limit
         big = driver._existing(release.release_id)
         assert big is not None

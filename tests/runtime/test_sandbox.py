@@ -71,7 +71,7 @@ def spec(app_id: int, source: Path = HOSTILE, **overrides: Any) -> Release:
 
 async def started(driver: LocalDriver, release: Release) -> InstanceRef:
     await driver.prepare(release)
-    ref = await driver.start(release, 0, 8000)
+    ref = await driver.launch(release, 0, 8000)
     await wait_healthy(driver, ref)
     return ref
 
@@ -289,7 +289,7 @@ async def test_no_root_process_ever_holds_the_apps_env(
         seen |= processes_with_env(marker.encode())
         await asyncio.sleep(0.05)
     await build
-    ref = await driver.start(release, 0, 8000)
+    ref = await driver.launch(release, 0, 8000)
     await wait_healthy(driver, ref)
     seen |= processes_with_env(marker.encode())
     uid = sandbox.uid_for(44)

@@ -58,7 +58,7 @@ async def test_an_instance_stopped_by_one_driver_is_not_restarted_by_another_tha
 ) -> None:
     spec = make_spec()
     await driver.prepare(spec)
-    refs = [await driver.start(spec, index, free_port()) for index in (0, 1)]
+    refs = [await driver.launch(spec, index, free_port()) for index in (0, 1)]
     for ref in refs:
         await wait_healthy(driver, ref)
     adopted = await other.adopt("12-1", spec)
@@ -81,7 +81,7 @@ async def test_an_instance_started_on_one_driver_is_stopped_by_the_other(
 ) -> None:
     spec = make_spec()
     await driver.prepare(spec)
-    ref = await driver.start(spec, 0, free_port())
+    ref = await driver.launch(spec, 0, free_port())
     await wait_healthy(driver, ref)
     await other.adopt("12-1", spec)
     await other.stop("12-1", grace_s=2.0)  # the one that did not start it
@@ -100,7 +100,7 @@ async def test_a_crash_seen_by_two_drivers_is_restarted_once_and_both_follow_it(
 ) -> None:
     spec = make_spec()
     await driver.prepare(spec)
-    ref = await driver.start(spec, 0, free_port())
+    ref = await driver.launch(spec, 0, free_port())
     await wait_healthy(driver, ref)
     await other.adopt("12-1", spec)
     _, body = await http_get(ref.port, "/")

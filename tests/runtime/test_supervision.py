@@ -25,7 +25,7 @@ async def test_a_crashed_instance_is_restarted_on_its_port_and_serves_again(
 ) -> None:
     spec = make_spec()
     await driver.prepare(spec)
-    ref = await driver.start(spec, 0, free_port())
+    ref = await driver.launch(spec, 0, free_port())
     await wait_healthy(driver, ref)
     _, body = await http_get(ref.port, "/")
     app_pid = json.loads(body)["pid"]
@@ -55,7 +55,7 @@ async def test_a_crash_loop_backs_off_exponentially_then_marks_the_release_unhea
 ) -> None:
     spec = make_spec(env={"CRASH_ON_START": "1"})
     await driver.prepare(spec)
-    await driver.start(spec, 0, free_port())
+    await driver.launch(spec, 0, free_port())
 
     async def unhealthy() -> bool:
         return await driver.unhealthy("12-1")

@@ -16,7 +16,7 @@ import itertools
 import os
 import signal
 
-from appdeck.runtime.driver import Adoption, InstanceRef, Release
+from appdeck.runtime.driver import InstanceRef, RefAdoption, Release
 from appdeck.runtime.inspection import recall
 from appdeck.runtime.model import InstanceState, ReleaseState, instance_key, validate
 from appdeck.runtime.procs import kill_leftovers, pidfd
@@ -30,10 +30,10 @@ class AdoptionMixin(SupervisionMixin):
 
     # ---------------------------------------------------------------- adopt
 
-    async def adopt(self, release_id: str, release: Release | None = None) -> Adoption:
+    async def adopt(self, release_id: str, release: Release | None = None) -> RefAdoption:
         state = self._existing(release_id)
         if state is None:
-            return Adoption(adopted=[], dead=[])  # nothing was ever started here
+            return RefAdoption(adopted=[], dead=[])  # nothing was ever started here
         async with state.lock:
             if release is not None:
                 validate(release)
@@ -96,7 +96,7 @@ class AdoptionMixin(SupervisionMixin):
                 dead.append(instance.ref(release_id))
             # Nothing written: a dead instance's record stays until it is started again (a
             # supervisor elsewhere may be about to restart it, which needs the record).
-            return Adoption(adopted=adopted, dead=dead)
+            return RefAdoption(adopted=adopted, dead=dead)
 
     def _serve_egress(self, state: ReleaseState, instance: InstanceState) -> None:
         """An adopted instance that may go out gets its proxy again (it died with the old

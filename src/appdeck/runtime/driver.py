@@ -141,14 +141,177 @@ class LogPage(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
-class Adoption:
-    """What :meth:`RuntimeDriver.adopt` found of a release's recorded instances."""
+class RefAdoption:
+    """What :meth:`RuntimeDriver.adopt` found of a release's recorded instances (the old
+    shape, as refs; :class:`Adoption` is what :meth:`Driver.recover` answers)."""
 
     adopted: list[InstanceRef]
     """Still running: supervised again, as if this driver had started them."""
     dead: list[InstanceRef]
     """Gone while nobody watched (their leftovers were stopped): the caller restarts them,
-    e.g. ``start(spec, ref.index, ref.port)``."""
+    e.g. ``launch(spec, ref.index, ref.port)``."""
+
+
+# -------------------------------------------------------------------- the one driver seam
+
+
+@dataclass(frozen=True, slots=True)
+class Instance:
+    """One started instance of a release, as the platform sees it: where traffic reaches
+    it. The driver keeps its own handle per ``(release_id, index)`` (a pid, a pod): nothing
+    above the driver needs one."""
+
+    release_id: str
+    index: int
+    upstream: str
+    """What the router gets: ``127.0.0.1:<port>``, ``<netns>@127.0.0.1:<port>`` (an
+    instance on a network namespace of its own), or ``<service>.<namespace>:<port>``."""
+    started_at: float
+    """When it started (the driver's clock, epoch seconds)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Readiness:
+    """Whether an instance became ready (its health check passed) within the time given."""
+
+    ok: bool
+    why: str
+    """When not ok: what the last check saw, in words for a failed rollout (a crash loop
+    and how the app last ended, the check's answer, or what it listens on instead)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Adoption:
+    """What :meth:`Driver.recover` found of a release's instances after a restart."""
+
+    adopted: list[Instance]
+    """Still running: supervised again, as if this driver had started them."""
+    dead: list[int]
+    """Indexes of instances gone while nobody watched: the caller starts them again."""
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a driver can and cannot do; the platform branches on these, never on types.
+    Each field has a call site that branches on it (docs/runtime-seam.md §2.2)."""
+
+    own_network: bool
+    """Each instance has a network of its own: the spec's port is used as it is."""
+    namespaced_upstreams: bool
+    """Upstreams are ``<netns>@…``: the data plane needs netns fds from the driver."""
+    host_processes: bool
+    """Instances are processes of this host: shared by the replicas on it (one recovers
+    what another started), pids to diagnose."""
+    in_place_restart: bool
+    """One index of a release can be stopped and started again with a fresh env."""
+    indexed_instances: bool
+    """Instances are addressable by index (``stop(release, i)``, a spare at index n)."""
+    driver_grep: bool
+    """``logs(grep=…)`` filters on the driver's side."""
+    app_disks: bool
+    """Per-app disks (hosted repositories and SQLite placed on them)."""
+
+
+@runtime_checkable
+class Driver(Protocol):
+    """Builds, runs, supervises and observes releases (shaped like Nomad's task driver:
+    capabilities, start, wait, stop, recover, inspect, logs). One driver serves every app.
+    Methods are safe to call concurrently for different releases; calls for one release
+    are serialised by the driver."""
+
+    def capabilities(self) -> Capabilities:
+        """What this driver can do (constant for its lifetime)."""
+        ...
+
+    async def prepare(self, release: Release, *, rebuild: bool = False) -> None:
+        """Make the release runnable (workspace, build) within ``spec.build_timeout_s``;
+        idempotent unless ``rebuild``. Raises InvalidArgument, QuotaExceeded, Conflict or
+        :class:`BuildFailed` (whose ``log_tail`` is app output: never for a tool caller)."""
+        ...
+
+    async def start(self, release: Release, index: int) -> Instance:
+        """Start instance ``index`` (the driver picks its port) and supervise it; returns
+        at once: :meth:`wait_ready` says when it serves."""
+        ...
+
+    async def wait_ready(self, release: Release, instance: Instance, within_s: float) -> Readiness:
+        """Wait up to ``within_s`` for the instance's health check to pass, or for the
+        release to crash-loop (then at once); why not, in words."""
+        ...
+
+    async def gave_up(self, release_id: str) -> bool:
+        """True once an instance of the release crash-looped (sticky until :meth:`remove`)."""
+        ...
+
+    async def stop(self, release_id: str, index: int | None = None, grace_s: float = 5.0) -> None:
+        """Stop one instance, or all (``index=None``), within ``grace_s``; nothing the
+        instance started survives. Stopping what is not running is not an error."""
+        ...
+
+    async def running(self, release_id: str) -> list[Instance]:
+        """The release's instances that run now (that this driver supervises), by index."""
+        ...
+
+    async def recover(self, release: Release) -> Adoption:
+        """After a control-plane restart: supervise again the release's instances that
+        still run, report the others. Idempotent. ``release`` carries the env values
+        restarts of the adopted instances run with."""
+        ...
+
+    def inspect(self, release_id: str) -> list[InstanceStatus]:
+        """The release's instances as this driver knows them now, by index (cheap: a
+        scrape of every app calls it on the event loop)."""
+        ...
+
+    def disk_usage(self, app_id: int) -> DiskUsage | None:
+        """The app's disk used against its quota, as last known (None: not counted)."""
+        ...
+
+    def events(self, watcher: InstanceWatcher) -> None:
+        """Call ``watcher`` (on the event loop, never awaited: it must not block) whenever
+        an instance crashes, is restarted, is OOM-killed or is given up."""
+        ...
+
+    async def logs(
+        self,
+        release_id: str,
+        kind: LogKind,
+        cursor: int | None = None,
+        limit: int = 200,
+        grep: str | None = None,
+    ) -> LogPage:
+        """Lines after ``cursor`` (oldest first), or the newest ``limit`` when None."""
+        ...
+
+    async def follow(
+        self,
+        release_id: str,
+        kind: LogKind,
+        cursor: int | None = None,
+        limit: int = 200,
+        grep: str | None = None,
+        timeout_s: float = 10.0,
+    ) -> LogPage:
+        """Like :meth:`logs` after ``cursor`` (None: from now on), waiting up to
+        ``timeout_s`` for a line; an empty page when none came."""
+        ...
+
+    async def releases(self) -> list[str]:
+        """The releases this driver has anything for (a workspace, instances)."""
+        ...
+
+    async def remove(self, release_id: str) -> None:
+        """Stop every instance and delete what the driver kept for the release."""
+        ...
+
+    async def remove_app(self, app_id: int) -> None:
+        """The app is deleted: delete what the driver kept for it as a whole (its disk)."""
+        ...
+
+    async def detach(self) -> None:
+        """Stop supervising without stopping anything (shutdown): a later driver recovers
+        the instances."""
+        ...
 
 
 class BuildFailed(FailedPrecondition):
@@ -200,7 +363,7 @@ class RuntimeDriver(Protocol):
         """
         ...
 
-    async def start(self, release: Release, index: int, port: int) -> InstanceRef:
+    async def launch(self, release: Release, index: int, port: int) -> InstanceRef:
         """Start instance ``index`` on ``port`` (``PORT`` and ``HOST`` in its environment) and
         supervise it: restarted with backoff when it exits, until it crash-loops.
         Returns at once; use :meth:`health` to learn when it serves."""
@@ -263,7 +426,7 @@ class RuntimeDriver(Protocol):
         instance crashes, is restarted, is OOM-killed or is given up."""
         ...
 
-    async def adopt(self, release_id: str, release: Release | None = None) -> Adoption:
+    async def adopt(self, release_id: str, release: Release | None = None) -> RefAdoption:
         """After a server restart: take over the release's instances that still run, report
         the others. Idempotent; a release never started here adopts nothing. ``spec`` is
         what restarts of the adopted instances run with: pass it (the driver keeps no env

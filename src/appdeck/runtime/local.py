@@ -53,10 +53,15 @@ from appdeck.runtime.core import BUILD_ENV_PREFIXES, PASSED_ENV
 from appdeck.runtime.disks import MIB, split
 from appdeck.runtime.driver import (
     Adoption,
+    Capabilities,
     Health,
+    Instance,
     InstanceRef,
+    InstanceWatcher,
     LogKind,
     LogPage,
+    Readiness,
+    RefAdoption,
     Release,
 )
 from appdeck.runtime.inspection import InspectionMixin
@@ -73,6 +78,7 @@ from appdeck.runtime.model import (
     validate,
 )
 from appdeck.runtime.procs import free_port
+from appdeck.runtime.readiness import SANDBOX_PORT, upstream, wait_ready
 from appdeck.runtime.state import locked, read_json, write_json
 from appdeck.runtime.stopping import StopMixin
 from appdeck.runtime.supervision import SHIM_PATH
@@ -96,11 +102,54 @@ __all__ = [
 
 
 class LocalDriver(BuildMixin, AdoptionMixin, StopMixin, InspectionMixin):
-    """:class:`~appdeck.runtime.driver.RuntimeDriver` on local processes."""
+    """:class:`~appdeck.runtime.driver.Driver` on local processes."""
+
+    # ---------------------------------------------------------------- the driver seam
+
+    def capabilities(self) -> Capabilities:
+        sandboxed = self.sandbox is not None
+        return Capabilities(
+            own_network=sandboxed,
+            namespaced_upstreams=sandboxed,
+            host_processes=True,
+            in_place_restart=True,
+            indexed_instances=True,
+            driver_grep=True,
+            app_disks=self.disks is not None and self.disks.kernel,
+        )
+
+    async def start(self, release: Release, index: int) -> Instance:
+        """Start instance ``index`` on a port this driver picks: sandboxed, the spec's (or
+        :data:`~.readiness.SANDBOX_PORT`) inside the instance's own network namespace;
+        unsandboxed, a free one, never a port the app names (it could be the control
+        plane's)."""
+        port = (release.spec.port or SANDBOX_PORT) if self.sandbox is not None else free_port()
+        return _instance(await self.launch(release, index, port))
+
+    async def wait_ready(self, release: Release, instance: Instance, within_s: float) -> Readiness:
+        state = self._releases.get(instance.release_id)
+        found = state.instances.get(instance.index) if state is not None else None
+        ref = found.ref(instance.release_id) if found is not None else None
+        return await wait_ready(self, release, ref, within_s)
+
+    async def gave_up(self, release_id: str) -> bool:
+        return await self.unhealthy(release_id)
+
+    async def running(self, release_id: str) -> list[Instance]:
+        return [_instance(ref) for ref in await self.instances(release_id)]
+
+    async def recover(self, release: Release) -> Adoption:
+        found = await self.adopt(release.release_id, release)
+        return Adoption([_instance(r) for r in found.adopted], [r.index for r in found.dead])
+
+    def events(self, watcher: InstanceWatcher) -> None:
+        self.watch(watcher)
 
     # ---------------------------------------------------------------- run
 
-    async def start(self, release: Release, index: int, port: int) -> InstanceRef:
+    async def launch(self, release: Release, index: int, port: int) -> InstanceRef:
+        """Start instance ``index`` on ``port`` (the caller's choice: tests and benchmarks;
+        the platform calls :meth:`start`)."""
         validate(release)
         if not 0 <= index <= MAX_INDEX:
             raise InvalidArgument(f"instance index must be 0..{MAX_INDEX}, not {index}")
@@ -150,7 +199,7 @@ class LocalDriver(BuildMixin, AdoptionMixin, StopMixin, InspectionMixin):
         self._start_disk_watch()
         return instance.ref(state.release_id)
 
-    async def adopt(self, release_id: str, release: Release | None = None) -> Adoption:
+    async def adopt(self, release_id: str, release: Release | None = None) -> RefAdoption:
         adoption = await super().adopt(release_id, release)
         if adoption.adopted:
             self._start_disk_watch()
@@ -298,6 +347,10 @@ class LocalDriver(BuildMixin, AdoptionMixin, StopMixin, InspectionMixin):
 
 
 # -------------------------------------------------------------------- helpers
+
+
+def _instance(ref: InstanceRef) -> Instance:
+    return Instance(ref.release_id, ref.index, upstream(ref), ref.started_at)
 
 
 async def _http_status(host: str, port: int, path: str, sock: socket.socket | None) -> int:

@@ -93,7 +93,7 @@ async def test_an_unsandboxed_instance_gets_the_real_path_whatever_its_env_says(
         async with _driver(runtime_dir, databases, None) as driver:
             release = _release(5, python=sys.executable)
             await driver.prepare(release)
-            ref = await driver.start(release, 0, free_port())
+            ref = await driver.launch(release, 0, free_port())
             await wait_healthy(driver, ref)
             seen = await _get(driver, ref, "/env")
             assert seen["database_url"] == f"sqlite:///{files.directory(5)}/app.db"
@@ -114,7 +114,7 @@ async def test_a_sandboxed_postgres_instance_keeps_its_front_across_a_server_res
     try:
         async with _driver(runtime_dir, pg_app_databases, sandbox) as first:
             await first.prepare(release)
-            ref = await first.start(release, 0, 8000)
+            ref = await first.launch(release, 0, 8000)
             await wait_healthy(first, ref)
             seen = await _get(first, ref, "/env")
             assert seen["database_url"].startswith("postgresql://")

@@ -58,7 +58,7 @@ class LocalRuntime:
         # Sandboxed, the port is inside the instance's own network namespace; unsandboxed,
         # never a port the app names (it could be the control plane's).
         port = (release.spec.port or SANDBOX_PORT) if self.sandboxed else free_port()
-        ref = await self.driver.start(release, index, port)
+        ref = await self.driver.launch(release, index, port)
         self._refs[(release.release_id, index)] = ref
         return Instance(release.release_id, index, upstream(ref))
 
