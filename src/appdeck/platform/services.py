@@ -27,7 +27,6 @@ from appdeck.platform.deploy import states
 from appdeck.platform.deploy.deployments import Deployments
 from appdeck.platform.deploy.engine import DeployService, Operations
 from appdeck.platform.deploy.ingress_router import IngressRouter
-from appdeck.platform.deploy.local_runtime import LocalRuntime
 from appdeck.platform.deploy.preflight import PreflightService
 from appdeck.platform.deploy.queued import when_free
 from appdeck.platform.deploy.watch import NOT_WATCHED, DeployWatcher
@@ -49,7 +48,7 @@ from appdeck.platform.sources import SourceRoots
 from appdeck.platform.tables.databases import AppDatabases
 from appdeck.platform.tables.records_service import RecordService
 from appdeck.platform.tables.schema_service import TableService
-from appdeck.runtime.driver import RuntimeDriver
+from appdeck.runtime.driver import Driver
 from appdeck.runtime.egress import EgressPolicy
 from appdeck.storage.apps import AppRecord, AppStore
 from appdeck.storage.ci import CIStore
@@ -128,7 +127,7 @@ class Platform:
     """Custom domains: claims, proofs, the data plane's host map."""
     health: HealthService
     """Each app's health: the status resource, the CLI, the app series."""
-    _driver: RuntimeDriver
+    _driver: Driver
     _router: IngressRouter
     hosting: HostedService | None = None
     """Each app's git remote and inline files (None: APPDECK_HOSTED_REPOS off)."""
@@ -152,7 +151,7 @@ class Platform:
         identities: IdentityStore,
         config: PlatformConfig,
         *,
-        driver: RuntimeDriver,
+        driver: Driver,
         router: IngressRouter,
         instance_id: str,
         databases: AppDatabases,
@@ -200,7 +199,7 @@ class Platform:
             env=env,
             deployments=Deployments(apps, deploys, ops),
             repos=repos,
-            preflight=PreflightService(apps, env, sandboxed=driver.sandboxed),
+            preflight=PreflightService(apps, env, sandboxed=driver.capabilities().own_network),
             logs=logs,
             tables=TableService(apps, databases, feed),
             records=RecordService(apps, databases),
@@ -347,7 +346,7 @@ def _domain_service(
     )
 
 
-def _git_of(config: PlatformConfig, driver: RuntimeDriver) -> tuple[Git, HostedRepos | None]:
+def _git_of(config: PlatformConfig, driver: Driver) -> tuple[Git, HostedRepos | None]:
     """Git on local repositories (in the app's sandbox) and each app's hosted repository."""
     sandbox = getattr(driver, "sandbox", None)
     git = Git(
@@ -370,7 +369,7 @@ def _deploy_service(
     apps: AppService,
     env: EnvService,
     deployments: DeploymentStore,
-    driver: RuntimeDriver,
+    driver: Driver,
     router: IngressRouter,
     feed: ChangeFeed,
     sealer: Sealer,
@@ -378,12 +377,12 @@ def _deploy_service(
     instance_id: str,
     watcher: DeployWatcher,
 ) -> DeployService:
-    """The deploy engine over the local runtime (``driver``) and the data plane (``router``)."""
+    """The deploy engine over the runtime ``driver`` and the data plane (``router``)."""
     return DeployService(
         apps,
         env,
         deployments,
-        LocalRuntime(driver, sandboxed=driver.sandboxed),
+        driver,
         router,
         feed,
         sealer,
@@ -398,7 +397,7 @@ def _ci_service(
     apps: AppService,
     repos: RepoService,
     env: EnvService,
-    driver: RuntimeDriver,
+    driver: Driver,
     logs: LogService,
     feed: ChangeFeed,
     instance_id: str,

@@ -10,7 +10,7 @@ The calls are written in words of the fakes (tests/platform/deploy/fakes.py): ``
 crash-loop check and error window) are left out: how many there are depends on the clock.
 
 Already pinned elsewhere, not repeated here: the health check's ``why`` texts on the real
-driver (crash loop, status, not listening: test_local_runtime.py), a push's webhook answers
+driver (crash loop, status, not listening: tests/runtime/test_readiness.py), a push's webhook answers
 ``deploying`` / ``ignored`` (pong, other branch, other event, deleted branch) / ``recorded``
 (repos/test_push_deploy.py) and ``testing`` (ci/test_service.py) as statuses; their full
 answers (status, commit, reason) are pinned in repos/test_push_answers.py.
@@ -304,9 +304,12 @@ async def test_a_failed_build_aborts_before_anything_starts(rig: Rig) -> None:
         f"route {SHOP} R1=100['127.0.0.1:20000', '127.0.0.1:20001']",
         "stop R2",
     ]
+    # The engine's build step strips a failed build's log tail and says where the log is
+    # (platform/deploy/builds.py); the fake's failure says only its first half.
     assert (await _steps(rig, 2))[-1] == (
         "failed",
-        "Failed: the build command exited with status 1",
+        "Failed: the build command exited with status 1; read the build log "
+        "(tail_deploy_logs with kind 'build')",
     )
 
 
