@@ -74,7 +74,7 @@ async def test_workspaces_live_on_the_app_disk_survive_a_restart_and_go_with_the
         second = _driver(runtime_dir, sandbox, disks)  # the next server
         first = second
         assert disks.restore() == 1  # idempotent: the disk was still mounted
-        adoption = await second.adopt("21-1", one)
+        adoption = await second.take_over("21-1", one)
         assert [r.index for r in adoption.adopted] == [0]
         await wait_healthy(second, adoption.adopted[0], within=20)
 
@@ -112,7 +112,7 @@ async def test_accounting_stops_an_app_over_its_disk_and_its_log_says_so(
         assert big is not None
         await eventually(lambda: _size(big.workspace / "big") >= 80 << 20, within=30)
         assert await driver.check_disks() == [22]
-        assert await driver.instances(release.release_id) == []
+        assert await driver.handles(release.release_id) == []
         log = (big.directory / "runtime.log").read_text()
         assert "the app's disk is full" in log
         assert "over its 48 MiB" in log

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from appdeck.common.errors import Conflict, FailedPrecondition
-from appdeck.runtime import LocalDriver, RuntimeDriver, free_port
+from appdeck.runtime import Driver, LocalDriver, free_port
 
 from .conftest import (
     PYTHON,
@@ -25,7 +25,7 @@ from .conftest import (
 
 
 def test_the_local_driver_implements_the_driver_interface(tmp_path: Path) -> None:
-    assert isinstance(LocalDriver(tmp_path), RuntimeDriver)
+    assert isinstance(LocalDriver(tmp_path), Driver)
 
 
 async def test_start_runs_the_app_with_port_host_and_env_and_health_is_ok(
@@ -38,7 +38,7 @@ async def test_start_runs_the_app_with_port_host_and_env_and_health_is_ok(
     assert (ref.release_id, ref.index, ref.port) == ("12-1", 0, port)
     assert ref.pid > 0
     await wait_healthy(driver, ref)
-    health = await driver.health(ref)
+    health = await driver.check(ref)
     assert health.ok
     assert health.status == 200
     assert health.latency_ms >= 0
@@ -50,7 +50,7 @@ async def test_start_runs_the_app_with_port_host_and_env_and_health_is_ok(
     assert answer["version"] == "v7"
     assert answer["pid"] != ref.pid  # the app runs under the shim, in its process group
     assert os.getpgid(answer["pid"]) == ref.pid
-    assert await driver.instances("12-1") == [ref]
+    assert await driver.handles("12-1") == [ref]
 
 
 async def test_health_is_not_ok_for_errors_closed_ports_and_silence(driver: LocalDriver) -> None:
@@ -58,19 +58,19 @@ async def test_health_is_not_ok_for_errors_closed_ports_and_silence(driver: Loca
     await driver.prepare(spec)
     ref = await driver.launch(spec, 0, free_port())
     await wait_healthy(driver, ref)  # /healthz still answers 200
-    failing = await driver.health(ref, path="/")
+    failing = await driver.check(ref, path="/")
     assert not failing.ok
     assert failing.status == 500
     assert "500" in failing.detail
 
-    closed = await driver.health(ref.__class__("12-1", 5, free_port(), 0, 0.0))
+    closed = await driver.check(ref.__class__("12-1", 5, free_port(), 0, 0.0))
     assert not closed.ok
     assert closed.status is None
 
     slow_spec = make_spec(release_id="12-2", env={"SLOW_START_S": "30"})
     await driver.prepare(slow_spec)
     slow = await driver.launch(slow_spec, 0, free_port())
-    silent = await driver.health(slow, timeout_s=0.3)
+    silent = await driver.check(slow, timeout_s=0.3)
     assert not silent.ok
     assert silent.status is None
 
@@ -87,9 +87,9 @@ async def test_several_instances_run_side_by_side_and_stop_one_by_one(
     with pytest.raises(Conflict):
         await driver.launch(spec, 1, free_port())
     await driver.stop("12-1", index=0, grace_s=2.0)
-    assert await driver.instances("12-1") == [second]
+    assert await driver.handles("12-1") == [second]
     assert not is_alive(first.pid)
-    assert (await driver.health(second)).ok
+    assert (await driver.check(second)).ok
 
 
 async def test_stop_kills_the_whole_process_group_grandchildren_included(
@@ -123,7 +123,7 @@ async def test_stop_kills_the_whole_process_group_grandchildren_included(
     for pid in [ref.pid, *grandchildren]:
         assert not is_alive(pid)
     assert processes_under(driver.runtime_dir) == []
-    assert await driver.instances("12-1") == []
+    assert await driver.handles("12-1") == []
     texts = [line.text for line in (await driver.logs("12-1", "runtime", cursor=0)).lines]
     assert "instance 0 did not stop within 0.5s: killed" in texts
 

@@ -53,8 +53,9 @@ the status again at the next one)."""
 
 
 class RuntimeView(Protocol):
-    """What the facts need of a runtime: the deploy engine's port has it, and so does the
-    CLI's reader of a data dir (:class:`~appdeck.runtime.inspection.RecordedInstances`)."""
+    """What the facts need of a runtime: a narrow view of the driver
+    (:class:`~appdeck.runtime.driver.Driver`), which the CLI's reader of a data dir
+    (:class:`~appdeck.runtime.inspection.RecordedInstances`) also has."""
 
     def inspect(self, release_id: str) -> list[InstanceStatus]: ...
     def disk_usage(self, app_id: int) -> DiskUsage | None: ...

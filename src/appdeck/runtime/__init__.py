@@ -18,15 +18,12 @@ from appdeck.runtime.driver import (
     Health,
     Instance,
     InstanceEvent,
-    InstanceRef,
     InstanceStatus,
     LogKind,
     LogLine,
     LogPage,
     LogStream,
     Readiness,
-    RefAdoption,
-    RuntimeDriver,
 )
 
 if TYPE_CHECKING:
@@ -67,7 +64,6 @@ __all__ = [
     "Health",
     "Instance",
     "InstanceEvent",
-    "InstanceRef",
     "InstanceStatus",
     "LocalDriver",
     "LogKind",
@@ -75,10 +71,8 @@ __all__ = [
     "LogPage",
     "LogStream",
     "Readiness",
-    "RefAdoption",
     "Release",
     "RestartPolicy",
-    "RuntimeDriver",
     "RuntimeKind",
     "free_port",
 ]

@@ -28,7 +28,7 @@ within 60 s mark the release unhealthy and the instance is given up.
 
 Adoption: ``instances.json`` names each instance by pid *and* the start time from
 ``/proc/<pid>/stat`` (and the boot id), so a recycled pid is never mistaken for the instance.
-:meth:`LocalDriver.adopt` supervises the instances still running and reports the others,
+:meth:`LocalDriver.recover` supervises the instances still running and reports the others,
 after stopping anything they left behind.
 
 The driver is assembled here from mixins, one module per concern: :mod:`.core` (settings,
@@ -47,7 +47,7 @@ import time
 
 from appdeck.common.errors import Conflict, FailedPrecondition, InvalidArgument
 from appdeck.runtime import netns
-from appdeck.runtime.adoption import AdoptionMixin
+from appdeck.runtime.adoption import AdoptionMixin, TakenOver
 from appdeck.runtime.build import LOG_TAIL_LINES, BuildMixin
 from appdeck.runtime.core import BUILD_ENV_PREFIXES, PASSED_ENV
 from appdeck.runtime.disks import MIB, split
@@ -56,12 +56,9 @@ from appdeck.runtime.driver import (
     Capabilities,
     Health,
     Instance,
-    InstanceRef,
-    InstanceWatcher,
     LogKind,
     LogPage,
     Readiness,
-    RefAdoption,
     Release,
 )
 from appdeck.runtime.inspection import InspectionMixin
@@ -70,6 +67,7 @@ from appdeck.runtime.model import (
     ENV_NAME,
     MAX_INDEX,
     RELEASE_ID,
+    Handle,
     InstanceState,
     ReleaseState,
     RestartPolicy,
@@ -102,7 +100,12 @@ __all__ = [
 
 
 class LocalDriver(BuildMixin, AdoptionMixin, StopMixin, InspectionMixin):
-    """:class:`~appdeck.runtime.driver.Driver` on local processes."""
+    """:class:`~appdeck.runtime.driver.Driver` on local processes.
+
+    Besides the seam, members for this driver's own tests, benchmarks and the composition
+    root only, on its :class:`~.model.Handle` (a pid and a port): :meth:`launch` (on a port
+    the caller picks), :meth:`check` (one health check), :meth:`handles`, :meth:`take_over`,
+    :attr:`sandboxed` and ``netns_fd`` (the data plane's namespaces)."""
 
     # ---------------------------------------------------------------- the driver seam
 
@@ -129,25 +132,23 @@ class LocalDriver(BuildMixin, AdoptionMixin, StopMixin, InspectionMixin):
     async def wait_ready(self, release: Release, instance: Instance, within_s: float) -> Readiness:
         state = self._releases.get(instance.release_id)
         found = state.instances.get(instance.index) if state is not None else None
-        ref = found.ref(instance.release_id) if found is not None else None
-        return await wait_ready(self, release, ref, within_s)
+        handle = found.handle(instance.release_id) if found is not None else None
+        return await wait_ready(self, release, handle, within_s)
 
     async def gave_up(self, release_id: str) -> bool:
-        return await self.unhealthy(release_id)
+        state = self._existing(release_id)
+        return state is not None and state.unhealthy
 
     async def running(self, release_id: str) -> list[Instance]:
-        return [_instance(ref) for ref in await self.instances(release_id)]
+        return [_instance(handle) for handle in await self.handles(release_id)]
 
     async def recover(self, release: Release) -> Adoption:
-        found = await self.adopt(release.release_id, release)
-        return Adoption([_instance(r) for r in found.adopted], [r.index for r in found.dead])
-
-    def events(self, watcher: InstanceWatcher) -> None:
-        self.watch(watcher)
+        found = await self.take_over(release.release_id, release)
+        return Adoption([_instance(h) for h in found.adopted], [h.index for h in found.dead])
 
     # ---------------------------------------------------------------- run
 
-    async def launch(self, release: Release, index: int, port: int) -> InstanceRef:
+    async def launch(self, release: Release, index: int, port: int) -> Handle:
         """Start instance ``index`` on ``port`` (the caller's choice: tests and benchmarks;
         the platform calls :meth:`start`)."""
         validate(release)
@@ -197,13 +198,13 @@ class LocalDriver(BuildMixin, AdoptionMixin, StopMixin, InspectionMixin):
                 self._record_running(state, instance)
             instance.supervisor = asyncio.create_task(self._supervise(state, instance))
         self._start_disk_watch()
-        return instance.ref(state.release_id)
+        return instance.handle(state.release_id)
 
-    async def adopt(self, release_id: str, release: Release | None = None) -> RefAdoption:
-        adoption = await super().adopt(release_id, release)
-        if adoption.adopted:
+    async def take_over(self, release_id: str, release: Release | None = None) -> TakenOver:
+        found = await super().take_over(release_id, release)
+        if found.adopted:
             self._start_disk_watch()
-        return adoption
+        return found
 
     # ---------------------------------------------------------------- disk accounting
 
@@ -255,9 +256,10 @@ class LocalDriver(BuildMixin, AdoptionMixin, StopMixin, InspectionMixin):
 
     # ---------------------------------------------------------------- observe
 
-    async def health(
-        self, ref: InstanceRef, *, path: str | None = None, timeout_s: float | None = None
+    async def check(
+        self, ref: Handle, *, path: str | None = None, timeout_s: float | None = None
     ) -> Health:
+        """GET the release's health path (or ``path``) on the instance's port, once."""
         state = self._releases.get(ref.release_id)
         release = state.release if state is not None else None
         path = path or (release.spec.health_check.path if release else "/")
@@ -322,19 +324,16 @@ class LocalDriver(BuildMixin, AdoptionMixin, StopMixin, InspectionMixin):
                 await asyncio.sleep(0.1)
             await asyncio.sleep(0.02)  # let the writer finish the line it numbered
 
-    async def instances(self, release_id: str) -> list[InstanceRef]:
+    async def handles(self, release_id: str) -> list[Handle]:
+        """The release's instances that have a running process now, by index."""
         state = self._releases.get(release_id)
         if state is None:
             return []
         return [
-            inst.ref(release_id)
+            inst.handle(release_id)
             for _, inst in sorted(state.instances.items())
             if inst.pid is not None
         ]
-
-    async def unhealthy(self, release_id: str) -> bool:
-        state = self._existing(release_id)
-        return state is not None and state.unhealthy
 
     @property
     def sandboxed(self) -> bool:
@@ -349,8 +348,8 @@ class LocalDriver(BuildMixin, AdoptionMixin, StopMixin, InspectionMixin):
 # -------------------------------------------------------------------- helpers
 
 
-def _instance(ref: InstanceRef) -> Instance:
-    return Instance(ref.release_id, ref.index, upstream(ref), ref.started_at)
+def _instance(handle: Handle) -> Instance:
+    return Instance(handle.release_id, handle.index, upstream(handle), handle.started_at)
 
 
 async def _http_status(host: str, port: int, path: str, sock: socket.socket | None) -> int:

@@ -12,7 +12,8 @@ import time
 from typing import Protocol
 
 from appdeck.runtime import listening
-from appdeck.runtime.driver import Health, InstanceRef, InstanceStatus, Readiness, Release
+from appdeck.runtime.driver import Health, InstanceStatus, Readiness, Release
+from appdeck.runtime.model import Handle
 
 HEALTH_POLL_S = (0.02, 0.2)
 """Health checks while an instance starts: every 20 ms at first (most apps answer within
@@ -26,19 +27,19 @@ NO_ANSWER = "no check answered"
 class Checked(Protocol):
     """What the poll needs of the local driver."""
 
-    async def health(self, ref: InstanceRef) -> Health: ...
-    async def unhealthy(self, release_id: str) -> bool: ...
+    async def check(self, ref: Handle) -> Health: ...
+    async def gave_up(self, release_id: str) -> bool: ...
     def inspect(self, release_id: str) -> list[InstanceStatus]: ...
 
 
-def upstream(ref: InstanceRef) -> str:
+def upstream(ref: Handle) -> str:
     """Where the ingress reaches an instance (see ``ingress.routes.UPSTREAM_HOST``)."""
     address = f"127.0.0.1:{ref.port}"
     return f"{ref.netns}@{address}" if ref.netns else address
 
 
 async def wait_ready(
-    driver: Checked, release: Release, ref: InstanceRef | None, within_s: float
+    driver: Checked, release: Release, ref: Handle | None, within_s: float
 ) -> Readiness:
     """Poll the instance's health check (backing off per :data:`HEALTH_POLL_S`) until it
     passes, the release crash-loops, or ``within_s`` ran out; then say why not. ``ref``:
@@ -47,21 +48,19 @@ async def wait_ready(
     if ref is not None:
         deadline, poll = time.monotonic() + within_s, HEALTH_POLL_S[0]
         while time.monotonic() < deadline:
-            health = await driver.health(ref)
+            health = await driver.check(ref)
             if health.ok:
                 return Readiness(True, "")
             last = health
-            if await driver.unhealthy(ref.release_id):
+            if await driver.gave_up(ref.release_id):
                 break
             await asyncio.sleep(poll)
             poll = min(poll * 1.5, HEALTH_POLL_S[1])
     return Readiness(False, await _why(driver, release, ref, last))
 
 
-async def _why(
-    driver: Checked, release: Release, ref: InstanceRef | None, last: Health | None
-) -> str:
-    if await driver.unhealthy(release.release_id):
+async def _why(driver: Checked, release: Release, ref: Handle | None, last: Health | None) -> str:
+    if await driver.gave_up(release.release_id):
         exits = [s.last_exit for s in driver.inspect(release.release_id) if s.last_exit]
         ended = f"; it last ended with {exits[0]}" if exits else ""
         return f"the app kept crashing{ended} (the runtime log has its output)"

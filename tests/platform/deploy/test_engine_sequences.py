@@ -410,3 +410,29 @@ async def test_reconcile_recovers_then_starts_what_is_missing(rig: Rig) -> None:
         f"route {SHOP} R1=100['127.0.0.1:20000', '127.0.0.1:20002']",
     ]
     assert isinstance(survivor, Instance)
+
+
+async def test_a_restart_of_a_release_recovered_after_a_server_restart(rig: Rig) -> None:
+    """The plan's adoption risk, on the engine: what ``recover`` hands back is all a restart
+    needs (no cache above the driver), and the restart runs in place, index by index."""
+    await _live_first(rig)
+    release = f"{rig.app_id}-1"
+    rig.runtime.adoptable[release] = rig.runtime.running_.pop(release)  # both outlived it
+    assert await rig.ops.reconcile() == (0, 1)
+    rig.runtime.calls.clear()
+    await rig.ops.restart(rig.alice, rig.app_id)
+    assert _calls(rig) == [  # the same as a restart of instances this process started
+        "running R1",
+        "start R1#2 127.0.0.1:20002",
+        "ready? R1#2",
+        f"route {SHOP} R1=100['127.0.0.1:20001', '127.0.0.1:20002']",
+        "stop R1#0",
+        "start R1#0 127.0.0.1:20003",
+        "ready? R1#0",
+        f"route {SHOP} R1=100['127.0.0.1:20003', '127.0.0.1:20002']",
+        "stop R1#1",
+        "start R1#1 127.0.0.1:20004",
+        "ready? R1#1",
+        f"route {SHOP} R1=100['127.0.0.1:20003', '127.0.0.1:20004']",
+        "stop R1#2",
+    ]
