@@ -54,8 +54,9 @@ from typing import Any
 import deploy
 
 import ingress as ingress_bench
-from appdeck.runtime import InstanceRef, LocalDriver, netns
+from appdeck.runtime import LocalDriver, netns
 from appdeck.runtime.cgroups import Limits
+from appdeck.runtime.model import Handle
 from appdeck.runtime.sandbox import Sandbox, detect
 
 BENCH = Path(__file__).resolve().parent
@@ -154,9 +155,9 @@ def ms(value: float) -> str:
     return f"{value * 1000:.1f}"
 
 
-async def wait_healthy(driver: LocalDriver, ref: InstanceRef, within: float = 15.0) -> None:
+async def wait_healthy(driver: LocalDriver, ref: Handle, within: float = 15.0) -> None:
     deadline = time.perf_counter() + within
-    while not (await driver.health(ref, timeout_s=1.0)).ok:
+    while not (await driver.check(ref, timeout_s=1.0)).ok:
         if time.perf_counter() > deadline:
             raise RuntimeError(f"{ref.release_id} not healthy within {within:g} s")
         await asyncio.sleep(HEALTH_POLL_S)
@@ -169,7 +170,7 @@ async def one_start(
     driver: LocalDriver,
     source: Path,
     number: int,
-    on_healthy: Callable[[LocalDriver, InstanceRef], None] | None = None,
+    on_healthy: Callable[[LocalDriver, Handle], None] | None = None,
 ) -> dict[str, float]:
     release = spec(source, number)
     release_id = release.release_id
@@ -177,7 +178,7 @@ async def one_start(
     await driver.prepare(release)
     t1 = time.perf_counter()
     port = 8000 if driver.sandboxed else deploy_free_port()
-    ref = await driver.start(release, 0, port)
+    ref = await driver.launch(release, 0, port)
     t2 = time.perf_counter()
     await wait_healthy(driver, ref)
     t3 = time.perf_counter()
@@ -206,7 +207,7 @@ async def starts(
     results: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
     try:
 
-        def socket_costs(driver: LocalDriver, ref: InstanceRef) -> None:
+        def socket_costs(driver: LocalDriver, ref: Handle) -> None:
             fd = driver.netns_fd(ref.netns or "")
             assert fd is not None
             socket_results.update(sockets(fd, 20_000))
@@ -334,7 +335,7 @@ async def serve(mode: str, app: str, work: Path) -> None:
     driver = LocalDriver(work / "runtime", sandbox=detect() if mode == "on" else None)
     release = spec(source, 1)
     await driver.prepare(release)
-    ref = await driver.start(release, 0, 8000 if mode == "on" else deploy_free_port())
+    ref = await driver.launch(release, 0, 8000 if mode == "on" else deploy_free_port())
     names = Namespaces(secrets.token_hex(6), driver.netns_fd)
     table = HAProxyTable()
     plane = HAProxyDataPlane(

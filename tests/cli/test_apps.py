@@ -157,7 +157,7 @@ async def test_app_status_reports_the_live_release_and_an_instances_crash(
     assert first["traffic"] is None  # the server's counters: its /metrics has them
 
     assert services.platform is not None
-    [ref] = await services.platform._driver.instances(f"{app_id}-1")
+    [ref] = await services.platform._driver.handles(f"{app_id}-1")
     os.kill(ref.pid, signal.SIGKILL)  # the instance's first process, as an OOM killer might
 
     async def restarted() -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""A DeployService on the real database with the in-memory runtime and router
+"""A DeployService on the real database with the in-memory runtime driver and router
 (tests/platform/deploy/fakes.py), watched by the watcher a test gives it."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from appdeck.storage import Storage
 from appdeck.storage.apps import AppStore
 from appdeck.storage.deployments import DeploymentStore
 from appdeck.storage.identity import IdentityStore
-from tests.platform.deploy.fakes import FakeRouter, FakeRuntime
+from tests.platform.deploy.fakes import FakeDriver, FakeRouter
 
 
 async def _no_wait(seconds: float) -> None:
@@ -35,7 +35,7 @@ class Rig:
     env: EnvService
     deploys: DeployService
     ops: Operations
-    runtime: FakeRuntime
+    runtime: FakeDriver
     router: FakeRouter
     alice: Principal
     app_id: int
@@ -49,7 +49,7 @@ class Rig:
 
 
 async def watched_rig(
-    storage: Storage, tmp_path: Path, watcher: DeployWatcher, runtime: FakeRuntime | None = None
+    storage: Storage, tmp_path: Path, watcher: DeployWatcher, runtime: FakeDriver | None = None
 ) -> Rig:
     """acme's app ``shop`` (two instances, a canary in steps 10, 50, 100), not deployed yet."""
     source = tmp_path / "src"
@@ -71,7 +71,7 @@ async def watched_rig(
     )
     sealer = Sealer.from_settings(None, tmp_path)
     env = EnvService(apps, sealer, feed)
-    runtime = runtime or FakeRuntime()
+    runtime = runtime or FakeDriver()
     router = FakeRouter()
     deploys = DeployService(
         apps,

@@ -12,7 +12,7 @@ from prometheus_client import REGISTRY
 from appdeck.observability.deploys import PAIRS, DeployMetrics
 from appdeck.platform.deploy.watch import OUTCOMES, PHASES, REASONS
 from appdeck.storage import Storage
-from tests.platform.deploy.fakes import FakeRuntime
+from tests.platform.deploy.fakes import FakeDriver
 
 from .rig import Rig, watched_rig
 
@@ -101,8 +101,8 @@ async def test_a_canary_rejected_by_its_error_rate_is_a_rollback_with_that_reaso
     assert delta("appdeck_deploy_phase_seconds_count", phase="analysis") == 1  # the first window
 
 
-class CrashingCanary(FakeRuntime):
-    async def crash_looping(self, release_id: str) -> bool:
+class CrashingCanary(FakeDriver):
+    async def gave_up(self, release_id: str) -> bool:
         return release_id.endswith("-2")
 
 

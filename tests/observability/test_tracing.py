@@ -304,10 +304,10 @@ async def test_an_unhealthy_instance_says_what_it_saw_cut_to_the_bound(
     rig = await watched_rig(storage, tmp_path, tracing.deploys())
     rig.runtime.health_plan[:] = [False]
 
-    async def noisy(release: object, instance: object) -> str:
+    def noisy(release: object) -> str:
         return "the app printed " + "A" * 5000  # an app's output: attacker text
 
-    rig.runtime.why_unhealthy = noisy  # type: ignore[method-assign,assignment]
+    rig.runtime.why = noisy  # type: ignore[method-assign,assignment]
     assert await rig.deploy() == "failed"
     health = one(exporter.get_finished_spans(), "deploy.health")
     assert health.status.status_code == StatusCode.ERROR

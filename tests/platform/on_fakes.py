@@ -1,5 +1,5 @@
-"""The real platform services over a real database, with the runtime, router and log source in
-memory (tests/platform/deploy/fakes.py): what the service tests and the tools' property test
+"""The real platform services over a real database, with the runtime driver (its logs too) and
+the router in memory (tests/platform/deploy/fakes.py): what the service tests and the tools' property test
 drive. Nothing here starts a process."""
 
 from __future__ import annotations
@@ -41,7 +41,6 @@ from appdeck.platform.sources import SourceRoots
 from appdeck.platform.tables.databases import AppDatabases, open_databases
 from appdeck.platform.tables.records_service import RecordService
 from appdeck.platform.tables.schema_service import TableService
-from appdeck.runtime.driver import LogLine, LogPage
 from appdeck.runtime.sandbox import Sandbox
 from appdeck.storage import Storage, default_sqlite_url
 from appdeck.storage.apps import AppStore
@@ -53,65 +52,17 @@ from appdeck.storage.oauth import OAuthStore
 from appdeck.storage.repos import RepoStore
 from appdeck.storage.webhook_deliveries import WebhookDeliveries
 from tests.platform.ci.shell_runner import ShellRunner
-from tests.platform.deploy.fakes import FakeRouter, FakeRuntime
+from tests.platform.deploy.fakes import FakeDriver, FakeRouter
 
 
 async def no_wait(seconds: float) -> None:
     await asyncio.sleep(0)
 
 
-class FakeDriver:
-    """The runtime driver's log and release-listing side: every release logs two lines."""
-
-    sandboxed = True
-
-    def __init__(self, runtime: FakeRuntime) -> None:
-        self.runtime = runtime
-
-    async def logs(
-        self,
-        release_id: str,
-        kind: str,
-        cursor: int | None = None,
-        limit: int = 200,
-        grep: str | None = None,
-    ) -> LogPage:
-        lines = [LogLine(1.0, "stdout", f"{kind} line {i} of {release_id}", i, 0) for i in range(2)]
-        start = cursor or 0
-        lines = [x for x in lines if x.seq >= start and (not grep or grep in x.text)][:limit]
-        return LogPage(lines, (lines[-1].seq + 1) if lines else start)
-
-    async def follow(
-        self,
-        release_id: str,
-        kind: str,
-        cursor: int | None = None,
-        limit: int = 200,
-        grep: str | None = None,
-        timeout_s: float = 10.0,
-    ) -> LogPage:
-        return await self.logs(release_id, kind, cursor, limit, grep)
-
-    async def releases(self) -> list[str]:
-        return list(self.runtime.running_)
-
-    async def remove(self, release_id: str) -> None:
-        await self.runtime.stop(release_id)
-
-    async def remove_app(self, app_id: int) -> None:
-        pass
-
-    async def stop(self, release_id: str) -> None:
-        await self.runtime.stop(release_id)
-
-    async def detach(self) -> None:
-        return None
-
-
 @dataclass
 class OnFakes:
     platform: Platform
-    runtime: FakeRuntime
+    runtime: FakeDriver
     router: FakeRouter
     admin: IdentityAdmin
     alice: Principal
@@ -131,9 +82,11 @@ async def platform_on_fakes(
     *,
     sandbox: Sandbox | None = None,
     hosted: HostedLimits | None = None,
+    driver: FakeDriver | None = None,
 ) -> OnFakes:
     """``sandbox``: git on local and hosted repositories runs in it; ``hosted``: each app's
-    hosted repository is on (``platform.hosting``)."""
+    hosted repository is on (``platform.hosting``); ``driver``: the runtime driver (default:
+    a :class:`FakeDriver`)."""
     roots = tmp_path / "src"
     source = roots / "shop"
     source.mkdir(parents=True)
@@ -166,7 +119,7 @@ async def platform_on_fakes(
     )
     sealer = Sealer.from_settings(None, tmp_path)
     env = EnvService(apps, sealer, feed)
-    runtime, router = FakeRuntime(), FakeRouter()
+    runtime, router = driver or FakeDriver(), FakeRouter()
     store = DeploymentStore(storage.engine, transitions=states.check)
     made = HostedRepos(tmp_path / "hosted", sandbox, hosted) if hosted else None
     sources = RepoSources(  # built first, as Platform.build does: see there for the order
@@ -195,10 +148,9 @@ async def platform_on_fakes(
     ops = Operations(engine)
     deployments = Deployments(apps, engine, ops)
     commits = CommitDeploys(deployments, sources.is_newest)
-    driver = FakeDriver(runtime)
     databases = await open_databases(default_sqlite_url(tmp_path), tmp_path / "data")
     _opened.append(databases)
-    logs = LogService(apps, env, store, driver, sealer)  # type: ignore[arg-type]
+    logs = LogService(apps, env, store, runtime, sealer)
     ci = CIService(
         apps,
         ci_store,
@@ -244,7 +196,7 @@ async def platform_on_fakes(
             urls=config.urls(),
         ),
         health=HealthService(apps, store, runtime, router.ingress.counters, feed),
-        _driver=driver,  # type: ignore[arg-type]
+        _driver=runtime,
         _router=router,  # type: ignore[arg-type]
         hosting=HostedService(apps, repos, git, made) if made is not None else None,
     )

@@ -23,10 +23,10 @@ import pytest
 
 from appdeck.model.release import AppSpec, Release
 from appdeck.runtime import (
-    InstanceRef,
     LocalDriver,
     RestartPolicy,
 )
+from appdeck.runtime.model import Handle
 
 PYTHON = shlex.quote(sys.executable)
 HELLO = Path(__file__).resolve().parents[1] / "fixtures" / "apps" / "hello"
@@ -181,9 +181,9 @@ async def eventually(
             await asyncio.sleep(interval)
 
 
-async def wait_healthy(runtime: LocalDriver, ref: InstanceRef, within: float = 10.0) -> None:
+async def wait_healthy(runtime: LocalDriver, ref: Handle, within: float = 10.0) -> None:
     async def healthy() -> bool:
-        return (await runtime.health(ref)).ok
+        return (await runtime.check(ref)).ok
 
     await eventually(healthy, within=within)
 

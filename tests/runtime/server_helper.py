@@ -39,9 +39,9 @@ async def serve(runtime_dir: Path, source: Path, port: int, then: str) -> None:
         source_path=source,
     )
     await driver.prepare(spec)
-    ref = await driver.start(spec, 0, port)
+    ref = await driver.launch(spec, 0, port)
     async with asyncio.timeout(20):
-        while not (await driver.health(ref)).ok:  # noqa: ASYNC110 - a bounded poll
+        while not (await driver.check(ref)).ok:  # noqa: ASYNC110 - a bounded poll
             await asyncio.sleep(0.05)
     print(json.dumps(asdict(ref)), flush=True)
     if then == "exit":

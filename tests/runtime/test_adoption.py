@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from appdeck.common.errors import Conflict
-from appdeck.runtime import InstanceRef, LocalDriver, free_port
+from appdeck.runtime import LocalDriver, free_port
+from appdeck.runtime.model import Handle
 
 from .conftest import (
     FAST_RESTARTS,
@@ -31,7 +32,7 @@ from .conftest import (
 HELPER = Path(__file__).with_name("server_helper.py")
 
 
-async def _server_that_dies(runtime_dir: Path, port: int, *, then: str) -> InstanceRef:
+async def _server_that_dies(runtime_dir: Path, port: int, *, then: str) -> Handle:
     """Run a server process that starts the hello app, and kill it with SIGKILL (or let it
     ``os._exit``) once the app is healthy. Returns the instance it started."""
     server = await asyncio.create_subprocess_exec(
@@ -58,7 +59,7 @@ async def _server_that_dies(runtime_dir: Path, port: int, *, then: str) -> Insta
                 server.kill()
         async with asyncio.timeout(10):
             await server.wait()
-    return InstanceRef(**json.loads(line))
+    return Handle(**json.loads(line))
 
 
 async def test_an_instance_survives_a_kill_9_of_the_server_and_is_adopted(
@@ -78,11 +79,11 @@ async def test_an_instance_survives_a_kill_9_of_the_server_and_is_adopted(
 
     await eventually(logged_while_down)
 
-    adoption = await driver.adopt("12-1")
+    adoption = await driver.take_over("12-1")
     assert adoption.dead == []
     assert adoption.adopted == [before]
-    assert await driver.instances("12-1") == [before]
-    assert (await driver.health(before)).ok  # the health path comes from release.json
+    assert await driver.handles("12-1") == [before]
+    assert (await driver.check(before)).ok  # the health path comes from release.json
     _, body = await http_get(port, "/")
     assert json.loads(body)["greeting"] == "from before the crash"
 
@@ -92,15 +93,15 @@ async def test_an_instance_survives_a_kill_9_of_the_server_and_is_adopted(
     request_while_down = next(i for i, t in enumerate(texts) if '"GET /fail HTTP/1.1" 500' in t)
     adopted_at = texts.index(f"instance 0 (pid {before.pid}) adopted after a restart")
     assert request_while_down < adopted_at  # logged while no server was running
-    assert await driver.adopt("12-1") == type(adoption)(adopted=[before], dead=[])
+    assert await driver.take_over("12-1") == type(adoption)(adopted=[before], dead=[])
 
     # Adopted instances are supervised like our own: a crash is restarted.
     os.kill(json.loads(body)["pid"], signal.SIGKILL)
 
     async def restarted() -> bool:
-        current = await driver.instances("12-1")
+        current = await driver.handles("12-1")
         return (
-            bool(current) and current[0].pid != before.pid and (await driver.health(current[0])).ok
+            bool(current) and current[0].pid != before.pid and (await driver.check(current[0])).ok
         )
 
     await eventually(restarted, within=10.0)
@@ -121,13 +122,13 @@ async def test_an_instance_that_died_with_the_server_is_reported_and_its_leftove
     await eventually(lambda: not is_alive(before.pid), within=30.0)
     assert is_alive(app_pid)
 
-    adoption = await driver.adopt("12-1")
+    adoption = await driver.take_over("12-1")
     assert adoption.adopted == []
     assert [(ref.index, ref.port) for ref in adoption.dead] == [(0, port)]
     await eventually(lambda: not is_alive(app_pid), within=30.0)  # no orphan keeps the port
 
     spec = make_spec(env={"GREETING": "restarted"})
-    ref = await driver.start(spec, adoption.dead[0].index, adoption.dead[0].port)
+    ref = await driver.launch(spec, adoption.dead[0].index, adoption.dead[0].port)
     await wait_healthy(driver, ref)
     _, body = await http_get(port, "/")
     assert json.loads(body)["greeting"] == "restarted"
@@ -139,11 +140,11 @@ async def test_an_unadopted_instance_blocks_a_second_start_and_can_still_be_stop
     port = free_port()
     before = await _server_that_dies(runtime_dir, port, then="wait")
     with pytest.raises(Conflict, match="unsupervised"):
-        await driver.start(make_spec(), 0, free_port())
+        await driver.launch(make_spec(), 0, free_port())
     await driver.stop("12-1", grace_s=2.0)
     assert not is_alive(before.pid)
     assert processes_under(runtime_dir) == []
-    nothing = await driver.adopt("99-9")
+    nothing = await driver.take_over("99-9")
     assert (nothing.adopted, nothing.dead) == ([], [])
 
 
@@ -156,7 +157,7 @@ async def test_a_copy_of_the_data_dir_neither_adopts_nor_kills_the_originals_ins
     shutil.copytree(runtime_dir, copy, symlinks=True)  # instances.json names the original's
     other = LocalDriver(copy, restart=FAST_RESTARTS, leftover_grace_s=1.0)
     try:
-        adoption = await other.adopt("12-1")
+        adoption = await other.take_over("12-1")
     finally:
         await other.detach()
     assert adoption.adopted == []
@@ -164,5 +165,5 @@ async def test_a_copy_of_the_data_dir_neither_adopts_nor_kills_the_originals_ins
     assert is_alive(before.pid)  # the original's instance runs on, unsignalled
     status, _ = await http_get(port, "/")
     assert status == 200
-    assert (await driver.adopt("12-1")).adopted  # its own server still adopts it
+    assert (await driver.take_over("12-1")).adopted  # its own server still adopts it
     await driver.stop("12-1", grace_s=2.0)

@@ -83,7 +83,7 @@ async def test_python_runtime_gets_its_own_venv_and_runs_app_py_with_it(
     await driver.prepare(spec)
     workspace = driver.runtime_dir / "apps" / "12" / "releases" / "12-1" / "src"
     assert (workspace / ".venv" / "bin" / "python").exists()
-    ref = await driver.start(spec, 0, free_port())
+    ref = await driver.launch(spec, 0, free_port())
     await wait_healthy(driver, ref)
     started = [
         line.text
@@ -109,7 +109,7 @@ async def test_preparing_again_is_a_no_op_unless_rebuilt_and_never_rebuilds_unde
     assert sorted(p.name for p in workspace.iterdir()) == ["app.py", "old.txt"]
     await driver.prepare(spec, rebuild=True)
     assert sorted(p.name for p in workspace.iterdir()) == ["app.py", "new.txt"]
-    ref = await driver.start(spec, 0, free_port())
+    ref = await driver.launch(spec, 0, free_port())
     await wait_healthy(driver, ref)
     await driver.prepare(spec)  # a reconciler may call it while instances run
     with pytest.raises(Conflict):

@@ -67,14 +67,14 @@ async def test_workspaces_live_on_the_app_disk_survive_a_restart_and_go_with_the
         workspace = disks.release_root(21, "21-1") / "src"
         assert (workspace / "app.py").is_file()
         assert not (runtime_dir / "apps" / "21" / "releases" / "21-1" / "src").exists()
-        ref = await first.start(one, 0, 8000)
+        ref = await first.launch(one, 0, 8000)
         await wait_healthy(first, ref, within=20)
         await first.detach()  # the server goes; the instance stays
 
         second = _driver(runtime_dir, sandbox, disks)  # the next server
         first = second
         assert disks.restore() == 1  # idempotent: the disk was still mounted
-        adoption = await second.adopt("21-1", one)
+        adoption = await second.take_over("21-1", one)
         assert [r.index for r in adoption.adopted] == [0]
         await wait_healthy(second, adoption.adopted[0], within=20)
 
@@ -106,13 +106,13 @@ async def test_accounting_stops_an_app_over_its_disk_and_its_log_says_so(
     )
     try:
         await driver.prepare(release)
-        await driver.start(release, 0, 8000)
+        await driver.launch(release, 0, 8000)
         assert await driver.check_disks() == []  # not yet written: under its limit
         big = driver._existing(release.release_id)
         assert big is not None
         await eventually(lambda: _size(big.workspace / "big") >= 80 << 20, within=30)
         assert await driver.check_disks() == [22]
-        assert await driver.instances(release.release_id) == []
+        assert await driver.handles(release.release_id) == []
         log = (big.directory / "runtime.log").read_text()
         assert "the app's disk is full" in log
         assert "over its 48 MiB" in log

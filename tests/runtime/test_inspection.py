@@ -26,10 +26,10 @@ async def _ask(port: int, path: str) -> None:
 
 
 async def _started(driver: LocalDriver, events: list[InstanceEvent]) -> int:
-    driver.watch(events.append)
+    driver.events(events.append)
     spec = make_spec(EXITS, env={}, run_command=f"exec {PYTHON} app.py")
     await driver.prepare(spec)
-    ref = await driver.start(spec, 0, free_port())
+    ref = await driver.launch(spec, 0, free_port())
     await wait_healthy(driver, ref)
     return ref.port
 
@@ -83,13 +83,13 @@ async def test_an_app_killed_by_sigkill_is_reported_by_the_signals_name(
 
 async def test_a_crash_loop_is_inspected_as_given_up_and_told_once(driver: LocalDriver) -> None:
     events: list[InstanceEvent] = []
-    driver.watch(events.append)
+    driver.events(events.append)
     spec = make_spec(env={"CRASH_ON_START": "1"})
     await driver.prepare(spec)
-    await driver.start(spec, 0, free_port())
+    await driver.launch(spec, 0, free_port())
 
     async def given_up() -> bool:
-        return await driver.unhealthy("12-1")
+        return await driver.gave_up("12-1")
 
     await eventually(given_up, within=30)
     [status] = driver.inspect("12-1")
@@ -103,8 +103,8 @@ async def test_a_crash_loop_is_inspected_as_given_up_and_told_once(driver: Local
 async def test_a_health_check_on_a_port_nobody_listens_on_says_so(driver: LocalDriver) -> None:
     spec = make_spec(EXITS, env={}, run_command="exec sleep 30")
     await driver.prepare(spec)
-    ref = await driver.start(spec, 0, free_port())
-    health = await driver.health(ref)
+    ref = await driver.launch(spec, 0, free_port())
+    health = await driver.check(ref)
     assert not health.ok
     assert health.detail == f"nothing listening on $PORT={ref.port} (connection refused)"
 
@@ -116,13 +116,13 @@ async def test_a_health_check_that_gets_no_answer_says_it_timed_out(driver: Loca
     )
     spec = make_spec(EXITS, env={}, run_command=silent, health_timeout_s=0.3)
     await driver.prepare(spec)
-    ref = await driver.start(spec, 0, free_port())
+    ref = await driver.launch(spec, 0, free_port())
 
     async def listening() -> bool:
-        return "refused" not in (await driver.health(ref)).detail
+        return "refused" not in (await driver.check(ref)).detail
 
     await eventually(listening, within=10)
-    health = await driver.health(ref)
+    health = await driver.check(ref)
     assert health.detail == "GET /healthz timed out after 0.3s"
 
 

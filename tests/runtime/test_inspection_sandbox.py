@@ -31,7 +31,7 @@ async def test_an_app_past_its_memory_limit_is_reported_oom_killed_and_restarted
     driver: LocalDriver,
 ) -> None:
     events: list[InstanceEvent] = []
-    driver.watch(events.append)
+    driver.events(events.append)
     ref = await started(driver, spec(61, EXITS, memory_mb=64))
     with contextlib.suppress(Exception):  # the app dies mid-answer
         await probe(driver, ref, "/hog?mb=256")

@@ -25,7 +25,7 @@ async def test_runtime_logs_are_captured_with_timestamps_streams_and_instances(
     before = time.time()
     spec = make_spec()
     await driver.prepare(spec)
-    ref = await driver.start(spec, 0, free_port())
+    ref = await driver.launch(spec, 0, free_port())
     await wait_healthy(driver, ref)
     await http_get(ref.port, "/fail")
     request = await driver.follow("12-1", "runtime", cursor=0, grep="GET /fail", timeout_s=5)
@@ -50,7 +50,7 @@ async def test_logs_page_by_cursor_filter_by_grep_and_tail_without_cursor(
         run_command="for i in $(seq 1 50); do echo out $i; echo err $i >&2; done; exec sleep 1000"
     )
     await driver.prepare(spec)
-    await driver.start(spec, 0, free_port())
+    await driver.launch(spec, 0, free_port())
 
     async def all_written() -> bool:
         page = await driver.logs("12-1", "runtime", grep="err 50")
@@ -91,7 +91,7 @@ async def test_follow_waits_for_new_lines_and_gives_up_after_its_timeout(
 ) -> None:
     spec = make_spec()
     await driver.prepare(spec)
-    ref = await driver.start(spec, 0, free_port())
+    ref = await driver.launch(spec, 0, free_port())
     await wait_healthy(driver, ref)
     # Health checks log requests too: wait until the log is quiet.
     await asyncio.sleep(0.1)
@@ -124,7 +124,7 @@ async def test_long_lines_are_cut_and_a_log_over_its_cap_keeps_the_newest_lines(
     )
     try:
         await driver.prepare(spec)
-        await driver.start(spec, 0, free_port())
+        await driver.launch(spec, 0, free_port())
 
         async def done() -> bool:
             return bool((await driver.logs("12-1", "runtime", grep="line 02999")).lines)

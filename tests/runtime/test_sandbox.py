@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from appdeck.model.release import Release
-from appdeck.runtime import InstanceRef, LocalDriver, netns
+from appdeck.runtime import LocalDriver, netns
+from appdeck.runtime.model import Handle
 from appdeck.runtime.sandbox import Sandbox
 from tests.support.sandbox import sandbox_or_skip
 
@@ -69,14 +70,14 @@ def spec(app_id: int, source: Path = HOSTILE, **overrides: Any) -> Release:
     return build_release(**fields)
 
 
-async def started(driver: LocalDriver, release: Release) -> InstanceRef:
+async def started(driver: LocalDriver, release: Release) -> Handle:
     await driver.prepare(release)
-    ref = await driver.start(release, 0, 8000)
+    ref = await driver.launch(release, 0, 8000)
     await wait_healthy(driver, ref)
     return ref
 
 
-async def probe(driver: LocalDriver, ref: InstanceRef, path: str) -> dict[str, Any]:
+async def probe(driver: LocalDriver, ref: Handle, path: str) -> dict[str, Any]:
     """GET ``path`` from the instance, on its own loopback (as the ingress reaches it)."""
     assert ref.netns is not None
     fd = driver.netns_fd(ref.netns)
@@ -223,7 +224,7 @@ async def test_a_fork_bomb_stays_within_its_process_limit(driver: LocalDriver) -
     ref = await started(driver, spec(42, pids=32))
     outcome = await probe(driver, ref, "/forkbomb?limit=5000")
     assert outcome["forked"] < 40
-    assert (await driver.health(bystander)).ok
+    assert (await driver.check(bystander)).ok
 
 
 async def test_a_builds_fork_bomb_stays_within_the_builds_process_limit(
@@ -289,7 +290,7 @@ async def test_no_root_process_ever_holds_the_apps_env(
         seen |= processes_with_env(marker.encode())
         await asyncio.sleep(0.05)
     await build
-    ref = await driver.start(release, 0, 8000)
+    ref = await driver.launch(release, 0, 8000)
     await wait_healthy(driver, ref)
     seen |= processes_with_env(marker.encode())
     uid = sandbox.uid_for(44)

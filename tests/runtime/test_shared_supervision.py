@@ -58,10 +58,10 @@ async def test_an_instance_stopped_by_one_driver_is_not_restarted_by_another_tha
 ) -> None:
     spec = make_spec()
     await driver.prepare(spec)
-    refs = [await driver.start(spec, index, free_port()) for index in (0, 1)]
+    refs = [await driver.launch(spec, index, free_port()) for index in (0, 1)]
     for ref in refs:
         await wait_healthy(driver, ref)
-    adopted = await other.adopt("12-1", spec)
+    adopted = await other.take_over("12-1", spec)
     assert sorted(r.pid for r in adopted.adopted) == sorted(r.pid for r in refs)
 
     await driver.stop("12-1", 0, grace_s=2.0)  # one instance, then the rest
@@ -81,9 +81,9 @@ async def test_an_instance_started_on_one_driver_is_stopped_by_the_other(
 ) -> None:
     spec = make_spec()
     await driver.prepare(spec)
-    ref = await driver.start(spec, 0, free_port())
+    ref = await driver.launch(spec, 0, free_port())
     await wait_healthy(driver, ref)
-    await other.adopt("12-1", spec)
+    await other.take_over("12-1", spec)
     await other.stop("12-1", grace_s=2.0)  # the one that did not start it
 
     async def let_go() -> bool:
@@ -100,9 +100,9 @@ async def test_a_crash_seen_by_two_drivers_is_restarted_once_and_both_follow_it(
 ) -> None:
     spec = make_spec()
     await driver.prepare(spec)
-    ref = await driver.start(spec, 0, free_port())
+    ref = await driver.launch(spec, 0, free_port())
     await wait_healthy(driver, ref)
-    await other.adopt("12-1", spec)
+    await other.take_over("12-1", spec)
     _, body = await http_get(ref.port, "/")
     os.kill(json.loads(body)["pid"], signal.SIGKILL)
 
@@ -116,7 +116,7 @@ async def test_a_crash_seen_by_two_drivers_is_restarted_once_and_both_follow_it(
 
     await eventually(both_on_one_new_process, within=15.0)
     assert len(shims(runtime_dir)) == 1
-    [again] = await driver.instances("12-1") or await other.instances("12-1")
+    [again] = await driver.handles("12-1") or await other.handles("12-1")
     await wait_healthy(driver, again)
     restarts = [t for t in system_lines(runtime_dir) if t.startswith("started pid")]
     assert len(restarts) == 2, restarts  # the first start and one restart

@@ -25,23 +25,23 @@ async def test_a_crashed_instance_is_restarted_on_its_port_and_serves_again(
 ) -> None:
     spec = make_spec()
     await driver.prepare(spec)
-    ref = await driver.start(spec, 0, free_port())
+    ref = await driver.launch(spec, 0, free_port())
     await wait_healthy(driver, ref)
     _, body = await http_get(ref.port, "/")
     app_pid = json.loads(body)["pid"]
     os.kill(app_pid, signal.SIGKILL)
 
     async def restarted() -> bool:
-        current = await driver.instances("12-1")
-        return bool(current) and current[0].pid != ref.pid and (await driver.health(current[0])).ok
+        current = await driver.handles("12-1")
+        return bool(current) and current[0].pid != ref.pid and (await driver.check(current[0])).ok
 
     await eventually(restarted, within=10.0)
-    [again] = await driver.instances("12-1")
+    [again] = await driver.handles("12-1")
     assert again.port == ref.port
     assert again.started_at > ref.started_at
     _, body = await http_get(ref.port, "/")
     assert json.loads(body)["pid"] != app_pid
-    assert not await driver.unhealthy("12-1")
+    assert not await driver.gave_up("12-1")
     texts = [line.text for line in (await driver.logs("12-1", "runtime", cursor=0)).lines]
     assert f"pid {app_pid} killed by SIGKILL" in texts
     assert any(
@@ -55,13 +55,13 @@ async def test_a_crash_loop_backs_off_exponentially_then_marks_the_release_unhea
 ) -> None:
     spec = make_spec(env={"CRASH_ON_START": "1"})
     await driver.prepare(spec)
-    await driver.start(spec, 0, free_port())
+    await driver.launch(spec, 0, free_port())
 
     async def unhealthy() -> bool:
-        return await driver.unhealthy("12-1")
+        return await driver.gave_up("12-1")
 
     await eventually(unhealthy, within=15.0)
-    assert await driver.instances("12-1") == []
+    assert await driver.handles("12-1") == []
     lines = (await driver.logs("12-1", "runtime", cursor=0, limit=1000)).lines
     system = [line for line in lines if line.stream == "system"]
     delays = [
@@ -81,5 +81,5 @@ async def test_a_crash_loop_backs_off_exponentially_then_marks_the_release_unhea
 
     # Sticky, and still known to a driver started later on the same directory.
     later = LocalDriver(driver.runtime_dir)
-    assert await later.unhealthy("12-1")
+    assert await later.gave_up("12-1")
     await later.detach()

@@ -3,13 +3,13 @@ status resource, ``manage_app get``, ``list_my_apps``, the CLI and the app serie
 
 The facts: the live release (number, strategy, since when), instances up against desired,
 and per instance its state, restarts, last exit (``status N`` or ``signal NAME``), OOM kills,
-memory and CPU (the runtime port's :meth:`~.deploy.ports.RuntimePort.inspect`); the app's
+memory and CPU (the runtime driver's :meth:`~appdeck.runtime.driver.Driver.inspect`); the app's
 disk against its quota; requests, 5xx and mean latency over the last few minutes
 (:mod:`.traffic`); the certificate of its public hostname. Every one of them is a count, a
 number, a word of ours or a timestamp: nothing the app controls becomes text here.
 
 Crashes reach subscribers as ``instance.updated`` changes: the runtime tells the service
-(:meth:`~.deploy.ports.RuntimePort.watch`), the service emits the change for the app's
+(:meth:`~appdeck.runtime.driver.Driver.events`), the service emits the change for the app's
 tenant. The same events are counted for the app series (restarts, crash loops, OOM kills:
 counters of this process, which Prometheus' ``rate`` reads across restarts).
 
@@ -35,7 +35,7 @@ from appdeck.ingress.routes import Counters
 from appdeck.model import hostnames
 from appdeck.platform.apps import AppService
 from appdeck.platform.changes import Change, ChangeFeed
-from appdeck.platform.deploy.ports import DiskUsage, InstanceEvent, InstanceStatus, RuntimePort
+from appdeck.platform.deploy.ports import DiskUsage, Driver, InstanceEvent, InstanceStatus
 from appdeck.platform.traffic import Traffic, TrafficRing
 from appdeck.storage.apps import AppRecord
 from appdeck.storage.deployments import DeploymentRecord, DeploymentStore
@@ -53,8 +53,9 @@ the status again at the next one)."""
 
 
 class RuntimeView(Protocol):
-    """What the facts need of a runtime: the deploy engine's port has it, and so does the
-    CLI's reader of a data dir (:class:`~appdeck.runtime.inspection.RecordedInstances`)."""
+    """What the facts need of a runtime: a narrow view of the driver
+    (:class:`~appdeck.runtime.driver.Driver`), which the CLI's reader of a data dir
+    (:class:`~appdeck.runtime.inspection.RecordedInstances`) also has."""
 
     def inspect(self, release_id: str) -> list[InstanceStatus]: ...
     def disk_usage(self, app_id: int) -> DiskUsage | None: ...
@@ -161,7 +162,7 @@ class HealthService:
         self,
         apps: AppService,
         store: DeploymentStore,
-        runtime: RuntimePort,
+        runtime: Driver,
         counters: Counters,
         feed: ChangeFeed,
         *,
@@ -186,7 +187,7 @@ class HealthService:
         self._catalogue = _Catalogue()
         self.events: dict[int, EventCounts] = {}
         self._pending: set[asyncio.Task[None]] = set()
-        runtime.watch(self._seen)
+        runtime.events(self._seen)
         feed.subscribe(self._changed)
 
     # -- the facts ---------------------------------------------------------------------

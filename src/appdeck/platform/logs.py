@@ -54,7 +54,7 @@ _BATCH: Final = 1_000
 
 
 class LogSource(Protocol):
-    """The part of the runtime driver this service reads (see ``RuntimeDriver``)."""
+    """The part of the runtime driver this service reads (see ``Driver``)."""
 
     async def logs(
         self,

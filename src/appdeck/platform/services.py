@@ -27,7 +27,6 @@ from appdeck.platform.deploy import states
 from appdeck.platform.deploy.deployments import Deployments
 from appdeck.platform.deploy.engine import DeployService, Operations
 from appdeck.platform.deploy.ingress_router import IngressRouter
-from appdeck.platform.deploy.local_runtime import LocalRuntime
 from appdeck.platform.deploy.preflight import PreflightService
 from appdeck.platform.deploy.watch import NOT_WATCHED, DeployWatcher
 from appdeck.platform.domains import AppUrls, DnsTxtResolver, DomainService, NoTls, TlsStatus
@@ -51,7 +50,7 @@ from appdeck.platform.tables.databases import AppDatabases
 from appdeck.platform.tables.records_service import RecordService
 from appdeck.platform.tables.schema_service import TableService
 from appdeck.platform.workspace_tars import DEFAULT_MAX_MB, WorkspaceTars
-from appdeck.runtime.driver import RuntimeDriver
+from appdeck.runtime.driver import Driver
 from appdeck.runtime.egress import EgressPolicy
 from appdeck.storage.apps import AppRecord, AppStore
 from appdeck.storage.ci import CIStore
@@ -132,7 +131,7 @@ class Platform:
     """Custom domains: claims, proofs, the data plane's host map."""
     health: HealthService
     """Each app's health: the status resource, the CLI, the app series."""
-    _driver: RuntimeDriver
+    _driver: Driver
     _router: IngressRouter
     hosting: HostedService | None = None
     """Each app's git remote and inline files (None: APPDECK_HOSTED_REPOS off)."""
@@ -158,7 +157,7 @@ class Platform:
         identities: IdentityStore,
         config: PlatformConfig,
         *,
-        driver: RuntimeDriver,
+        driver: Driver,
         router: IngressRouter,
         instance_id: str,
         databases: AppDatabases,
@@ -233,7 +232,10 @@ class Platform:
             deployments=deploying,
             repos=repos,
             preflight=PreflightService(
-                apps, env, sandboxed=driver.sandboxed, repository=repo_sources.url
+                apps,
+                env,
+                sandboxed=driver.capabilities().own_network,
+                repository=repo_sources.url,
             ),
             logs=logs,
             tables=TableService(apps, databases, feed),
@@ -350,9 +352,7 @@ def _domain_service(
     )
 
 
-def _workspaces_of(
-    config: PlatformConfig, driver: RuntimeDriver, sealer: Sealer
-) -> WorkspaceTars | None:
+def _workspaces_of(config: PlatformConfig, driver: Driver, sealer: Sealer) -> WorkspaceTars | None:
     """Built workspaces served to pods, when the driver keeps them (the local driver's)."""
     source = getattr(driver, "workspace_tar", None)
     if source is None:
@@ -360,7 +360,7 @@ def _workspaces_of(
     return WorkspaceTars(sealer.mac, source, max_mb=config.max_source_mb)
 
 
-def _git_of(config: PlatformConfig, driver: RuntimeDriver) -> tuple[Git, HostedRepos | None]:
+def _git_of(config: PlatformConfig, driver: Driver) -> tuple[Git, HostedRepos | None]:
     """Git on local repositories (in the app's sandbox) and each app's hosted repository."""
     sandbox = getattr(driver, "sandbox", None)
     git = Git(
@@ -383,7 +383,7 @@ def _deploy_service(
     apps: AppService,
     env: EnvService,
     deployments: DeploymentStore,
-    driver: RuntimeDriver,
+    driver: Driver,
     router: IngressRouter,
     feed: ChangeFeed,
     sealer: Sealer,
@@ -394,12 +394,12 @@ def _deploy_service(
     git: RepoSources,
     gate: CIGate,
 ) -> DeployService:
-    """The deploy engine over the local runtime (``driver``) and the data plane (``router``)."""
+    """The deploy engine over the runtime ``driver`` and the data plane (``router``)."""
     return DeployService(
         apps,
         env,
         deployments,
-        LocalRuntime(driver, sandboxed=driver.sandboxed),
+        driver,
         router,
         feed,
         sealer,
@@ -416,7 +416,7 @@ def _ci_service(
     apps: AppService,
     repos: RepoSources,
     env: EnvService,
-    driver: RuntimeDriver,
+    driver: Driver,
     logs: LogService,
     feed: ChangeFeed,
     instance_id: str,

@@ -5,7 +5,7 @@
 and the process must be a shim of *this* data dir (its command line names the release's log
 here): a copy of a data dir, or another install's records, never adopt nor kill another
 install's instances.
-:meth:`AdoptionMixin.adopt` supervises the instances still running and reports the others,
+:meth:`AdoptionMixin.take_over` supervises the instances still running and reports the others,
 after stopping anything they left behind.
 """
 
@@ -15,25 +15,44 @@ import asyncio
 import itertools
 import os
 import signal
+from dataclasses import dataclass
 
-from appdeck.runtime.driver import Adoption, InstanceRef, Release
+from appdeck.runtime.driver import Release
 from appdeck.runtime.inspection import recall
-from appdeck.runtime.model import InstanceState, ReleaseState, instance_key, validate
+from appdeck.runtime.model import Handle, InstanceState, ReleaseState, instance_key, validate
 from appdeck.runtime.procs import kill_leftovers, pidfd
 from appdeck.runtime.shim import is_running
 from appdeck.runtime.state import read_json, read_spec, records
 from appdeck.runtime.supervision import SupervisionMixin
 
 
+@dataclass(frozen=True, slots=True)
+class TakenOver:
+    """What :meth:`AdoptionMixin.take_over` found of a release's recorded instances (the
+    driver's handles; :meth:`~appdeck.runtime.local.LocalDriver.recover` answers the seam's
+    :class:`~appdeck.runtime.driver.Adoption` from it)."""
+
+    adopted: list[Handle]
+    """Still running: supervised again, as if this driver had started them."""
+    dead: list[Handle]
+    """Gone while nobody watched (their leftovers were stopped): the caller starts them
+    again."""
+
+
 class AdoptionMixin(SupervisionMixin):
-    """``adopt``: take over the instances a previous server left running."""
+    """``take_over``: supervise the instances a previous server left running."""
 
-    # ---------------------------------------------------------------- adopt
+    # ---------------------------------------------------------------- take over
 
-    async def adopt(self, release_id: str, release: Release | None = None) -> Adoption:
+    async def take_over(self, release_id: str, release: Release | None = None) -> TakenOver:
+        """After a server restart: take over the release's instances that still run, report
+        the others. Idempotent; a release never started here takes over nothing.
+        ``release`` is what restarts of the adopted instances run with: pass it (the driver
+        keeps no env values on disk; without it, restarts get the env's names with empty
+        values)."""
         state = self._existing(release_id)
         if state is None:
-            return Adoption(adopted=[], dead=[])  # nothing was ever started here
+            return TakenOver(adopted=[], dead=[])  # nothing was ever started here
         async with state.lock:
             if release is not None:
                 validate(release)
@@ -41,14 +60,14 @@ class AdoptionMixin(SupervisionMixin):
             elif state.release is None:
                 state.release = read_spec(state.directory / "release.json")
             writer = self._writer(state)
-            adopted: list[InstanceRef] = []
-            dead: list[InstanceRef] = []
+            adopted: list[Handle] = []
+            dead: list[Handle] = []
             recorded = read_json(state.directory / "instances.json")
             state.unhealthy = state.unhealthy or bool(recorded.get("unhealthy", False))
             for record in records(recorded):
                 index = int(record["index"])
                 if index in state.instances:
-                    adopted.append(state.instances[index].ref(release_id))
+                    adopted.append(state.instances[index].handle(release_id))
                     continue
                 instance = InstanceState(
                     index=index,
@@ -69,7 +88,7 @@ class AdoptionMixin(SupervisionMixin):
                         f"instance {index} (pid {pid}) is not this server's: left alone",
                         instance=index,
                     )
-                    dead.append(instance.ref(release_id))
+                    dead.append(instance.handle(release_id))
                     continue
                 if this_boot and is_running(pid, instance.start_ticks):
                     instance.pidfd = pidfd(pid)
@@ -85,7 +104,7 @@ class AdoptionMixin(SupervisionMixin):
                         )
                         self._serve_egress(state, instance)
                         await self._serve_database(state, instance)
-                        adopted.append(instance.ref(release_id))
+                        adopted.append(instance.handle(release_id))
                         continue
                 if this_boot:
                     kill_leftovers(pid, instance.start_ticks, signal.SIGKILL)
@@ -93,10 +112,10 @@ class AdoptionMixin(SupervisionMixin):
                     f"instance {index} (pid {pid}) was not running after a restart",
                     instance=index,
                 )
-                dead.append(instance.ref(release_id))
+                dead.append(instance.handle(release_id))
             # Nothing written: a dead instance's record stays until it is started again (a
             # supervisor elsewhere may be about to restart it, which needs the record).
-            return Adoption(adopted=adopted, dead=dead)
+            return TakenOver(adopted=adopted, dead=dead)
 
     def _serve_egress(self, state: ReleaseState, instance: InstanceState) -> None:
         """An adopted instance that may go out gets its proxy again (it died with the old

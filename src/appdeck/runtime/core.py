@@ -133,8 +133,8 @@ class DriverCore:
 
     # ---------------------------------------------------------------- watchers
 
-    def watch(self, watcher: InstanceWatcher) -> None:
-        """See :meth:`~appdeck.runtime.driver.RuntimeDriver.watch`."""
+    def events(self, watcher: InstanceWatcher) -> None:
+        """See :meth:`~appdeck.runtime.driver.Driver.events`."""
         self._watchers.append(watcher)
 
     def _tell(self, state: ReleaseState, instance: InstanceState, kind: InstanceEventKind) -> None:

@@ -1,28 +1,13 @@
-"""The runtime driver interface: how the platform builds, runs, watches and stops releases.
+"""The runtime driver seam: how the platform builds, runs, watches and stops releases.
 
-One driver instance serves every app of the platform. A *release* is one deployment's frozen
-spec and source (``release_id`` such as ``"12-3"``: app 12, deployment 3); it runs as
-``instances`` numbered instances, each on a port the caller chooses. Everything here is
-driver-neutral; :class:`~appdeck.runtime.local.LocalDriver` implements it with local
-processes.
-
-How a Kubernetes driver maps onto it later:
-
-==================  ================================================================
-``prepare``          build an image (Job running the build; the log tail on failure)
-``start(index)``     a pod of the release's Deployment/StatefulSet (ordinal = index),
-                     ``port`` = its containerPort behind a per-release Service
-``stop``             scale down / delete pods (terminationGracePeriodSeconds = grace)
-``health``           the readiness probe, or a GET through the Service
-``logs``/``follow``  pod logs (``sinceTime``; the cursor is the driver's own)
-``unhealthy``        CrashLoopBackOff
-``adopt``            list the pods labelled with the release after a restart
-``remove``           delete the Deployment, Service and image
-``InstanceRef.pid``  0 (no local process); the pod name would be an added field
-``inspect``          the pods' ``status.containerStatuses`` (restartCount, lastState),
-                     the metrics API for memory and CPU
-``watch``            a watch on the release's pods
-==================  ================================================================
+One driver serves every app of the platform (:class:`Driver`, shaped like Nomad's task driver
+plugin: capabilities, start, wait, stop, recover, inspect, logs). A *release* is one
+deployment's frozen spec and source (``release_id`` such as ``"12-3"``: app 12, deployment 3);
+it runs as ``instances`` numbered instances (:class:`Instance`: where traffic reaches it).
+Everything here is driver-neutral: what a driver can and cannot do is in its
+:class:`Capabilities`, which the platform asks instead of the driver's type.
+:class:`~appdeck.runtime.local.LocalDriver` implements it with local processes; how a
+Kubernetes driver maps onto it is in docs/kubernetes.md and docs/runtime-seam.md §2.
 """
 
 from __future__ import annotations
@@ -40,26 +25,8 @@ LogKind = Literal["build", "runtime"]
 LogStream = Literal["stdout", "stderr", "system"]
 
 
-@dataclass(frozen=True, slots=True)
-class InstanceRef:
-    """One running instance of a release."""
-
-    release_id: str
-    index: int
-    port: int
-    pid: int
-    """The instance's root process (the local driver's shim, whose process group holds the
-    app); 0 where a driver has no local process."""
-    started_at: float
-    """When this process started (the driver's clock, epoch seconds)."""
-    netns: str | None = None
-    """Sandboxed: the instance's network namespace, by name (``"<release_id>.<index>"``):
-    ``port`` is on the loopback of that namespace, reached through the driver's
-    ``netns_fd``. None: ``port`` is on the host's loopback."""
-
-
 InstanceCondition = Literal["running", "restarting", "crash_loop", "stopped"]
-"""An instance as :meth:`RuntimeDriver.inspect` sees it: ``running`` (its process runs),
+"""An instance as :meth:`Driver.inspect` sees it: ``running`` (its process runs),
 ``restarting`` (it exited unasked and waits for its restart), ``crash_loop`` (given up after
 too many crashes), ``stopped``."""
 
@@ -98,7 +65,7 @@ InstanceEventKind = Literal["crashed", "restarted", "oom_killed", "given_up"]
 
 @dataclass(frozen=True, slots=True)
 class InstanceEvent:
-    """An instance changed without being asked (see :meth:`RuntimeDriver.watch`)."""
+    """An instance changed without being asked (see :meth:`Driver.events`)."""
 
     app_id: int
     release_id: str
@@ -111,7 +78,8 @@ InstanceWatcher = Callable[[InstanceEvent], None]
 
 @dataclass(frozen=True, slots=True)
 class Health:
-    """One health check: ``ok`` for any 2xx or 3xx answer within the timeout."""
+    """One health check: ``ok`` for any 2xx or 3xx answer within the timeout (a driver's
+    own reading, behind :meth:`Driver.wait_ready`)."""
 
     ok: bool
     detail: str
@@ -140,15 +108,166 @@ class LogPage(NamedTuple):
     next_cursor: int
 
 
+# -------------------------------------------------------------------- the one driver seam
+
+
+@dataclass(frozen=True, slots=True)
+class Instance:
+    """One started instance of a release, as the platform sees it: where traffic reaches
+    it. The driver keeps its own handle per ``(release_id, index)`` (a pid, a pod): nothing
+    above the driver needs one."""
+
+    release_id: str
+    index: int
+    upstream: str
+    """What the router gets: ``127.0.0.1:<port>``, ``<netns>@127.0.0.1:<port>`` (an
+    instance on a network namespace of its own), or ``<service>.<namespace>:<port>``."""
+    started_at: float
+    """When it started (the driver's clock, epoch seconds)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Readiness:
+    """Whether an instance became ready (its health check passed) within the time given."""
+
+    ok: bool
+    why: str
+    """When not ok: what the last check saw, in words for a failed rollout (a crash loop
+    and how the app last ended, the check's answer, or what it listens on instead)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Adoption:
-    """What :meth:`RuntimeDriver.adopt` found of a release's recorded instances."""
+    """What :meth:`Driver.recover` found of a release's instances after a restart."""
 
-    adopted: list[InstanceRef]
+    adopted: list[Instance]
     """Still running: supervised again, as if this driver had started them."""
-    dead: list[InstanceRef]
-    """Gone while nobody watched (their leftovers were stopped): the caller restarts them,
-    e.g. ``start(spec, ref.index, ref.port)``."""
+    dead: list[int]
+    """Indexes of instances gone while nobody watched: the caller starts them again."""
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a driver can and cannot do; the platform branches on these, never on types.
+    Each field has a call site that branches on it (docs/runtime-seam.md §2.2)."""
+
+    own_network: bool
+    """Each instance has a network of its own: the spec's port is used as it is."""
+    namespaced_upstreams: bool
+    """Upstreams are ``<netns>@…``: the data plane needs netns fds from the driver."""
+    host_processes: bool
+    """Instances are processes of this host: shared by the replicas on it (one recovers
+    what another started), pids to diagnose."""
+    in_place_restart: bool
+    """One index of a release can be stopped and started again with a fresh env."""
+    indexed_instances: bool
+    """Instances are addressable by index (``stop(release, i)``, a spare at index n)."""
+    driver_grep: bool
+    """``logs(grep=…)`` filters on the driver's side."""
+    app_disks: bool
+    """Per-app disks (hosted repositories and SQLite placed on them)."""
+
+
+@runtime_checkable
+class Driver(Protocol):
+    """Builds, runs, supervises and observes releases (shaped like Nomad's task driver:
+    capabilities, start, wait, stop, recover, inspect, logs). One driver serves every app.
+    Methods are safe to call concurrently for different releases; calls for one release
+    are serialised by the driver."""
+
+    def capabilities(self) -> Capabilities:
+        """What this driver can do (constant for its lifetime)."""
+        ...
+
+    async def prepare(self, release: Release, *, rebuild: bool = False) -> None:
+        """Make the release runnable (workspace, build) within ``spec.build_timeout_s``;
+        idempotent unless ``rebuild``. Raises InvalidArgument, QuotaExceeded, Conflict or
+        :class:`BuildFailed` (whose ``log_tail`` is app output: never for a tool caller)."""
+        ...
+
+    async def start(self, release: Release, index: int) -> Instance:
+        """Start instance ``index`` (the driver picks its port) and supervise it; returns
+        at once: :meth:`wait_ready` says when it serves."""
+        ...
+
+    async def wait_ready(self, release: Release, instance: Instance, within_s: float) -> Readiness:
+        """Wait up to ``within_s`` for the instance's health check to pass, or for the
+        release to crash-loop (then at once); why not, in words."""
+        ...
+
+    async def gave_up(self, release_id: str) -> bool:
+        """True once an instance of the release crash-looped (sticky until :meth:`remove`)."""
+        ...
+
+    async def stop(self, release_id: str, index: int | None = None, grace_s: float = 5.0) -> None:
+        """Stop one instance, or all (``index=None``), within ``grace_s``; nothing the
+        instance started survives. Stopping what is not running is not an error."""
+        ...
+
+    async def running(self, release_id: str) -> list[Instance]:
+        """The release's instances that run now (that this driver supervises), by index."""
+        ...
+
+    async def recover(self, release: Release) -> Adoption:
+        """After a control-plane restart: supervise again the release's instances that
+        still run, report the others. Idempotent. ``release`` carries the env values
+        restarts of the adopted instances run with."""
+        ...
+
+    def inspect(self, release_id: str) -> list[InstanceStatus]:
+        """The release's instances as this driver knows them now, by index (cheap: a
+        scrape of every app calls it on the event loop)."""
+        ...
+
+    def disk_usage(self, app_id: int) -> DiskUsage | None:
+        """The app's disk used against its quota, as last known (None: not counted)."""
+        ...
+
+    def events(self, watcher: InstanceWatcher) -> None:
+        """Call ``watcher`` (on the event loop, never awaited: it must not block) whenever
+        an instance crashes, is restarted, is OOM-killed or is given up."""
+        ...
+
+    async def logs(
+        self,
+        release_id: str,
+        kind: LogKind,
+        cursor: int | None = None,
+        limit: int = 200,
+        grep: str | None = None,
+    ) -> LogPage:
+        """Lines after ``cursor`` (oldest first), or the newest ``limit`` when None."""
+        ...
+
+    async def follow(
+        self,
+        release_id: str,
+        kind: LogKind,
+        cursor: int | None = None,
+        limit: int = 200,
+        grep: str | None = None,
+        timeout_s: float = 10.0,
+    ) -> LogPage:
+        """Like :meth:`logs` after ``cursor`` (None: from now on), waiting up to
+        ``timeout_s`` for a line; an empty page when none came."""
+        ...
+
+    async def releases(self) -> list[str]:
+        """The releases this driver has anything for (a workspace, instances)."""
+        ...
+
+    async def remove(self, release_id: str) -> None:
+        """Stop every instance and delete what the driver kept for the release."""
+        ...
+
+    async def remove_app(self, app_id: int) -> None:
+        """The app is deleted: delete what the driver kept for it as a whole (its disk)."""
+        ...
+
+    async def detach(self) -> None:
+        """Stop supervising without stopping anything (shutdown): a later driver recovers
+        the instances."""
+        ...
 
 
 class BuildFailed(FailedPrecondition):
@@ -182,118 +301,3 @@ class BuildFailed(FailedPrecondition):
         self.exit_code = exit_code
         self.timed_out = timed_out
         self.log_tail = log_tail or []
-
-
-@runtime_checkable
-class RuntimeDriver(Protocol):
-    """Builds and runs releases. All methods are safe to call concurrently for different
-    releases; calls for one release are serialised by the driver."""
-
-    async def prepare(self, release: Release, *, rebuild: bool = False) -> None:
-        """Create the release's workspace from ``spec.source_path`` and build it (dependencies,
-        then ``build_command``) within ``spec.build_timeout_s``.
-
-        Idempotent: a release already built from this same spec is not built again (its
-        source is frozen), so a reconciler may call it freely; ``rebuild=True`` forces it.
-        Raises InvalidArgument (bad spec, unsafe source), QuotaExceeded (source too large),
-        Conflict (rebuilding while instances of the release run) or :class:`BuildFailed`.
-        """
-        ...
-
-    async def start(self, release: Release, index: int, port: int) -> InstanceRef:
-        """Start instance ``index`` on ``port`` (``PORT`` and ``HOST`` in its environment) and
-        supervise it: restarted with backoff when it exits, until it crash-loops.
-        Returns at once; use :meth:`health` to learn when it serves."""
-        ...
-
-    async def stop(self, release_id: str, index: int | None = None, grace_s: float = 5.0) -> None:
-        """Stop one instance, or all (``index=None``): SIGTERM, SIGKILL after ``grace_s``;
-        nothing the instance started survives. Stopping what is not running is not an error."""
-        ...
-
-    async def health(self, ref: InstanceRef) -> Health:
-        """GET the release's health path on the instance's port."""
-        ...
-
-    async def logs(
-        self,
-        release_id: str,
-        kind: LogKind,
-        cursor: int | None = None,
-        limit: int = 200,
-        grep: str | None = None,
-    ) -> LogPage:
-        """Lines after ``cursor`` (oldest first), or the newest ``limit`` lines when ``cursor``
-        is None; ``grep`` keeps lines containing it (case-insensitive). ``next_cursor`` is the
-        last line looked at: pass it back to continue."""
-        ...
-
-    async def follow(
-        self,
-        release_id: str,
-        kind: LogKind,
-        cursor: int | None = None,
-        limit: int = 200,
-        grep: str | None = None,
-        timeout_s: float = 10.0,
-    ) -> LogPage:
-        """Like :meth:`logs` after ``cursor`` (None: from now on), but wait up to
-        ``timeout_s`` for a line to arrive; an empty page when none did."""
-        ...
-
-    async def instances(self, release_id: str) -> list[InstanceRef]:
-        """The release's instances that have a running process now, by index."""
-        ...
-
-    async def unhealthy(self, release_id: str) -> bool:
-        """True once an instance of the release crash-looped (sticky until :meth:`remove`)."""
-        ...
-
-    def inspect(self, release_id: str) -> list[InstanceStatus]:
-        """The release's instances as this driver knows them now, by index (cheap: no I/O
-        beyond reading counters; a scrape of every app calls it)."""
-        ...
-
-    def disk_usage(self, app_id: int) -> DiskUsage | None:
-        """The app's disk used against its quota, as last known (None: not counted)."""
-        ...
-
-    def watch(self, watcher: InstanceWatcher) -> None:
-        """Call ``watcher`` (on the event loop, never awaited: it must not block) whenever an
-        instance crashes, is restarted, is OOM-killed or is given up."""
-        ...
-
-    async def adopt(self, release_id: str, release: Release | None = None) -> Adoption:
-        """After a server restart: take over the release's instances that still run, report
-        the others. Idempotent; a release never started here adopts nothing. ``spec`` is
-        what restarts of the adopted instances run with: pass it (the driver keeps no env
-        values on disk; without it, restarts get the env's names with empty values)."""
-        ...
-
-    async def releases(self) -> list[str]:
-        """The releases this driver has a workspace or recorded instances for."""
-        ...
-
-    async def remove(self, release_id: str) -> None:
-        """Stop every instance and delete the workspace and logs of the release."""
-        ...
-
-    async def remove_app(self, app_id: int) -> None:
-        """The app is deleted, its releases removed: delete what the driver kept for the app
-        as a whole (its disk)."""
-        ...
-
-    @property
-    def sandboxed(self) -> bool:
-        """Whether instances run sandboxed, each on a network namespace of its own."""
-        ...
-
-    def netns_fd(self, key: str) -> int | None:
-        """An fd of the network namespace named by an :attr:`InstanceRef.netns` (owned by
-        the driver), or None when that instance is gone or has no network of its own yet."""
-        ...
-
-    async def detach(self) -> None:
-        """Stop supervising without stopping anything (server shutdown): the instances keep
-        running and a later driver adopts them."""
-        ...

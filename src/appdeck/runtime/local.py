@@ -28,7 +28,7 @@ within 60 s mark the release unhealthy and the instance is given up.
 
 Adoption: ``instances.json`` names each instance by pid *and* the start time from
 ``/proc/<pid>/stat`` (and the boot id), so a recycled pid is never mistaken for the instance.
-:meth:`LocalDriver.adopt` supervises the instances still running and reports the others,
+:meth:`LocalDriver.recover` supervises the instances still running and reports the others,
 after stopping anything they left behind.
 
 The driver is assembled here from mixins, one module per concern: :mod:`.core` (settings,
@@ -48,16 +48,18 @@ import time
 
 from appdeck.common.errors import Conflict, FailedPrecondition, InvalidArgument
 from appdeck.runtime import netns
-from appdeck.runtime.adoption import AdoptionMixin
+from appdeck.runtime.adoption import AdoptionMixin, TakenOver
 from appdeck.runtime.build import LOG_TAIL_LINES, BuildMixin
 from appdeck.runtime.core import BUILD_ENV_PREFIXES, PASSED_ENV
 from appdeck.runtime.disks import MIB, split
 from appdeck.runtime.driver import (
     Adoption,
+    Capabilities,
     Health,
-    InstanceRef,
+    Instance,
     LogKind,
     LogPage,
+    Readiness,
     Release,
 )
 from appdeck.runtime.export import ExportMixin
@@ -67,6 +69,7 @@ from appdeck.runtime.model import (
     ENV_NAME,
     MAX_INDEX,
     RELEASE_ID,
+    Handle,
     InstanceState,
     ReleaseState,
     RestartPolicy,
@@ -75,6 +78,7 @@ from appdeck.runtime.model import (
     validate,
 )
 from appdeck.runtime.procs import free_port
+from appdeck.runtime.readiness import SANDBOX_PORT, upstream, wait_ready
 from appdeck.runtime.state import locked, read_json, write_json
 from appdeck.runtime.stopping import StopMixin
 from appdeck.runtime.supervision import SHIM_PATH
@@ -98,11 +102,57 @@ __all__ = [
 
 
 class LocalDriver(BuildMixin, AdoptionMixin, StopMixin, InspectionMixin, ExportMixin):
-    """:class:`~appdeck.runtime.driver.RuntimeDriver` on local processes."""
+    """:class:`~appdeck.runtime.driver.Driver` on local processes.
+
+    Besides the seam, members for this driver's own tests, benchmarks and the composition
+    root only, on its :class:`~.model.Handle` (a pid and a port): :meth:`launch` (on a port
+    the caller picks), :meth:`check` (one health check), :meth:`handles`, :meth:`take_over`,
+    :attr:`sandboxed` and ``netns_fd`` (the data plane's namespaces)."""
+
+    # ---------------------------------------------------------------- the driver seam
+
+    def capabilities(self) -> Capabilities:
+        sandboxed = self.sandbox is not None
+        return Capabilities(
+            own_network=sandboxed,
+            namespaced_upstreams=sandboxed,
+            host_processes=True,
+            in_place_restart=True,
+            indexed_instances=True,
+            driver_grep=True,
+            app_disks=self.disks is not None and self.disks.kernel,
+        )
+
+    async def start(self, release: Release, index: int) -> Instance:
+        """Start instance ``index`` on a port this driver picks: sandboxed, the spec's (or
+        :data:`~.readiness.SANDBOX_PORT`) inside the instance's own network namespace;
+        unsandboxed, a free one, never a port the app names (it could be the control
+        plane's)."""
+        port = (release.spec.port or SANDBOX_PORT) if self.sandbox is not None else free_port()
+        return _instance(await self.launch(release, index, port))
+
+    async def wait_ready(self, release: Release, instance: Instance, within_s: float) -> Readiness:
+        state = self._releases.get(instance.release_id)
+        found = state.instances.get(instance.index) if state is not None else None
+        handle = found.handle(instance.release_id) if found is not None else None
+        return await wait_ready(self, release, handle, within_s)
+
+    async def gave_up(self, release_id: str) -> bool:
+        state = self._existing(release_id)
+        return state is not None and state.unhealthy
+
+    async def running(self, release_id: str) -> list[Instance]:
+        return [_instance(handle) for handle in await self.handles(release_id)]
+
+    async def recover(self, release: Release) -> Adoption:
+        found = await self.take_over(release.release_id, release)
+        return Adoption([_instance(h) for h in found.adopted], [h.index for h in found.dead])
 
     # ---------------------------------------------------------------- run
 
-    async def start(self, release: Release, index: int, port: int) -> InstanceRef:
+    async def launch(self, release: Release, index: int, port: int) -> Handle:
+        """Start instance ``index`` on ``port`` (the caller's choice: tests and benchmarks;
+        the platform calls :meth:`start`)."""
         validate(release)
         if not 0 <= index <= MAX_INDEX:
             raise InvalidArgument(f"instance index must be 0..{MAX_INDEX}, not {index}")
@@ -150,13 +200,13 @@ class LocalDriver(BuildMixin, AdoptionMixin, StopMixin, InspectionMixin, ExportM
                 self._record_running(state, instance)
             instance.supervisor = asyncio.create_task(self._supervise(state, instance))
         self._start_disk_watch()
-        return instance.ref(state.release_id)
+        return instance.handle(state.release_id)
 
-    async def adopt(self, release_id: str, release: Release | None = None) -> Adoption:
-        adoption = await super().adopt(release_id, release)
-        if adoption.adopted:
+    async def take_over(self, release_id: str, release: Release | None = None) -> TakenOver:
+        found = await super().take_over(release_id, release)
+        if found.adopted:
             self._start_disk_watch()
-        return adoption
+        return found
 
     # ---------------------------------------------------------------- disk accounting
 
@@ -208,9 +258,10 @@ class LocalDriver(BuildMixin, AdoptionMixin, StopMixin, InspectionMixin, ExportM
 
     # ---------------------------------------------------------------- observe
 
-    async def health(
-        self, ref: InstanceRef, *, path: str | None = None, timeout_s: float | None = None
+    async def check(
+        self, ref: Handle, *, path: str | None = None, timeout_s: float | None = None
     ) -> Health:
+        """GET the release's health path (or ``path``) on the instance's port, once."""
         state = self._releases.get(ref.release_id)
         release = state.release if state is not None else None
         path = path or (release.spec.health_check.path if release else "/")
@@ -275,19 +326,16 @@ class LocalDriver(BuildMixin, AdoptionMixin, StopMixin, InspectionMixin, ExportM
                 await asyncio.sleep(0.1)
             await asyncio.sleep(0.02)  # let the writer finish the line it numbered
 
-    async def instances(self, release_id: str) -> list[InstanceRef]:
+    async def handles(self, release_id: str) -> list[Handle]:
+        """The release's instances that have a running process now, by index."""
         state = self._releases.get(release_id)
         if state is None:
             return []
         return [
-            inst.ref(release_id)
+            inst.handle(release_id)
             for _, inst in sorted(state.instances.items())
             if inst.pid is not None
         ]
-
-    async def unhealthy(self, release_id: str) -> bool:
-        state = self._existing(release_id)
-        return state is not None and state.unhealthy
 
     @property
     def sandboxed(self) -> bool:
@@ -300,6 +348,10 @@ class LocalDriver(BuildMixin, AdoptionMixin, StopMixin, InspectionMixin, ExportM
 
 
 # -------------------------------------------------------------------- helpers
+
+
+def _instance(handle: Handle) -> Instance:
+    return Instance(handle.release_id, handle.index, upstream(handle), handle.started_at)
 
 
 async def _http_status(host: str, port: int, path: str, sock: socket.socket | None) -> int:

@@ -78,7 +78,7 @@ def last_seq(log: Path) -> int:
 
 
 def read_page(log: Path, cursor: int | None, limit: int, grep: str | None) -> LogPage:
-    """See :meth:`RuntimeDriver.logs`. Blocking: run it in a thread."""
+    """See :meth:`~appdeck.runtime.driver.Driver.logs`. Blocking: run it in a thread."""
     matcher = _Matcher(grep)
     with ExitStack() as stack:
         handles = [

@@ -14,7 +14,7 @@ from typing import Any, Final
 
 from appdeck.common.errors import InvalidArgument
 from appdeck.runtime.appdb import DatabaseGrant
-from appdeck.runtime.driver import RUNTIMES, InstanceRef, LogKind, Release
+from appdeck.runtime.driver import RUNTIMES, LogKind, Release
 from appdeck.runtime.logfile import LogWriter
 
 RELEASE_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
@@ -33,6 +33,25 @@ class RestartPolicy:
     window_s: float = 60.0
     reset_after_s: float = 60.0
     """A run at least this long starts the backoff over."""
+
+
+@dataclass(frozen=True, slots=True)
+class Handle:
+    """The local driver's own handle on one running instance (Nomad's ``DriverState``): a
+    process and its address. Nothing above the driver sees one (the platform gets a
+    :class:`~appdeck.runtime.driver.Instance`); the driver's tests and benchmarks do."""
+
+    release_id: str
+    index: int
+    port: int
+    pid: int
+    """The instance's root process (its shim, whose process group holds the app)."""
+    started_at: float
+    """When this process started (epoch seconds)."""
+    netns: str | None = None
+    """Sandboxed: the instance's network namespace, by name (``"<release_id>.<index>"``):
+    ``port`` is on the loopback of that namespace, reached through the driver's
+    ``netns_fd``. None: ``port`` is on the host's loopback."""
 
 
 @dataclass(slots=True, eq=False)
@@ -85,8 +104,8 @@ class InstanceState:
         name = words[7:]
         return f" (killed by {'signal ' + name if name.isdigit() else name})"
 
-    def ref(self, release_id: str) -> InstanceRef:
-        return InstanceRef(
+    def handle(self, release_id: str) -> Handle:
+        return Handle(
             release_id,
             self.index,
             self.port,

@@ -21,7 +21,7 @@ from appdeck.platform.crypto import Sealer
 from appdeck.platform.deploy import states
 from appdeck.platform.deploy.engine import DeployService, Operations
 from appdeck.platform.deploy.ingress_router import IngressRouter
-from appdeck.platform.deploy.ports import Backend, Instance, Release
+from appdeck.platform.deploy.ports import Backend, Instance, Readiness, Release
 from appdeck.platform.env import EnvService
 from appdeck.platform.routing import AppRoutes
 from appdeck.platform.services import PlatformConfig
@@ -32,7 +32,8 @@ from appdeck.storage.deployments import DeploymentStore
 from appdeck.storage.identity import IdentityStore
 from appdeck.storage.schema import app_locks
 
-from .fakes import FakeRouter, FakeRuntime
+from . import fakes
+from .fakes import FakeDriver, FakeRouter
 
 SHOP = "shop--acme"
 """The route key of acme's app ``shop`` (its hostname is ``shop--acme.localhost``)."""
@@ -50,7 +51,7 @@ class Rig:
     env: EnvService
     deploys: DeployService
     ops: Operations
-    runtime: FakeRuntime
+    runtime: FakeDriver
     router: FakeRouter
     alice: Principal
     app_id: int
@@ -70,6 +71,12 @@ class Rig:
 
 @pytest.fixture
 async def rig(storage: Storage, tmp_path: Path) -> Rig:
+    return await make_rig(storage, tmp_path)
+
+
+async def make_rig(storage: Storage, tmp_path: Path) -> Rig:
+    """acme's admin alice and her app ``shop`` (two instances, a canary in steps 10, 50,
+    100), not deployed yet, on the fakes."""
     source = tmp_path / "src"
     source.mkdir()
     identities = IdentityStore(storage.engine)
@@ -89,7 +96,7 @@ async def rig(storage: Storage, tmp_path: Path) -> Rig:
     )
     sealer = Sealer.from_settings(None, tmp_path)
     env = EnvService(apps, sealer, feed)
-    runtime, router = FakeRuntime(), FakeRouter()
+    runtime, router = FakeDriver(), FakeRouter()
     deploys = DeployService(
         apps,
         env,
@@ -366,18 +373,18 @@ async def test_an_app_name_too_long_for_its_tenants_hostnames_is_refused(
 
 
 @dataclass
-class GatedRuntime(FakeRuntime):
+class GatedRuntime(FakeDriver):
     """Builds of the releases in ``gated`` wait for ``gate`` (a replica busy, or paused)."""
 
     gated: set[str] = field(default_factory=set)
     gate: asyncio.Event = field(default_factory=asyncio.Event)
     entered: asyncio.Event = field(default_factory=asyncio.Event)
 
-    async def prepare(self, release: Release) -> None:
+    async def prepare(self, release: Release, *, rebuild: bool = False) -> None:
         if release.release_id in self.gated:
             self.entered.set()
             await self.gate.wait()
-        await super().prepare(release)
+        await super().prepare(release, rebuild=rebuild)
 
 
 @dataclass
@@ -386,7 +393,7 @@ class Replica:
     ops: Operations
 
 
-def _replica(rig: Rig, name: str, runtime: FakeRuntime | None = None) -> Replica:
+def _replica(rig: Rig, name: str, runtime: FakeDriver | None = None) -> Replica:
     """Another replica on the same database, host and ingress (the rig's is ``test``)."""
     deploys = DeployService(
         rig.apps,
@@ -521,20 +528,20 @@ async def test_the_backstop_leaves_an_app_with_a_deploy_under_way_to_its_message
 
 
 @dataclass
-class WatchedRuntime(FakeRuntime):
+class WatchedRuntime(FakeDriver):
     """Records every instance stopped while another replica's ingress still routed to it."""
 
     elsewhere: IngressRouter | None = None
     stale: list[str] = field(default_factory=list)
 
-    async def stop(self, release_id: str, index: int | None = None) -> None:
+    async def stop(self, release_id: str, index: int | None = None, grace_s: float = 5.0) -> None:
         running = self.running_.get(release_id, {})
         stopping = list(running.values()) if index is None else [running[index]]
         for backend in (self.elsewhere.table.get(SHOP) or []) if self.elsewhere else []:
             for instance in stopping:
                 if backend.weight and instance.upstream in backend.upstreams:
                     self.stale.append(f"{instance.release_id}#{instance.index}")
-        await super().stop(release_id, index)
+        await super().stop(release_id, index, grace_s)
 
 
 async def test_another_replicas_ingress_follows_every_step_and_never_routes_to_a_stopped_instance(
@@ -589,7 +596,7 @@ async def test_a_sole_server_restarted_at_once_fails_what_its_previous_run_left_
 async def test_a_replica_deploys_over_a_live_release_another_replica_started(rig: Rig) -> None:
     await rig.deploy()  # replica "test" started release 1
     live = f"{rig.app_id}-1"
-    b_runtime = FakeRuntime(adoptable={live: dict(rig.runtime.running_[live])})
+    b_runtime = FakeDriver(adoptable={live: dict(rig.runtime.running_[live])})
     b = _replica(rig, "b", b_runtime)
     rig.router.history.clear()
     app, record = await b.deploys.create(rig.alice, rig.app_id, "rolling")
@@ -613,7 +620,7 @@ async def test_a_deploy_that_raises_says_why_in_words_never_an_exception_class(
 ) -> None:
     """Issue 20 item 5: the agent saw ``Failed: internal error (InvalidArgument)``."""
 
-    async def prepare(release: Release) -> None:
+    async def prepare(release: Release, *, rebuild: bool = False) -> None:
         raise raised
 
     monkeypatch.setattr(rig.runtime, "prepare", prepare)
@@ -711,7 +718,7 @@ async def test_a_stopped_app_stays_stopped_on_every_replica_and_after_a_restart(
     # the server restarts with an instance still running (say the CLI stopped it meanwhile)
     restarted = FakeRouter()
     rig.deploys.router = restarted
-    rig.runtime.adoptable[release] = {0: Instance(release, 0, "127.0.0.1:20009")}
+    rig.runtime.adoptable[release] = {0: fakes.instance(release, 0, "127.0.0.1:20009")}
     await rig.ops.reconcile()
     assert await rig.runtime.running(release) == []
     assert restarted.ingress.table.stopped(SHOP)
@@ -753,17 +760,17 @@ async def test_a_deploy_cancelled_again_while_it_unwinds_still_ends_cancelled(ri
     starting, stopping, let_stop = asyncio.Event(), asyncio.Event(), asyncio.Event()
     stop = rig.runtime.stop
 
-    async def never_healthy(release: Release, instance: Instance, within_s: float) -> bool:
+    async def never_healthy(release: Release, instance: Instance, within_s: float) -> Readiness:
         starting.set()
         await asyncio.Event().wait()
-        return False
+        return Readiness(False, "never")
 
-    async def slow_stop(release_id: str, index: int | None = None) -> None:
+    async def slow_stop(release_id: str, index: int | None = None, grace_s: float = 5.0) -> None:
         stopping.set()
         await let_stop.wait()
-        await stop(release_id, index)
+        await stop(release_id, index, grace_s)
 
-    rig.runtime.wait_healthy = never_healthy  # type: ignore[method-assign]
+    rig.runtime.wait_ready = never_healthy  # type: ignore[method-assign]
     rig.runtime.stop = slow_stop  # type: ignore[method-assign]
     app, record = await rig.deploys.create(rig.alice, rig.app_id, "rolling")
     run = asyncio.ensure_future(rig.deploys.run(app, record))

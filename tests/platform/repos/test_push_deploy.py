@@ -12,7 +12,7 @@ import pytest
 from appdeck.common.errors import FailedPrecondition, InvalidArgument
 from appdeck.platform.changes import Change
 from appdeck.platform.deploy import states
-from appdeck.platform.deploy.ports import Instance, Release
+from appdeck.platform.deploy.ports import Instance, Readiness, Release
 from appdeck.platform.repos.git import Limits
 from appdeck.platform.repos.service import WebhookRefused
 from appdeck.storage import Storage
@@ -138,15 +138,15 @@ async def test_pushes_during_a_deploy_wait_for_it_and_only_the_newest_is_deploye
     """A push while a deploy runs is not dropped: it is deployed once the app is free, and of
     two pushes made meanwhile only the newer (the branch's head) is."""
     app_id, secret = await _connected(on, repo)
-    healthy = on.runtime.wait_healthy
+    healthy = on.runtime.wait_ready
     entered, let_go = asyncio.Event(), asyncio.Event()
 
-    async def held(release: Release, instance: Instance, within_s: float) -> bool:
+    async def held(release: Release, instance: Instance, within_s: float) -> Readiness:
         entered.set()
         await let_go.wait()
         return await healthy(release, instance, within_s)
 
-    on.runtime.wait_healthy = held  # type: ignore[method-assign]
+    on.runtime.wait_ready = held  # type: ignore[method-assign]
     first = asyncio.ensure_future(on.platform.deployments.deploy(on.alice, app_id, wait_s=None))
     async with asyncio.timeout(30):
         await entered.wait()  # deployment 1 is starting

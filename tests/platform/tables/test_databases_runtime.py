@@ -17,7 +17,8 @@ import pytest
 from appdeck.model.release import Release
 from appdeck.platform.tables.appdb_sqlite import SqliteFiles
 from appdeck.platform.tables.databases import AppDatabases
-from appdeck.runtime import InstanceRef, LocalDriver, free_port, netns
+from appdeck.runtime import LocalDriver, free_port, netns
+from appdeck.runtime.model import Handle
 from appdeck.runtime.sandbox import Sandbox, SandboxUnavailable, detect
 from tests.runtime.conftest import (
     build_release,
@@ -64,7 +65,7 @@ async def _driver(
         await driver.detach()
 
 
-async def _get(driver: LocalDriver, ref: InstanceRef, path: str) -> dict[str, Any]:
+async def _get(driver: LocalDriver, ref: Handle, path: str) -> dict[str, Any]:
     """GET ``path`` from the instance (in its own network when sandboxed)."""
     async with asyncio.timeout(20):
         if ref.netns is None:
@@ -93,7 +94,7 @@ async def test_an_unsandboxed_instance_gets_the_real_path_whatever_its_env_says(
         async with _driver(runtime_dir, databases, None) as driver:
             release = _release(5, python=sys.executable)
             await driver.prepare(release)
-            ref = await driver.start(release, 0, free_port())
+            ref = await driver.launch(release, 0, free_port())
             await wait_healthy(driver, ref)
             seen = await _get(driver, ref, "/env")
             assert seen["database_url"] == f"sqlite:///{files.directory(5)}/app.db"
@@ -114,7 +115,7 @@ async def test_a_sandboxed_postgres_instance_keeps_its_front_across_a_server_res
     try:
         async with _driver(runtime_dir, pg_app_databases, sandbox) as first:
             await first.prepare(release)
-            ref = await first.start(release, 0, 8000)
+            ref = await first.launch(release, 0, 8000)
             await wait_healthy(first, ref)
             seen = await _get(first, ref, "/env")
             assert seen["database_url"].startswith("postgresql://")
@@ -122,7 +123,7 @@ async def test_a_sandboxed_postgres_instance_keeps_its_front_across_a_server_res
             assert (await _get(first, ref, "/notes"))["rows"] == [[1, "kept"]]
         # the server is gone (its front with it); the instance runs on; the next one adopts
         async with _driver(runtime_dir, pg_app_databases, sandbox) as second:
-            adoption = await second.adopt(release.release_id, release)
+            adoption = await second.take_over(release.release_id, release)
             assert [r.index for r in adoption.adopted] == [0]
             assert (await _get(second, adoption.adopted[0], "/notes"))["rows"] == [[1, "kept"]]
             await second.remove(release.release_id)

@@ -20,7 +20,7 @@ from typing import Final, Protocol
 
 from appdeck.common.errors import AppDeckError
 from appdeck.model.release import AppSpec, Release
-from appdeck.runtime.driver import BuildFailed, RuntimeDriver
+from appdeck.runtime.driver import BuildFailed, Driver
 
 LOG_MAX_CHARS: Final = 256 * 1024
 """A run's kept log: its last this many characters (the end says why it failed)."""
@@ -74,7 +74,7 @@ def test_spec(spec: AppSpec, test_command: str, timeout_s: float) -> AppSpec:
 class SandboxRunner:
     """Runs jobs through the runtime driver's build (sandboxed when the driver is)."""
 
-    def __init__(self, driver: RuntimeDriver) -> None:
+    def __init__(self, driver: Driver) -> None:
         self._driver = driver
 
     async def run(self, job: Job, mask: Callable[[str], str]) -> Outcome:

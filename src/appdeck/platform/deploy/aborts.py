@@ -1,4 +1,4 @@
-"""How a deploy gives traffic back when it ends early, and a runtime whose stops wait for the
+"""How a deploy gives traffic back when it ends early, and a driver whose stops wait for the
 route changes made before them (the deploy engine's; every strategy moves traffic first)."""
 
 from __future__ import annotations
@@ -8,65 +8,103 @@ from typing import Any
 
 from appdeck.platform.deploy.locks import Hold
 from appdeck.platform.deploy.ports import (
+    Adoption,
     Backend,
+    Capabilities,
     DiskUsage,
+    Driver,
     Instance,
     InstanceStatus,
     InstanceWatcher,
+    LogKind,
+    LogPage,
+    Readiness,
     Release,
     RouterPort,
-    RuntimePort,
 )
 from appdeck.storage.app_locks import Fenced
 
 
 class RoutesFirst:
-    """A runtime whose ``stop`` waits (bounded) for the route changes made so far to reach
+    """A driver whose ``stop`` waits (bounded) for the route changes made so far to reach
     the other replicas: every strategy moves traffic off instances before stopping them,
-    and another replica's ingress must have moved too."""
+    and another replica's ingress must have moved too. Everything else is the driver's."""
 
-    def __init__(self, runtime: RuntimePort, router: Callable[[], RouterPort]) -> None:
-        self._runtime = runtime
+    def __init__(self, driver: Driver, router: Callable[[], RouterPort]) -> None:
+        self._driver = driver
         self._router = router
 
-    async def prepare(self, release: Release) -> None:
-        await self._runtime.prepare(release)
+    def capabilities(self) -> Capabilities:
+        return self._driver.capabilities()
+
+    async def prepare(self, release: Release, *, rebuild: bool = False) -> None:
+        await self._driver.prepare(release, rebuild=rebuild)
 
     async def start(self, release: Release, index: int) -> Instance:
-        return await self._runtime.start(release, index)
+        return await self._driver.start(release, index)
 
-    async def wait_healthy(self, release: Release, instance: Instance, within_s: float) -> bool:
-        return await self._runtime.wait_healthy(release, instance, within_s)
+    async def wait_ready(self, release: Release, instance: Instance, within_s: float) -> Readiness:
+        return await self._driver.wait_ready(release, instance, within_s)
 
-    async def why_unhealthy(self, release: Release, instance: Instance) -> str:
-        return await self._runtime.why_unhealthy(release, instance)
+    async def gave_up(self, release_id: str) -> bool:
+        return await self._driver.gave_up(release_id)
 
-    async def stop(self, release_id: str, index: int | None = None) -> None:
+    async def stop(self, release_id: str, index: int | None = None, grace_s: float = 5.0) -> None:
         await self._router().published()
-        await self._runtime.stop(release_id, index)
+        await self._driver.stop(release_id, index, grace_s)
 
     async def running(self, release_id: str) -> list[Instance]:
-        return await self._runtime.running(release_id)
+        return await self._driver.running(release_id)
 
-    async def adopt(self, release: Release) -> list[Instance]:
-        return await self._runtime.adopt(release)
-
-    async def crash_looping(self, release_id: str) -> bool:
-        return await self._runtime.crash_looping(release_id)
+    async def recover(self, release: Release) -> Adoption:
+        return await self._driver.recover(release)
 
     def inspect(self, release_id: str) -> list[InstanceStatus]:
-        return self._runtime.inspect(release_id)
+        return self._driver.inspect(release_id)
 
     def disk_usage(self, app_id: int) -> DiskUsage | None:
-        return self._runtime.disk_usage(app_id)
+        return self._driver.disk_usage(app_id)
 
-    def watch(self, watcher: InstanceWatcher) -> None:
-        self._runtime.watch(watcher)
+    def events(self, watcher: InstanceWatcher) -> None:
+        self._driver.events(watcher)
+
+    async def logs(
+        self,
+        release_id: str,
+        kind: LogKind,
+        cursor: int | None = None,
+        limit: int = 200,
+        grep: str | None = None,
+    ) -> LogPage:
+        return await self._driver.logs(release_id, kind, cursor, limit, grep)
+
+    async def follow(
+        self,
+        release_id: str,
+        kind: LogKind,
+        cursor: int | None = None,
+        limit: int = 200,
+        grep: str | None = None,
+        timeout_s: float = 10.0,
+    ) -> LogPage:
+        return await self._driver.follow(release_id, kind, cursor, limit, grep, timeout_s)
+
+    async def releases(self) -> list[str]:
+        return await self._driver.releases()
+
+    async def remove(self, release_id: str) -> None:
+        await self._driver.remove(release_id)
+
+    async def remove_app(self, app_id: int) -> None:
+        await self._driver.remove_app(app_id)
+
+    async def detach(self) -> None:
+        await self._driver.detach()
 
 
 async def abort_held(
     held: Hold,
-    runtime: RuntimePort,
+    runtime: Driver,
     router: RouterPort,
     new: Release,
     old: Release | None,
@@ -81,7 +119,7 @@ async def abort_held(
 
 
 async def plan_abort(
-    runtime: RuntimePort,
+    runtime: Driver,
     router: RouterPort,
     new: Release,
     old: Release | None,

@@ -43,15 +43,16 @@ from appdeck.platform.changes import Change, ChangeFeed
 from appdeck.platform.crypto import Sealer
 from appdeck.platform.deploy import rollout, states
 from appdeck.platform.deploy.aborts import RoutesFirst, abort_held, plan_abort
+from appdeck.platform.deploy.builds import build
 from appdeck.platform.deploy.cancels import CancelRelay
 from appdeck.platform.deploy.locks import AppLocks, Hold
 from appdeck.platform.deploy.ports import (
     Backend,
     BuildFailed,
+    Driver,
     Instance,
     Release,
     RouterPort,
-    RuntimePort,
 )
 from appdeck.platform.deploy.running import refuse_if_stopped
 from appdeck.platform.deploy.watch import NOT_WATCHED, DeployWatch, DeployWatcher, outcome_of
@@ -97,7 +98,7 @@ class DeployService:
         apps: AppService,
         env: EnvService,
         store: DeploymentStore,
-        runtime: RuntimePort,
+        runtime: Driver,
         router: RouterPort,
         feed: ChangeFeed,
         sealer: Sealer,
@@ -114,8 +115,8 @@ class DeployService:
         self._sources = sources
         self._env = env
         self.store = store
-        self.runtime: RuntimePort = RoutesFirst(runtime, lambda: self.router)
-        """The runtime, stopping an instance only once this replica's route changes reached
+        self.runtime: Driver = RoutesFirst(runtime, lambda: self.router)
+        """The runtime driver, stopping an instance only once this replica's route changes reached
         the others (their ingresses must not send traffic to it)."""
         self.router = router
         self._feed = feed
@@ -364,7 +365,7 @@ class DeployService:
                 "Building: copying the source and running the build command", state=states.BUILDING
             )
             with watch.phase("build"):
-                await self.runtime.prepare(new)
+                await build(self.runtime, new)
             await step(f"Starting the new release ({record.strategy})", 0, state=states.STARTING)
             plan = rollout.Rollout(
                 self.runtime, self.router, new, old, old_instances, step, self.sleep, watch=watch
@@ -516,7 +517,7 @@ class DeployService:
         belong to the host, not to a replica)."""
         instances = await self.runtime.running(release.release_id)
         if not instances:
-            instances = await self.runtime.adopt(release)
+            instances = (await self.runtime.recover(release)).adopted
         return sorted(instances, key=lambda i: i.index)
 
     def plan(

@@ -18,6 +18,7 @@ from appdeck.common.errors import AppDeckError, FailedPrecondition, NotFound
 from appdeck.common.identity import Principal
 from appdeck.model import hostnames
 from appdeck.platform.deploy import rollout, states
+from appdeck.platform.deploy.builds import build
 from appdeck.platform.deploy.locks import Hold
 from appdeck.platform.deploy.ports import Backend, BuildFailed, Instance, Release
 from appdeck.platform.deploy.running import STOPPED_ROUTE, Running, fenced, refuse_if_stopped
@@ -112,7 +113,7 @@ class Operations:
             await progress(f"Release {target.number} is cold: starting it", 0)
             await s.runtime.stop(release.release_id)
             with watch.phase("build"):
-                await s.runtime.prepare(release)
+                await build(s.runtime, release)
             plan = s.plan(release, progress, watch)
             for index in range(release.spec.instances):
                 await plan.start_one(index)
@@ -298,7 +299,8 @@ class Operations:
                 await self.running.keep_stopped(app, release)
                 continue
             instances = {i.index: i for i in await s.runtime.running(release.release_id)}
-            instances.update((i.index, i) for i in await s.runtime.adopt(release))
+            recovered = await s.runtime.recover(release)
+            instances.update((i.index, i) for i in recovered.adopted)
             missing = [k for k in range(release.spec.instances) if k not in instances]
             held = await s.locks.try_take(app.id) if missing else None
             started = False
@@ -306,7 +308,7 @@ class Operations:
                 held.start()
                 try:
                     release = await s.startable(app, record)  # a checkout wiped: made again
-                    await s.runtime.prepare(release)
+                    await build(s.runtime, release)
                     plan = s.plan(release, _quiet)
                     for index in missing:
                         held.check()

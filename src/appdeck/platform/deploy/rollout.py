@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from appdeck.platform.deploy.ports import (
     Backend,
     BuildFailed,
+    Driver,
     Instance,
     Release,
     RouterPort,
-    RuntimePort,
 )
 from appdeck.platform.deploy.watch import NOT_WATCHED, DeployWatch, Reason
 
@@ -47,7 +47,7 @@ class CanaryRejected(Exception):
 
 @dataclass
 class Rollout:
-    runtime: RuntimePort
+    runtime: Driver
     router: RouterPort
     new: Release
     old: Release | None
@@ -91,11 +91,11 @@ class Rollout:
         timeout = self.new.spec.health_check.timeout_s
         with self.watch.phase("health", instance=index):
             within = max(START_WITHIN_S, timeout)
-            if not await self.runtime.wait_healthy(self.new, instance, within):
-                why = await self.runtime.why_unhealthy(self.new, instance)
+            ready = await self.runtime.wait_ready(self.new, instance, within)
+            if not ready.ok:
                 raise RolloutFailed(
                     f"instance {index} of the new release did not pass its health check "
-                    f"({self.new.spec.health_check.path}): {why}"
+                    f"({self.new.spec.health_check.path}): {ready.why}"
                 )
         return instance
 
@@ -198,7 +198,7 @@ async def _analyse(
     """Watch the canary for ``window_s``: (requests, 5xx) it answered, or CanaryRejected."""
     deadline = time.monotonic() + window_s
     while True:
-        if await r.runtime.crash_looping(r.new.release_id):
+        if await r.runtime.gave_up(r.new.release_id):
             raise CanaryRejected(f"the canary crashed repeatedly at {percent}%", "crash_loop")
         requests, errors = r.router.window(r.name, r.new.release_id)
         if requests >= 10 and errors / requests > max_error_rate:

@@ -44,6 +44,7 @@ from appdeck.common.identity import Principal
 from appdeck.ingress.routes import STOPPED
 from appdeck.model import hostnames
 from appdeck.platform.deploy import rollout, states
+from appdeck.platform.deploy.builds import build
 from appdeck.platform.deploy.locks import Hold
 from appdeck.platform.deploy.ports import Backend, BuildFailed, Instance, Release
 from appdeck.storage.app_locks import Fenced
@@ -266,7 +267,7 @@ class Running:
         plan = s.plan(release, progress)
         try:
             if missing:
-                await s.runtime.prepare(release)
+                await build(s.runtime, release)
             for index in missing:
                 held.check()
                 serving[index] = await plan.start_one(index)
