@@ -1,6 +1,6 @@
 """The Kubernetes driver (issue 25 §2): releases as Deployments, on ``kubernetes-asyncio``.
 
-It implements the target :class:`~.seam.Driver` (docs/runtime-seam.md §2.1) with a
+It implements :class:`appdeck.runtime.driver.Driver` (docs/runtime-seam.md §2.1) with a
 Deployment per release whose ``replicas`` is the spec's ``instances``: Kubernetes, not the
 driver, starts, restarts and places the pods, so the driver cannot stop or restart one index
 (``indexed_instances`` and ``in_place_restart`` are False) and an instance's upstream is the
@@ -46,7 +46,11 @@ from typing import Final
 from appdeck.common.types import JsonObject
 from appdeck.model.release import Release
 from appdeck.runtime.driver import (
+    Adoption,
+    Capabilities,
     DiskUsage,
+    Driver,
+    Instance,
     InstanceEvent,
     InstanceEventKind,
     InstanceStatus,
@@ -54,12 +58,12 @@ from appdeck.runtime.driver import (
     LogKind,
     LogLine,
     LogPage,
+    Readiness,
 )
 from appdeck.runtime.kubernetes import names, status
 from appdeck.runtime.kubernetes.api import MERGE_PATCH, KubeApi, KubeError, named, path_of
 from appdeck.runtime.kubernetes.limits import ClusterLimits
 from appdeck.runtime.kubernetes.manifests import SERVICE_PORT, owner_reference, render
-from appdeck.runtime.kubernetes.seam import Adoption, Capabilities, Instance, Readiness
 
 log = logging.getLogger("appdeck.runtime.kubernetes")
 
@@ -562,3 +566,8 @@ def _page(lines: list[LogLine], cursor: int | None, limit: int, grep: str | None
     lines = lines[:limit] if cursor is not None else lines[-limit:]
     next_cursor = lines[-1].seq if lines else (cursor or 0)
     return LogPage(lines, next_cursor)
+
+
+def _conforms(driver: KubernetesDriver) -> Driver:
+    """mypy's proof that the Kubernetes driver is a :class:`Driver` (never called)."""
+    return driver
