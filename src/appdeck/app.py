@@ -61,7 +61,7 @@ from appdeck.resources.apps import revoked as revoked_resources
 from appdeck.runtime.install import InstallLock
 from appdeck.runtime.local import LocalDriver
 from appdeck.runtime.sandbox import Sandbox
-from appdeck.settings import Settings
+from appdeck.settings import InvalidSetting, Settings
 from appdeck.storage import Storage
 from appdeck.storage.audit import AuditStore
 from appdeck.storage.console_sessions import ConsoleSessionStore
@@ -187,7 +187,13 @@ class Services:
     ) -> Services:
         """Build and start every part. ``tracing``: traces go there rather than where the
         settings say (tests give one with an in-memory exporter); it is shut down at stop."""
-        # first: a host that cannot sandbox, or bad TLS files, open nothing
+        # first: a host that cannot sandbox, bad TLS files or a runtime not served open nothing
+        if settings.runtime != "local":
+            raise InvalidSetting(
+                "APPDECK_RUNTIME",
+                f"{settings.runtime!r} is not served yet: its driver exists but the server "
+                "does not wire it (docs/kubernetes.md, 'Not built yet'); use 'local'",
+            )
         if settings.tls_cert is not None and settings.tls_key is not None:
             load_operator_files(settings.tls_cert, settings.tls_key, time.time())
         runtime, install = setup.sandbox_of(settings)

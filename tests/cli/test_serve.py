@@ -193,6 +193,23 @@ async def _log_with(server: AppDeckProcess, text: str, within: float = 10.0) -> 
     return log
 
 
+def test_a_runtime_the_server_does_not_wire_is_one_line_and_nothing_starts(
+    tmp_path: Path,
+) -> None:
+    done = subprocess.run(
+        [str(appdeck_executable()), "serve", "--data-dir", str(tmp_path / "data"), "--port", "0"],
+        env=clean_env() | {"APPDECK_RUNTIME": "kubernetes"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1
+    [line] = done.stderr.splitlines()
+    assert line.startswith("appdeck serve: invalid setting APPDECK_RUNTIME: 'kubernetes' is not")
+    assert not (tmp_path / "data" / "appdeck.db").exists()  # refused before opening anything
+
+
 # --- automatic TLS (issue 21 §3) ------------------------------------------------------------
 
 

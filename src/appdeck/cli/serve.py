@@ -18,6 +18,7 @@ from appdeck.common.listen import ListenError, listen
 from appdeck.model import hostnames
 from appdeck.platform.tls.pem import BadCertificate
 from appdeck.runtime.sandbox import SandboxUnavailable
+from appdeck.settings import InvalidSetting
 
 DEV_TOKEN_TTL = 12 * 3600
 
@@ -83,7 +84,7 @@ def serve(
     except SandboxUnavailable as exc:  # one line: what to install or set
         typer.echo(f"appdeck serve: {exc}", err=True)
         raise typer.Exit(2) from None
-    except BadCertificate as exc:  # APPDECK_TLS_CERT / APPDECK_TLS_KEY: one line, which and why
+    except (BadCertificate, InvalidSetting) as exc:  # one line: which setting and why
         typer.echo(f"appdeck serve: {exc}", err=True)
         raise typer.Exit(1) from None
 
