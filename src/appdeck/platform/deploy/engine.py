@@ -30,7 +30,6 @@ from appdeck.common.errors import (
     Conflict,
     FailedPrecondition,
     InvalidArgument,
-    NotFound,
 )
 from appdeck.common.identity import Principal
 from appdeck.common.unwinding import to_the_end
@@ -160,25 +159,6 @@ class DeployService:
             await asyncio.wait(set(self._aside), timeout=30)
 
     # -- reading --------------------------------------------------------------------------
-
-    async def list_for(
-        self,
-        principal: Principal,
-        app_id: int,
-        *,
-        states_: list[str] | None,
-        offset: int,
-        limit: int,
-    ) -> list[DeploymentRecord]:
-        await self.apps.load(principal, app_id, "deploy.read")
-        return await self.store.for_app(app_id, states=states_, offset=offset, limit=limit)
-
-    async def get(self, principal: Principal, app_id: int, number: int) -> DeploymentRecord:
-        await self.apps.load(principal, app_id, "deploy.read")
-        record = await self.store.get(app_id, number)
-        if record is None:
-            raise NotFound(f"app {app_id} has no deployment {number}")
-        return record
 
     async def live(self, app_id: int) -> DeploymentRecord | None:
         found = await self.store.for_app(app_id, states=[states.LIVE], limit=1)
