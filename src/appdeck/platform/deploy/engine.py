@@ -31,7 +31,6 @@ from appdeck.common.errors import (
     FailedPrecondition,
     InvalidArgument,
 )
-from appdeck.common.identity import Principal
 from appdeck.common.unwinding import to_the_end
 from appdeck.model import hostnames
 from appdeck.model.release import AppSpec
@@ -167,13 +166,13 @@ class DeployService:
     # -- deploying ------------------------------------------------------------------------
 
     async def create(
-        self, principal: Principal, app_id: int, strategy: str | None, commit: str | None = None
+        self, app: AppRecord, by: str, strategy: str | None, commit: str | None = None
     ) -> tuple[AppRecord, DeploymentRecord]:
-        """Check, freeze the spec, env and source, and record a queued deployment. The source
-        is the connected repository at ``commit`` (default: its branch's head) if the app has
-        one, else its ``source_path``."""
-        view = await self.apps.load(principal, app_id, "deploy.write")
-        app = view.app
+        """Check, freeze the spec, env and source, and record a queued deployment by user
+        ``by``. The source is the connected repository at ``commit`` (default: its branch's
+        head) if the app has one, else its ``source_path``. The caller checked the role
+        (:class:`~.deployments.Deployments`)."""
+        app_id = app.id
         refuse_if_stopped(app, "a deploy")
         chosen = strategy or str(app.spec.get("default_strategy", "rolling"))
         if chosen not in STRATEGIES:
@@ -219,7 +218,7 @@ class DeployService:
                 spec=app.spec,
                 env=self._sealer.seal(frozen_env.freeze(env, secret)),
                 source=source,
-                created_by=principal.user,
+                created_by=by,
                 previous=live.number if live else None,
                 instance_id=self._instance,
                 state=states.QUEUED,
