@@ -11,6 +11,7 @@ are deleted afterwards, also when it fails.
 
 from __future__ import annotations
 
+import httpx
 import pytest
 
 from appdeck.runtime.kubernetes.api import KubeApi
@@ -42,9 +43,10 @@ async def _scenario(api: KubeApi, run: cluster.Run) -> None:
     where = f"{run.limits.gateway_namespace}/{run.limits.gateway_name}"
     print(f"k8s-e2e: run {run.run}, gateway {where}: {gateway}")
     traffic = cluster.GatewayTraffic(run.gateway_url) if run.gateway_url else None
+    scrapes = httpx.AsyncClient(timeout=5.0)
     metrics: BackendMetrics = NO_METRICS
     if run.metrics_url:
-        metrics = PrometheusBackendMetrics(run.metrics_url)
+        metrics = PrometheusBackendMetrics(run.metrics_url, client=scrapes)
     router = GatewayRouter(api, run.limits, metrics)
     try:
         await cluster.serve_source(api, run)
@@ -63,12 +65,15 @@ async def _scenario(api: KubeApi, run: cluster.Run) -> None:
         )
         await scenario.run(harness)
     finally:
-        await router.close()
-        if traffic is not None:
-            await traffic.close()
-        left = await cluster.cleanup(api, run)
-        if left:
-            print(f"k8s-e2e: still terminating after the bound: {left}")
+        try:  # the cleanup runs whatever closing the router raises (its last write's error)
+            await router.close()
+            if traffic is not None:
+                await traffic.close()
+            await scrapes.aclose()
+        finally:
+            left = await cluster.cleanup(api, run)
+            if left:
+                print(f"k8s-e2e: still terminating after the bound: {left}")
 
 
 class _Controllers:
