@@ -35,6 +35,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Final
 
 import httpx
@@ -159,6 +160,9 @@ def _pair(item: str) -> tuple[str, str]:
 async def connected(settings: Settings) -> KubeApi:
     """The API of ``KUBECONFIG``'s cluster, checked: it answers ``/version`` and serves the
     Gateway API (the router writes HTTPRoutes); :class:`Refused` otherwise."""
+    if settings.kube_config is None and os.environ.get("KUBECONFIG"):
+        # kubernetes_asyncio reads $KUBECONFIG when it is imported, not when it loads
+        settings = settings.model_copy(update={"kube_config": Path(os.environ["KUBECONFIG"])})
     try:
         api = await asyncio.wait_for(connect(settings), CONNECT_S)
     except Exception as exc:  # a kubeconfig that does not load: say which and why

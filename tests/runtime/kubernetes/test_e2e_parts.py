@@ -23,11 +23,12 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import kmock
 import kubernetes_validate
 import pytest
 
 from appdeck.settings import Settings
-from tests.k8s_e2e import cluster, scenario
+from tests.k8s_e2e import cluster, preflight, scenario
 
 KUBERNETES = "1.34"
 WAIT_S = 15.0
@@ -167,3 +168,49 @@ def test_the_e2e_app_answers_with_its_release_logs_and_stops_on_sigterm(
     assert lines[0] == f"appdeck-e2e r3 listening on {port}"
     assert [line.split('"')[1] for line in lines[1:]] == ["GET / HTTP/1.1", "GET /healthz HTTP/1.1"]
     assert all(line.startswith("appdeck-e2e r3 ") for line in lines)
+
+
+def _kubeconfig(path: Path, server: str) -> Path:
+    path.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        f'clusters: [{{name: k, cluster: {{server: "{server}"}}}}]\n'
+        "users: [{name: u, user: {token: abc}}]\n"
+        "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
+        "current-context: c\n"
+    )
+    return path
+
+
+@pytest.mark.kmock(cls=kmock.KubernetesEmulator)
+async def test_the_preflight_connects_through_kubeconfig_and_refuses_without_the_gateway_api(
+    kmock: kmock.KubernetesEmulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = str(kmock.url).rstrip("/")
+    monkeypatch.setenv("KUBECONFIG", str(_kubeconfig(tmp_path / "kubeconfig", server)))
+    kmock["get", "/version"] << {"gitVersion": "v1.34.1"}
+    settings = Settings(kube_image="localhost/appdeck-base:e2e")
+    run = cluster.run_from_env(settings)
+
+    with pytest.raises(cluster.Refused, match="serves no Gateway API"):
+        await cluster.connected(settings)
+    kmock["get", cluster.GATEWAY_API] << {"kind": "APIResourceList", "resources": []}
+    api = await cluster.connected(settings)
+    async with api.client:
+        assert await cluster.gateway_state(api, run.limits) == "missing"
+    assert [f"{r.method.value} {r.url.path}" for r in list(kmock)][-3:] == [
+        "GET /version",
+        f"GET {cluster.GATEWAY_API}",
+        f"GET {cluster.GATEWAY_API}/namespaces/appdeck-gateway/gateways/appdeck",
+    ]
+    # no cluster at the kubeconfig's address: refused, with the reason
+    monkeypatch.setenv("KUBECONFIG", str(_kubeconfig(tmp_path / "nowhere", "http://127.0.0.1:9")))
+    with pytest.raises(cluster.Refused, match="unreachable"):
+        await cluster.connected(settings)
+
+
+def test_make_k8s_e2e_refuses_without_kubeconfig(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    assert preflight.main() == 2
+    assert "refused: KUBECONFIG is not set" in capsys.readouterr().err
