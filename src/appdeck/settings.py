@@ -421,6 +421,9 @@ class Settings(BaseSettings):
     kube_namespace: str = "appdeck"
     kube_gateway: str = "appdeck-gateway/appdeck"
     """The Gateway the apps' HTTPRoutes attach to, ``<namespace>/<name>``."""
+    kube_gateway_pods_namespace: str | None = None
+    """Where the Gateway's proxy pods run, when not in its namespace (Envoy Gateway:
+    ``envoy-gateway-system``): the apps' NetworkPolicy admits traffic from there only."""
     kube_metrics_url: str | None = None
     """The gateway's Prometheus text endpoint (Envoy's ``/stats/prometheus``) the canary's
     per-backend 5xx are read from; unset: a canary sees no requests and passes on health."""
