@@ -12,7 +12,7 @@ TEST_DEBS := chromium pebble git prometheus
 # infra image, which podman builds locally instead of pulling
 K8S_DEBS := podman runc conmon netavark aardvark-dns iptables catatonit
 
-.PHONY: run test lint types unit quick e2e conformance bench clean system-deps test-deps k8s-deps
+.PHONY: run test lint types unit quick e2e conformance bench clean system-deps test-deps k8s-deps k8s-e2e
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -71,6 +71,14 @@ conformance: $(STAMP)
 	scripts/conformance
 
 test: lint types unit conformance
+
+# The Kubernetes driver and router against the cluster in KUBECONFIG (kind, k3s, a cloud): README,
+# "Kubernetes (e2e against a real cluster)". Not part of `make test` (tests/k8s_e2e is in
+# pytest's norecursedirs); refuses, never passes, when there is no cluster to run against.
+k8s-e2e: $(STAMP)
+	@test -n "$$KUBECONFIG" || { echo "make k8s-e2e: refused: KUBECONFIG is not set: point it at the cluster's kubeconfig (README, 'Kubernetes (e2e against a real cluster)')" >&2; exit 2; }
+	$(BIN)/python -m tests.k8s_e2e.preflight
+	$(BIN)/pytest -s -v tests/k8s_e2e
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py

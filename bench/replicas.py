@@ -11,7 +11,9 @@ a JSON-RPC result).
 
 1. **One replica, Redis vs in-process**: ``tools/call`` echo, ``--connections`` connections.
    ``in-process`` = PostgreSQL, no Redis (in-memory bus and rate-limit buckets); ``replica`` =
-   replica mode (``APPDECK_REDIS_URL`` + ``APPDECK_DATABASE_URL`` + ``APPDECK_SECRET_KEY``).
+   replica mode (``APPDECK_REDIS_URL`` + ``APPDECK_DATABASE_URL`` + ``APPDECK_SECRET_KEY``),
+   the rate limit leasing tokens (issue 26); ``replica, no lease`` = the same with
+   ``APPDECK_RATE_LIMIT_LEASE_SECONDS=0`` (one round trip per call, as before issue 26).
    The server is pinned to ``--server-cpu``, wrk to ``--client-cpu`` (as in ``run.py``);
    PostgreSQL and Redis float. Reported: req/s, p50, p99 and Redis commands per call from
    ``INFO commandstats`` (a global counter: it includes the commands a Lua script runs inside
@@ -60,9 +62,10 @@ import asyncpg
 import httpx
 import run
 from redis import Redis
-from run import BENCH, HOST, PROTOCOL, ROOT, WORK, WRK_LUA, LoadResult, ServerProc
+from run import BENCH, HOST, ROOT, WORK, WRK_LUA, LoadResult, ServerProc
 
 ECHO = run.BODIES["tools/call"]
+NO_LEASE = "replica, no lease (1 round trip per call)"
 PUBLIC_URL = "http://127.0.0.1:18700"
 """The balancer's URL every replica is told (issuer and audience of the tokens); no balancer
 listens there: each wrk talks to its replica directly."""
@@ -226,8 +229,10 @@ def wrk_command(
     script.write_text(
         WRK_LUA
         % {
-            "protocol": PROTOCOL,
-            "session": session,
+            "mcp_headers": "".join(
+                f'\n  ["{k}"] = "{v}",'
+                for k, v in run.case_headers(server.name, "tools/call", session).items()
+            ),
             "auth": f'\n  ["Authorization"] = "Bearer {server.token}",' if server.token else "",
             "body": ECHO,
             "id_base": _next_id,
@@ -455,15 +460,23 @@ def new_backend(args: argparse.Namespace, label: str, replica_mode: bool) -> Bac
 def part_one(args: argparse.Namespace, redis: Redis) -> dict[str, Any]:
     inproc = new_backend(args, "in-process", replica_mode=False)
     replica = new_backend(args, "replica", replica_mode=True)
+    # the limiter before issue 26 §2: one Redis round trip per call
+    no_lease = new_backend(args, "replica, no lease", replica_mode=True)
+    no_lease.env["APPDECK_RATE_LIMIT_LEASE_SECONDS"] = "0"
+    backends = [inproc, replica, no_lease]
     try:
-        start_backend(inproc, 1, args.server_cpu)
-        start_backend(replica, 1, args.server_cpu)
-        cases = [("in-process (PG)", inproc, 1), ("replica (PG + Redis)", replica, 1)]
+        for backend in backends:
+            start_backend(backend, 1, args.server_cpu)
+        cases = [
+            ("in-process (PG)", inproc, 1),
+            ("replica (PG + Redis)", replica, 1),
+            (NO_LEASE, no_lease, 1),
+        ]
         results = rounds(cases, args, redis)
         monitor = monitor_round_trips(replica, args.monitor_calls, args.redis)
     finally:
-        stop_backend(inproc, args, redis)
-        stop_backend(replica, args, redis)
+        for backend in backends:
+            stop_backend(backend, args, redis)
     return {"results": results, "monitor": monitor}
 
 
@@ -499,14 +512,15 @@ def part_three(args: argparse.Namespace) -> str:
 def report_one(part: dict[str, Any]) -> list[str]:
     lines = [
         "| one replica | req/s | rounds' req/s | p50 ms | p99 ms | errors | "
-        "Redis commands per call (commandstats) | server CPU-s per 1k calls |",
-        "|---|---:|---|---:|---:|---:|---:|---:|",
+        "Redis commands per call (commandstats) | server CPU-s per 1k calls | x in-process |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
+    base = part["results"]["in-process (PG)"][0].replica_per_1k()[0]
     for label, (r, all_rps) in part["results"].items():
         lines.append(
             f"| {label} | {r.rps:,.0f} | {' / '.join(f'{x:,.0f}' for x in all_rps)} | "
             f"{r.p50_ms:.2f} | {r.p99_ms:.2f} | {r.errors} | {r.redis_per_call:.2f} | "
-            f"{r.replica_per_1k()[0]:.3f} |"
+            f"{r.replica_per_1k()[0]:.3f} | {r.replica_per_1k()[0] / base:.2f}x |"
         )
     replica = part["results"]["replica (PG + Redis)"][0]
     per_cmd = ", ".join(

@@ -505,6 +505,7 @@ class Services:
                 self.cluster.prefix,
                 s.rate_limit_per_second,
                 s.rate_limit_burst,
+                lease_seconds=s.rate_limit_lease_seconds,
             )
             if self.cluster.redis is not None
             else RateLimiter(s.rate_limit_per_second, s.rate_limit_burst)

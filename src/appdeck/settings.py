@@ -99,6 +99,10 @@ class Settings(BaseSettings):
     rate_limit_per_second: float = Field(50.0, ge=0)
     """Sustained requests per second per token; 0 turns rate limiting off."""
     rate_limit_burst: int = Field(200, ge=1)
+    rate_limit_lease_seconds: float = Field(0.1, ge=0, le=10)
+    """Replica mode: how long a replica spends tokens it leased from the shared bucket before
+    giving back the rest (up to ``rate x this`` at once, at most 64; 0 = one Redis round trip
+    per call). Each replica may grant that many over the limit (``auth/ratelimit.py``)."""
     auth_failures_per_ip: int = Field(50, ge=1)
     """Failed authentications (401) at /mcp one client IP may make per minute; past that it
     waits 1 s, doubled at each further failure (up to 5 min), before anything it sends is
@@ -421,6 +425,9 @@ class Settings(BaseSettings):
     kube_namespace: str = "appdeck"
     kube_gateway: str = "appdeck-gateway/appdeck"
     """The Gateway the apps' HTTPRoutes attach to, ``<namespace>/<name>``."""
+    kube_gateway_pods_namespace: str | None = None
+    """Where the Gateway's proxy pods run, when not in its namespace (Envoy Gateway:
+    ``envoy-gateway-system``): the apps' NetworkPolicy admits traffic from there only."""
     kube_metrics_url: str | None = None
     """The gateway's Prometheus text endpoint (Envoy's ``/stats/prometheus``) the canary's
     per-backend 5xx are read from; unset: a canary sees no requests and passes on health."""

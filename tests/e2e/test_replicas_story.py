@@ -318,7 +318,8 @@ async def test_a_task_whose_replica_is_killed_ends_and_a_new_replica_fails_nothi
 
 async def test_the_rate_limit_is_one_bucket_for_all_three_replicas(replicas: Replicas) -> None:
     """50/s with a burst of 200 (the defaults): 1,000 pings spread over three replicas pass
-    about 200 + 50/s of elapsed time, not three times that."""
+    about 200 + 50/s of elapsed time (plus at most the three replicas' leases), not three
+    times that."""
     token = replicas.token
     clients = [_http(s.origin, token) for s in replicas.servers]
     try:
@@ -356,7 +357,9 @@ async def test_the_rate_limit_is_one_bucket_for_all_three_replicas(replicas: Rep
     assert set(statuses) <= {200, 429}, set(statuses)
     assert resent <= 20, resent
     passed = statuses.count(200)
-    most = 200 + 50 * (ended - began) + 5
+    # each replica may hold one lease of up to 5 tokens (0.1 s at 50/s) over the bucket's
+    # 200 + 50/s (docs/replicas.md, "The rate limit's lease, and its bound")
+    most = 200 + 50 * (ended - began) + 3 * 5 + 5
     # at least the burst, and half of what the bucket refilled meanwhile: a loaded machine
     # may stall the three servers long enough for the bucket to fill up again, and what
     # refills past full is lost (a split bucket would pass less: 1/3 of the burst each)

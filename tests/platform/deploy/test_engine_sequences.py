@@ -28,6 +28,23 @@ from appdeck.storage import Storage
 
 from .test_engine import SHOP, Rig, make_rig
 
+RESTART_OF_TWO = [
+    # two instances of R1 restarted: a spare at index 2, then each in turn, then the spare goes
+    "running R1",
+    "start R1#2 127.0.0.1:20002",
+    "ready? R1#2",
+    f"route {SHOP} R1=100['127.0.0.1:20001', '127.0.0.1:20002']",
+    "stop R1#0",
+    "start R1#0 127.0.0.1:20003",
+    "ready? R1#0",
+    f"route {SHOP} R1=100['127.0.0.1:20003', '127.0.0.1:20002']",
+    "stop R1#1",
+    "start R1#1 127.0.0.1:20004",
+    "ready? R1#1",
+    f"route {SHOP} R1=100['127.0.0.1:20003', '127.0.0.1:20004']",
+    "stop R1#2",
+]
+
 
 @pytest.fixture
 async def rig(storage: Storage, tmp_path: Path) -> Rig:
@@ -321,21 +338,7 @@ async def test_a_restart(rig: Rig) -> None:
         said.append((message, traffic))
 
     await rig.ops.restart(await rig.app(), progress)
-    assert _calls(rig) == [
-        "running R1",
-        "start R1#2 127.0.0.1:20002",
-        "ready? R1#2",
-        f"route {SHOP} R1=100['127.0.0.1:20001', '127.0.0.1:20002']",
-        "stop R1#0",
-        "start R1#0 127.0.0.1:20003",
-        "ready? R1#0",
-        f"route {SHOP} R1=100['127.0.0.1:20003', '127.0.0.1:20002']",
-        "stop R1#1",
-        "start R1#1 127.0.0.1:20004",
-        "ready? R1#1",
-        f"route {SHOP} R1=100['127.0.0.1:20003', '127.0.0.1:20004']",
-        "stop R1#2",
-    ]
+    assert _calls(rig) == RESTART_OF_TWO
     assert said == [
         ("Restarted instance 1 of 2", 100),
         ("Restarted instance 2 of 2", 100),
@@ -421,18 +424,5 @@ async def test_a_restart_of_a_release_recovered_after_a_server_restart(rig: Rig)
     assert await rig.ops.reconcile() == (0, 1)
     rig.runtime.calls.clear()
     await rig.ops.restart(await rig.app())
-    assert _calls(rig) == [  # the same as a restart of instances this process started
-        "running R1",
-        "start R1#2 127.0.0.1:20002",
-        "ready? R1#2",
-        f"route {SHOP} R1=100['127.0.0.1:20001', '127.0.0.1:20002']",
-        "stop R1#0",
-        "start R1#0 127.0.0.1:20003",
-        "ready? R1#0",
-        f"route {SHOP} R1=100['127.0.0.1:20003', '127.0.0.1:20002']",
-        "stop R1#1",
-        "start R1#1 127.0.0.1:20004",
-        "ready? R1#1",
-        f"route {SHOP} R1=100['127.0.0.1:20003', '127.0.0.1:20004']",
-        "stop R1#2",
-    ]
+    # the same as a restart of instances this process started
+    assert _calls(rig) == RESTART_OF_TWO

@@ -551,6 +551,28 @@ def test_operator_limits_that_would_render_invalid_objects_are_refused(
         ClusterLimits(**settings_)
 
 
+def test_the_gateways_proxies_may_run_outside_its_namespace_and_only_they_are_admitted() -> None:
+    apart = ClusterLimits(
+        image=LIMITS.image,
+        source_url=LIMITS.source_url,
+        gateway_namespace="appdeck-gateway",
+        gateway_pods_namespace="envoy-gateway-system",
+    )
+    objects = render(release(), limits=apart)
+    for obj in objects:
+        validate(obj)
+    [parent] = by_kind(objects, "HTTPRoute")["spec"]["parentRefs"]
+    assert parent["namespace"] == "appdeck-gateway"  # the route attaches to the Gateway
+    [rule] = by_kind(objects, "NetworkPolicy")["spec"]["ingress"]
+    [peer] = rule["from"]
+    assert peer["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": "envoy-gateway-system"  # traffic comes from its proxies
+    }
+    assert LIMITS.gateway_proxies_namespace == LIMITS.gateway_namespace
+    with pytest.raises(ValueError, match="is not a Kubernetes name"):
+        ClusterLimits(image=LIMITS.image, source_url=LIMITS.source_url, gateway_pods_namespace="X")
+
+
 def test_the_pod_default_port_and_run_command_need_no_client_text() -> None:
     r = release(runtime="node")
     assert pods.port(r) == pods.DEFAULT_PORT

@@ -54,6 +54,7 @@ def limits_from(settings: Settings) -> ClusterLimits:
             gateway_name=gateway,
             gateway_namespace=gateway_namespace,
             gateway_pod_labels=(("gateway.networking.k8s.io/gateway-name", gateway),),
+            gateway_pods_namespace=settings.kube_gateway_pods_namespace,
             domain=settings.apps_domain or "localhost",
             max_source_mb=settings.max_source_mb,  # the pod's limit is the endpoint's
         )

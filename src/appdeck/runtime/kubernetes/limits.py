@@ -63,6 +63,9 @@ class ClusterLimits:
         ("gateway.networking.k8s.io/gateway-name", "appdeck"),
     )
     """The labels of the gateway's proxy pods (the only ingress an app takes)."""
+    gateway_pods_namespace: str | None = None
+    """Where those proxy pods run, when not beside the Gateway (Envoy Gateway runs every
+    Gateway's proxies in ``envoy-gateway-system``); None: ``gateway_namespace``."""
     appdeck_namespace: str = "appdeck-system"
     appdeck_pod_labels: tuple[tuple[str, str], ...] = (("app.kubernetes.io/name", "appdeck"),)
     dns_namespace: str = "kube-system"
@@ -87,6 +90,11 @@ class ClusterLimits:
     source_port: int = field(init=False)
     """The port app pods may reach AppDeck's pods on: ``appdeck_pod_port`` or the URL's."""
 
+    @property
+    def gateway_proxies_namespace(self) -> str:
+        """The namespace the apps' NetworkPolicy admits the gateway's proxy pods from."""
+        return self.gateway_pods_namespace or self.gateway_namespace
+
     def __post_init__(self) -> None:
         if not _IMAGE.fullmatch(self.image):
             raise ValueError(f"image {self.image!r} is not an image reference")
@@ -106,6 +114,7 @@ class ClusterLimits:
             self.namespace,
             self.gateway_name,
             self.gateway_namespace,
+            self.gateway_proxies_namespace,
             self.appdeck_namespace,
             self.dns_namespace,
         ):
@@ -113,7 +122,12 @@ class ClusterLimits:
                 raise ValueError(f"{name!r} is not a Kubernetes name")
         if self.namespace_mode == "tenant" and any(
             name.startswith(f"{self.namespace}-t-")
-            for name in (self.gateway_namespace, self.appdeck_namespace, self.dns_namespace)
+            for name in (
+                self.gateway_namespace,
+                self.gateway_proxies_namespace,
+                self.appdeck_namespace,
+                self.dns_namespace,
+            )
         ):
             raise ValueError(
                 f"tenants' namespaces ({self.namespace}-t-*) must not hold the platform's"

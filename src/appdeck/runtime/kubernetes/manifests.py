@@ -228,7 +228,9 @@ def network_policy(release: Release, tenant: str, limits: ClusterLimits) -> Json
             "policyTypes": ["Ingress", "Egress"],
             "ingress": [
                 {
-                    "from": [_peer(limits.gateway_namespace, dict(limits.gateway_pod_labels))],
+                    "from": [
+                        _peer(limits.gateway_proxies_namespace, dict(limits.gateway_pod_labels))
+                    ],
                     "ports": [{"protocol": "TCP", "port": "http"}],
                 }
             ],
