@@ -98,7 +98,9 @@ async def _open(mode: str) -> _Platform:
 async def _deploy(p: _Platform, strategy: str) -> float:
     deploys = p.services.platform.deploys  # type: ignore[union-attr]
     start = time.perf_counter()
-    record = await deploys.run(*await deploys.create(p.who, p.app_id, strategy))
+    apps = p.services.platform.apps  # type: ignore[union-attr]
+    app = (await apps.load(p.who, p.app_id, "deploy.write")).app  # the façade's check
+    record = await deploys.run(*await deploys.create(app, p.who.user, strategy))
     elapsed = time.perf_counter() - start
     assert record.state == "live", (p.mode, strategy, record.status_message)
     return elapsed
@@ -107,7 +109,10 @@ async def _deploy(p: _Platform, strategy: str) -> float:
 async def _switch(p: _Platform) -> float:
     await _deploy(p, "blue_green")
     start = time.perf_counter()
-    await p.services.platform.ops.rollback(p.who, p.app_id)  # type: ignore[union-attr]
+    platform = p.services.platform
+    assert platform is not None
+    app = (await platform.apps.load(p.who, p.app_id, "deploy.write")).app  # the façade's check
+    await platform.ops.rollback(app)
     elapsed = time.perf_counter() - start
     await _deploy(p, "rolling")
     return elapsed

@@ -177,7 +177,7 @@ async def one_start(
     t0 = time.perf_counter()
     await driver.prepare(release)
     t1 = time.perf_counter()
-    port = 8000 if driver.sandboxed else deploy_free_port()
+    port = 8000 if driver.capabilities().own_network else deploy_free_port()
     ref = await driver.launch(release, 0, port)
     t2 = time.perf_counter()
     await wait_healthy(driver, ref)
@@ -213,7 +213,9 @@ async def starts(
             socket_results.update(sockets(fd, 20_000))
 
         for driver in drivers.values():  # warm the page cache and the interpreters
-            await one_start(driver, source, 999, socket_costs if driver.sandboxed else None)
+            await one_start(
+                driver, source, 999, socket_costs if driver.capabilities().own_network else None
+            )
         for n in range(count):
             order = MODES if n % 2 == 0 else MODES[::-1]
             for mode in order:

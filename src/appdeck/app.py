@@ -48,7 +48,7 @@ from appdeck.observability.storage import TimedRedis, watch_replicas
 from appdeck.observability.tracing import Tracing, tracing_of
 from appdeck.platform.changes import Change
 from appdeck.platform.deploy.ingress_router import IngressRouter
-from appdeck.platform.services import Platform
+from appdeck.platform.services import HostResources, Platform
 from appdeck.platform.tables.databases import AppDatabases, open_databases
 from appdeck.platform.tls import TlsService
 from appdeck.platform.tls.pem import load_operator_files
@@ -58,8 +58,8 @@ from appdeck.protocol.server import McpServer
 from appdeck.protocol.tasks import TaskManager
 from appdeck.resources.apps import changed as changed_resources
 from appdeck.resources.apps import revoked as revoked_resources
+from appdeck.runtime.disks import AppDisks
 from appdeck.runtime.install import InstallLock
-from appdeck.runtime.local import LocalDriver
 from appdeck.runtime.sandbox import Sandbox
 from appdeck.settings import InvalidSetting, Settings
 from appdeck.storage import Storage
@@ -89,20 +89,18 @@ PUSH_LEASE_MARGIN_S = 30.0
 
 
 async def _app_databases(
-    settings: Settings, runtime: Sandbox | None, driver: LocalDriver
+    settings: Settings, runtime: Sandbox | None, disks: AppDisks
 ) -> AppDatabases:
     """Each app's own database, reached by its instances (``DATABASE_URL``) on its disk."""
-    databases = await open_databases(
+    return await open_databases(
         settings.database(),
         settings.data_dir,
         apps_url=settings.apps_database_url,
         role_prefix=settings.apps_role_prefix,
         uid_for=runtime.uid_for if runtime is not None else None,
         secret_key=settings.secret_key,
+        place=disks.place,  # on the app's disk (issue 19)
     )
-    driver.databases = databases  # instances get DATABASE_URL for their app's own
-    databases.place = driver.place_data  # on the app's disk (issue 19)
-    return databases
 
 
 def _audit_log(settings: Settings) -> AuditLog:
@@ -216,9 +214,12 @@ class Services:
         hub = hub_of(settings, storage, cluster)
         registry = Registry()
         instance_id = cluster.instance_id
-        driver, ingress, router = setup.runtime_of(settings, runtime, control_port=port)
+        disks = setup.disks_of(settings, runtime)
+        databases = await _app_databases(settings, runtime, disks)
+        driver, ingress, router = setup.runtime_of(
+            settings, runtime, disks=disks, databases=databases, control_port=port
+        )
         ingress_port = await ingress.start()
-        databases = await _app_databases(settings, runtime, driver)
         tls_states = TlsStates(acme=bool(settings.acme_directory))  # filled once TLS starts
         tracing = tracing or tracing_of(settings.otlp_endpoint)
         platform = Platform.build(
@@ -226,6 +227,7 @@ class Services:
             identities,
             platform_config(settings, ingress_port, base_url),
             driver=driver,
+            host=HostResources(runtime, disks),
             router=router,
             instance_id=instance_id,
             databases=databases,

@@ -21,7 +21,8 @@ from appdeck.ingress.keys import KeyGate
 from appdeck.platform.deploy.ingress_router import IngressRouter
 from appdeck.platform.domains.proof import ServedCertificates, TlsStatus
 from appdeck.runtime import sandbox
-from appdeck.runtime.disks import open_disks
+from appdeck.runtime.appdb import DatabaseAccess
+from appdeck.runtime.disks import AppDisks, open_disks
 from appdeck.runtime.egress import EgressPolicy, EgressProxy
 from appdeck.runtime.install import InstallConflict, InstallLock, identify, sandboxed
 from appdeck.runtime.local import LocalDriver
@@ -60,13 +61,10 @@ def sandbox_of(settings: Settings) -> tuple[Sandbox | None, InstallLock | None]:
     return None, None
 
 
-def runtime_of(
-    settings: Settings, runtime: Sandbox | None, *, control_port: int = 0
-) -> tuple[LocalDriver, HAProxyDataPlane, IngressRouter]:
-    """The runtime driver and the data plane in front of its instances, HAProxy (not started
-    yet), with the platform's router over it."""
-    egress = EgressProxy(EgressPolicy(networks=tuple(settings.egress_allow)))
-    disks = open_disks(  # issue 19: each app's disk, limited
+def disks_of(settings: Settings, runtime: Sandbox | None) -> AppDisks:
+    """Each app's disk, limited (issue 19), mounted again after a reboot: built before the
+    apps' databases (their SQLite directories go on it) and the driver (its workspaces)."""
+    disks = open_disks(
         settings.data_dir / "disks",
         settings.disk_quota,
         default_mb=settings.app_disk_mb,
@@ -75,10 +73,26 @@ def runtime_of(
     )
     if disks.restore():
         log.info("app disks mounted: %s", disks.root)
+    return disks
+
+
+def runtime_of(
+    settings: Settings,
+    runtime: Sandbox | None,
+    *,
+    disks: AppDisks,
+    databases: DatabaseAccess | None = None,
+    control_port: int = 0,
+) -> tuple[LocalDriver, HAProxyDataPlane, IngressRouter]:
+    """The runtime driver over ``disks`` (instances get ``DATABASE_URL`` from ``databases``;
+    None: none) and the data plane in front of its instances, HAProxy (not started yet),
+    with the platform's router over it."""
+    egress = EgressProxy(EgressPolicy(networks=tuple(settings.egress_allow)))
     driver = LocalDriver(
         settings.data_dir / "runtime",
         sandbox=runtime,
         egress=egress if runtime is not None else None,
+        databases=databases,
         disks=disks,
         disk_check_s=settings.disk_check_seconds,
     )

@@ -19,7 +19,7 @@ from appdeck.platform.env import EnvService
 from appdeck.platform.services import PlatformConfig
 from appdeck.platform.sources import SourceRoots
 from appdeck.storage import Storage
-from appdeck.storage.apps import AppStore
+from appdeck.storage.apps import AppRecord, AppStore
 from appdeck.storage.deployments import DeploymentStore
 from appdeck.storage.identity import IdentityStore
 from tests.platform.deploy.fakes import FakeDriver, FakeRouter
@@ -41,11 +41,15 @@ class Rig:
     app_id: int
 
     async def deploy(self, strategy: str | None = None) -> str:
-        app, record = await self.deploys.create(self.alice, self.app_id, strategy)
+        app, record = await self.deploys.create(await self.app(), self.alice.user, strategy)
         return (await self.deploys.run(app, record)).state
 
     async def spec(self, **patch: object) -> None:
         await self.apps.set_spec(self.alice, self.app_id, dict(patch))
+
+    async def app(self) -> AppRecord:
+        """The app as the façade hands it to the engine, after its one role check."""
+        return (await self.apps.load(self.alice, self.app_id, "deploy.write")).app
 
 
 async def watched_rig(

@@ -132,7 +132,7 @@ async def test_an_apps_tables_made_before_its_first_deploy_are_on_its_disk(
 ) -> None:
     driver = _driver(runtime_dir, None, disks)
     try:
-        await driver.place_data(23)  # what a table tool does first (AppDatabases.place)
+        await disks.place(23)  # what a table tool does first (AppDatabases.place)
         assert disks.appdb is not None
         assert str(disks.appdb / "23") in mounts()
         (disks.appdb / "23" / "app.db").write_bytes(b"tables")

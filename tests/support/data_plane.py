@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from appdeck.ingress.haproxy.plane import HAProxyDataPlane
-from appdeck.runtime_setup import HAProxyRouter, runtime_of
+from appdeck.runtime_setup import HAProxyRouter, disks_of, runtime_of
 from appdeck.settings import Settings
 
 
@@ -22,7 +22,8 @@ async def haproxy_plane(data_dir: Path, **settings: Any) -> AsyncIterator[HAProx
     certificates); no API key required unless the test loads some into ``router.keys``."""
     root = Path(tempfile.mkdtemp(prefix="hxp", dir="/tmp"))
     options = {"ingress_port": 0, "sandbox": "off", **settings}
-    _, plane, router = runtime_of(Settings(data_dir=data_dir, runtime_root=root, **options), None)
+    config = Settings(data_dir=data_dir, runtime_root=root, **options)
+    _, plane, router = runtime_of(config, None, disks=disks_of(config, None))
     assert isinstance(plane, HAProxyDataPlane)
     assert isinstance(router, HAProxyRouter)
     try:

@@ -50,8 +50,10 @@ from appdeck.platform.tables.databases import AppDatabases
 from appdeck.platform.tables.records_service import RecordService
 from appdeck.platform.tables.schema_service import TableService
 from appdeck.platform.workspace_tars import DEFAULT_MAX_MB, WorkspaceTars
+from appdeck.runtime.disks import AppDisks
 from appdeck.runtime.driver import Driver
 from appdeck.runtime.egress import EgressPolicy
+from appdeck.runtime.sandbox import Sandbox
 from appdeck.storage.apps import AppRecord, AppStore
 from appdeck.storage.ci import CIStore
 from appdeck.storage.deployments import DeploymentStore
@@ -104,6 +106,17 @@ class PlatformConfig:
     def urls(self, tls: TlsStatus | None = None) -> AppUrls:
         """Where apps answer, the public URL first (``platform/domains/urls.py``)."""
         return AppUrls(self.ingress_port, self.apps_domain, self.apps_public_port, tls or NoTls())
+
+
+@dataclass(frozen=True, slots=True)
+class HostResources:
+    """What this host lends the platform besides the runtime driver, named rather than read
+    off the driver: the app sandbox (git and hosted repositories run in it; None: they run
+    as the server's user) and each app's disk (hosted repositories live on it when the
+    kernel limits it; None: not counted)."""
+
+    sandbox: Sandbox | None = None
+    disks: AppDisks | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +174,7 @@ class Platform:
         router: IngressRouter,
         instance_id: str,
         databases: AppDatabases,
+        host: HostResources | None = None,
         hosts: HostMap | None = None,
         tls: TlsStatus | None = None,
         watcher: DeployWatcher = NOT_WATCHED,
@@ -185,7 +199,7 @@ class Platform:
         # Built in this order, each over what exists already (no setter after construction):
         # the repository's reads and CI's gate, then the engine, then CI (which deploys a
         # green commit), then the push policy over CI, then the repository service.
-        git, hosted = _git_of(config, driver)
+        git, hosted = _git_of(config, host or HostResources())
         repo_sources = RepoSources(
             RepoStore(engine),
             git,
@@ -360,9 +374,9 @@ def _workspaces_of(config: PlatformConfig, driver: Driver, sealer: Sealer) -> Wo
     return WorkspaceTars(sealer.mac, source, max_mb=config.max_source_mb)
 
 
-def _git_of(config: PlatformConfig, driver: Driver) -> tuple[Git, HostedRepos | None]:
+def _git_of(config: PlatformConfig, host: HostResources) -> tuple[Git, HostedRepos | None]:
     """Git on local repositories (in the app's sandbox) and each app's hosted repository."""
-    sandbox = getattr(driver, "sandbox", None)
+    sandbox = host.sandbox
     git = Git(
         config.data_dir / "repos",
         policy=EgressPolicy(networks=config.egress_allow),
@@ -374,7 +388,7 @@ def _git_of(config: PlatformConfig, driver: Driver) -> tuple[Git, HostedRepos | 
         config.data_dir / "hosted",
         sandbox,
         config.hosted,
-        disks=getattr(driver, "disks", None),
+        disks=host.disks,
     )
     return git, hosted
 

@@ -180,15 +180,6 @@ class DriverCore:
                     return False
         return True
 
-    async def place_data(self, app_id: int) -> None:
-        """Before the platform opens the app's SQLite directory (a table tool, a grant): it is
-        on the app's disk (made now, at the default size, for an app never deployed)."""
-        disks = self.disks
-        if disks is None or not disks.kernel or app_id in disks.bound:
-            return
-        idle = self._app_idle(app_id)
-        await asyncio.to_thread(disks.ensure, app_id, resize=False, migrate=idle)
-
     def _disk_mb(self, release: Release) -> int:
         """The app's disk quota: ``spec.resources.disk_mb``, else the operator's default."""
         resources: Any = release.spec.resources

@@ -14,8 +14,8 @@ and its ``/tmp`` is a tmpfs of the sandbox with a ``size=`` (:func:`split`): the
 filesystem holds at most the image's size. Mounts live in the host's mount namespace, so
 instances adopted after a server restart keep theirs; :meth:`AppDisks.restore` mounts every
 image again at start (after a reboot), idempotently. The platform places an app's SQLite
-directory on its disk before it opens it (:meth:`AppDisks.ensure`, through
-``LocalDriver.place_data``). A larger ``disk_mb`` grows the image online (``resize2fs``), or
+directory on its disk before it opens it (:meth:`AppDisks.place`, given to the apps'
+databases when they are opened). A larger ``disk_mb`` grows the image online (``resize2fs``), or
 offline while nothing holds it where the host forbids that (no ``CAP_SYS_RESOURCE``); a
 smaller one is not applied while the app exists (an ext4 file system only shrinks unmounted):
 the build log says so.
@@ -27,6 +27,7 @@ app found over its limit, with a line in its log. **off**: nothing is counted.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import fcntl
@@ -365,6 +366,16 @@ class AppDisks:
                 self.mount_point(app_id).rmdir()
             self.image(app_id).unlink(missing_ok=True)
             (self.root / f"{int(app_id)}.lock").unlink(missing_ok=True)
+
+    async def place(self, app_id: int) -> None:
+        """Before the platform opens the app's SQLite directory (a table tool, a grant): it is
+        on the app's disk (made now, at the default size, for an app never deployed). What the
+        directory holds from before the disk stays where it is (said in the server's log): only
+        the driver knows that no instance of the app runs, so it moves it on a deploy or a
+        start (``migrate``)."""
+        if not self.kernel or app_id in self.bound:
+            return
+        await asyncio.to_thread(self.ensure, app_id, resize=False)
 
     def restore(self) -> int:
         """At start: mount every app's image again (a no-op for those still mounted)."""

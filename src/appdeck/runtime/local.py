@@ -106,8 +106,9 @@ class LocalDriver(BuildMixin, AdoptionMixin, StopMixin, InspectionMixin, ExportM
 
     Besides the seam, members for this driver's own tests, benchmarks and the composition
     root only, on its :class:`~.model.Handle` (a pid and a port): :meth:`launch` (on a port
-    the caller picks), :meth:`check` (one health check), :meth:`handles`, :meth:`take_over`,
-    :attr:`sandboxed` and ``netns_fd`` (the data plane's namespaces)."""
+    the caller picks), :meth:`check` (one health check), :meth:`handles`, :meth:`take_over`, and
+    ``netns_fd`` (the data plane's namespaces: the composition root hands it to HAProxy).
+    Whether apps are sandboxed is ``capabilities().own_network``."""
 
     # ---------------------------------------------------------------- the driver seam
 
@@ -336,11 +337,6 @@ class LocalDriver(BuildMixin, AdoptionMixin, StopMixin, InspectionMixin, ExportM
             for _, inst in sorted(state.instances.items())
             if inst.pid is not None
         ]
-
-    @property
-    def sandboxed(self) -> bool:
-        """Whether apps run in the sandbox (each instance on a loopback of its own)."""
-        return self.sandbox is not None
 
     async def releases(self) -> list[str]:
         found = {path.name for path in self.runtime_dir.glob("apps/*/releases/*") if path.is_dir()}

@@ -20,7 +20,13 @@ from appdeck.ingress.haproxy.edge import control_secret
 from appdeck.ingress.haproxy.plane import HAProxyDataPlane
 from appdeck.ingress.keys import GateKey
 from appdeck.platform.deploy.ports import Backend
-from appdeck.runtime_setup import HAProxyRouter, behind_edge, edge_options, runtime_of
+from appdeck.runtime_setup import (
+    HAProxyRouter,
+    behind_edge,
+    disks_of,
+    edge_options,
+    runtime_of,
+)
 from appdeck.settings import Settings
 from appdeck.transport.edge_forwarded import TrustEdge
 from tests.ingress.conftest import StartUpstream
@@ -44,7 +50,7 @@ async def test_the_haproxy_setting_builds_a_router_whose_published_changes_are_i
         ingress_port=0,
         sandbox="off",
     )
-    _, ingress, router = runtime_of(settings, None)
+    _, ingress, router = runtime_of(settings, None, disks=disks_of(settings, None))
     assert isinstance(ingress, HAProxyDataPlane)
     assert isinstance(router, HAProxyRouter)
     port = await ingress.start()
@@ -72,7 +78,9 @@ async def test_the_haproxy_setting_builds_a_router_whose_published_changes_are_i
 
 @contextlib.asynccontextmanager
 async def _serving(settings: Settings, control_port: int = 0) -> AsyncIterator[HAProxyRouter]:
-    _, ingress, router = runtime_of(settings, None, control_port=control_port)
+    _, ingress, router = runtime_of(
+        settings, None, disks=disks_of(settings, None), control_port=control_port
+    )
     assert isinstance(ingress, HAProxyDataPlane)
     assert isinstance(router, HAProxyRouter)
     await ingress.start()
@@ -175,7 +183,12 @@ async def test_replicas_on_one_host_each_serve_the_control_plane_until_one_stops
         await first.edge.start()
         port = first.plane.port
         second_settings = settings.model_copy(update={"ingress_port": port})
-        _, ingress, second = runtime_of(second_settings, None, control_port=second_cp.port)
+        _, ingress, second = runtime_of(
+            second_settings,
+            None,
+            disks=disks_of(second_settings, None),
+            control_port=second_cp.port,
+        )
         assert isinstance(ingress, HAProxyDataPlane)
         assert isinstance(second, HAProxyRouter)
         await ingress.start()

@@ -27,7 +27,7 @@ from appdeck.platform.routing import AppRoutes
 from appdeck.platform.services import PlatformConfig
 from appdeck.platform.sources import SourceRoots
 from appdeck.storage import Storage
-from appdeck.storage.apps import AppStore
+from appdeck.storage.apps import AppRecord, AppStore
 from appdeck.storage.deployments import DeploymentStore
 from appdeck.storage.identity import IdentityStore
 from appdeck.storage.schema import app_locks
@@ -59,11 +59,15 @@ class Rig:
     sealer: Sealer
 
     async def deploy(self, strategy: str | None = None) -> str:
-        app, record = await self.deploys.create(self.alice, self.app_id, strategy)
+        app, record = await self.deploys.create(await self.app(), self.alice.user, strategy)
         return (await self.deploys.run(app, record)).state
 
     async def spec(self, **patch: object) -> None:
         await self.apps.set_spec(self.alice, self.app_id, dict(patch))
+
+    async def app(self) -> AppRecord:
+        """The app as the façade hands it to the engine, after its one role check."""
+        return (await self.apps.load(self.alice, self.app_id, "deploy.write")).app
 
     async def states(self) -> dict[int, str]:
         return {d.number: d.state for d in await self.deploys.store.for_app(self.app_id)}
@@ -147,7 +151,7 @@ async def test_blue_green_switches_at_once_and_keeps_the_old_set_warm(rig: Rig) 
     assert await rig.deploy("blue_green") == "live"
     assert len(await rig.runtime.running(f"{rig.app_id}-1")) == 2  # warm
     prepared = len(rig.runtime.prepared)
-    restored = await rig.ops.rollback(rig.alice, rig.app_id)
+    restored = await rig.ops.rollback(await rig.app())
     assert restored.number == 1
     assert len(rig.runtime.prepared) == prepared  # instant: nothing rebuilt
     assert await rig.states() == {1: "live", 2: "rolled_back"}
@@ -197,24 +201,24 @@ async def test_an_unhealthy_release_fails_and_traffic_stays_on_the_old_one(rig: 
 
 
 async def test_one_deployment_at_a_time_per_app(rig: Rig) -> None:
-    await rig.deploys.create(rig.alice, rig.app_id, None)
+    await rig.deploys.create(await rig.app(), rig.alice.user, None)
     with pytest.raises(Conflict):
-        await rig.deploys.create(rig.alice, rig.app_id, None)
+        await rig.deploys.create(await rig.app(), rig.alice.user, None)
 
 
 async def test_bad_requests_change_nothing(rig: Rig) -> None:
     with pytest.raises(InvalidArgument):
-        await rig.deploys.create(rig.alice, rig.app_id, "yolo")
+        await rig.deploys.create(await rig.app(), rig.alice.user, "yolo")
     await rig.spec(source_path=None)
     with pytest.raises(FailedPrecondition):
-        await rig.deploys.create(rig.alice, rig.app_id, None)
+        await rig.deploys.create(await rig.app(), rig.alice.user, None)
     assert await rig.states() == {}
 
 
 async def test_a_restart_keeps_traffic_flowing(rig: Rig) -> None:
     await rig.deploy()
     rig.router.history.clear()
-    await rig.ops.restart(rig.alice, rig.app_id)
+    await rig.ops.restart(await rig.app())
     assert all(h == {f"{rig.app_id}-1": 100} for h in rig.router.history)
     assert len(await rig.runtime.running(f"{rig.app_id}-1")) == 2
 
@@ -223,7 +227,9 @@ async def test_reconcile_fails_interrupted_deploys_and_restores_live_routes(
     rig: Rig, storage: Storage
 ) -> None:
     await rig.deploy()
-    await rig.deploys.create(rig.alice, rig.app_id, None)  # never run: as if the server died
+    await rig.deploys.create(
+        await rig.app(), rig.alice.user, None
+    )  # never run: as if the server died
     await _expire_locks(storage)  # ... and its lease ran out
     survivors = dict(rig.runtime.running_[f"{rig.app_id}-1"])
     rig.runtime.running_.clear()
@@ -263,7 +269,8 @@ async def _neighbour(rig: Rig, storage: Storage) -> Neighbour:
 
 
 async def _deploy_as(rig: Rig, who: Neighbour, strategy: str | None = None) -> str:
-    app, record = await rig.deploys.create(who.principal, who.app_id, strategy)
+    app = (await rig.apps.load(who.principal, who.app_id, "deploy.write")).app
+    app, record = await rig.deploys.create(app, who.principal.user, strategy)
     return (await rig.deploys.run(app, record)).state
 
 
@@ -293,8 +300,10 @@ async def test_another_tenants_app_of_the_same_name_never_changes_what_a_hostnam
     assert live is not None
     assert rig.router.serves(GLOBEX_HOST) == f"{bob.app_id}-{live.number}"
 
-    await rig.ops.restart(bob.principal, bob.app_id)  # restarting and rolling back
-    await rig.ops.rollback(bob.principal, bob.app_id)
+    bobs = (await rig.apps.load(bob.principal, bob.app_id, "deploy.write")).app
+    await rig.ops.restart(bobs)  # restarting and rolling back
+    bobs = (await rig.apps.load(bob.principal, bob.app_id, "deploy.write")).app
+    await rig.ops.rollback(bobs)
     assert rig.router.serves(SHOP_HOST) == acme
 
     renamed = await rig.apps.update(bob.principal, bob.app_id, name="shop2")  # renaming
@@ -412,9 +421,10 @@ def _replica(rig: Rig, name: str, runtime: FakeDriver | None = None) -> Replica:
 
 async def test_fifty_concurrent_deploys_over_three_replicas_make_exactly_one(rig: Rig) -> None:
     replicas = [_replica(rig, name) for name in ("a", "b", "c")]
+    app = await rig.app()
     async with asyncio.timeout(120):
         outcomes = await asyncio.gather(
-            *(replicas[i % 3].deploys.create(rig.alice, rig.app_id, None) for i in range(50)),
+            *(replicas[i % 3].deploys.create(app, rig.alice.user, None) for i in range(50)),
             return_exceptions=True,
         )
     made = [o for o in outcomes if isinstance(o, tuple)]
@@ -431,13 +441,13 @@ async def test_a_deploy_a_live_replica_drives_is_left_alone_by_another_replicas_
     await rig.deploy()
     gated = GatedRuntime(running_=rig.runtime.running_, gated={f"{rig.app_id}-2"})
     a, b = _replica(rig, "a", gated), _replica(rig, "b")
-    app, record = await a.deploys.create(rig.alice, rig.app_id, None)
+    app, record = await a.deploys.create(await rig.app(), rig.alice.user, None)
     run = asyncio.ensure_future(a.deploys.run(app, record))
     async with asyncio.timeout(10):
         await gated.entered.wait()
     assert await b.ops.reconcile() == (0, 1)  # b starts up: a's deploy is alive, not touched
     with pytest.raises(Conflict, match="deployment 2 of this app is still building"):
-        await b.deploys.create(rig.alice, rig.app_id, None)
+        await b.deploys.create(await rig.app(), rig.alice.user, None)
     gated.gate.set()
     async with asyncio.timeout(10):
         assert (await run).state == "live"
@@ -450,12 +460,12 @@ async def test_a_replica_paused_past_its_lease_finds_its_writes_refused_and_stop
     await rig.deploy()
     gated = GatedRuntime(running_=rig.runtime.running_, gated={f"{rig.app_id}-2"})
     a, b = _replica(rig, "a", gated), _replica(rig, "b")
-    app, record = await a.deploys.create(rig.alice, rig.app_id, None)
+    app, record = await a.deploys.create(await rig.app(), rig.alice.user, None)
     run = asyncio.ensure_future(a.deploys.run(app, record))
     async with asyncio.timeout(10):
         await gated.entered.wait()  # a is "paused" in its build ...
     await _expire_locks(storage)  # ... past its lease
-    _, third = await b.deploys.create(rig.alice, rig.app_id, None)  # b takes the app over
+    _, third = await b.deploys.create(await rig.app(), rig.alice.user, None)  # b takes the app over
     failed = await rig.deploys.store.get(rig.app_id, 2)
     assert failed is not None
     assert failed.state == "failed"
@@ -476,11 +486,11 @@ async def test_a_rollback_waits_for_the_deploy_under_way_on_another_replica(rig:
     await rig.deploy()
     gated = GatedRuntime(running_=rig.runtime.running_, gated={f"{rig.app_id}-3"})
     a, b = _replica(rig, "a", gated), _replica(rig, "b")
-    app, record = await a.deploys.create(rig.alice, rig.app_id, None)
+    app, record = await a.deploys.create(await rig.app(), rig.alice.user, None)
     run = asyncio.ensure_future(a.deploys.run(app, record))
     async with asyncio.timeout(10):
         await gated.entered.wait()
-    rollback = asyncio.ensure_future(b.ops.rollback(rig.alice, rig.app_id))
+    rollback = asyncio.ensure_future(b.ops.rollback(await rig.app()))
     await asyncio.sleep(0.5)
     assert not rollback.done()  # the app is a's until its deploy ends
     gated.gate.set()
@@ -516,7 +526,7 @@ async def test_the_backstop_leaves_an_app_with_a_deploy_under_way_to_its_message
     rig: Rig,
 ) -> None:
     await rig.deploy()
-    await rig.deploys.create(rig.alice, rig.app_id, None)
+    await rig.deploys.create(await rig.app(), rig.alice.user, None)
     behind = IngressRouter(RouteTable(), Counters())
     canary = [
         Backend(f"{rig.app_id}-2", 10, ("127.0.0.1:20003",)),
@@ -567,11 +577,11 @@ async def test_another_replicas_ingress_follows_every_step_and_never_routes_to_a
     ops = Operations(deploys)
     try:
         for strategy in ("rolling", "rolling", "blue_green", "canary", "recreate", "rolling"):
-            app, record = await deploys.create(rig.alice, rig.app_id, strategy)
+            app, record = await deploys.create(await rig.app(), rig.alice.user, strategy)
             assert (await deploys.run(app, record)).state == "live", strategy
             assert there.table.get(SHOP) == here.table.get(SHOP), strategy
-        await ops.restart(rig.alice, rig.app_id)
-        await ops.rollback(rig.alice, rig.app_id)
+        await ops.restart(await rig.app())
+        await ops.rollback(await rig.app())
         await deploys.settle()
         assert there.table.get(SHOP) == here.table.get(SHOP)
         assert there.serving(SHOP) == {f"{rig.app_id}-5"}
@@ -585,7 +595,7 @@ async def test_a_sole_server_restarted_at_once_fails_what_its_previous_run_left_
     rig: Rig,
 ) -> None:
     await rig.deploy()
-    await rig.deploys.create(rig.alice, rig.app_id, None)  # the previous run died here
+    await rig.deploys.create(await rig.app(), rig.alice.user, None)  # the previous run died here
     restarted = _replica(rig, "restarted")  # lease still unexpired: a replica would wait
     assert await restarted.ops.reconcile() == (0, 1)
     assert (await rig.states())[2] == "queued"
@@ -599,7 +609,7 @@ async def test_a_replica_deploys_over_a_live_release_another_replica_started(rig
     b_runtime = FakeDriver(adoptable={live: dict(rig.runtime.running_[live])})
     b = _replica(rig, "b", b_runtime)
     rig.router.history.clear()
-    app, record = await b.deploys.create(rig.alice, rig.app_id, "rolling")
+    app, record = await b.deploys.create(await rig.app(), rig.alice.user, "rolling")
     assert (await b.deploys.run(app, record)).state == "live"
     assert {f"{rig.app_id}-2": 50, live: 50} in rig.router.history  # old kept serving meanwhile
     assert all(rig.router.history)
@@ -640,10 +650,10 @@ async def test_a_rollback_to_a_release_beyond_the_tenant_quota_is_refused(rig: R
     big = {"instances": 4, "resources": {"memory_mb": 1024}}
     other = await rig.apps.register(rig.alice, "other", big)
     with pytest.raises(QuotaExceeded, match="APPDECK_TENANT_MEMORY_MB"):
-        await rig.ops.rollback(rig.alice, rig.app_id)  # #1 would hold 8 GiB again
+        await rig.ops.rollback(await rig.app())  # #1 would hold 8 GiB again
     assert await rig.states() == {1: "superseded", 2: "live"}
     await rig.apps.delete(rig.alice, other.app.id, confirmed=True)
-    assert (await rig.ops.rollback(rig.alice, rig.app_id)).number == 1
+    assert (await rig.ops.rollback(await rig.app())).number == 1
 
 
 # -- a restart that fails (issue 20, item 7) ------------------------------------------------
@@ -660,12 +670,12 @@ async def test_a_restart_whose_spare_fails_leaves_no_spare_and_the_next_restart_
     release = f"{rig.app_id}-1"
     rig.runtime.health_plan = [False]  # the spare instance never gets healthy
     with pytest.raises(FailedPrecondition) as failed:
-        await rig.ops.restart(rig.alice, rig.app_id)
+        await rig.ops.restart(await rig.app())
     assert "restart" in failed.value.message
     assert failed.value.hint
     assert await _indices(rig, release) == [0, 1]  # no spare left behind
     assert len(rig.router.table[SHOP][0].upstreams) == 2  # both still serve
-    await rig.ops.restart(rig.alice, rig.app_id)  # and the next restart works
+    await rig.ops.restart(await rig.app())  # and the next restart works
     assert await _indices(rig, release) == [0, 1]
     assert len(rig.router.table[SHOP][0].upstreams) == 2
 
@@ -677,11 +687,11 @@ async def test_a_restart_failing_midway_stops_the_failed_instance_and_the_spare(
     release = f"{rig.app_id}-1"
     rig.runtime.health_plan = [True, False]  # the spare comes up, instance 0 does not
     with pytest.raises(FailedPrecondition):
-        await rig.ops.restart(rig.alice, rig.app_id)
+        await rig.ops.restart(await rig.app())
     running = await rig.runtime.running(release)
     assert [i.index for i in running] == [1]  # the failed one and the spare are gone
     assert rig.router.table[SHOP][0].upstreams == (running[0].upstream,)
-    await rig.ops.restart(rig.alice, rig.app_id)
+    await rig.ops.restart(await rig.app())
     assert await _indices(rig, release) == [0, 1]
     assert len(rig.router.table[SHOP][0].upstreams) == 2
 
@@ -692,12 +702,12 @@ async def test_a_restart_of_a_one_instance_app_failing_keeps_it_answering(rig: R
     release = f"{rig.app_id}-1"
     rig.runtime.health_plan = [True, False]  # the spare comes up, the restarted one does not
     with pytest.raises(FailedPrecondition) as failed:
-        await rig.ops.restart(rig.alice, rig.app_id)
+        await rig.ops.restart(await rig.app())
     assert "spare" in failed.value.message
     running = await rig.runtime.running(release)
     assert rig.router.table[SHOP][0].upstreams == tuple(i.upstream for i in running)
     assert len(running) == 1  # the spare alone serves: no downtime
-    await rig.ops.restart(rig.alice, rig.app_id)  # the next restart puts instance 0 back
+    await rig.ops.restart(await rig.app())  # the next restart puts instance 0 back
     assert await _indices(rig, release) == [0]
 
 
@@ -709,7 +719,7 @@ async def test_a_stopped_app_stays_stopped_on_every_replica_and_after_a_restart(
     release = f"{rig.app_id}-1"
     behind = IngressRouter(RouteTable(), Counters())  # a replica that missed the stop message
     behind.route(SHOP, [Backend(release, 100, ("127.0.0.1:20001",))])
-    await rig.ops.running.stop(rig.alice, rig.app_id)
+    await rig.ops.running.stop(await rig.app())
     assert await rig.runtime.running(release) == []
     assert rig.router.ingress.table.stopped(SHOP)
     assert await rig.ops.resync_routes(behind) == 1
@@ -725,8 +735,8 @@ async def test_a_stopped_app_stays_stopped_on_every_replica_and_after_a_restart(
 
     with pytest.raises(FailedPrecondition, match="stopped"):
         await rig.deploy()
-    await rig.ops.running.scale(rig.alice, rig.app_id, 3)  # for the next start
-    started = await rig.ops.running.start(rig.alice, rig.app_id)
+    await rig.ops.running.scale(await rig.app(), 3, by=rig.alice)  # for the next start
+    started = await rig.ops.running.start(await rig.app())
     assert (started.stopped, started.running) == (False, 3)
     assert restarted.serves(SHOP_HOST) == release
     assert await rig.states() == {1: "live"}  # no new release for any of it
@@ -744,7 +754,7 @@ async def test_a_restart_runs_the_apps_current_env_and_records_it(rig: Rig) -> N
 
     rig.runtime.start = recording  # type: ignore[method-assign]
     await rig.env.set_vars(rig.alice, rig.app_id, {"GREETING": "hello again"}, secret=False)
-    record = await rig.ops.restart(rig.alice, rig.app_id)
+    record = await rig.ops.restart(await rig.app())
     assert started, "the restart started no instance"
     assert all(env.get("GREETING") == "hello again" for env in started)
     app = (await rig.apps.get(rig.alice, rig.app_id)).app
@@ -772,7 +782,7 @@ async def test_a_deploy_cancelled_again_while_it_unwinds_still_ends_cancelled(ri
 
     rig.runtime.wait_ready = never_healthy  # type: ignore[method-assign]
     rig.runtime.stop = slow_stop  # type: ignore[method-assign]
-    app, record = await rig.deploys.create(rig.alice, rig.app_id, "rolling")
+    app, record = await rig.deploys.create(await rig.app(), rig.alice.user, "rolling")
     run = asyncio.ensure_future(rig.deploys.run(app, record))
     async with asyncio.timeout(10):
         await starting.wait()

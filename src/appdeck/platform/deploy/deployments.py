@@ -79,7 +79,7 @@ class Deployments:
         cancellation cancels the deploy, and the live release keeps serving); otherwise the
         deployment so far is returned after at most ``wait_s`` and the run goes on here."""
         view = await self._apps.load(principal, app_id, "deploy.write")
-        app, record = await self._engine.create(principal, app_id, strategy, commit)
+        app, record = await self._engine.create(view.app, principal.user, strategy, commit)
 
         async def numbered(message: str, traffic: int | None) -> None:
             await progress(f"#{record.number}: {message}", traffic)
@@ -113,7 +113,7 @@ class Deployments:
                 f"to deployment #{number}?",
                 what="the rollback",
             )
-        restored = await self._ops.rollback(principal, app_id, number, progress)
+        restored = await self._ops.rollback(view.app, number, progress)
         return self._view(view, restored)
 
     async def restart(
@@ -121,26 +121,26 @@ class Deployments:
     ) -> DeploymentView:
         """Restart the live release instance by instance (a spare one first)."""
         view = await self._apps.load(principal, app_id, "deploy.write")
-        return self._view(view, await self._ops.restart(principal, app_id, progress))
+        return self._view(view, await self._ops.restart(view.app, progress))
 
     async def stop(self, principal: Principal, app_id: int) -> Operated:
         """Stop the app (0 instances, 503 "stopped"), keeping its data (:mod:`.running`)."""
         view = await self._apps.load(principal, app_id, "deploy.write")
-        return self._operated(view, await self._ops.running.stop(principal, app_id))
+        return self._operated(view, await self._ops.running.stop(view.app))
 
     async def start(
         self, principal: Principal, app_id: int, *, progress: Progress = _quiet
     ) -> Operated:
         """Start a stopped app's live release again."""
         view = await self._apps.load(principal, app_id, "deploy.write")
-        return self._operated(view, await self._ops.running.start(principal, app_id, progress))
+        return self._operated(view, await self._ops.running.start(view.app, progress))
 
     async def scale(
         self, principal: Principal, app_id: int, instances: int, *, progress: Progress = _quiet
     ) -> Operated:
         """Run ``instances`` instances of the live release now, without a new release."""
         view = await self._apps.load(principal, app_id, "deploy.write")
-        state = await self._ops.running.scale(principal, app_id, instances, progress)
+        state = await self._ops.running.scale(view.app, instances, progress, by=principal)
         return self._operated(view, state)
 
     async def cancel(
@@ -148,7 +148,7 @@ class Deployments:
     ) -> DeploymentView:
         """Cancel the deployment in progress, as ``tasks/cancel`` on its task would."""
         view = await self._apps.load(principal, app_id, "deploy.write")
-        return self._view(view, await self._ops.running.cancel(principal, app_id, number))
+        return self._view(view, await self._ops.running.cancel(view.app, number))
 
     async def list(
         self,

@@ -30,9 +30,7 @@ from appdeck.common.errors import (
     Conflict,
     FailedPrecondition,
     InvalidArgument,
-    NotFound,
 )
-from appdeck.common.identity import Principal
 from appdeck.common.unwinding import to_the_end
 from appdeck.model import hostnames
 from appdeck.model.release import AppSpec
@@ -161,25 +159,6 @@ class DeployService:
 
     # -- reading --------------------------------------------------------------------------
 
-    async def list_for(
-        self,
-        principal: Principal,
-        app_id: int,
-        *,
-        states_: list[str] | None,
-        offset: int,
-        limit: int,
-    ) -> list[DeploymentRecord]:
-        await self.apps.load(principal, app_id, "deploy.read")
-        return await self.store.for_app(app_id, states=states_, offset=offset, limit=limit)
-
-    async def get(self, principal: Principal, app_id: int, number: int) -> DeploymentRecord:
-        await self.apps.load(principal, app_id, "deploy.read")
-        record = await self.store.get(app_id, number)
-        if record is None:
-            raise NotFound(f"app {app_id} has no deployment {number}")
-        return record
-
     async def live(self, app_id: int) -> DeploymentRecord | None:
         found = await self.store.for_app(app_id, states=[states.LIVE], limit=1)
         return found[0] if found else None
@@ -187,13 +166,13 @@ class DeployService:
     # -- deploying ------------------------------------------------------------------------
 
     async def create(
-        self, principal: Principal, app_id: int, strategy: str | None, commit: str | None = None
+        self, app: AppRecord, by: str, strategy: str | None, commit: str | None = None
     ) -> tuple[AppRecord, DeploymentRecord]:
-        """Check, freeze the spec, env and source, and record a queued deployment. The source
-        is the connected repository at ``commit`` (default: its branch's head) if the app has
-        one, else its ``source_path``."""
-        view = await self.apps.load(principal, app_id, "deploy.write")
-        app = view.app
+        """Check, freeze the spec, env and source, and record a queued deployment by user
+        ``by``. The source is the connected repository at ``commit`` (default: its branch's
+        head) if the app has one, else its ``source_path``. The caller checked the role
+        (:class:`~.deployments.Deployments`)."""
+        app_id = app.id
         refuse_if_stopped(app, "a deploy")
         chosen = strategy or str(app.spec.get("default_strategy", "rolling"))
         if chosen not in STRATEGIES:
@@ -239,7 +218,7 @@ class DeployService:
                 spec=app.spec,
                 env=self._sealer.seal(frozen_env.freeze(env, secret)),
                 source=source,
-                created_by=principal.user,
+                created_by=by,
                 previous=live.number if live else None,
                 instance_id=self._instance,
                 state=states.QUEUED,

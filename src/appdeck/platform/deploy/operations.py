@@ -15,7 +15,6 @@ import logging
 from typing import TYPE_CHECKING, Protocol
 
 from appdeck.common.errors import AppDeckError, FailedPrecondition, NotFound
-from appdeck.common.identity import Principal
 from appdeck.model import hostnames
 from appdeck.platform.deploy import rollout, states
 from appdeck.platform.deploy.builds import build
@@ -56,13 +55,11 @@ class Operations:
 
     async def rollback(
         self,
-        principal: Principal,
-        app_id: int,
+        app: AppRecord,
         number: int | None = None,
         progress: Progress = _quiet,
     ) -> DeploymentRecord:
-        s = self._s
-        app = (await s.apps.load(principal, app_id, "deploy.write")).app
+        s, app_id = self._s, app.id
         refuse_if_stopped(app, "a rollback")
         async with s.locks.hold(app_id, timed=s.watcher.lease()) as held:
             live, target = await self._rollback_target(app_id, number)
@@ -149,15 +146,12 @@ class Operations:
         await progress(f"Rolled back to release {target.number} {how}", 100)
         return restored
 
-    async def restart(
-        self, principal: Principal, app_id: int, progress: Progress = _quiet
-    ) -> DeploymentRecord:
+    async def restart(self, app: AppRecord, progress: Progress = _quiet) -> DeploymentRecord:
         """Rolling restart of the live release: a spare instance first, so even a single
         instance app keeps answering. A restart that fails leaves no spare behind (unless it
         is the only instance still healthy) and says so; the next one starts from whatever
         runs (extra instances above the release's count are stopped at its end)."""
-        s = self._s
-        app = (await s.apps.load(principal, app_id, "deploy.write")).app
+        s, app_id = self._s, app.id
         refuse_if_stopped(app, "a restart")
         async with s.locks.hold(app_id, timed=s.watcher.lease()) as held:
             live = await s.live(app_id)

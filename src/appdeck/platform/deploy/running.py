@@ -93,9 +93,8 @@ class Running:
 
     # -- the callers' operations -------------------------------------------------------------
 
-    async def stop(self, principal: Principal, app_id: int) -> RunState:
-        s = self._s
-        app = (await s.apps.load(principal, app_id, "deploy.write")).app
+    async def stop(self, app: AppRecord) -> RunState:
+        s, app_id = self._s, app.id
         async with s.locks.hold(app_id) as held:
             await self._refuse_in_progress(app_id)
             if await s.live(app_id) is None:
@@ -106,23 +105,26 @@ class Running:
             app = await self._stop(app, held)
             return RunState(app, await s.live(app_id), True, 0)
 
-    async def start(
-        self, principal: Principal, app_id: int, progress: Progress = _quiet
-    ) -> RunState:
-        s = self._s
-        app = (await s.apps.load(principal, app_id, "deploy.write")).app
+    async def start(self, app: AppRecord, progress: Progress = _quiet) -> RunState:
+        s, app_id = self._s, app.id
         async with s.locks.hold(app_id) as held:
             await self._refuse_in_progress(app_id)
             app, running = await self._start(app, held, progress)
             return RunState(app, await s.live(app_id), False, running)
 
     async def scale(
-        self, principal: Principal, app_id: int, instances: int, progress: Progress = _quiet
+        self,
+        app: AppRecord,
+        instances: int,
+        progress: Progress = _quiet,
+        *,
+        by: Principal,
     ) -> RunState:
-        s = self._s
+        """``by``: whose spec write records the new count (``apps.set_spec``, its own
+        ``spec.write`` check); the caller checked ``deploy.write``."""
+        s, app_id = self._s, app.id
         if not 1 <= instances <= MAX_INSTANCES:
             raise InvalidArgument(f"instances must be between 1 and {MAX_INSTANCES}")
-        app = (await s.apps.load(principal, app_id, "deploy.write")).app
         async with s.locks.hold(app_id) as held:
             await self._refuse_in_progress(app_id)
             live = await s.live(app_id)
@@ -144,16 +146,13 @@ class Running:
                     spec={**live.spec, "instances": instances},
                     lease=held.lease,
                 )
-            view, _ = await s.apps.set_spec(principal, app_id, {"instances": instances})
+            view, _ = await s.apps.set_spec(by, app_id, {"instances": instances})
             await s.announce(app, live)
             return RunState(view.app, live, app.stopped, running)
 
-    async def cancel(
-        self, principal: Principal, app_id: int, number: int | None = None
-    ) -> DeploymentRecord:
+    async def cancel(self, app: AppRecord, number: int | None = None) -> DeploymentRecord:
         """Cancel the app's deployment in progress (``number``: it must be that one)."""
-        s = self._s
-        app = (await s.apps.load(principal, app_id, "deploy.write")).app
+        s, app_id = self._s, app.id
         found = await s.store.for_app(app_id, states=sorted(states.IN_PROGRESS), limit=1)
         if not found or (number is not None and found[0].number != number):
             if number is not None and await s.store.get(app_id, number) is None:

@@ -64,12 +64,14 @@ class _Backend(Protocol):
 class AppDatabases:
     """The apps' databases (see the module docstring)."""
 
-    def __init__(self, backend: _Backend) -> None:
+    def __init__(
+        self, backend: _Backend, *, place: Callable[[int], Awaitable[None]] | None = None
+    ) -> None:
         self._backend = backend
         self.dialect: Dialect = backend.dialect
-        self.place: Callable[[int], Awaitable[None]] | None = None
+        self.place = place
         """Called before an app's SQLite directory is used: the runtime puts it on the app's
-        disk (issue 19; ``LocalDriver.place_data``)."""
+        disk (issue 19; ``AppDisks.place``)."""
 
     @asynccontextmanager
     async def transaction(
@@ -167,13 +169,16 @@ async def open_databases(
     role_prefix: str | None = None,
     secret_key: str | None = None,
     max_engines: int = 64,
+    place: Callable[[int], Awaitable[None]] | None = None,
 ) -> AppDatabases:
     """The apps' databases for a platform whose own database is ``platform_url``: SQLite
     files under ``data_dir/appdb`` (owned by ``uid_for(app_id)`` when apps are sandboxed),
-    or the PostgreSQL apps database (``apps_url``, default :func:`apps_database_url`)."""
+    or the PostgreSQL apps database (``apps_url``, default :func:`apps_database_url`).
+    ``place``: puts an app's SQLite directory on its disk before it is used (``AppDisks.place``;
+    the disks exist before the databases, the driver after both)."""
     if make_url(platform_url).get_backend_name() == "sqlite":
         files = SqliteFiles(data_dir / "appdb", uid_for=uid_for, max_engines=max_engines)
-        return AppDatabases(files)
+        return AppDatabases(files, place=place)
     backend = await PostgresSchemas.open(
         platform_url,
         apps_url or apps_database_url(platform_url),
@@ -181,4 +186,4 @@ async def open_databases(
         secrets_dir=data_dir / "appdb-pg",
         sealer=Sealer.from_settings(secret_key, data_dir),
     )
-    return AppDatabases(backend)
+    return AppDatabases(backend, place=place)
