@@ -155,8 +155,12 @@ class Operations:
         """Rolling restart of the live release: a spare instance first, so even a single
         instance app keeps answering. A restart that fails leaves no spare behind (unless it
         is the only instance still healthy) and says so; the next one starts from whatever
-        runs (extra instances above the release's count are stopped at its end)."""
+        runs (extra instances above the release's count are stopped at its end). A driver
+        without ``in_place_restart`` restarts the live release as a new one instead
+        (:meth:`~.engine.DeployService.restart_as_release`)."""
         s = self._s
+        if not s.runtime.capabilities().in_place_restart:
+            return await s.restart_as_release(principal, app_id, progress)
         app = (await s.apps.load(principal, app_id, "deploy.write")).app
         refuse_if_stopped(app, "a restart")
         async with s.locks.hold(app_id, timed=s.watcher.lease()) as held:
