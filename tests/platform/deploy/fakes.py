@@ -43,6 +43,19 @@ LOCAL = Capabilities(
 plain addresses, though)."""
 
 
+KUBERNETES = Capabilities(
+    own_network=True,
+    namespaced_upstreams=False,
+    host_processes=False,
+    in_place_restart=False,
+    indexed_instances=False,
+    driver_grep=False,
+    app_disks=False,
+)
+"""The Kubernetes driver's column (``runtime/kubernetes/driver.py``): with it the fake gives
+every instance of a release its Service's address, as that driver does."""
+
+
 def upstream(port: int) -> str:
     return f"127.0.0.1:{port}"
 
@@ -82,7 +95,11 @@ class FakeDriver:
     async def start(self, release: Release, index: int) -> Instance:
         if index in self.running_.get(release.release_id, {}):  # as the real driver says
             raise Conflict(f"instance {index} of release {release.release_id} is already running")
-        started = instance(release.release_id, index, upstream(next(self.ports)))
+        if self.capabilities_.indexed_instances:
+            address = upstream(next(self.ports))
+        else:  # one Service per release, every pod behind it
+            address = f"r{release.release_id}.appdeck-acme.svc:80"
+        started = instance(release.release_id, index, address)
         self.calls.append(f"start {release.release_id}#{index} {started.upstream}")
         self.running_.setdefault(release.release_id, {})[index] = started
         return started
@@ -183,6 +200,9 @@ class FakeRouter:
     ingress: IngressRouter = field(default_factory=lambda: IngressRouter(RouteTable(), Counters()))
     calls: list[str] = field(default_factory=list)
     """Route changes and marks, in words (share the runtime's list to see one sequence)."""
+    gateway: bool = False
+    """A Gateway API router: the routes are not fed to the ingress (whose backends take
+    loopback upstreams only); :meth:`serves` is then not asked."""
 
     def route(self, route: str, backends: list[Backend]) -> None:
         stopped = [b.release_id for b in backends] == [STOPPED]  # a stopped app: 503 "stopped"
@@ -193,14 +213,16 @@ class FakeRouter:
         said = " ".join(f"{b.release_id}={b.weight}{list(b.upstreams)}" for b in backends)
         self.calls.append(f"route {route} {said}")
         self.history.append({b.release_id: b.weight for b in backends})
-        self.ingress.route(route, backends)
+        if not self.gateway:
+            self.ingress.route(route, backends)
 
     def unroute(self, route: str) -> None:
         assert "--" in route, f"{route!r} is a bare name, not an app's route key"
         self.table.pop(route, None)
         self.calls.append(f"unroute {route}")
         self.history.append({})
-        self.ingress.unroute(route)
+        if not self.gateway:
+            self.ingress.unroute(route)
 
     def mark(self, route: str, release_id: str) -> None:
         self.calls.append(f"mark {route} {release_id}")

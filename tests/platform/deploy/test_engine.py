@@ -78,9 +78,14 @@ async def rig(storage: Storage, tmp_path: Path) -> Rig:
     return await make_rig(storage, tmp_path)
 
 
-async def make_rig(storage: Storage, tmp_path: Path) -> Rig:
+async def make_rig(
+    storage: Storage,
+    tmp_path: Path,
+    runtime: FakeDriver | None = None,
+    router: FakeRouter | None = None,
+) -> Rig:
     """acme's admin alice and her app ``shop`` (two instances, a canary in steps 10, 50,
-    100), not deployed yet, on the fakes."""
+    100), not deployed yet, on the fakes (``runtime`` and ``router``: fakes set otherwise)."""
     source = tmp_path / "src"
     source.mkdir()
     identities = IdentityStore(storage.engine)
@@ -100,7 +105,8 @@ async def make_rig(storage: Storage, tmp_path: Path) -> Rig:
     )
     sealer = Sealer.from_settings(None, tmp_path)
     env = EnvService(apps, sealer, feed)
-    runtime, router = FakeDriver(), FakeRouter()
+    runtime = runtime if runtime is not None else FakeDriver()
+    router = router if router is not None else FakeRouter()
     deploys = DeployService(
         apps,
         env,

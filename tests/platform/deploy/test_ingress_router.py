@@ -14,6 +14,7 @@ from redis.asyncio import Redis
 
 from appdeck.events.signals import LocalBroadcast, RedisBroadcast
 from appdeck.ingress import Counters, RouteTable
+from appdeck.ingress import routes as ingress
 from appdeck.platform.deploy.ingress_router import CHANNEL, IngressRouter, decode, encode
 from appdeck.platform.deploy.ports import Backend, RouterPort
 from tests.support.redis import connect
@@ -170,7 +171,8 @@ async def test_a_malformed_route_message_is_dropped_and_the_table_kept(payload: 
 
 
 def test_a_route_message_carries_the_whole_route() -> None:
-    assert decode(encode("a", "shop--acme", CANARY)) == ("a", "shop--acme", CANARY)
+    table = [ingress.Backend(b.release_id, b.weight, tuple(b.upstreams)) for b in CANARY]
+    assert decode(encode("a", "shop--acme", table)) == ("a", "shop--acme", table)
     assert decode(encode("a", "shop--acme", None)) == ("a", "shop--acme", None)
     assert decode(encode("a", "shop--acme", [])) == ("a", "shop--acme", [])
 
@@ -243,3 +245,16 @@ async def test_counters_read_back_from_redis_are_checked(
         assert a.window("shop--acme", "1-2") == (3, 0)  # garbage counts 0: its own stand
     finally:
         await a.close()
+
+
+def test_the_ingress_still_refuses_any_upstream_but_loopback() -> None:
+    """The port's backends carry a Service address on Kubernetes (for the gateway router);
+    the ingress (the HAProxy data plane's table) still takes loopback only."""
+    router = IngressRouter(RouteTable(), Counters())
+    service = [Backend("1-1", 100, ("r1-1.appdeck-acme.svc:80", "r1-1.appdeck-acme.svc:80"))]
+    assert service[0].upstreams == ("r1-1.appdeck-acme.svc:80",)  # one Service, listed once
+    with pytest.raises(ValueError, match="is not"):
+        router.route("shop--acme", service)
+    with pytest.raises(ValueError, match="is not"):
+        router.apply("shop--acme", service)
+    assert router.table.get("shop--acme") is None

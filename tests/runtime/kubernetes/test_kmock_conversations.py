@@ -123,7 +123,7 @@ async def live(
 async def test_start_creates_in_order_then_owns_the_secrets(
     kmock: kmock.KubernetesEmulator, driver: KubernetesDriver
 ) -> None:
-    r1 = release(1)
+    r1 = release(1, instances=2)
     instance = await driver.start(r1, 0)
 
     assert calls(kmock) == [
@@ -149,7 +149,7 @@ async def test_start_creates_in_order_then_owns_the_secrets(
     ]
     # the route is the router's: start never writes one (a canary's share would be lost)
     assert ("gateway.networking.k8s.io/v1/httproutes", NS, "app-hello--acme") not in kmock.objects
-    # index 1 of the same release: the Deployment runs every instance, nothing to call
+    # index 1 of the same release: the Deployment runs both instances, nothing to call
     before = count(kmock)
     assert (await driver.start(r1, 1)).index == 1
     assert count(kmock) == before
@@ -774,6 +774,23 @@ async def test_stopping_one_index_scales_the_deployment_down(
     ]
     history = kmock.objects["apps/v1/deployments", NS, "app-hello--acme-r1", :]
     assert [v["spec"]["replicas"] for v in history if v is not None] == [3, 2, 1]
+
+
+async def test_starting_an_index_beyond_the_replicas_scales_the_deployment_up(
+    kmock: kmock.KubernetesEmulator, driver: KubernetesDriver
+) -> None:
+    """How the engine scales a driver without ``indexed_instances``: by index, as on the
+    local driver (start index n, stop index n), which this driver turns into ``replicas``."""
+    r1 = release(1, instances=1)
+    await driver.start(r1, 0)
+    mark = count(kmock)
+
+    assert (await driver.start(r1, 2)).index == 2
+    await driver.start(r1, 1)  # within the replicas already: nothing to call
+
+    assert calls(kmock, mark) == ["PATCH deployments/app-hello--acme-r1"]
+    history = kmock.objects["apps/v1/deployments", NS, "app-hello--acme-r1", :]
+    assert [v["spec"]["replicas"] for v in history if v is not None] == [1, 3]
 
 
 async def _until(condition: Any, within_s: float = 5.0) -> bool:

@@ -121,7 +121,7 @@ class Deployments:
     ) -> DeploymentView:
         """Restart the live release instance by instance (a spare one first)."""
         view = await self._apps.load(principal, app_id, "deploy.write")
-        return self._view(view, await self._ops.restart(view.app, progress))
+        return self._view(view, await self._ops.restart(view.app, progress, by=principal.user))
 
     async def stop(self, principal: Principal, app_id: int) -> Operated:
         """Stop the app (0 instances, 503 "stopped"), keeping its data (:mod:`.running`)."""

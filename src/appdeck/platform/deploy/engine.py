@@ -230,6 +230,53 @@ class DeployService:
         await self.announce(app, record)
         return app, record
 
+    async def restart_as_release(
+        self, app: AppRecord, by: str, progress: Progress = _quiet
+    ) -> DeploymentRecord:
+        """A restart where the driver cannot restart one instance in place (its capabilities
+        say ``in_place_restart`` False: a Deployment's pods are the cluster's): the live
+        release again as a new deployment (a new number and release id) with the app's env as
+        it is now, by the app's strategy, through :meth:`run` like any deploy. Its spec and
+        source are the live release's frozen ones. ``by``: who asked (the new record's
+        ``created_by``)."""
+        app_id = app.id
+        refuse_if_stopped(app, "a restart")
+        live = await self.live(app_id)
+        if live is None:
+            raise FailedPrecondition(
+                "the app has no live release to restart", hint="deploy_app first"
+            )
+        _, sealed = await self.fresh_env(app_id, live)  # the run thaws it from the record
+        strategy = str(app.spec.get("default_strategy", "rolling"))
+        with self.watcher.lease():
+            held = await self.locks.try_take(app_id)
+        if held is None:
+            raise await self._busy(app_id)
+        try:
+            record = await self.store.create(
+                app_id=app_id,
+                strategy=strategy,
+                spec=live.spec,
+                env=sealed,
+                source=live.source,
+                created_by=by,
+                previous=live.number,
+                instance_id=self._instance,
+                state=states.QUEUED,
+            )
+            said = (
+                f"Restart of release {live.number} as release {record.number} ({strategy}), "
+                "with the app's current env: this runtime cannot restart an instance in place"
+            )
+            record = await self.store.update(app_id, record.number, message=said, lease=held.lease)
+        except BaseException:
+            await held.release()
+            raise
+        self._hand(record, held)
+        await self.announce(app, record)
+        await progress(said, None)
+        return await self.run(app, record, progress)
+
     async def _busy(self, app_id: int) -> Conflict:
         """Why the app's lease is held: the deployment in progress, named; else a rollback or
         restart. A deploy takes the lease a moment before it records its deployment, so an
@@ -495,7 +542,7 @@ class DeployService:
         ones it adopts (another replica on this host started them: the app's processes
         belong to the host, not to a replica)."""
         instances = await self.runtime.running(release.release_id)
-        if not instances:
+        if not instances and self.runtime.capabilities().host_processes:
             instances = (await self.runtime.recover(release)).adopted
         return sorted(instances, key=lambda i: i.index)
 

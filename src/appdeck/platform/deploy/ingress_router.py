@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from appdeck.ingress import routes as ingress
@@ -137,10 +137,7 @@ class IngressRouter:
     # -- writers (published to the other replicas when shared) -------------------------------
 
     def route(self, route: str, backends: list[Backend]) -> None:
-        self.apply(
-            route,
-            [ingress.Backend(b.release_id, b.weight, tuple(b.upstreams)) for b in backends],
-        )
+        self.apply(route, backends)
         self._changed(route)
 
     def unroute(self, route: str) -> None:
@@ -160,11 +157,12 @@ class IngressRouter:
         self._changed(new)
         self.forget(old)
 
-    def apply(self, route: str, backends: list[ingress.Backend] | None) -> None:
+    def apply(self, route: str, backends: Sequence[Backend | ingress.Backend] | None) -> None:
         """Set ``route`` in this replica's table only (``None``: forget it), unpublished:
-        what another replica's message or the backstop reload says."""
+        what another replica's message or the backstop reload says. The engine's backends
+        become the ingress's, which refuse any upstream but loopback (the data plane's check)."""
         if backends is not None:
-            self.table.set(route, backends)
+            self.table.set(route, [_ingress(b) for b in backends])
             return
         self.table.remove(route)
         self.counters.forget(route)
@@ -453,3 +451,10 @@ class _SharedCounts:
             if key in self._marks and self._marks[key] is None:
                 self._marks[key] = pair  # the baseline: read after the mark
         self._totals = totals
+
+
+def _ingress(backend: Backend | ingress.Backend) -> ingress.Backend:
+    """The ingress's backend for the engine's (checked: ``[<netns>@]127.0.0.1:<port>`` only)."""
+    if isinstance(backend, ingress.Backend):
+        return backend
+    return ingress.Backend(backend.release_id, backend.weight, tuple(backend.upstreams))

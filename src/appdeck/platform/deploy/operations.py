@@ -146,12 +146,18 @@ class Operations:
         await progress(f"Rolled back to release {target.number} {how}", 100)
         return restored
 
-    async def restart(self, app: AppRecord, progress: Progress = _quiet) -> DeploymentRecord:
+    async def restart(
+        self, app: AppRecord, progress: Progress = _quiet, *, by: str = ""
+    ) -> DeploymentRecord:
         """Rolling restart of the live release: a spare instance first, so even a single
         instance app keeps answering. A restart that fails leaves no spare behind (unless it
         is the only instance still healthy) and says so; the next one starts from whatever
-        runs (extra instances above the release's count are stopped at its end)."""
+        runs (extra instances above the release's count are stopped at its end). A driver
+        without ``in_place_restart`` restarts the live release as a new one instead
+        (:meth:`~.engine.DeployService.restart_as_release`), recorded as ``by``'s."""
         s, app_id = self._s, app.id
+        if not s.runtime.capabilities().in_place_restart:
+            return await s.restart_as_release(app, by, progress)
         refuse_if_stopped(app, "a restart")
         async with s.locks.hold(app_id, timed=s.watcher.lease()) as held:
             live = await s.live(app_id)

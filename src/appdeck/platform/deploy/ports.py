@@ -3,16 +3,17 @@
 The runtime is the one driver seam, :class:`appdeck.runtime.driver.Driver` (the local
 process driver implements it; a Kubernetes driver can); the router is :class:`RouterPort`
 (the ingress router, :mod:`.ingress_router`). A release has one shape from here to the
-driver: :class:`appdeck.model.release.Release`; a route's backends are the ingress's
-:class:`~appdeck.ingress.routes.Backend`; a failed build is the driver's
-:class:`~appdeck.runtime.driver.BuildFailed`.
+driver: :class:`appdeck.model.release.Release`; a route's backends are :class:`Backend` (each
+router checks what it can serve: the ingress's own ``Backend`` takes loopback upstreams only);
+a failed build is the driver's :class:`~appdeck.runtime.driver.BuildFailed`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
-from appdeck.ingress.routes import Backend as Backend
 from appdeck.model.release import Release as Release
 from appdeck.runtime.driver import Adoption as Adoption
 from appdeck.runtime.driver import BuildFailed as BuildFailed
@@ -27,6 +28,25 @@ from appdeck.runtime.driver import InstanceWatcher as InstanceWatcher
 from appdeck.runtime.driver import LogKind as LogKind
 from appdeck.runtime.driver import LogPage as LogPage
 from appdeck.runtime.driver import Readiness as Readiness
+
+
+@dataclass(frozen=True, slots=True)
+class Backend:
+    """A release's share of a route, as the engine hands it to its router: the weight, and
+    the upstreams the driver gave the release's instances, as given (``127.0.0.1:<port>``
+    locally, the release's Service ``<svc>.<ns>.svc:80`` on Kubernetes, where every instance
+    has the same one: listed once). What a router can serve is its own check: the ingress's
+    :class:`appdeck.ingress.routes.Backend` (the HAProxy data plane's table) refuses anything
+    but loopback, the Gateway API router reads only the release id and weight."""
+
+    release_id: str
+    weight: int
+    upstreams: Sequence[str] = field(default=())
+
+    def __post_init__(self) -> None:
+        if type(self.weight) is not int or not 0 <= self.weight <= 100:
+            raise ValueError(f"release {self.release_id}: weight must be an int in 0..100")
+        object.__setattr__(self, "upstreams", tuple(dict.fromkeys(self.upstreams)))
 
 
 class RouterPort(Protocol):

@@ -107,6 +107,12 @@ class Rollout:
     def instances(self) -> int:
         return self.new.spec.instances
 
+    @property
+    def by_index(self) -> bool:
+        """The driver stops one instance of a release (``indexed_instances``); else the old
+        release is retired as a whole, once the new one has all its traffic."""
+        return self.runtime.capabilities().indexed_instances
+
 
 async def recreate(r: Rollout) -> None:
     if r.old is not None:
@@ -137,7 +143,7 @@ async def rolling(r: Rollout) -> None:
             ]
         r.shift(backends)
         await r.report(f"Instance {index + 1} of {total} serves traffic", backends[0].weight)
-        if retiring is not None and r.old is not None:
+        if retiring is not None and r.old is not None and r.by_index:
             await r.runtime.stop(r.old.release_id, retiring.index)
     r.route_to_new()
     if r.old is not None:

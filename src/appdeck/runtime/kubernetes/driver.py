@@ -152,10 +152,15 @@ class KubernetesDriver:
 
     async def start(self, release: Release, index: int) -> Instance:
         """Create the release's objects (the first call for a release; the Deployment starts
-        every instance), then give the instance its upstream: the release's Service."""
+        every instance), then give the instance its upstream: the release's Service. An index
+        beyond the Deployment's ``replicas`` raises them to ``index + 1`` (a scale up, as
+        ``stop`` with an index is one replica fewer): the engine scales both drivers by index."""
         handle = self._handles.get(release.release_id)
         if handle is None or handle.release is None:
             handle = await self._apply(release)
+        elif index >= handle.replicas:
+            handle.replicas = index + 1
+            await self._patch_deployment(handle, {"spec": {"replicas": handle.replicas}})
         return Instance(release.release_id, index, _upstream(handle), self._clock())
 
     async def wait_ready(self, release: Release, instance: Instance, within_s: float) -> Readiness:

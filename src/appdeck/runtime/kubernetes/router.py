@@ -47,8 +47,9 @@ class Backend(Protocol):
     """What the router reads of a route's backend: the ingress's
     :class:`~appdeck.ingress.routes.Backend` has it, and so does any share. Its ``upstreams``
     are not read: the gateway reaches the release's Service, whose name the release id gives.
-    (The ingress's ``Backend`` refuses a weight without ``127.0.0.1`` upstreams, so the engine
-    cannot hand it the driver's ``<service>.<namespace>.svc:80``: the seam lane's to settle.)
+    The engine hands :class:`appdeck.platform.deploy.ports.Backend`, which carries the driver's
+    ``<service>.<namespace>.svc:80`` as it is (the ingress's own ``Backend``, behind the
+    HAProxy data plane, still refuses anything but loopback).
     """
 
     @property
