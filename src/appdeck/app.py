@@ -103,6 +103,19 @@ async def _app_databases(
     )
 
 
+def _refuse_before_opening(settings: Settings) -> None:
+    """A runtime the server does not serve, or bad TLS files: refused before anything opens
+    (a host that cannot sandbox is refused next, by ``sandbox_of``)."""
+    if settings.runtime != "local":
+        raise InvalidSetting(
+            "APPDECK_RUNTIME",
+            f"{settings.runtime!r} is not served yet: its driver exists but the server "
+            "does not wire it (docs/kubernetes.md, 'Not built yet'); use 'local'",
+        )
+    if settings.tls_cert is not None and settings.tls_key is not None:
+        load_operator_files(settings.tls_cert, settings.tls_key, time.time())
+
+
 def _audit_log(settings: Settings) -> AuditLog:
     """The audit log, started: its own thread and connection."""
     audit = AuditLog(
@@ -185,15 +198,7 @@ class Services:
     ) -> Services:
         """Build and start every part. ``tracing``: traces go there rather than where the
         settings say (tests give one with an in-memory exporter); it is shut down at stop."""
-        # first: a host that cannot sandbox, bad TLS files or a runtime not served open nothing
-        if settings.runtime != "local":
-            raise InvalidSetting(
-                "APPDECK_RUNTIME",
-                f"{settings.runtime!r} is not served yet: its driver exists but the server "
-                "does not wire it (docs/kubernetes.md, 'Not built yet'); use 'local'",
-            )
-        if settings.tls_cert is not None and settings.tls_key is not None:
-            load_operator_files(settings.tls_cert, settings.tls_key, time.time())
+        _refuse_before_opening(settings)
         runtime, install = setup.sandbox_of(settings)
         storage = await Storage.open(settings.database())
         cluster = (

@@ -184,16 +184,7 @@ class Platform:
         sealer = Sealer.from_settings(config.secret_key, config.data_dir)
         urls = config.urls(tls)
         domains = _domain_service(engine, config, hosts, sealer, urls)
-        apps = AppService(
-            AppStore(engine),
-            identities,
-            feed,
-            sources=sources,
-            max_apps=config.max_apps_per_tenant,
-            url_of=urls.primary,
-            limits=config.limits,
-            domains=domains,
-        )
+        apps = _app_service(engine, identities, feed, sources, config, urls, domains)
         env = EnvService(apps, sealer, feed)
         deployments = DeploymentStore(engine, transitions=states.check)
         # Built in this order, each over what exists already (no setter after construction):
@@ -246,10 +237,7 @@ class Platform:
             deployments=deploying,
             repos=repos,
             preflight=PreflightService(
-                apps,
-                env,
-                sandboxed=driver.capabilities().own_network,
-                repository=repo_sources.url,
+                apps, env, sandboxed=driver.capabilities().own_network, repository=repo_sources.url
             ),
             logs=logs,
             tables=TableService(apps, databases, feed),
@@ -258,24 +246,9 @@ class Platform:
             ops=ops,
             ci=ci,
             oauth_clients=AppClientService(apps, OAuthStore(engine)),
-            apis=ApiServices.build(
-                engine,
-                apps,
-                repos,
-                feed,
-                gate=router.keys,
-                keys_published=router.keys_published,
-                http=AppHttp(config.ingress_host, config.ingress_port, config.outbound),
-            ),
+            apis=_api_services(engine, apps, repos, feed, router, config),
             domains=domains,
-            health=HealthService(
-                apps,
-                deployments,
-                deploys.runtime,
-                router.counters,
-                feed,
-                tls_of=lambda app: _tls_of(urls, app),
-            ),
+            health=_health_service(apps, deployments, deploys, router, feed, urls),
             _driver=driver,
             _router=router,
             hosting=HostedService(
@@ -363,6 +336,65 @@ def _domain_service(
         recheck_seconds=config.domain_check_seconds,
         claim_ttl=config.domain_claim_ttl_seconds,
         txt_grace=config.domain_txt_grace_seconds,
+    )
+
+
+def _app_service(
+    engine: AsyncEngine,
+    identities: IdentityStore,
+    feed: ChangeFeed,
+    sources: SourceRoots,
+    config: PlatformConfig,
+    urls: AppUrls,
+    domains: DomainService,
+) -> AppService:
+    return AppService(
+        AppStore(engine),
+        identities,
+        feed,
+        sources=sources,
+        max_apps=config.max_apps_per_tenant,
+        url_of=urls.primary,
+        limits=config.limits,
+        domains=domains,
+    )
+
+
+def _api_services(
+    engine: AsyncEngine,
+    apps: AppService,
+    repos: RepoService,
+    feed: ChangeFeed,
+    router: IngressRouter,
+    config: PlatformConfig,
+) -> ApiServices:
+    """The API catalogue and tests: keys checked by this host's data plane (``router``)."""
+    return ApiServices.build(
+        engine,
+        apps,
+        repos,
+        feed,
+        gate=router.keys,
+        keys_published=router.keys_published,
+        http=AppHttp(config.ingress_host, config.ingress_port, config.outbound),
+    )
+
+
+def _health_service(
+    apps: AppService,
+    deployments: DeploymentStore,
+    deploys: DeployService,
+    router: IngressRouter,
+    feed: ChangeFeed,
+    urls: AppUrls,
+) -> HealthService:
+    return HealthService(
+        apps,
+        deployments,
+        deploys.runtime,
+        router.counters,
+        feed,
+        tls_of=functools.partial(_tls_of, urls),
     )
 
 
