@@ -206,29 +206,8 @@ class DeployService:
             await self.gate(app_id, found if isinstance(found, str) else None)
         env = await self._env.resolved(app_id, dict(app.spec.get("env") or {}))
         secret = await self._env.secret_names(app_id)  # its builds go without them
-        with self.watcher.lease():
-            held = await self.locks.try_take(app_id)
-        if held is None:  # a deploy, rollback or restart runs (here or on another replica)
-            raise await self._busy(app_id)
-        try:
-            live = await self.live(app_id)
-            record = await self.store.create(
-                app_id=app_id,
-                strategy=chosen,
-                spec=app.spec,
-                env=self._sealer.seal(frozen_env.freeze(env, secret)),
-                source=source,
-                created_by=by,
-                previous=live.number if live else None,
-                instance_id=self._instance,
-                state=states.QUEUED,
-            )
-        except BaseException:
-            await held.release()
-            raise
-        self._hand(record, held)
-        await self.announce(app, record)
-        return app, record
+        sealed = self._sealer.seal(frozen_env.freeze(env, secret))
+        return app, await self._queue(app, by, chosen, app.spec, sealed, source)
 
     async def restart_as_release(
         self, app: AppRecord, by: str, progress: Progress = _quiet
@@ -248,34 +227,52 @@ class DeployService:
             )
         _, sealed = await self.fresh_env(app_id, live)  # the run thaws it from the record
         strategy = str(app.spec.get("default_strategy", "rolling"))
+        record = await self._queue(app, by, strategy, live.spec, sealed, live.source, live)
+        await progress(_restarted(live, record), None)
+        return await self.run(app, record, progress)
+
+    async def _queue(
+        self,
+        app: AppRecord,
+        by: str,
+        strategy: str,
+        spec: dict[str, Any],
+        sealed_env: str,
+        source: dict[str, Any],
+        restart_of: DeploymentRecord | None = None,
+    ) -> DeploymentRecord:
+        """Record a queued deployment under the app's lease, taken here and handed to its
+        :meth:`run`; :class:`Conflict` when a deploy, rollback or restart holds it (here or on
+        another replica). ``restart_of``: the live release it restarts as a new one (its
+        ``previous``, and a message that says so); else ``previous`` is the live one now."""
         with self.watcher.lease():
-            held = await self.locks.try_take(app_id)
+            held = await self.locks.try_take(app.id)
         if held is None:
-            raise await self._busy(app_id)
+            raise await self._busy(app.id)
         try:
+            live = restart_of or await self.live(app.id)
             record = await self.store.create(
-                app_id=app_id,
+                app_id=app.id,
                 strategy=strategy,
-                spec=live.spec,
-                env=sealed,
-                source=live.source,
+                spec=spec,
+                env=sealed_env,
+                source=source,
                 created_by=by,
-                previous=live.number,
+                previous=live.number if live else None,
                 instance_id=self._instance,
                 state=states.QUEUED,
             )
-            said = (
-                f"Restart of release {live.number} as release {record.number} ({strategy}), "
-                "with the app's current env: this runtime cannot restart an instance in place"
-            )
-            record = await self.store.update(app_id, record.number, message=said, lease=held.lease)
+            if restart_of is not None:
+                said = _restarted(restart_of, record)
+                record = await self.store.update(
+                    app.id, record.number, message=said, lease=held.lease
+                )
         except BaseException:
             await held.release()
             raise
         self._hand(record, held)
         await self.announce(app, record)
-        await progress(said, None)
-        return await self.run(app, record, progress)
+        return record
 
     async def _busy(self, app_id: int) -> Conflict:
         """Why the app's lease is held: the deployment in progress, named; else a rollback or
@@ -614,6 +611,14 @@ def _in_progress(record: DeploymentRecord) -> Conflict:
     return DeployBusy(
         f"deployment {record.number} of this app is still {record.state}",
         hint="wait for it (list_deployments) before deploying again",
+    )
+
+
+def _restarted(live: DeploymentRecord, record: DeploymentRecord) -> str:
+    """The step message of a restart as a new release (no ``in_place_restart``)."""
+    return (
+        f"Restart of release {live.number} as release {record.number} ({record.strategy}), "
+        "with the app's current env: this runtime cannot restart an instance in place"
     )
 
 
