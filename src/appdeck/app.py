@@ -9,7 +9,9 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from starlette.routing import BaseRoute
@@ -42,6 +44,7 @@ from appdeck.console.live import LiveChanges
 from appdeck.console.sessions import ConsoleSessions
 from appdeck.events.cluster import Cluster
 from appdeck.events.leases import RedisLeases
+from appdeck.ingress.haproxy.joined import JoinedEdge
 from appdeck.ingress.haproxy.plane import HAProxyDataPlane
 from appdeck.observability.apps import follow as follow_app_series
 from appdeck.observability.storage import TimedRedis, watch_replicas
@@ -81,6 +84,9 @@ from appdeck.transport.security import LOOPBACK_HOSTS, HostPolicy
 from appdeck.transport.spellings import SpelledChallenges
 from appdeck.transport.workspace_tar import workspace_tar_route
 
+if TYPE_CHECKING:
+    from appdeck.runtime.kubernetes.api import KubeApi
+
 log = logging.getLogger("appdeck")
 DEPLOY_WATCH_SECONDS = 5.0
 PUSH_LEASE_MARGIN_S = 30.0
@@ -104,16 +110,46 @@ async def _app_databases(
 
 
 def _refuse_before_opening(settings: Settings) -> None:
-    """A runtime the server does not serve, or bad TLS files: refused before anything opens
-    (a host that cannot sandbox is refused next, by ``sandbox_of``)."""
-    if settings.runtime != "local":
-        raise InvalidSetting(
-            "APPDECK_RUNTIME",
-            f"{settings.runtime!r} is not served yet: its driver exists but the server "
-            "does not wire it (docs/kubernetes.md, 'Not built yet'); use 'local'",
-        )
+    """What the server does not serve, or bad TLS files: refused before anything opens (a
+    host that cannot sandbox is refused next, by ``sandbox_of``; a cluster that does not
+    answer, by ``kube_setup.cluster_of``)."""
+    if settings.runtime == "kubernetes":
+        for name, value in (
+            ("APPDECK_REDIS_URL", settings.redis_url),  # replicas
+            ("APPDECK_HTTPS_PORT", settings.https_port),  # TLS: the Gateway's listener's
+        ):
+            if value:
+                raise InvalidSetting(
+                    name, "is not served with APPDECK_RUNTIME=kubernetes yet (docs/kubernetes.md)"
+                )
     if settings.tls_cert is not None and settings.tls_key is not None:
         load_operator_files(settings.tls_cert, settings.tls_key, time.time())
+
+
+async def _served(
+    settings: Settings,
+    runtime: Sandbox | None,
+    kube: KubeApi | None,
+    *,
+    disks: AppDisks,
+    databases: AppDatabases,
+    control_port: int,
+) -> tuple[setup.Served, Callable[[Platform], None]]:
+    """The runtime and the apps' router the settings ask for, and what to hand the platform
+    once it is built (a Kubernetes release's workspace token is the platform's)."""
+    if kube is None:
+        served = setup.served_here(
+            settings, runtime, disks=disks, databases=databases, control_port=control_port
+        )
+        return served, lambda _platform: None
+    from appdeck import kube_setup
+
+    tokens = kube_setup.SourceTokens()
+
+    def built(platform: Platform) -> None:
+        tokens.tars = platform.workspaces
+
+    return kube_setup.served_there(settings, runtime, kube, disks=disks, tokens=tokens), built
 
 
 def _audit_log(settings: Settings) -> AuditLog:
@@ -155,6 +191,19 @@ async def _console_of(services: Services) -> Console | None:
     )
 
 
+async def _nothing() -> None:
+    return None
+
+
+async def _cluster_of(settings: Settings) -> KubeApi | None:
+    """The cluster's API when apps run on Kubernetes (checked: it answers), else None."""
+    if settings.runtime != "kubernetes":
+        return None
+    from appdeck import kube_setup
+
+    return await kube_setup.cluster_of(settings)
+
+
 @dataclass
 class Services:
     settings: Settings
@@ -178,6 +227,8 @@ class Services:
     ingress: HAProxyDataPlane | None = None
     databases: AppDatabases | None = None
     router: IngressRouter | None = None
+    edge: JoinedEdge | None = None  # HAProxy's edge (None: no data plane here)
+    release_runtime: Callable[[], Awaitable[None]] = _nothing  # a cluster's API client
     port: int = 0
     install: InstallLock | None = None  # the hold on its install's uids, released at stop
     tls: TlsService | None = None  # automatic TLS (issue 21 §3), when set
@@ -199,6 +250,7 @@ class Services:
         """Build and start every part. ``tracing``: traces go there rather than where the
         settings say (tests give one with an in-memory exporter); it is shut down at stop."""
         _refuse_before_opening(settings)
+        kube = await _cluster_of(settings)  # a cluster that does not answer: before opening
         runtime, install = setup.sandbox_of(settings)
         storage = await Storage.open(settings.database())
         cluster = (
@@ -221,17 +273,18 @@ class Services:
         instance_id = cluster.instance_id
         disks = setup.disks_of(settings, runtime)
         databases = await _app_databases(settings, runtime, disks)
-        driver, ingress, router = setup.runtime_of(
-            settings, runtime, disks=disks, databases=databases, control_port=port
+        served, built = await _served(
+            settings, runtime, kube, disks=disks, databases=databases, control_port=port
         )
-        ingress_port = await ingress.start()
+        ingress, router = served.ingress, served.router
+        ingress_port = await ingress.start() if ingress is not None else 0
         tls_states = TlsStates(acme=bool(settings.acme_directory))  # filled once TLS starts
         tracing = tracing or tracing_of(settings.otlp_endpoint)
         platform = Platform.build(
             storage.engine,
             identities,
             platform_config(settings, ingress_port, base_url),
-            driver=driver,
+            driver=served.driver,
             host=HostResources(runtime, disks),
             router=router,
             instance_id=instance_id,
@@ -240,6 +293,7 @@ class Services:
             tls=setup.served_certificates(settings, ingress, tls_states),  # served + order state
             watcher=deploy_watcher(tracing),
         )
+        built(platform)
         if cluster.redis is not None and platform.hosting is not None:  # one push limit for all
             limit = platform.hosting.limits.timeout_s + PUSH_LEASE_MARGIN_S
             platform.hosting.leases = RedisLeases(cluster.redis, cluster.prefix, ttl_seconds=limit)
@@ -277,6 +331,8 @@ class Services:
             ingress=ingress,
             databases=databases,
             router=router,
+            edge=served.edge,
+            release_runtime=served.release,
             port=port,
             install=install,
             tls_states=tls_states,
@@ -316,8 +372,8 @@ class Services:
             beat = self.replicas.beat_forever(self._stopping)
             self._background.append(asyncio.create_task(beat, name="heartbeat"))
         await self._start_tls()
-        if isinstance(router, setup.HAProxyRouter):  # issue 21: keys, TLS, hosts loaded now
-            await router.edge.start()  # (the mirror copies exactly what it is given)
+        if self.edge is not None:  # issue 21: keys, TLS, hosts loaded now
+            await self.edge.start()  # (the mirror copies exactly what it is given)
         await tasks.attach(self.cluster.broadcast)
         reconciled = await tasks.reconcile({})
         if reconciled:
@@ -358,7 +414,7 @@ class Services:
             live,
             domains,
             states=self.tls_states,
-            served=self.router.edge.sync if isinstance(self.router, setup.HAProxyRouter) else None,
+            served=self.edge.sync if self.edge is not None else None,
         )
         if self.tls is None:
             return
@@ -461,12 +517,13 @@ class Services:
             await self.sweep()
         if self.platform is not None:
             await self.platform.shutdown(stop_apps=stop_apps)  # else apps keep running
-        if isinstance(self.router, setup.HAProxyRouter):
-            await self.router.edge.stop()
+        if self.edge is not None:
+            await self.edge.stop()
         if self.ingress is not None:  # HAProxy outlives serve, unless the apps stop too
             await self.ingress.stop(haproxy=stop_apps)
         if self.router is not None:
             await self.router.close()
+        await self.release_runtime()
         if self.databases is not None:
             await self.databases.close()
         if self.console is not None:
@@ -559,4 +616,4 @@ class Services:
             routes += console_routes(self.console)
         plane = control_plane(health, routes, metrics_token=s.metrics_token)
         app = SpelledChallenges(Router(mcp, plane), self.urls)
-        return setup.behind_edge(app, self.router)  # HAProxy's X-Forwarded-* believed
+        return setup.behind_edge(app, self.edge)  # HAProxy's X-Forwarded-* believed

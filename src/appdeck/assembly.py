@@ -236,6 +236,10 @@ def deploy_watcher(tracing: Tracing | None) -> DeployWatcher:
 
 
 def platform_config(settings: Settings, ingress_port: int, base_url: str) -> PlatformConfig:
+    """With ``APPDECK_RUNTIME=kubernetes``, apps answer at the Gateway's hosts only:
+    ``<app>--<tenant>.<APPDECK_APPS_DOMAIN>`` (``localhost`` unset, as the HTTPRoutes say) on
+    ``APPDECK_APPS_PUBLIC_PORT`` (80 unset)."""
+    gateway = settings.runtime == "kubernetes"
     return PlatformConfig(
         data_dir=settings.data_dir,
         secret_key=settings.secret_key,
@@ -259,8 +263,8 @@ def platform_config(settings: Settings, ingress_port: int, base_url: str) -> Pla
         else None,
         inline=InlineLimits(settings.inline_max_files, settings.inline_max_bytes),
         base_url=base_url,
-        apps_domain=settings.apps_domain,
-        apps_public_port=settings.apps_public_port,
+        apps_domain=settings.apps_domain or ("localhost" if gateway else None),
+        apps_public_port=settings.apps_public_port or (80 if gateway else None),
         dns_resolver=settings.dns_resolver,
         domain_check_seconds=settings.domain_check_seconds,
         domain_claim_ttl_seconds=settings.domain_claim_ttl_seconds,
@@ -269,6 +273,7 @@ def platform_config(settings: Settings, ingress_port: int, base_url: str) -> Pla
             h for h in [urlsplit(settings.public_url or "").hostname] if h is not None
         ),
         max_source_mb=settings.max_source_mb,
+        gateway=gateway,
     )
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from appdeck.common.errors import Unavailable
@@ -23,6 +25,7 @@ from appdeck.platform.domains.proof import ServedCertificates, TlsStatus
 from appdeck.runtime import sandbox
 from appdeck.runtime.appdb import DatabaseAccess
 from appdeck.runtime.disks import AppDisks, open_disks
+from appdeck.runtime.driver import Driver
 from appdeck.runtime.egress import EgressPolicy, EgressProxy
 from appdeck.runtime.install import InstallConflict, InstallLock, identify, sandboxed
 from appdeck.runtime.local import LocalDriver
@@ -76,19 +79,35 @@ def disks_of(settings: Settings, runtime: Sandbox | None) -> AppDisks:
     return disks
 
 
-def runtime_of(
+async def _nothing() -> None:
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    """What runs the apps and carries their traffic, as the composition root holds it."""
+
+    driver: Driver
+    router: IngressRouter
+    ingress: HAProxyDataPlane | None = None
+    """This host's data plane, HAProxy (None: a cluster's gateway carries the apps' traffic)."""
+    edge: JoinedEdge | None = None
+    """HAProxy's edge (API keys, custom domains, TLS, the control plane); None: none here."""
+    release: Callable[[], Awaitable[None]] = _nothing
+    """Let go of what the runtime holds besides the router (a cluster's API client)."""
+
+
+def local_driver(
     settings: Settings,
     runtime: Sandbox | None,
     *,
     disks: AppDisks,
     databases: DatabaseAccess | None = None,
-    control_port: int = 0,
-) -> tuple[LocalDriver, HAProxyDataPlane, IngressRouter]:
-    """The runtime driver over ``disks`` (instances get ``DATABASE_URL`` from ``databases``;
-    None: none) and the data plane in front of its instances, HAProxy (not started yet),
-    with the platform's router over it."""
+) -> LocalDriver:
+    """The local driver over ``disks`` (instances get ``DATABASE_URL`` from ``databases``;
+    None: none), its builds and instances reaching out through the egress proxy."""
     egress = EgressProxy(EgressPolicy(networks=tuple(settings.egress_allow)))
-    driver = LocalDriver(
+    return LocalDriver(
         settings.data_dir / "runtime",
         sandbox=runtime,
         egress=egress if runtime is not None else None,
@@ -96,7 +115,35 @@ def runtime_of(
         disks=disks,
         disk_check_s=settings.disk_check_seconds,
     )
+
+
+def runtime_of(
+    settings: Settings,
+    runtime: Sandbox | None,
+    *,
+    disks: AppDisks,
+    databases: DatabaseAccess | None = None,
+    control_port: int = 0,
+) -> tuple[LocalDriver, HAProxyDataPlane, HAProxyRouter]:
+    """The runtime driver over ``disks`` (:func:`local_driver`) and the data plane in front
+    of its instances, HAProxy (not started yet), with the platform's router over it."""
+    driver = local_driver(settings, runtime, disks=disks, databases=databases)
     return driver, *_haproxy_of(settings, driver, control_port)
+
+
+def served_here(
+    settings: Settings,
+    runtime: Sandbox | None,
+    *,
+    disks: AppDisks,
+    databases: DatabaseAccess | None = None,
+    control_port: int = 0,
+) -> Served:
+    """``APPDECK_RUNTIME=local``: :func:`runtime_of`, held as :class:`Served`."""
+    driver, plane, router = runtime_of(
+        settings, runtime, disks=disks, databases=databases, control_port=control_port
+    )
+    return Served(driver, router, plane, router.edge)
 
 
 # -- issue 21 §1: the HAProxy data plane ------------------------------------------------------
@@ -138,7 +185,7 @@ class HAProxyRouter(IngressRouter):
 
 def _haproxy_of(
     settings: Settings, driver: LocalDriver, control_port: int
-) -> tuple[HAProxyDataPlane, IngressRouter]:
+) -> tuple[HAProxyDataPlane, HAProxyRouter]:
     install = identify(settings.data_dir)
     extra = [settings.apps_domain] if settings.apps_domain else []
     table = HAProxyTable(extra_domains=extra, hosts=HostMap())  # the edge mirrors the hosts
@@ -197,22 +244,22 @@ def edge_options(settings: Settings, control_port: int) -> EdgeOptions:
     )
 
 
-def behind_edge(app: ASGIApp, router: IngressRouter | None) -> ASGIApp:
+def behind_edge(app: ASGIApp, edge: JoinedEdge | None) -> ASGIApp:
     """``app`` as served: when HAProxy serves the control plane (an https public URL), it
     believes HAProxy's ``X-Forwarded-For``/``-Proto`` (and only HAProxy's: the secret)."""
-    if isinstance(router, HAProxyRouter) and router.edge.options.control_servers:
-        return TrustEdge(app, control_secret(router.edge.paths))
+    if edge is not None and edge.options.control_servers:
+        return TrustEdge(app, control_secret(edge.paths))
     return app
 
 
 def served_certificates(
     settings: Settings,
-    ingress: HAProxyDataPlane,
+    ingress: HAProxyDataPlane | None,
     orders: TlsStatus | None = None,
 ) -> ServedCertificates | None:
     """The TLS state ``get_app_url`` shows: certificates are served with an HTTPS listener
-    only (without one every app URL stays ``http://``); ``orders`` (the TLS service's
-    states) adds what each certificate's order is doing."""
-    if settings.https_port is None:
+    of this host's data plane only (without one every app URL stays ``http://``); ``orders``
+    (the TLS service's states) adds what each certificate's order is doing."""
+    if settings.https_port is None or ingress is None:
         return None
     return ServedCertificates(ingress.certificates, settings.https_port, orders=orders)

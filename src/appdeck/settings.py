@@ -407,9 +407,9 @@ class Settings(BaseSettings):
 
     # -- issue 25 §2: apps on Kubernetes (runtime/kubernetes, docs/kubernetes.md) -------------
     runtime: Literal["local", "kubernetes"] = "local"
-    """Where apps run: this host's processes (``local``) or a Kubernetes cluster. The server
-    does not start on ``kubernetes`` yet (it says so and exits): the composition root does not
-    build the Kubernetes driver and router yet."""
+    """Where apps run: this host's processes (``local``) or a Kubernetes cluster
+    (``kubernetes``: releases are built here and run there, their traffic through the cluster's
+    Gateway; docs/kubernetes.md, "Serving with APPDECK_RUNTIME=kubernetes")."""
     kube_config: Path | None = None
     """A kubeconfig file. Unset: the pod's service account when AppDeck runs in the cluster
     (``KUBERNETES_SERVICE_HOST`` is set), else ``$KUBECONFIG`` or ``~/.kube/config``."""

@@ -11,6 +11,7 @@ from typing import Any, Final, Protocol
 
 from appdeck.common.errors import (
     ConfirmationRequired,
+    FailedPrecondition,
     InvalidArgument,
     NotFound,
     PermissionDenied,
@@ -87,6 +88,7 @@ class AppService:
         limits: quotas.Limits = quotas.Limits(),  # noqa: B008 - frozen
         clock: Callable[[], float] = time.monotonic,
         domains: SpecDomains | None = None,
+        renames: bool = True,
     ) -> None:
         self.store = store
         self._identities = identities
@@ -97,6 +99,7 @@ class AppService:
         self._url_of = url_of
         self._clock = clock
         self._domains = domains
+        self._renames = renames
         self._roles: dict[tuple[str, str], tuple[str | None, float]] = {}
         self._delete_hooks: list[DeleteHook] = []
         self._rename_hooks: list[RenameHook] = []
@@ -198,6 +201,12 @@ class AppService:
         view = await self.load(principal, app_id, "app.update")
         values: dict[str, Any] = {}
         if name is not None and name != view.app.name:
+            if not self._renames:
+                raise FailedPrecondition(
+                    "an app keeps its name with APPDECK_RUNTIME=kubernetes (its cluster objects "
+                    "are named after it)",
+                    hint="register a new app under the new name and deploy it there",
+                )
             _check_name(name, view.app.tenant_id)
             values["name"] = name
         if description is not None:

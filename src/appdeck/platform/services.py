@@ -98,6 +98,10 @@ class PlatformConfig:
     """The platform's own hostnames (the control plane's public URL): never a custom domain."""
     max_source_mb: int = DEFAULT_MAX_MB
     """The largest prepared workspace served to a pod (``/internal/.../workspace.tar``)."""
+    gateway: bool = False
+    """A cluster's gateway carries the apps' traffic (``APPDECK_RUNTIME=kubernetes``): an app
+    answers at its apps-domain host only (no ``.localhost`` URL on this host's ingress), and
+    keeps its name (its Services and HTTPRoute are named after it)."""
 
     def url_of(self, app_name: str, tenant: str) -> str:
         """Where the app is served (the hostname rule is :mod:`appdeck.model.hostnames`)."""
@@ -105,7 +109,13 @@ class PlatformConfig:
 
     def urls(self, tls: TlsStatus | None = None) -> AppUrls:
         """Where apps answer, the public URL first (``platform/domains/urls.py``)."""
-        return AppUrls(self.ingress_port, self.apps_domain, self.apps_public_port, tls or NoTls())
+        return AppUrls(
+            self.ingress_port,
+            self.apps_domain,
+            self.apps_public_port,
+            tls or NoTls(),
+            local=not self.gateway,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -357,6 +367,7 @@ def _app_service(
         url_of=urls.primary,
         limits=config.limits,
         domains=domains,
+        renames=not config.gateway,
     )
 
 

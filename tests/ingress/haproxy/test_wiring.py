@@ -105,7 +105,7 @@ async def test_a_route_that_requires_a_key_is_served_with_it_and_a_revoked_key_s
     async with _serving(settings) as router:
         app = await upstream("shop-r1")
         router.keys.replace({7: "shop--acme"}, [])  # loaded: app 7 requires a key
-        assert behind_edge(app.app, router) == app.app  # no control plane through HAProxy
+        assert behind_edge(app.app, router.edge) == app.app  # no control plane through HAProxy
         await router.edge.start()
         router.route("shop--acme", [Backend("r1", 100, (app.address,))])
         await router.published()
@@ -142,7 +142,7 @@ async def test_the_control_plane_at_an_https_public_url_is_served_through_haprox
         router.keys.loaded()
         await router.edge.start()
         assert router.edge.options.control_servers == (f"127.0.0.1:{control.port}",)
-        assert isinstance(behind_edge(control.app, router), TrustEdge)  # believes HAProxy only
+        assert isinstance(behind_edge(control.app, router.edge), TrustEdge)  # believes HAProxy only
         port = router.plane.port
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
             r = await client.get(

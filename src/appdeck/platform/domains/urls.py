@@ -18,6 +18,9 @@ class AppUrls:
     apps_domain: str | None = None
     public_port: int | None = None
     tls: TlsStatus = field(default_factory=NoTls)
+    local: bool = True
+    """Apps answer on this host's ingress too (``<app>--<tenant>.localhost``); False: a
+    cluster's gateway serves them, at their apps-domain host only."""
 
     def of_host(self, host: str) -> str:
         """The URL of a public hostname (the apps domain's or a custom domain)."""
@@ -35,9 +38,9 @@ class AppUrls:
 
     def all(self, app_name: str, tenant: str) -> list[str]:
         """The app's URLs, the public one first."""
-        local = hostnames.url(app_name, tenant, self.ingress_port)
-        public = self.public_host(app_name, tenant)
-        return [local] if public is None else [self.of_host(public), local]
+        public = [] if (host := self.public_host(app_name, tenant)) is None else [host]
+        local = [hostnames.url(app_name, tenant, self.ingress_port)] if self.local else []
+        return [self.of_host(host) for host in public] + local
 
     def primary(self, app_name: str, tenant: str) -> str:
         """The URL to show first (``AppView.url``)."""

@@ -1,18 +1,21 @@
 """From ``APPDECK_RUNTIME=kubernetes`` settings to a connected driver and router.
 
-Not called by the server yet: the composition root builds the local driver until the runtime
-seam (issue 25 §1) is merged; then it calls :func:`connect`, :func:`driver_from` and
-:func:`router_from` instead.
+``appdeck serve`` calls :func:`connected` before it opens anything (a cluster it cannot reach
+is one line naming the setting), then :func:`driver_from` and :func:`router_from`
+(``appdeck.kube_setup``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
+from typing import Final
 
+import yaml
 from kubernetes_asyncio import config
 from kubernetes_asyncio.client import ApiClient, Configuration
 
-from appdeck.runtime.kubernetes.api import KubeApi
+from appdeck.runtime.kubernetes.api import KubeApi, KubeError
 from appdeck.runtime.kubernetes.driver import KubernetesDriver, SourceTokens
 from appdeck.runtime.kubernetes.limits import ClusterLimits
 from appdeck.runtime.kubernetes.metrics import NO_METRICS, PrometheusBackendMetrics
@@ -32,6 +35,36 @@ async def connect(settings: Settings) -> KubeApi:
             config_file=path, context=settings.kube_context, client_configuration=configuration
         )
     return KubeApi(ApiClient(configuration))
+
+
+CONNECT_S: Final = 10.0
+"""Loading the kubeconfig and the API server's first answer (``/version``), each."""
+
+
+async def connected(settings: Settings) -> KubeApi:
+    """:func:`connect`, checked: the settings are complete (:func:`limits_from`) and the API
+    server answers ``/version`` within :data:`CONNECT_S`. :class:`InvalidSetting` otherwise,
+    in one line naming the setting to look at."""
+    limits_from(settings)
+    where = "APPDECK_KUBE_CONFIG" if settings.kube_config is not None else "KUBECONFIG"
+    try:
+        api = await asyncio.wait_for(connect(settings), CONNECT_S)
+    except (config.ConfigException, OSError, TimeoutError, ValueError, yaml.YAMLError) as exc:
+        raise InvalidSetting(where, f"the kubeconfig does not load: {_line(exc)}") from None
+    timeout, api.timeout_s = api.timeout_s, CONNECT_S
+    try:
+        await api.call("GET", "/version")
+    except KubeError as exc:
+        await api.client.close()
+        host = api.client.configuration.host
+        why = f"the API server at {host} does not answer: {_line(exc)}"
+        raise InvalidSetting(where, why) from None
+    api.timeout_s = timeout
+    return api
+
+
+def _line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def limits_from(settings: Settings) -> ClusterLimits:
