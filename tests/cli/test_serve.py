@@ -193,12 +193,24 @@ async def _log_with(server: AppDeckProcess, text: str, within: float = 10.0) -> 
     return log
 
 
-def test_a_runtime_the_server_does_not_wire_is_one_line_and_nothing_starts(
+def test_kubernetes_with_an_api_server_that_does_not_answer_is_one_line_and_nothing_starts(
     tmp_path: Path,
 ) -> None:
+    from tests.test_kube_setup import kubeconfig
+
+    with socket.socket() as sock:  # a port nothing listens on: the connection is refused
+        sock.bind(("127.0.0.1", 0))
+        server = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    config = kubeconfig(tmp_path / "kubeconfig", server)
     done = subprocess.run(
         [str(appdeck_executable()), "serve", "--data-dir", str(tmp_path / "data"), "--port", "0"],
-        env=clean_env() | {"APPDECK_RUNTIME": "kubernetes"},
+        env=clean_env()
+        | {
+            "APPDECK_RUNTIME": "kubernetes",
+            "APPDECK_KUBE_CONFIG": str(config),
+            "APPDECK_KUBE_IMAGE": "registry.local/appdeck-base:1",
+            "APPDECK_KUBE_SOURCE_URL": "http://appdeck.appdeck-system.svc:8080",
+        },
         capture_output=True,
         text=True,
         timeout=60,
@@ -206,8 +218,33 @@ def test_a_runtime_the_server_does_not_wire_is_one_line_and_nothing_starts(
     )
     assert done.returncode == 1
     [line] = done.stderr.splitlines()
-    assert line.startswith("appdeck serve: invalid setting APPDECK_RUNTIME: 'kubernetes' is not")
+    assert line.startswith(
+        f"appdeck serve: invalid setting APPDECK_KUBE_CONFIG: the API server at {server} "
+        "does not answer: "
+    ), line
     assert not (tmp_path / "data" / "appdeck.db").exists()  # refused before opening anything
+
+
+def test_kubernetes_with_replicas_is_refused_in_one_line(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [str(appdeck_executable()), "serve", "--data-dir", str(tmp_path / "data"), "--port", "0"],
+        env=clean_env()
+        | {
+            "APPDECK_RUNTIME": "kubernetes",
+            "APPDECK_REDIS_URL": "redis://127.0.0.1:6379/0",
+            "APPDECK_DATABASE_URL": "postgresql+asyncpg://postgres@127.0.0.1:5432/never_opened",
+            "APPDECK_SECRET_KEY": "k" * 64,
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        "appdeck serve: invalid setting APPDECK_REDIS_URL: is not served with "
+        "APPDECK_RUNTIME=kubernetes yet (docs/kubernetes.md)"
+    ]
 
 
 # --- automatic TLS (issue 21 §3) ------------------------------------------------------------

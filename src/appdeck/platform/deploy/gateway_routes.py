@@ -17,7 +17,8 @@ in as a :class:`Gateway`).
 - ``published``: this table's replicas (none: one replica serves Kubernetes), then the gateway's
   writes, whose error it raises.
 
-The table's backends keep no upstreams: the gateway reaches a release's Service itself.
+The table knows every app's key but holds no backend: this host serves no app's traffic (the
+ingress's backends are loopback upstreams; the gateway reaches a release's Service itself).
 """
 
 from __future__ import annotations
@@ -54,10 +55,9 @@ class GatewayRoutes(IngressRouter):
         """Routes this process wrote to the gateway (only those are ever deleted there)."""
 
     def apply(self, route: str, backends: Sequence[Backend | ingress.Backend] | None) -> None:
-        kept = None if backends is None else [_bare(b) for b in backends]
-        super().apply(route, kept)
-        served = [b for b in kept or [] if _RELEASE.fullmatch(b.release_id)]
-        if served and sum(b.weight for b in served) > 0:
+        super().apply(route, None if backends is None else [])  # known here, served there
+        served = [b for b in backends or [] if _RELEASE.fullmatch(b.release_id)]
+        if sum(b.weight for b in served) > 0:
             self.gateway.route(route, [Backend(b.release_id, b.weight) for b in served])
             self._written.add(route)
         elif route in self._written:
@@ -77,8 +77,3 @@ class GatewayRoutes(IngressRouter):
     async def close(self) -> None:
         await super().close()
         await self.gateway.close()
-
-
-def _bare(backend: Backend | ingress.Backend) -> ingress.Backend:
-    """The table's backend: the release and its weight (the gateway reaches its Service)."""
-    return ingress.Backend(backend.release_id, backend.weight, ())
