@@ -73,3 +73,9 @@ def test_a_served_certificate_on_another_https_port_names_it() -> None:
     certificates.put("shop", _certificate(("shop.example.com",), 2e9))
     urls = AppUrls(8088, "apps.example.com", 80, ServedCertificates(certificates, 8443, lambda: 0))
     assert urls.of_host("shop.example.com") == "https://shop.example.com:8443/"
+
+
+def test_behind_a_clusters_gateway_an_app_has_its_gateway_url_only() -> None:
+    urls = AppUrls(0, "apps.example.com", 80, local=False)
+    assert urls.all("shop", "acme") == ["http://shop--acme.apps.example.com/"]
+    assert urls.primary("shop", "acme") == "http://shop--acme.apps.example.com/"
