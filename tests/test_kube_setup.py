@@ -24,12 +24,15 @@ import kmock
 import pytest
 import yaml
 
+from appdeck import kube_setup
 from appdeck.app import Services
 from appdeck.auth.admin import IdentityAdmin
+from appdeck.runtime.kubernetes.api import KubeError
 from appdeck.settings import Settings
 from tests.runtime.kubernetes.kube import NS, give_uids
 from tests.runtime.kubernetes.test_e2e_scenario_kmock import Controllers
 from tests.tools.conftest import HELLO, Caller, World
+from tests.tools.test_app_health import _until as status_once
 
 pytestmark = pytest.mark.kmock(cls=kmock.KubernetesEmulator)
 
@@ -162,6 +165,8 @@ async def test_a_kubernetes_server_deploys_routes_canaries_logs_rolls_back_and_s
     url = await alice.ok("get_app_url", app_id=app_id)
     assert url["url"] == f"http://hello--acme.{DOMAIN}/", url
     assert "localhost" not in str(url)  # no URL on this host: the gateway serves the app
+    status = await status_once(alice, app_id, lambda s: s["instances"]["up"] == 1)
+    assert status["state"] == "running", status  # the pods as last read from the cluster
 
     # the pod's init container fetches the workspace built here with its source Secret's token
     secret = live(kmock, "secrets")["app-hello--acme-r1-source"]
@@ -208,3 +213,23 @@ async def test_a_kubernetes_server_deploys_routes_canaries_logs_rolls_back_and_s
     assert live(kmock, "httproutes") == {}  # the gateway answers 404
     assert live(kmock, "deployments") == {}
     assert route_writes(kmock)[-1] == ("DELETE", None)
+
+
+async def test_the_servers_pod_reads_go_on_after_a_failed_one_until_it_stops(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(kube_setup, "READ_PODS_S", 0.01)
+    stopping = asyncio.Event()
+    reads: list[int] = []
+
+    class Runner:
+        async def refresh(self) -> None:
+            reads.append(len(reads))
+            if len(reads) == 1:
+                raise KubeError(0, "timeout")
+            if len(reads) == 3:
+                stopping.set()
+
+    async with asyncio.timeout(10):
+        await kube_setup.pod_reads(Runner())(stopping)  # type: ignore[arg-type]
+    assert reads == [0, 1, 2]

@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -191,10 +191,6 @@ async def _console_of(services: Services) -> Console | None:
     )
 
 
-async def _nothing() -> None:
-    return None
-
-
 async def _cluster_of(settings: Settings) -> KubeApi | None:
     """The cluster's API when apps run on Kubernetes (checked: it answers), else None."""
     if settings.runtime != "kubernetes":
@@ -227,8 +223,7 @@ class Services:
     ingress: HAProxyDataPlane | None = None
     databases: AppDatabases | None = None
     router: IngressRouter | None = None
-    edge: JoinedEdge | None = None  # HAProxy's edge (None: no data plane here)
-    release_runtime: Callable[[], Awaitable[None]] = _nothing  # a cluster's API client
+    served: setup.Served | None = None  # the driver, router, data plane and edge, together
     port: int = 0
     install: InstallLock | None = None  # the hold on its install's uids, released at stop
     tls: TlsService | None = None  # automatic TLS (issue 21 §3), when set
@@ -331,8 +326,7 @@ class Services:
             ingress=ingress,
             databases=databases,
             router=router,
-            edge=served.edge,
-            release_runtime=served.release,
+            served=served,
             port=port,
             install=install,
             tls_states=tls_states,
@@ -374,6 +368,9 @@ class Services:
         await self._start_tls()
         if self.edge is not None:  # issue 21: keys, TLS, hosts loaded now
             await self.edge.start()  # (the mirror copies exactly what it is given)
+        if self.served is not None and self.served.watch is not None:  # a cluster's pods
+            watching_runtime = self.served.watch(self._stopping)
+            self._background.append(asyncio.create_task(watching_runtime, name="runtime"))
         await tasks.attach(self.cluster.broadcast)
         reconciled = await tasks.reconcile({})
         if reconciled:
@@ -523,7 +520,8 @@ class Services:
             await self.ingress.stop(haproxy=stop_apps)
         if self.router is not None:
             await self.router.close()
-        await self.release_runtime()
+        if self.served is not None:
+            await self.served.release()
         if self.databases is not None:
             await self.databases.close()
         if self.console is not None:
@@ -546,6 +544,12 @@ class Services:
         self.server.listen.end_all()
         if self.console is not None:
             self.console.live.end_all()
+
+    @property
+    def edge(self) -> JoinedEdge | None:
+        """HAProxy's edge (API keys, custom domains, TLS, the control plane); None when no
+        data plane runs here (``APPDECK_RUNTIME=kubernetes``)."""
+        return self.served.edge if self.served is not None else None
 
     @property
     def urls(self) -> PublicUrls:

@@ -10,19 +10,31 @@ loads the Kubernetes client.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Coroutine
+from typing import Any, Final
+
 from appdeck.common.errors import Unavailable
 from appdeck.model.release import Release
 from appdeck.platform.deploy.gateway_routes import GatewayRoutes
 from appdeck.platform.workspace_tars import WorkspaceTars
 from appdeck.runtime.composite import BuiltHereRunThere
 from appdeck.runtime.disks import AppDisks
-from appdeck.runtime.kubernetes.api import KubeApi
+from appdeck.runtime.kubernetes.api import KubeApi, KubeError
 from appdeck.runtime.kubernetes.config import connected, driver_from, router_from
+from appdeck.runtime.kubernetes.driver import KubernetesDriver
 from appdeck.runtime.sandbox import Sandbox
 from appdeck.runtime_setup import Served, local_driver
 from appdeck.settings import Settings
 
-__all__ = ["SourceTokens", "cluster_of", "served_there"]
+__all__ = ["SourceTokens", "cluster_of", "pod_reads", "served_there"]
+
+log = logging.getLogger("appdeck.runtime.kubernetes")
+READ_PODS_S: Final = 5.0
+"""How often every AppDeck pod is read (one list): instance states, restarts and crash events
+(``inspect``, ``events``) are as of the last read; the health sampler's period."""
 
 
 class SourceTokens:
@@ -56,6 +68,23 @@ def served_there(
     run on the cluster) and the router writing the apps' HTTPRoutes; the API client is let
     go of at stop."""
     builder = local_driver(settings, runtime, disks=disks)  # builds only: no DATABASE_URL
-    driver = BuiltHereRunThere(builder, driver_from(settings, api, tokens))
+    runner = driver_from(settings, api, tokens)
     router = GatewayRoutes(router_from(settings, api))
-    return Served(driver, router, release=api.client.close)
+    watch = pod_reads(runner)
+    return Served(BuiltHereRunThere(builder, runner), router, release=api.client.close, watch=watch)
+
+
+def pod_reads(runner: KubernetesDriver) -> Callable[[asyncio.Event], Coroutine[Any, Any, None]]:
+    async def read_pods(stopping: asyncio.Event) -> None:
+        """Every :data:`READ_PODS_S` until ``stopping``: the pods read (a failed read logged,
+        the last one kept)."""
+        while not stopping.is_set():
+            try:
+                await runner.refresh()
+            except KubeError as exc:
+                log.warning("the cluster's pods were not read: %s", exc)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(READ_PODS_S):
+                    await stopping.wait()
+
+    return read_pods

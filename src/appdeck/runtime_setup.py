@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 from appdeck.common.errors import Unavailable
@@ -95,6 +96,8 @@ class Served:
     """HAProxy's edge (API keys, custom domains, TLS, the control plane); None: none here."""
     release: Callable[[], Awaitable[None]] = _nothing
     """Let go of what the runtime holds besides the router (a cluster's API client)."""
+    watch: Callable[[asyncio.Event], Coroutine[Any, Any, None]] | None = None
+    """The runtime's own loop until the event is set (a cluster's pods read), if any."""
 
 
 def local_driver(

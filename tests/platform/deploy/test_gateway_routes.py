@@ -10,6 +10,13 @@ from appdeck.platform.deploy.ports import Backend
 from appdeck.platform.deploy.running import STOPPED_ROUTE
 
 
+def loaded(gateway: FakeGateway) -> GatewayRoutes:
+    """The router with its key gate loaded (the platform's start does it before any route)."""
+    router = GatewayRoutes(gateway)
+    router.keys.loaded()
+    return router
+
+
 class FakeGateway:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str, object]] = []
@@ -45,7 +52,7 @@ def test_a_route_never_written_here_is_left_as_the_cluster_has_it() -> None:
 
 def test_weights_go_to_the_gateway_and_a_stopped_app_loses_its_route() -> None:
     gateway = FakeGateway()
-    router = GatewayRoutes(gateway)
+    router = loaded(gateway)
     router.route("shop--acme", [Backend("7-2", 10, ("s.ns.svc:80",)), Backend("7-1", 90)])
     router.apply("shop--acme", [Backend("7-2", 100)])  # the reconcile's: the gateway's too
     router.route("shop--acme", list(STOPPED_ROUTE))
@@ -60,7 +67,7 @@ def test_weights_go_to_the_gateway_and_a_stopped_app_loses_its_route() -> None:
 
 def test_forgetting_a_written_route_deletes_it_and_the_table_forgets_the_app() -> None:
     gateway = FakeGateway()
-    router = GatewayRoutes(gateway)
+    router = loaded(gateway)
     router.route("shop--acme", [Backend("7-1", 100)])
     router.forget("shop--acme")
     assert gateway.calls[-1] == ("unroute", "shop--acme", None)
@@ -76,3 +83,18 @@ async def test_canary_windows_publishing_and_closing_are_the_gateways() -> None:
     await router.published()
     await router.close()
     assert [c[0] for c in gateway.calls] == ["mark", "published", "close"]
+
+
+def test_an_app_requiring_api_keys_is_never_routed_on_the_gateway_which_checks_none() -> None:
+    gateway = FakeGateway()
+    router = GatewayRoutes(gateway)
+    router.route("shop--acme", [Backend("7-1", 100)])  # the gate not loaded: closed
+    assert gateway.calls == []
+    router.keys.loaded()
+    router.route("shop--acme", [Backend("7-1", 100)])
+    router.keys.set_app(7, "shop--acme", True)  # its spec now says api_auth: required
+    router.route("shop--acme", [Backend("7-2", 100)])
+    assert gateway.calls == [
+        ("route", "shop--acme", [("7-1", 100)]),
+        ("unroute", "shop--acme", None),
+    ]
