@@ -331,7 +331,7 @@ class KubernetesDriver:
     # -- reads that feed inspect and events --------------------------------------------------
     async def refresh(self) -> None:
         """Read every AppDeck pod (one call) and update :meth:`inspect` and :meth:`events`:
-        the health scrape's loop calls it (not wired yet: the seam is not merged)."""
+        a server calls it every few seconds (``kube_setup.pod_reads``)."""
         pods = await self.api.list("Pod", None, _MANAGED)
         by_release: dict[str, list[JsonObject]] = {}
         for pod in pods:
