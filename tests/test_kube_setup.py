@@ -19,19 +19,16 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import kmock
 import pytest
 import yaml
 
 from appdeck import kube_setup
-from appdeck.app import Services
-from appdeck.auth.admin import IdentityAdmin
 from appdeck.runtime.kubernetes.api import KubeError
 from appdeck.settings import Settings
 from tests.runtime.kubernetes.kube import NS, give_uids
 from tests.runtime.kubernetes.test_e2e_scenario_kmock import Controllers
-from tests.tools.conftest import HELLO, Caller, World
+from tests.tools.conftest import HELLO, Caller, World, alice_at
 from tests.tools.test_app_health import _until as status_once
 
 pytestmark = pytest.mark.kmock(cls=kmock.KubernetesEmulator)
@@ -88,18 +85,10 @@ async def kube_world(
     source = tmp_path / "src" / "hello"
     shutil.copytree(HELLO, source)
     settings = Settings.model_validate(kube_settings(tmp_path, str(kmock.url).rstrip("/")))
-    services = await Services.start(settings)
-    admin = IdentityAdmin(services.identities, services.token_issuer)
-    await admin.create_tenant("acme")
-    await admin.create_user("acme", "alice", None, role="admin")
-    transport = httpx.ASGITransport(app=services.asgi())
     try:
-        async with httpx.AsyncClient(
-            transport=transport, base_url=services.base_url, timeout=90
-        ) as client:
-            yield World(services, client, admin, source)
+        async with alice_at(settings, source) as world:
+            yield world
     finally:
-        await services.stop(stop_apps=True)
         running.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await running

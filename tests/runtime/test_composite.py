@@ -9,16 +9,9 @@ from typing import Any
 from appdeck.model.release import AppSpec, Release
 from appdeck.runtime.composite import BuiltHereRunThere
 from appdeck.runtime.driver import Capabilities, LogPage
+from appdeck.runtime.kubernetes.driver import CAPABILITIES
 
-RUNNER_CAPS = Capabilities(
-    own_network=True,
-    namespaced_upstreams=False,
-    host_processes=False,
-    in_place_restart=False,
-    indexed_instances=False,
-    driver_grep=False,
-    app_disks=False,
-)
+RUNNER_CAPS = CAPABILITIES  # the Kubernetes driver's
 
 
 class Side:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import shutil
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -123,6 +124,14 @@ async def deploy_world(tmp_path: Path) -> AsyncIterator[World]:
             "rate_limit_per_second": 0,
         }
     )
+    async with alice_at(settings, source) as world:
+        yield world
+
+
+@contextlib.asynccontextmanager
+async def alice_at(settings: Settings, source: Path) -> AsyncIterator[World]:
+    """A server started with ``settings``, tenant ``acme`` with its admin ``alice``, reached
+    over ASGI; stopped with its apps."""
     services = await Services.start(settings)
     admin = IdentityAdmin(services.identities, services.token_issuer)
     await admin.create_tenant("acme")

@@ -95,8 +95,7 @@ class BuiltHereRunThere:
         limit: int = 200,
         grep: str | None = None,
     ) -> LogPage:
-        side = self.builder if kind == "build" else self.runner
-        return await side.logs(release_id, kind, cursor, limit, grep)
+        return await self._logs_of(kind).logs(release_id, kind, cursor, limit, grep)
 
     async def follow(
         self,
@@ -107,8 +106,11 @@ class BuiltHereRunThere:
         grep: str | None = None,
         timeout_s: float = 10.0,
     ) -> LogPage:
-        side = self.builder if kind == "build" else self.runner
-        return await side.follow(release_id, kind, cursor, limit, grep, timeout_s)
+        return await self._logs_of(kind).follow(release_id, kind, cursor, limit, grep, timeout_s)
+
+    def _logs_of(self, kind: LogKind) -> Driver:
+        """The build log is the builder's (the build ran here), the runtime log the runner's."""
+        return self.builder if kind == "build" else self.runner
 
     # -- both ------------------------------------------------------------------------------------
     async def releases(self) -> list[str]:
