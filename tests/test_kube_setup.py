@@ -74,14 +74,7 @@ async def kube_world(
 ) -> AsyncIterator[World]:
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     give_uids(kmock)
-    cluster = Controllers(kmock)
-
-    async def controllers() -> None:
-        while True:
-            await cluster.reconcile()
-            await asyncio.sleep(0.02)
-
-    running = asyncio.create_task(controllers())
+    running = asyncio.create_task(Controllers(kmock).forever())
     source = tmp_path / "src" / "hello"
     shutil.copytree(HELLO, source)
     settings = Settings.model_validate(kube_settings(tmp_path, str(kmock.url).rstrip("/")))

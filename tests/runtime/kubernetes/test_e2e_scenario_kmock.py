@@ -76,6 +76,12 @@ class Controllers:
             ].deleted:
                 self.mock.objects["v1/pods", NS, name] = made
 
+    async def forever(self, every_s: float = 0.01) -> None:
+        """:meth:`reconcile` until cancelled (a fixture's background task)."""
+        while True:
+            await self.reconcile()
+            await asyncio.sleep(every_s)
+
     def _live(self, plural: str) -> list[Any]:
         return [
             key

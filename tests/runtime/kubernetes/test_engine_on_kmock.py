@@ -51,14 +51,7 @@ async def rig(
 ) -> AsyncIterator[Rig]:
     driver = KubernetesDriver(api, LIMITS, lambda _release: "t" * 32, sleep=_tick)
     router = GatewayRouter(api, LIMITS, NO_METRICS)
-    cluster = Controllers(kmock)
-
-    async def controllers() -> None:
-        while True:
-            await cluster.reconcile()
-            await asyncio.sleep(0.01)
-
-    running = asyncio.create_task(controllers())
+    running = asyncio.create_task(Controllers(kmock).forever())
     try:
         yield await make_rig(storage, tmp_path, driver, router)  # type: ignore[arg-type]
     finally:
