@@ -147,6 +147,9 @@ async def test_a_kubernetes_server_deploys_routes_canaries_logs_rolls_back_and_s
     url = await alice.ok("get_app_url", app_id=app_id)
     assert url["url"] == f"http://hello--acme.{DOMAIN}/", url
     assert "localhost" not in str(url)  # no URL on this host: the gateway serves the app
+    live_api = await alice.tool("discover_apis", app_id=app_id, source="live")
+    error = live_api["structuredContent"]["error"]  # through this host's ingress: none here
+    assert (error["code"], "get_app_url" in error["hint"]) == ("failed_precondition", True), error
     status = await status_once(alice, app_id, lambda s: s["instances"]["up"] == 1)
     assert status["state"] == "running", status  # the pods as last read from the cluster
 

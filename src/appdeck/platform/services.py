@@ -387,7 +387,12 @@ def _api_services(
         feed,
         gate=router.keys,
         keys_published=router.keys_published,
-        http=AppHttp(config.ingress_host, config.ingress_port, config.outbound),
+        http=AppHttp(
+            config.ingress_host,
+            config.ingress_port,
+            config.outbound,
+            through_ingress=not config.gateway,
+        ),
     )
 
 

@@ -25,7 +25,7 @@ from typing import Final
 
 import httpx
 
-from appdeck.common.errors import InvalidArgument, Unavailable
+from appdeck.common.errors import FailedPrecondition, InvalidArgument, Unavailable
 from appdeck.common.failures import http_failure
 from appdeck.platform.apis.shares import OutboundLimits, OutboundShares
 
@@ -54,13 +54,20 @@ class AppHttp:
     """One client per server; ``await aclose()`` at shutdown."""
 
     def __init__(
-        self, ingress_host: str, ingress_port: int, limits: OutboundLimits | None = None
+        self,
+        ingress_host: str,
+        ingress_port: int,
+        limits: OutboundLimits | None = None,
+        *,
+        through_ingress: bool = True,
     ) -> None:
         host = "127.0.0.1" if ingress_host in ("0.0.0.0", "", "*") else ingress_host
         host = "::1" if host == "::" else host
         if ":" in host and not host.startswith("["):
             host = f"[{host}]"
         self.base = f"http://{host}:{ingress_port}"
+        self.through_ingress = through_ingress
+        """False: no ingress on this host (a cluster's gateway serves the apps): refused."""
         self._client: httpx.AsyncClient | None = None
         self.shares = OutboundShares(limits or OutboundLimits())
         """Each tenant's share of the pool (its size is the pool's)."""
@@ -103,6 +110,12 @@ class AppHttp:
         ingress cannot be reached, the tenant's share stays taken, or the whole answer (body
         included) has not arrived within ``timeout_s`` seconds.
         """
+        if not self.through_ingress:
+            raise FailedPrecondition(
+                "calling an app from the platform needs this host's ingress, which "
+                "APPDECK_RUNTIME=kubernetes does not run (the cluster's gateway serves the apps)",
+                hint="call the app at its URL (get_app_url) from where the gateway is reachable",
+            )
         if not target.startswith("/") or target.startswith("//") or not target.isprintable():
             raise InvalidArgument("the request target must be a path starting with one /")
         if any(c in target for c in " \\#") or len(target) > 8192:
