@@ -192,6 +192,8 @@ async def test_a_kubernetes_server_deploys_routes_canaries_logs_rolls_back_and_s
 
     refused = await alice.tool("manage_app", app_id=app_id, action="update", name="hello2")
     assert refused["structuredContent"]["error"]["code"] == "failed_precondition"
+    domains = {"domains": ["shop.example.test"]}  # not on the gateway: refused, not claimed
+    assert await alice.error("set_app_spec", app_id=app_id, spec=domains) == "invalid_argument"
 
     stopped = await alice.ok("restart_app", app_id=app_id, action="stop")
     assert (stopped["app_stopped"], stopped["running_instances"]) == (True, 0)

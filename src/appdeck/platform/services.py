@@ -346,6 +346,7 @@ def _domain_service(
         recheck_seconds=config.domain_check_seconds,
         claim_ttl=config.domain_claim_ttl_seconds,
         txt_grace=config.domain_txt_grace_seconds,
+        served=not config.gateway,
     )
 
 

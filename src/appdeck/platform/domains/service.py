@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from appdeck.common.errors import Conflict
+from appdeck.common.errors import Conflict, InvalidArgument
 from appdeck.ingress.hosts import HostMap, normalize
 from appdeck.model import hostnames
 from appdeck.platform.changes import Change, ChangeFeed
@@ -91,8 +91,12 @@ class DomainService:
         claim_ttl: float = CLAIM_TTL,
         txt_grace: float = TXT_GRACE,
         clock: Callable[[], float] = time.time,
+        served: bool = True,
     ) -> None:
         self.store = store
+        self._served = served
+        """False: nothing here serves a custom domain (a cluster's gateway carries the apps'
+        traffic, its HTTPRoutes the apps-domain host only): a spec listing one is refused."""
         self.hosts = hosts
         self._apps = apps
         self._sealer = sealer
@@ -109,7 +113,17 @@ class DomainService:
 
     def check(self, names: Iterable[str]) -> list[str]:
         """The spec's ``domains`` normalized; :class:`InvalidArgument` for one refused."""
-        return domain_names.check(names, apps_domain=self.urls.apps_domain, reserved=self._reserved)
+        checked = domain_names.check(
+            names, apps_domain=self.urls.apps_domain, reserved=self._reserved
+        )
+        if checked and not self._served:
+            raise InvalidArgument(
+                "custom domains are not served with APPDECK_RUNTIME=kubernetes (an app's "
+                "HTTPRoute carries its apps-domain hostname only)",
+                hint="leave domains empty; the app answers at its get_app_url",
+                field="spec/domains",
+            )
+        return checked
 
     def _refusal(self, host: str) -> str | None:
         return domain_names.refusal(
