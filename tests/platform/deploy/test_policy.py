@@ -1,5 +1,6 @@
 """The deploy policy: the refusals of a new deployment, in the order a caller meets them (the
-first rule that fails is the error on the wire). Real database; fakes for the runtime."""
+first rule that fails is the error on the wire), the rules of a release going live, and the
+strategies. Real database; fakes for the runtime."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ from pathlib import Path
 import pytest
 
 from appdeck.common.errors import AppDeckError, FailedPrecondition
+from appdeck.model import specs
+from appdeck.platform.deploy import policy, states
+from appdeck.platform.deploy.core import EngineCore
 from appdeck.storage import Storage
 from appdeck.storage.apps import AppRecord
 
@@ -104,3 +108,59 @@ async def test_an_app_without_a_source_path_is_refused_before_its_run_command_is
         "the app has no source_path",
         "set_app_spec with spec.source_path, or connect_repo, first",
     )
+
+
+def test_every_strategy_of_the_spec_has_a_policy_and_only_blue_green_keeps_the_old_one_warm() -> (
+    None
+):
+    assert list(policy.STRATEGIES) == list(specs.STRATEGIES)
+    warm = [name for name, s in policy.STRATEGIES.items() if s.keeps_old_warm]
+    assert warm == ["blue_green"]
+
+
+def test_the_core_policy_gives_a_new_deployment_its_refusals_and_a_release_going_live_the_rest() -> (
+    None
+):
+    names = [type(rule).__name__ for rule in policy.CorePolicy.rules_for(None, states.QUEUED)]
+    assert names == [
+        "RefuseStopped",
+        "KnownStrategy",
+        "NeedsSource",
+        "NeedsRunCommand",
+        "ReclaimOrphan",
+        "Routable",
+        "ResolveSource",
+        "RequireGreen",
+    ]
+    for left in (states.STARTING, states.CANARY):
+        live = policy.CorePolicy.rules_for(left, states.LIVE)
+        assert [type(rule).__name__ for rule in live] == ["SupersedeOld", "ClearNeedsRestart"]
+    assert policy.CorePolicy.rules_for(states.LIVE, states.SUPERSEDED) == []
+
+
+class NoFridays(policy.DeployRule):
+    async def before(self, ctx: policy.DeployContext, engine: EngineCore) -> None:
+        raise FailedPrecondition("no deploys today", hint="wait for monday")
+
+
+class Cautious(policy.CorePolicy):
+    @staticmethod
+    def priority() -> list[type[policy.DeployRule]]:
+        return [*policy.CorePolicy.priority(), NoFridays]
+
+
+async def test_a_policy_given_to_the_engine_refuses_with_its_own_rule_after_the_core_ones(
+    rig: Rig,
+) -> None:
+    rig.deploys.policy = Cautious
+    app = await rig.app()
+    assert await _refusal(rig, app, None, None) == (
+        "FailedPrecondition",
+        "no deploys today",
+        "wait for monday",
+    )
+    stopped = dataclasses.replace(app, stopped=True)
+    assert (await _refusal(rig, stopped, None, None))[1] == (
+        "the app is stopped: a deploy would start it"
+    )
+    assert await rig.states() == {}

@@ -32,6 +32,7 @@ from appdeck.platform.deploy import rollout, states
 from appdeck.platform.deploy.aborts import RoutesFirst
 from appdeck.platform.deploy.cancels import CancelRelay
 from appdeck.platform.deploy.locks import AppLocks, Hold
+from appdeck.platform.deploy.policy import CorePolicy, DeployPolicy
 from appdeck.platform.deploy.ports import Backend, Driver, Instance, Release, RouterPort
 from appdeck.platform.deploy.watch import NOT_WATCHED, DeployWatch, DeployWatcher
 from appdeck.platform.env import EnvService
@@ -90,6 +91,7 @@ class EngineCore:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         locks: AppLocks | None = None,
         watcher: DeployWatcher = NOT_WATCHED,
+        policy: type[DeployPolicy] = CorePolicy,
     ) -> None:
         self.apps = apps
         self._sources = sources
@@ -120,6 +122,8 @@ class EngineCore:
         """A connected repository is the app's source (``RepoSources``; None: no git)."""
         self.gate = gate
         """CI's require_green check of the commit deployed (``CIGate``; None: no CI)."""
+        self.policy = policy
+        """The rules a deployment's transitions go through (:mod:`.policy`)."""
 
     def background(self, work: Awaitable[None]) -> None:
         """Run clean-up work (stopping a release nobody routes to) without making the caller

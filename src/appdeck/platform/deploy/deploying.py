@@ -1,4 +1,4 @@
-"""Deploying: create a deployment (after its refusals, in order) and run it to live,
+"""Deploying: create a deployment (through the policy's refusals, in order) and run it to live,
 failed, rolled_back or cancelled.
 
 One deployment at a time per app: a second deploy while one is in progress is refused with
@@ -21,16 +21,14 @@ import contextlib
 import logging
 from typing import Any, Final
 
-from appdeck.common.errors import AppDeckError, Conflict, FailedPrecondition, InvalidArgument
+from appdeck.common.errors import AppDeckError, Conflict
 from appdeck.common.unwinding import to_the_end
-from appdeck.model import hostnames
-from appdeck.model.specs import STRATEGIES
 from appdeck.platform.deploy import rollout, states
 from appdeck.platform.deploy.aborts import abort_held, plan_abort
 from appdeck.platform.deploy.builds import build
 from appdeck.platform.deploy.core import EngineCore, Progress, quiet
 from appdeck.platform.deploy.locks import Hold
-from appdeck.platform.deploy.policy import DeployBusy, in_progress, refuse_if_stopped
+from appdeck.platform.deploy.policy import STRATEGIES, DeployBusy, DeployContext, in_progress
 from appdeck.platform.deploy.ports import BuildFailed, Instance
 from appdeck.platform.deploy.watch import DeployWatch, outcome_of
 from appdeck.storage.app_locks import Fenced
@@ -87,44 +85,16 @@ class Deploying(EngineCore):
     async def create(
         self, app: AppRecord, by: str, strategy: str | None, commit: str | None = None
     ) -> tuple[AppRecord, DeploymentRecord]:
-        """Check, freeze the spec, env and source, and record a queued deployment by user
-        ``by``. The source is the connected repository at ``commit`` (default: its branch's
-        head) if the app has one, else its ``source_path``. The caller checked the role
-        (:class:`~.deployments.Deployments`)."""
-        app_id = app.id
-        refuse_if_stopped(app, "a deploy")
+        """Check (the policy's rules, in order), freeze the spec, env and source, and record a
+        queued deployment by user ``by``. The source is the connected repository at
+        ``commit`` (default: its branch's head) if the app has one, else its ``source_path``.
+        The caller checked the role (:class:`~.deployments.Deployments`)."""
         chosen = strategy or str(app.spec.get("default_strategy", "rolling"))
-        if chosen not in STRATEGIES:
-            raise InvalidArgument(
-                f"unknown strategy {chosen!r}", hint=f"one of {', '.join(STRATEGIES)}"
-            )
-        git = self.git is not None and await self.git.connected(app_id)
-        if not git and commit is not None:
-            raise FailedPrecondition(
-                "a commit is deployed from a connected repository; this app has none",
-                hint="connect_repo first",
-            )
-        if not git and not app.spec.get("source_path"):
-            raise FailedPrecondition(
-                "the app has no source_path",
-                hint="set_app_spec with spec.source_path, or connect_repo, first",
-            )
-        if app.spec.get("runtime") != "static" and not app.spec.get("run_command"):
-            raise FailedPrecondition(
-                "the app has no run_command", hint="set_app_spec with spec.run_command"
-            )
-        running = await self.in_progress(app_id)
-        if running and not await self.reclaim_orphan(app, running):
-            raise in_progress(running)
-        unroutable = hostnames.unroutable_reason(app.name, app.tenant_id)
-        if unroutable is not None:  # only apps made before the hostname rule can get here
-            raise FailedPrecondition(unroutable, hint="rename the app (manage_app update)")
-        source = await self.resolve(app, commit) if git else {"path": str(self.checked_source(app))}
-        if self.gate is not None:
-            found = source.get("commit")
-            await self.gate(app_id, found if isinstance(found, str) else None)
-        _, sealed = await self.env_of(app_id, app.spec.get("env"))
-        return app, await self._queue(app, by, chosen, app.spec, sealed, source)
+        ctx = DeployContext(app, by, chosen, commit)
+        await self.policy.before(None, states.QUEUED, ctx, self)
+        assert ctx.source is not None, "the policy resolves the source"
+        _, sealed = await self.env_of(app.id, app.spec.get("env"))
+        return app, await self._queue(app, by, chosen, app.spec, sealed, ctx.source)
 
     async def _queue(
         self,
@@ -243,23 +213,10 @@ class Deploying(EngineCore):
         )
         if not await self._rolled_out(step, plan, held, watch):
             return step.record
+        left = step.record.state
         await step(f"Live: {app.name} serves release {record.number}", 100, state=states.LIVE)
-        if live is not None:
-            keep_warm = record.strategy == "blue_green"
-            message = "Superseded" + (" (kept warm for an instant rollback)" if keep_warm else "")
-            held.check()
-            old_after = await self.store.update(
-                app.id,
-                live.number,
-                state=states.SUPERSEDED,
-                message=message,
-                traffic=0,
-                lease=held.lease,
-            )
-            await self.announce(app, old_after)
-            if not keep_warm:
-                await self.runtime.stop(live.release_id)
-        await self.apps.store.update(app.id, needs_restart=False)
+        ctx = DeployContext(app, record.created_by, record.strategy, None, live=live, held=held)
+        await self.policy.after(left, states.LIVE, ctx, self)
         return step.record
 
     async def _rolled_out(
@@ -276,6 +233,9 @@ class Deploying(EngineCore):
             await step(message, 0, state=state)
             return False
 
+        async def enter_canary() -> None:
+            await step("Canary: analysing the new release on a share of traffic", 0, states.CANARY)
+
         try:
             await step(
                 "Building: copying the source and running the build command", state=states.BUILDING
@@ -283,7 +243,7 @@ class Deploying(EngineCore):
             with watch.phase("build"):
                 await build(self.runtime, plan.new)
             await step(f"Starting the new release ({record.strategy})", 0, state=states.STARTING)
-            await self._strategy(record, plan, step)
+            await STRATEGIES[record.strategy].roll(plan, enter_canary)
         except Fenced:
             raise  # quietly: whoever holds the app now cleans up
         except (BuildFailed, rollout.RolloutFailed) as exc:
@@ -311,34 +271,6 @@ class Deploying(EngineCore):
         await plan_abort(self.runtime, self.router, plan.new, plan.old, old_instances)
         with contextlib.suppress(Fenced):
             await step("Cancelled; the live release kept serving", 0, states.CANCELLED)
-
-    async def _strategy(
-        self,
-        record: DeploymentRecord,
-        plan: rollout.Rollout,
-        step: RunSteps,
-    ) -> None:
-        if record.strategy == "recreate":
-            await rollout.recreate(plan)
-        elif record.strategy == "rolling":
-            await rollout.rolling(plan)
-        elif record.strategy == "blue_green":
-            await rollout.blue_green(plan)
-        else:
-            canary = plan.new.spec.canary
-
-            async def enter_canary() -> None:
-                await step(
-                    "Canary: analysing the new release on a share of traffic", 0, states.CANARY
-                )
-
-            await rollout.canary(
-                plan,
-                steps=canary.plan(),
-                window_s=canary.analysis_window_s,
-                max_error_rate=canary.max_error_rate,
-                enter=enter_canary,
-            )
 
 
 def restarted(live: DeploymentRecord, record: DeploymentRecord) -> str:
