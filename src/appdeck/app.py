@@ -138,10 +138,10 @@ async def _served(
     """The runtime and the apps' router the settings ask for, and what to hand the platform
     once it is built (a Kubernetes release's workspace token is the platform's)."""
     if kube is None:
-        served = setup.served_here(
+        driver, plane, haproxy = setup.runtime_of(
             settings, runtime, disks=disks, databases=databases, control_port=control_port
         )
-        return served, lambda _platform: None
+        return setup.Served(driver, haproxy, plane, haproxy.edge), lambda _platform: None
     from appdeck import kube_setup
 
     tokens = kube_setup.SourceTokens()

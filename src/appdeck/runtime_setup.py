@@ -134,21 +134,6 @@ def runtime_of(
     return driver, *_haproxy_of(settings, driver, control_port)
 
 
-def served_here(
-    settings: Settings,
-    runtime: Sandbox | None,
-    *,
-    disks: AppDisks,
-    databases: DatabaseAccess | None = None,
-    control_port: int = 0,
-) -> Served:
-    """``APPDECK_RUNTIME=local``: :func:`runtime_of`, held as :class:`Served`."""
-    driver, plane, router = runtime_of(
-        settings, runtime, disks=disks, databases=databases, control_port=control_port
-    )
-    return Served(driver, router, plane, router.edge)
-
-
 # -- issue 21 §1: the HAProxy data plane ------------------------------------------------------
 
 
