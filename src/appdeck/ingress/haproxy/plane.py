@@ -486,10 +486,13 @@ class HAProxyDataPlane:
                 self.process.write(rendered)  # a reload or restart takes this config
             self._written = rendered
             wanted = {key: rendered.weights.get(key, 0) for key in applied.weights}
-            for (backend, server), weight in wanted.items():
-                if weights.get((backend, server)) != weight:
-                    line = f"set server {backend}/{server} weight {weight}"
-                    await self.process.stats.command(line)
+            await self.process.stats.commands(
+                [
+                    f"set server {backend}/{server} weight {weight}"
+                    for (backend, server), weight in wanted.items()
+                    if weights.get((backend, server)) != weight
+                ]
+            )
             await self._read_back(wanted)
         self._applied = applied
         self._weights = wanted
