@@ -19,7 +19,7 @@ HEALTH_POLL_S = (0.01, 0.2)
 """Health checks while an instance starts: 10 ms apart at first, each wait
 :data:`HEALTH_BACKOFF` times the last, up to 200 ms apart for slow starters. Most apps answer
 within 100-300 ms: polled at 0, 10, 22, 36, 54, 74, 99, 129, 165, 208, 260, 322 ms (plus
-each check's own time), such an app is seen ready at most ~60 ms late (20 ms growing 1.5×
+each check's own time), such an app is seen ready at most ~60 ms late (20 ms growing 1.5x
 each time: up to ~100 ms late, per instance, in every rolling step)."""
 HEALTH_BACKOFF = 1.2
 SANDBOX_PORT = 8000
