@@ -70,13 +70,12 @@ def serve_appdeck(port: int, token_file: Path, subscribers: int) -> None:
     import uvloop
 
     sys.path.insert(0, str(BENCH))
-    from appdeck_server import mint_dev_token
+    from appdeck_server import mint_dev_token, uvicorn_config
 
     from appdeck import logs
     from appdeck.app import Services
     from appdeck.protocol.registry import ToolDef
     from appdeck.settings import Settings
-    from appdeck.transport.http11 import bounded_protocol, http_limits
     from appdeck.tuning import tune_gc
 
     async def main(data_dir: Path) -> None:
@@ -105,20 +104,8 @@ def serve_appdeck(port: int, token_file: Path, subscribers: int) -> None:
         token = await mint_dev_token(services)
         token_file.with_suffix(".tmp").write_text(token)
         token_file.with_suffix(".tmp").replace(token_file)
-        config = uvicorn.Config(
-            services.asgi(),
-            host=HOST,
-            port=port,
-            http=bounded_protocol(http_limits(settings)),
-            limit_concurrency=settings.max_concurrency,
-            loop="uvloop",
-            lifespan="off",
-            access_log=False,
-            log_config=None,
-            log_level="warning",
-            timeout_graceful_shutdown=1,
-            server_header=False,
-        )
+        config = uvicorn_config(services, settings)
+        config.host, config.port = HOST, port
         tune_gc()
         try:
             await uvicorn.Server(config).serve()
