@@ -15,10 +15,11 @@ that the resource changed:
   turn (what an SDK server does: the SDK keeps no subscriptions).
 
 Per update, every subscriber must receive the notification exactly once (each GET stream's
-bytes are searched for it, on a raw socket per stream: uvloop, one ``data_received`` per
-read). Figures per update, from the moment the ``touch`` request is written: the first and
-the last delivery, the p50 and p99 delivery over the subscribers, and the **spread** (last
-minus first delivery). Reported: the median over the updates, per server, and the machine's
+bytes are searched for it, on a raw socket per stream). A delivery's time is the kernel's
+receive time of the read that carried it (``SO_TIMESTAMPNS``), so the subscribers' own
+process adds nothing to the spread. Figures per update, from the moment the ``touch`` request
+is written: the first and the last delivery, the p50 and p99 delivery over the subscribers,
+and the **spread** (last minus first delivery). Reported: the median over the updates, per server, and the machine's
 load. ``--baseline DIR`` adds ``AppDeck-base``: the same server on another checkout's
 ``src`` (a ``git worktree`` of an older commit) in the same rounds, for before/after.
 
@@ -39,13 +40,14 @@ import os
 import resource
 import socket
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import httpx
 import orjson
@@ -277,22 +279,43 @@ class Tally:
             self.reached.set()
 
 
-class Stream(asyncio.Protocol):
-    """One session's GET stream: when each notification arrived (perf_counter)."""
+SO_TIMESTAMPNS: Final = 35
+"""Linux's socket option (``asm-generic/socket.h``; Python has no name for it): every read
+carries the kernel's receive time (CLOCK_REALTIME) as ancillary data."""
+_TIMESPEC: Final = struct.Struct("qq")
 
-    def __init__(self, tally: Tally) -> None:
+
+class Stream:
+    """One session's GET stream on a raw socket: when each notification *arrived* (the
+    kernel's receive time of the read that carried it), not when this process got round to
+    it: 1,000 streams read by one Python process would add its own spread."""
+
+    def __init__(self, sock: socket.socket, tally: Tally) -> None:
+        self.sock = sock
         self.tally = tally
         self.seen: list[float] = []
         self.head = b""
         self.tail = b""
         self.opened = asyncio.get_running_loop().create_future()
-        self.transport: Any = None  # uvloop's transports are not asyncio's classes
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport
-
-    def data_received(self, data: bytes) -> None:
-        now = time.perf_counter()
+    def readable(self) -> None:
+        try:
+            data, ancillary, _, _ = self.sock.recvmsg(65536, socket.CMSG_SPACE(_TIMESPEC.size))
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            data, ancillary = b"", []
+            self.head += repr(exc).encode()
+        now = time.time()
+        for level, kind, value in ancillary:
+            if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+                seconds, nanos = _TIMESPEC.unpack(value[: _TIMESPEC.size])
+                now = seconds + nanos / 1e9
+        if not data:
+            asyncio.get_running_loop().remove_reader(self.sock.fileno())
+            if not self.opened.done():
+                self.opened.set_exception(RuntimeError(f"GET stream closed: {self.head[:300]!r}"))
+            return
         if not self.opened.done():
             self.head += data
             if b"\r\n\r\n" not in self.head:
@@ -310,14 +333,18 @@ class Stream(asyncio.Protocol):
             self.tally.add(found)
         self.tail = chunk[-(len(MARK) - 1) :]
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        if not self.opened.done():
-            self.opened.set_exception(RuntimeError(f"GET stream closed: {self.head[:300]!r}"))
+    def close(self) -> None:
+        with contextlib.suppress(ValueError, OSError):
+            asyncio.get_running_loop().remove_reader(self.sock.fileno())
+        self.sock.close()
 
 
 async def _listen(server: Server, session: str, tally: Tally) -> Stream:
     loop = asyncio.get_running_loop()
-    _, stream = await loop.create_connection(lambda: Stream(tally), HOST, server.port)
+    sock = socket.socket()
+    sock.setblocking(False)
+    sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    await loop.sock_connect(sock, (HOST, server.port))
     head = [
         "GET /mcp HTTP/1.1",
         f"host: {HOST}:{server.port}",
@@ -327,7 +354,9 @@ async def _listen(server: Server, session: str, tally: Tally) -> Stream:
     ]
     if server.token:
         head.append(f"authorization: Bearer {server.token}")
-    stream.transport.write(("\r\n".join(head) + "\r\n\r\n").encode())
+    await loop.sock_sendall(sock, ("\r\n".join(head) + "\r\n\r\n").encode())
+    stream = Stream(sock, tally)
+    loop.add_reader(sock.fileno(), stream.readable)
     async with asyncio.timeout(30):
         await stream.opened
     return stream
@@ -363,7 +392,7 @@ async def measure(server: Server, subscribers: int, updates: int, figures: Figur
             for n in range(1, updates + 1):
                 tally.target = n * subscribers
                 tally.reached.clear()
-                begin = time.perf_counter()
+                begin = time.time()  # the kernel's receive times are CLOCK_REALTIME
                 await _rpc(client, server, caller, "tools/call", call)
                 async with asyncio.timeout(DELIVERY_WITHIN_S):
                     await tally.reached.wait()
@@ -379,8 +408,7 @@ async def measure(server: Server, subscribers: int, updates: int, figures: Figur
                 await asyncio.sleep(0.3)
         finally:
             for s in streams:
-                if s.transport is not None:
-                    s.transport.close()
+                s.close()
 
 
 def _load() -> str:
