@@ -19,13 +19,13 @@ bytes are searched for it, on a raw socket per stream). A delivery's time is the
 receive time of the read that carried it (``SO_TIMESTAMPNS``), so the subscribers' own
 process adds nothing to the spread. Figures per update, from the moment the ``touch`` request
 is written: the first and the last delivery, the p50 and p99 delivery over the subscribers,
-and the **spread** (last minus first delivery). Reported: the median over the updates, per server, and the machine's
-load. ``--baseline DIR`` adds ``AppDeck-base``: the same server on another checkout's
+and the **spread** (last minus first delivery). Reported: the median over the updates, per
+server, and the machine's load. ``--baseline DIR`` adds ``AppDeck-base``: the same server on another checkout's
 ``src`` (a ``git worktree`` of an older commit) in the same rounds, for before/after.
 
 AppDeck's per-user and per-token session caps (100 and 50 by default) and its connections per
-client address (256) are raised to fit the subscribers (all on loopback); everything else is ``appdeck serve``'s defaults (the embedded SQLite log and
-in-process bus).
+client address (256) are raised to fit the subscribers (all on loopback); everything else is
+``appdeck serve``'s defaults (the embedded SQLite log and in-process bus).
 
     .venv/bin/python bench/fanout.py [--subscribers 1000] [--updates 15] [--rounds 3]
     .venv/bin/python bench/fanout.py --baseline /tmp/appdeck-main   # before/after
