@@ -45,6 +45,12 @@ async def _quiet(message: str, traffic: int | None) -> None:
     """No progress to report."""
 
 
+async def _announce(s: DeployService, app: AppRecord, *records: DeploymentRecord) -> None:
+    """Tell subscribers of each record in turn (a rollback's, once it is in effect)."""
+    for record in records:
+        await s.announce(app, record)
+
+
 class Operations:
     """Rollback, restart and start-up reconciliation (kept apart from the deploy path)."""
 
@@ -141,8 +147,7 @@ class Operations:
                 lease=held.lease,
             )
         s.background(s.runtime.stop(live.release_id))  # traffic already moved: stop it aside
-        await s.announce(app, left)
-        await s.announce(app, restored)
+        s.background(_announce(s, app, left, restored))  # recorded: listeners hear it aside
         await progress(f"Rolled back to release {target.number} {how}", 100)
         return restored
 
