@@ -112,7 +112,7 @@ async def _switch(p: _Platform) -> float:
     platform = p.services.platform
     assert platform is not None
     app = (await platform.apps.load(p.who, p.app_id, "deploy.write")).app  # the façade's check
-    await platform.ops.rollback(app)
+    await platform.deploys.rollback(app)
     elapsed = time.perf_counter() - start
     await _deploy(p, "rolling")
     return elapsed

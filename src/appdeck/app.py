@@ -295,11 +295,11 @@ class Services:
             await router.share(
                 self.cluster.broadcast,
                 self.instance_id,
-                missed=lambda: platform.ops.resync_routes(router),
+                missed=lambda: platform.deploys.resync_routes(router),
                 redis=self.cluster.redis,
                 prefix=self.cluster.prefix,
             )
-            await platform.ops.resync_routes(router)
+            await platform.deploys.resync_routes(router)
             await platform.deploys.cancels.attach(self.cluster.broadcast)  # cancels sent elsewhere
         if self.ingress is not None:  # every route is restored now: HAProxy may follow
             self.ingress.settle()
@@ -403,10 +403,10 @@ class Services:
             if self._stopping.is_set() or self.platform is None:
                 return
             try:
-                await self.platform.ops.reclaim()
-                await self.platform.ops.running.apply_intents()  # `appdeck app stop|start`
+                await self.platform.deploys.reclaim()
+                await self.platform.deploys.apply_intents()  # `appdeck app stop|start`
                 if self.cluster.shared:
-                    await self.platform.ops.resync_routes(router)
+                    await self.platform.deploys.resync_routes(router)
                 await self.platform.domains.resync()  # custom domains, as the database says
             except Exception:
                 log.exception("deploy watch failed")

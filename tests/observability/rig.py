@@ -1,4 +1,4 @@
-"""A DeployService on the real database with the in-memory runtime driver and router
+"""A DeployEngine on the real database with the in-memory runtime driver and router
 (tests/platform/deploy/fakes.py), watched by the watcher a test gives it."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from appdeck.platform.apps import AppService
 from appdeck.platform.changes import ChangeFeed
 from appdeck.platform.crypto import Sealer
 from appdeck.platform.deploy import states
-from appdeck.platform.deploy.engine import DeployService, Operations
+from appdeck.platform.deploy.engine import DeployEngine
 from appdeck.platform.deploy.watch import DeployWatcher
 from appdeck.platform.env import EnvService
 from appdeck.platform.services import PlatformConfig
@@ -33,8 +33,7 @@ async def _no_wait(seconds: float) -> None:
 class Rig:
     apps: AppService
     env: EnvService
-    deploys: DeployService
-    ops: Operations
+    deploys: DeployEngine
     runtime: FakeDriver
     router: FakeRouter
     alice: Principal
@@ -77,7 +76,7 @@ async def watched_rig(
     env = EnvService(apps, sealer, feed)
     runtime = runtime or FakeDriver()
     router = FakeRouter()
-    deploys = DeployService(
+    deploys = DeployEngine(
         apps,
         env,
         DeploymentStore(storage.engine, transitions=states.check),
@@ -97,4 +96,4 @@ async def watched_rig(
         "canary": {"percent": 10, "steps": [10, 50, 100], "analysis_window_s": 0.1},
     }
     app = await apps.register(alice, "shop", spec)
-    return Rig(apps, env, deploys, Operations(deploys), runtime, router, alice, app.app.id)
+    return Rig(apps, env, deploys, runtime, router, alice, app.app.id)

@@ -1,4 +1,4 @@
-"""The deploy series (``appdeck.observability.deploys``) as a real DeployService drives them:
+"""The deploy series (``appdeck.observability.deploys``) as a real DeployEngine drives them:
 a good deploy, a failed build, canaries rejected by error rate and by a crash loop, a
 rollback and a restart. The registry is the process's: every check is a difference."""
 
@@ -121,7 +121,7 @@ async def test_a_rollback_and_a_restart_are_counted_as_their_own_kinds(rig: Rig)
     assert await rig.deploy() == "live"
     assert await rig.deploy("blue_green") == "live"
     delta = Deltas()
-    await rig.ops.rollback(await rig.app())
+    await rig.deploys.rollback(await rig.app())
     rollback = {"kind": "rollback", "strategy": "none"}
     assert delta("appdeck_deploys_started_total", **rollback) == 1
     assert delta("appdeck_deploys_finished_total", **rollback, outcome="live") == 1
@@ -130,7 +130,7 @@ async def test_a_rollback_and_a_restart_are_counted_as_their_own_kinds(rig: Rig)
     assert delta("appdeck_deploy_phase_seconds_count", phase="start") == 0
 
     delta = Deltas()
-    await rig.ops.restart(await rig.app())
+    await rig.deploys.restart(await rig.app())
     restart = {"kind": "restart", "strategy": "rolling"}
     assert delta("appdeck_deploys_started_total", **restart) == 1
     assert delta("appdeck_deploys_finished_total", **restart, outcome="live") == 1
@@ -143,7 +143,7 @@ async def test_a_restart_that_fails_is_counted_failed(rig: Rig) -> None:
     rig.runtime.health_plan[:] = [False]  # the spare never becomes healthy
     delta = Deltas()
     with pytest.raises(Exception, match="restart failed"):
-        await rig.ops.restart(await rig.app())
+        await rig.deploys.restart(await rig.app())
     restart = {"kind": "restart", "strategy": "rolling"}
     assert delta("appdeck_deploys_finished_total", **restart, outcome="failed") == 1
     assert delta("appdeck_deploys_finished_total", **restart, outcome="live") == 0

@@ -337,7 +337,7 @@ async def test_a_rejected_canary_rollback_and_restart_are_traced_as_their_own_ru
 
     assert await rig.deploy("blue_green") == "live"
     exporter.clear()
-    await rig.ops.rollback(await rig.app())
+    await rig.deploys.rollback(await rig.app())
     spans = exporter.get_finished_spans()
     rollback = one(spans, "rollback")
     assert rollback.attributes is not None
@@ -347,7 +347,7 @@ async def test_a_rejected_canary_rollback_and_restart_are_traced_as_their_own_ru
     assert one(spans, "deploy.lease").parent is None  # no request here: a root of its own
 
     exporter.clear()
-    await rig.ops.restart(await rig.app())
+    await rig.deploys.restart(await rig.app())
     spans = exporter.get_finished_spans()
     restart = one(spans, "restart")
     children = [s.name for s in spans if parent_of(s) == ids(restart)[1]]

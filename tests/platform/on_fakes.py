@@ -22,7 +22,7 @@ from appdeck.platform.ci.service import CIService
 from appdeck.platform.crypto import Sealer
 from appdeck.platform.deploy import states
 from appdeck.platform.deploy.deployments import Deployments
-from appdeck.platform.deploy.engine import DeployService, Operations
+from appdeck.platform.deploy.engine import DeployEngine
 from appdeck.platform.deploy.preflight import PreflightService
 from appdeck.platform.domains import DnsTxtResolver, DomainService
 from appdeck.platform.env import EnvService
@@ -131,7 +131,7 @@ async def platform_on_fakes(
         keep=functools.partial(kept_commits, store),
     )
     ci_store = CIStore(storage.engine)
-    engine = DeployService(
+    engine = DeployEngine(
         apps,
         env,
         store,
@@ -145,8 +145,7 @@ async def platform_on_fakes(
         gate=CIGate(ci_store),
         sleep=no_wait,
     )
-    ops = Operations(engine)
-    deployments = Deployments(apps, engine, ops)
+    deployments = Deployments(apps, engine)
     commits = CommitDeploys(deployments, sources.is_newest)
     databases = await open_databases(default_sqlite_url(tmp_path), tmp_path / "data")
     _opened.append(databases)
@@ -180,7 +179,6 @@ async def platform_on_fakes(
         tables=TableService(apps, databases, feed),
         records=RecordService(apps, databases),
         deploys=engine,
-        ops=ops,
         repos=repos,
         ci=ci,
         oauth_clients=AppClientService(apps, OAuthStore(storage.engine)),

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
 
 from appdeck.storage import create_engine, default_sqlite_url
 
@@ -64,3 +66,29 @@ async def test_an_engine_connects_to_each_supported_database_with_a_sized_pool(
             assert (await conn.exec_driver_sql("SELECT 1")).scalar_one() == 1
     finally:
         await engine.dispose()
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+async def test_a_postgresql_session_stalled_inside_a_transaction_loses_its_locks_to_the_others(
+    database_url: str,
+) -> None:
+    """A replica paused between a statement and its COMMIT must not hold the rows it locked
+    (an app's lease) for as long as it is away: the server ends its session."""
+    stalled = create_engine(database_url, idle_in_transaction_ms=300)
+    other = create_engine(database_url)
+    try:
+        async with other.connect() as conn:
+            shown = await conn.exec_driver_sql("SHOW idle_in_transaction_session_timeout")
+            assert shown.scalar_one() == "30s"  # the platform's default
+        async with stalled.connect() as paused:
+            await paused.begin()
+            await paused.exec_driver_sql("SELECT pg_advisory_xact_lock(424242)")
+            await asyncio.sleep(1.5)  # "paused": no statement, no COMMIT
+            async with asyncio.timeout(60), other.begin() as conn:
+                got = await conn.exec_driver_sql("SELECT pg_try_advisory_xact_lock(424242)")
+                assert got.scalar_one() is True  # the stalled session's lock is gone
+            with pytest.raises(DBAPIError):
+                await paused.exec_driver_sql("SELECT 1")  # and so is the session itself
+    finally:
+        await stalled.dispose()
+        await other.dispose()

@@ -25,7 +25,7 @@ from appdeck.platform.ci.service import CIService, DeployCommit
 from appdeck.platform.crypto import Sealer
 from appdeck.platform.deploy import states
 from appdeck.platform.deploy.deployments import Deployments
-from appdeck.platform.deploy.engine import DeployService, Operations
+from appdeck.platform.deploy.engine import DeployEngine
 from appdeck.platform.deploy.ingress_router import IngressRouter
 from appdeck.platform.deploy.preflight import PreflightService
 from appdeck.platform.deploy.watch import NOT_WATCHED, DeployWatcher
@@ -122,8 +122,8 @@ class HostResources:
 @dataclass(frozen=True, slots=True)
 class Platform:
     """The services every adapter (MCP tools, resources and prompts, the CLI, a web page)
-    calls. Adapters reach nothing else: no driver, router, store or config. ``deploys`` and
-    ``ops`` are the deploy engine itself, for the composition root and the benchmarks."""
+    calls. Adapters reach nothing else: no driver, router, store or config. ``deploys`` is
+    the deploy engine itself, for the composition root and the benchmarks."""
 
     feed: ChangeFeed
     apps: AppService
@@ -133,8 +133,7 @@ class Platform:
     logs: LogService
     tables: TableService
     records: RecordService
-    deploys: DeployService
-    ops: Operations
+    deploys: DeployEngine
     repos: RepoService
     ci: CIService
     oauth_clients: AppClientService
@@ -200,7 +199,7 @@ class Platform:
             keep=functools.partial(kept_commits, deployments),
         )
         ci_store = CIStore(engine)
-        deploys = _deploy_service(
+        deploys = _deploy_engine(
             apps,
             env,
             deployments,
@@ -215,8 +214,7 @@ class Platform:
             gate=CIGate(ci_store),  # require_green
         )
         logs = LogService(apps, env, deployments, driver, sealer)
-        ops = Operations(deploys)
-        deploying = Deployments(apps, deploys, ops)
+        deploying = Deployments(apps, deploys)
         commits = CommitDeploys(deploying, repo_sources.is_newest)
         ci = _ci_service(
             ci_store, apps, repo_sources, env, driver, logs, feed, instance_id, commits.number
@@ -243,7 +241,6 @@ class Platform:
             tables=TableService(apps, databases, feed),
             records=RecordService(apps, databases),
             deploys=deploys,
-            ops=ops,
             ci=ci,
             oauth_clients=AppClientService(apps, OAuthStore(engine)),
             apis=_api_services(engine, apps, repos, feed, router, config),
@@ -285,7 +282,7 @@ class Platform:
         await self.apis.start()  # the ingress's API keys: it answers 503 until they are in
         await AppRoutes(self.apps, self._router).restore()
         await self.domains.resync()  # verified custom domains route to their apps
-        done = await self.ops.reconcile(sole=sole)
+        done = await self.deploys.reconcile(sole=sole)
         await self.ci.start()  # runs a dead server process left unfinished end as errors
         self.repos.poller.start()  # repositories with poll_seconds
         return done
@@ -383,7 +380,7 @@ def _api_services(
 def _health_service(
     apps: AppService,
     deployments: DeploymentStore,
-    deploys: DeployService,
+    deploys: DeployEngine,
     router: IngressRouter,
     feed: ChangeFeed,
     urls: AppUrls,
@@ -425,7 +422,7 @@ def _git_of(config: PlatformConfig, host: HostResources) -> tuple[Git, HostedRep
     return git, hosted
 
 
-def _deploy_service(
+def _deploy_engine(
     apps: AppService,
     env: EnvService,
     deployments: DeploymentStore,
@@ -439,9 +436,9 @@ def _deploy_service(
     *,
     git: RepoSources,
     gate: CIGate,
-) -> DeployService:
+) -> DeployEngine:
     """The deploy engine over the runtime ``driver`` and the data plane (``router``)."""
-    return DeployService(
+    return DeployEngine(
         apps,
         env,
         deployments,

@@ -27,6 +27,15 @@ from appdeck.common.errors import Unavailable
 SQLITE_BUSY_TIMEOUT_MS = 5000
 """How long a SQLite connection waits for another writer before it gives up."""
 
+PG_IDLE_IN_TRANSACTION_MS = 30_000
+"""How long PostgreSQL lets one of the platform's sessions sit idle inside a transaction before
+it ends the session (``idle_in_transaction_session_timeout``). A replica paused or stalled
+between a statement and its ``COMMIT`` (SIGSTOP, a VM pause, a frozen event loop) would
+otherwise hold that transaction's row and advisory locks for as long as it is away, and every
+other replica's write to those rows waits with it: an app lease it was renewing could never be
+taken over. The platform's own transactions are a few statements long; none waits on anything
+else between them."""
+
 WRITE_ATTEMPTS = 3
 """How many times :func:`writing` asks SQLite for the write lock (each waiting the busy timeout)
 before the caller gets ``unavailable``."""
@@ -39,8 +48,12 @@ _SQLITE_PRAGMAS = (
 log = logging.getLogger("appdeck.storage")
 
 
-def create_engine(url: str) -> AsyncEngine:
-    """An async engine for ``url`` (SQLite through aiosqlite, PostgreSQL through asyncpg)."""
+def create_engine(
+    url: str, *, idle_in_transaction_ms: int = PG_IDLE_IN_TRANSACTION_MS
+) -> AsyncEngine:
+    """An async engine for ``url`` (SQLite through aiosqlite, PostgreSQL through asyncpg).
+    PostgreSQL sessions left idle in a transaction past ``idle_in_transaction_ms`` are ended
+    by the server (see :data:`PG_IDLE_IN_TRANSACTION_MS`)."""
     parsed = make_url(url)
     backend = parsed.get_backend_name()
     if backend == "sqlite":
@@ -59,6 +72,11 @@ def create_engine(url: str) -> AsyncEngine:
             pool_timeout=30,
             pool_recycle=1800,  # outlive idle-connection killers in proxies and poolers
             pool_pre_ping=True,  # a restarted server costs one reconnect, not a failed request
+            connect_args={
+                "server_settings": {
+                    "idle_in_transaction_session_timeout": str(idle_in_transaction_ms)
+                }
+            },
         )
     raise ValueError(
         f"unsupported database {backend!r}: use sqlite+aiosqlite or postgresql+asyncpg"

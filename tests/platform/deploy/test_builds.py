@@ -97,6 +97,6 @@ async def test_no_operation_hands_out_a_build_tail(
 
     await on.platform.apps.store.update(app_id, stopped=False)  # a restart brings it back
     with caplog.at_level(logging.ERROR, logger="appdeck.deploy"):
-        await on.platform.ops.reconcile()
+        await on.platform.deploys.reconcile()
     assert "exited with status 2" in caplog.text
     assert TAIL not in caplog.text

@@ -19,7 +19,7 @@ from appdeck.platform.apps import AppService
 from appdeck.platform.changes import ChangeFeed
 from appdeck.platform.crypto import Sealer
 from appdeck.platform.deploy import states
-from appdeck.platform.deploy.engine import DeployService, Operations
+from appdeck.platform.deploy.engine import DeployEngine
 from appdeck.platform.deploy.ingress_router import IngressRouter
 from appdeck.platform.deploy.ports import Backend, Instance, Readiness, Release
 from appdeck.platform.env import EnvService
@@ -49,8 +49,7 @@ async def _no_wait(seconds: float) -> None:
 class Rig:
     apps: AppService
     env: EnvService
-    deploys: DeployService
-    ops: Operations
+    deploys: DeployEngine
     runtime: FakeDriver
     router: FakeRouter
     alice: Principal
@@ -107,7 +106,7 @@ async def make_rig(
     env = EnvService(apps, sealer, feed)
     runtime = runtime if runtime is not None else FakeDriver()
     router = router if router is not None else FakeRouter()
-    deploys = DeployService(
+    deploys = DeployEngine(
         apps,
         env,
         DeploymentStore(storage.engine, transitions=states.check),
@@ -126,9 +125,7 @@ async def make_rig(
         "canary": {"percent": 10, "steps": [10, 50, 100], "analysis_window_s": 0.1},
     }
     app = await apps.register(alice, "shop", spec)
-    return Rig(
-        apps, env, deploys, Operations(deploys), runtime, router, alice, app.app.id, feed, sealer
-    )
+    return Rig(apps, env, deploys, runtime, router, alice, app.app.id, feed, sealer)
 
 
 async def test_a_first_deploy_goes_live_with_all_traffic(rig: Rig) -> None:
@@ -157,7 +154,7 @@ async def test_blue_green_switches_at_once_and_keeps_the_old_set_warm(rig: Rig) 
     assert await rig.deploy("blue_green") == "live"
     assert len(await rig.runtime.running(f"{rig.app_id}-1")) == 2  # warm
     prepared = len(rig.runtime.prepared)
-    restored = await rig.ops.rollback(await rig.app())
+    restored = await rig.deploys.rollback(await rig.app())
     assert restored.number == 1
     assert len(rig.runtime.prepared) == prepared  # instant: nothing rebuilt
     assert await rig.states() == {1: "live", 2: "rolled_back"}
@@ -224,7 +221,7 @@ async def test_bad_requests_change_nothing(rig: Rig) -> None:
 async def test_a_restart_keeps_traffic_flowing(rig: Rig) -> None:
     await rig.deploy()
     rig.router.history.clear()
-    await rig.ops.restart(await rig.app())
+    await rig.deploys.restart(await rig.app())
     assert all(h == {f"{rig.app_id}-1": 100} for h in rig.router.history)
     assert len(await rig.runtime.running(f"{rig.app_id}-1")) == 2
 
@@ -241,7 +238,7 @@ async def test_reconcile_fails_interrupted_deploys_and_restores_live_routes(
     rig.runtime.running_.clear()
     rig.router.table.clear()
     rig.runtime.adoptable[f"{rig.app_id}-1"] = {0: survivors[0]}  # one instance survived
-    interrupted, restored = await rig.ops.reconcile()
+    interrupted, restored = await rig.deploys.reconcile()
     assert (interrupted, restored) == (1, 1)
     assert await rig.states() == {1: "live", 2: "failed"}
     assert len(rig.router.table[SHOP][0].upstreams) == 2  # adopted one, restarted one
@@ -307,9 +304,9 @@ async def test_another_tenants_app_of_the_same_name_never_changes_what_a_hostnam
     assert rig.router.serves(GLOBEX_HOST) == f"{bob.app_id}-{live.number}"
 
     bobs = (await rig.apps.load(bob.principal, bob.app_id, "deploy.write")).app
-    await rig.ops.restart(bobs)  # restarting and rolling back
+    await rig.deploys.restart(bobs)  # restarting and rolling back
     bobs = (await rig.apps.load(bob.principal, bob.app_id, "deploy.write")).app
-    await rig.ops.rollback(bobs)
+    await rig.deploys.rollback(bobs)
     assert rig.router.serves(SHOP_HOST) == acme
 
     renamed = await rig.apps.update(bob.principal, bob.app_id, name="shop2")  # renaming
@@ -357,7 +354,7 @@ async def test_after_a_restart_each_tenants_app_gets_its_own_hostname_back(
         rig.runtime.adoptable[release_id] = rig.runtime.running_.pop(release_id)
     routes = _attach_routes(rig, restarted)
     assert await routes.restore() == 2
-    assert await rig.ops.reconcile() == (0, 2)
+    assert await rig.deploys.reconcile() == (0, 2)
     assert restarted.serves(SHOP_HOST) == acme
     assert restarted.serves(GLOBEX_HOST) == globex
 
@@ -404,13 +401,12 @@ class GatedRuntime(FakeDriver):
 
 @dataclass
 class Replica:
-    deploys: DeployService
-    ops: Operations
+    deploys: DeployEngine
 
 
 def _replica(rig: Rig, name: str, runtime: FakeDriver | None = None) -> Replica:
     """Another replica on the same database, host and ingress (the rig's is ``test``)."""
-    deploys = DeployService(
+    deploys = DeployEngine(
         rig.apps,
         rig.env,
         DeploymentStore(rig.deploys.store.engine, transitions=states.check),
@@ -422,7 +418,7 @@ def _replica(rig: Rig, name: str, runtime: FakeDriver | None = None) -> Replica:
         instance_id=name,
         sleep=_no_wait,
     )
-    return Replica(deploys, Operations(deploys))
+    return Replica(deploys)
 
 
 async def test_fifty_concurrent_deploys_over_three_replicas_make_exactly_one(rig: Rig) -> None:
@@ -451,7 +447,7 @@ async def test_a_deploy_a_live_replica_drives_is_left_alone_by_another_replicas_
     run = asyncio.ensure_future(a.deploys.run(app, record))
     async with asyncio.timeout(10):
         await gated.entered.wait()
-    assert await b.ops.reconcile() == (0, 1)  # b starts up: a's deploy is alive, not touched
+    assert await b.deploys.reconcile() == (0, 1)  # b starts up: a's deploy is alive, not touched
     with pytest.raises(Conflict, match="deployment 2 of this app is still building"):
         await b.deploys.create(await rig.app(), rig.alice.user, None)
     gated.gate.set()
@@ -496,7 +492,7 @@ async def test_a_rollback_waits_for_the_deploy_under_way_on_another_replica(rig:
     run = asyncio.ensure_future(a.deploys.run(app, record))
     async with asyncio.timeout(10):
         await gated.entered.wait()
-    rollback = asyncio.ensure_future(b.ops.rollback(await rig.app()))
+    rollback = asyncio.ensure_future(b.deploys.rollback(await rig.app()))
     await asyncio.sleep(0.5)
     assert not rollback.done()  # the app is a's until its deploy ends
     gated.gate.set()
@@ -521,10 +517,10 @@ async def test_a_replica_that_missed_the_messages_catches_up_from_the_database(r
     behind.route(
         "gone--acme", [Backend("9-1", 100, ("127.0.0.1:20001",))]
     )  # an app deleted meanwhile
-    assert await rig.ops.resync_routes(behind) == 2
+    assert await rig.deploys.resync_routes(behind) == 2
     assert _weights(behind, SHOP) == {f"{rig.app_id}-2": 100}
     assert "gone--acme" not in behind.table
-    assert await rig.ops.resync_routes(behind) == 0  # nothing left to repair
+    assert await rig.deploys.resync_routes(behind) == 0  # nothing left to repair
     assert rig.router.weights(SHOP) == {f"{rig.app_id}-2": 100}  # its own table only
 
 
@@ -539,7 +535,7 @@ async def test_the_backstop_leaves_an_app_with_a_deploy_under_way_to_its_message
         Backend(f"{rig.app_id}-1", 90, ("127.0.0.1:20001",)),
     ]
     behind.route(SHOP, canary)  # as the deploy's last message said
-    assert await rig.ops.resync_routes(behind) == 0
+    assert await rig.deploys.resync_routes(behind) == 0
     assert _weights(behind, SHOP) == {f"{rig.app_id}-2": 10, f"{rig.app_id}-1": 90}
 
 
@@ -568,7 +564,7 @@ async def test_another_replicas_ingress_follows_every_step_and_never_routes_to_a
     await here.share(broadcast, "a")
     await there.share(broadcast, "b")
     runtime = WatchedRuntime(elsewhere=there)
-    deploys = DeployService(
+    deploys = DeployEngine(
         rig.apps,
         rig.env,
         rig.deploys.store,
@@ -580,14 +576,13 @@ async def test_another_replicas_ingress_follows_every_step_and_never_routes_to_a
         instance_id="a",
         sleep=_no_wait,
     )
-    ops = Operations(deploys)
     try:
         for strategy in ("rolling", "rolling", "blue_green", "canary", "recreate", "rolling"):
             app, record = await deploys.create(await rig.app(), rig.alice.user, strategy)
             assert (await deploys.run(app, record)).state == "live", strategy
             assert there.table.get(SHOP) == here.table.get(SHOP), strategy
-        await ops.restart(await rig.app())
-        await ops.rollback(await rig.app())
+        await deploys.restart(await rig.app())
+        await deploys.rollback(await rig.app())
         await deploys.settle()
         assert there.table.get(SHOP) == here.table.get(SHOP)
         assert there.serving(SHOP) == {f"{rig.app_id}-5"}
@@ -603,9 +598,9 @@ async def test_a_sole_server_restarted_at_once_fails_what_its_previous_run_left_
     await rig.deploy()
     await rig.deploys.create(await rig.app(), rig.alice.user, None)  # the previous run died here
     restarted = _replica(rig, "restarted")  # lease still unexpired: a replica would wait
-    assert await restarted.ops.reconcile() == (0, 1)
+    assert await restarted.deploys.reconcile() == (0, 1)
     assert (await rig.states())[2] == "queued"
-    assert await restarted.ops.reconcile(sole=True) == (1, 1)  # no replicas: void at once
+    assert await restarted.deploys.reconcile(sole=True) == (1, 1)  # no replicas: void at once
     assert await rig.states() == {1: "live", 2: "failed"}
 
 
@@ -656,10 +651,10 @@ async def test_a_rollback_to_a_release_beyond_the_tenant_quota_is_refused(rig: R
     big = {"instances": 4, "resources": {"memory_mb": 1024}}
     other = await rig.apps.register(rig.alice, "other", big)
     with pytest.raises(QuotaExceeded, match="APPDECK_TENANT_MEMORY_MB"):
-        await rig.ops.rollback(await rig.app())  # #1 would hold 8 GiB again
+        await rig.deploys.rollback(await rig.app())  # #1 would hold 8 GiB again
     assert await rig.states() == {1: "superseded", 2: "live"}
     await rig.apps.delete(rig.alice, other.app.id, confirmed=True)
-    assert (await rig.ops.rollback(await rig.app())).number == 1
+    assert (await rig.deploys.rollback(await rig.app())).number == 1
 
 
 # -- a restart that fails (issue 20, item 7) ------------------------------------------------
@@ -676,12 +671,12 @@ async def test_a_restart_whose_spare_fails_leaves_no_spare_and_the_next_restart_
     release = f"{rig.app_id}-1"
     rig.runtime.health_plan = [False]  # the spare instance never gets healthy
     with pytest.raises(FailedPrecondition) as failed:
-        await rig.ops.restart(await rig.app())
+        await rig.deploys.restart(await rig.app())
     assert "restart" in failed.value.message
     assert failed.value.hint
     assert await _indices(rig, release) == [0, 1]  # no spare left behind
     assert len(rig.router.table[SHOP][0].upstreams) == 2  # both still serve
-    await rig.ops.restart(await rig.app())  # and the next restart works
+    await rig.deploys.restart(await rig.app())  # and the next restart works
     assert await _indices(rig, release) == [0, 1]
     assert len(rig.router.table[SHOP][0].upstreams) == 2
 
@@ -693,11 +688,11 @@ async def test_a_restart_failing_midway_stops_the_failed_instance_and_the_spare(
     release = f"{rig.app_id}-1"
     rig.runtime.health_plan = [True, False]  # the spare comes up, instance 0 does not
     with pytest.raises(FailedPrecondition):
-        await rig.ops.restart(await rig.app())
+        await rig.deploys.restart(await rig.app())
     running = await rig.runtime.running(release)
     assert [i.index for i in running] == [1]  # the failed one and the spare are gone
     assert rig.router.table[SHOP][0].upstreams == (running[0].upstream,)
-    await rig.ops.restart(await rig.app())
+    await rig.deploys.restart(await rig.app())
     assert await _indices(rig, release) == [0, 1]
     assert len(rig.router.table[SHOP][0].upstreams) == 2
 
@@ -708,12 +703,12 @@ async def test_a_restart_of_a_one_instance_app_failing_keeps_it_answering(rig: R
     release = f"{rig.app_id}-1"
     rig.runtime.health_plan = [True, False]  # the spare comes up, the restarted one does not
     with pytest.raises(FailedPrecondition) as failed:
-        await rig.ops.restart(await rig.app())
+        await rig.deploys.restart(await rig.app())
     assert "spare" in failed.value.message
     running = await rig.runtime.running(release)
     assert rig.router.table[SHOP][0].upstreams == tuple(i.upstream for i in running)
     assert len(running) == 1  # the spare alone serves: no downtime
-    await rig.ops.restart(await rig.app())  # the next restart puts instance 0 back
+    await rig.deploys.restart(await rig.app())  # the next restart puts instance 0 back
     assert await _indices(rig, release) == [0]
 
 
@@ -725,24 +720,24 @@ async def test_a_stopped_app_stays_stopped_on_every_replica_and_after_a_restart(
     release = f"{rig.app_id}-1"
     behind = IngressRouter(RouteTable(), Counters())  # a replica that missed the stop message
     behind.route(SHOP, [Backend(release, 100, ("127.0.0.1:20001",))])
-    await rig.ops.running.stop(await rig.app())
+    await rig.deploys.stop(await rig.app())
     assert await rig.runtime.running(release) == []
     assert rig.router.ingress.table.stopped(SHOP)
-    assert await rig.ops.resync_routes(behind) == 1
+    assert await rig.deploys.resync_routes(behind) == 1
     assert behind.table.stopped(SHOP)  # its ingress answers 503 "stopped" too
 
     # the server restarts with an instance still running (say the CLI stopped it meanwhile)
     restarted = FakeRouter()
     rig.deploys.router = restarted
     rig.runtime.adoptable[release] = {0: fakes.instance(release, 0, "127.0.0.1:20009")}
-    await rig.ops.reconcile()
+    await rig.deploys.reconcile()
     assert await rig.runtime.running(release) == []
     assert restarted.ingress.table.stopped(SHOP)
 
     with pytest.raises(FailedPrecondition, match="stopped"):
         await rig.deploy()
-    await rig.ops.running.scale(await rig.app(), 3, by=rig.alice)  # for the next start
-    started = await rig.ops.running.start(await rig.app())
+    await rig.deploys.scale(await rig.app(), 3, by=rig.alice)  # for the next start
+    started = await rig.deploys.start(await rig.app())
     assert (started.stopped, started.running) == (False, 3)
     assert restarted.serves(SHOP_HOST) == release
     assert await rig.states() == {1: "live"}  # no new release for any of it
@@ -760,7 +755,7 @@ async def test_a_restart_runs_the_apps_current_env_and_records_it(rig: Rig) -> N
 
     rig.runtime.start = recording  # type: ignore[method-assign]
     await rig.env.set_vars(rig.alice, rig.app_id, {"GREETING": "hello again"}, secret=False)
-    record = await rig.ops.restart(await rig.app())
+    record = await rig.deploys.restart(await rig.app())
     assert started, "the restart started no instance"
     assert all(env.get("GREETING") == "hello again" for env in started)
     app = (await rig.apps.get(rig.alice, rig.app_id)).app

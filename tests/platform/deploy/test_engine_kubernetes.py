@@ -112,7 +112,7 @@ async def test_blue_green_then_a_warm_rollback(rig: Rig) -> None:
         f"route {SHOP} R2=100['svc2']",
     ]
     rig.runtime.calls.clear()
-    await rig.ops.rollback(await rig.app())
+    await rig.deploys.rollback(await rig.app())
     assert _calls(rig)[:2] == ["running R1", f"route {SHOP} R1=100['svc1']"]
     assert await rig.states() == {1: "live", 2: "rolled_back"}
 
@@ -144,7 +144,7 @@ async def test_a_restart_is_a_rollout_of_the_same_release_as_a_new_one(rig: Rig)
     async def progress(message: str, traffic: int | None) -> None:
         said.append((message, traffic))
 
-    record = await rig.ops.restart(await rig.app(), progress, by=rig.alice.user)
+    record = await rig.deploys.restart(await rig.app(), progress, by=rig.alice.user)
     assert (record.number, record.state) == (2, "live")
     assert await rig.states() == {1: "superseded", 2: "live"}
     assert _calls(rig) == [
@@ -176,7 +176,7 @@ async def test_a_restart_is_a_rollout_of_the_same_release_as_a_new_one(rig: Rig)
 
 async def test_scale_up_then_down_by_index(rig: Rig) -> None:
     await _live_first(rig)
-    await rig.ops.running.scale(await rig.app(), 3, by=rig.alice)
+    await rig.deploys.scale(await rig.app(), 3, by=rig.alice)
     assert _calls(rig) == [
         "running R1",
         "start R1#2 svc1",
@@ -184,7 +184,7 @@ async def test_scale_up_then_down_by_index(rig: Rig) -> None:
         f"route {SHOP} R1=100['svc1']",
     ]
     rig.runtime.calls.clear()
-    await rig.ops.running.scale(await rig.app(), 1, by=rig.alice)
+    await rig.deploys.scale(await rig.app(), 1, by=rig.alice)
     assert _calls(rig) == [
         "running R1",
         f"route {SHOP} R1=100['svc1']",

@@ -189,7 +189,7 @@ async def test_blue_green_and_a_warm_rollback(rig: Rig) -> None:
         "Superseded (kept warm for an instant rollback)",
     )
     rig.runtime.calls.clear()
-    await rig.ops.rollback(await rig.app())
+    await rig.deploys.rollback(await rig.app())
     await rig.deploys.settle()
     assert _calls(rig) == [
         "running R1",
@@ -215,7 +215,7 @@ async def test_a_warm_rollback_returns_before_its_listeners_hear_of_it_in_order(
 
     rig.feed.subscribe(slow_listener)
 
-    restored = await rig.ops.rollback(await rig.app())
+    restored = await rig.deploys.rollback(await rig.app())
 
     assert (restored.number, restored.state, heard) == (1, "live", [])
     go_on.set()
@@ -232,7 +232,7 @@ async def test_a_cold_rollback(rig: Rig) -> None:
     async def progress(message: str, traffic: int | None) -> None:
         said.append((message, traffic))
 
-    await rig.ops.rollback(await rig.app(), progress=progress)
+    await rig.deploys.rollback(await rig.app(), progress=progress)
     await rig.deploys.settle()
     assert _calls(rig) == [
         "running R1",
@@ -362,7 +362,7 @@ async def test_a_restart(rig: Rig) -> None:
     async def progress(message: str, traffic: int | None) -> None:
         said.append((message, traffic))
 
-    await rig.ops.restart(await rig.app(), progress)
+    await rig.deploys.restart(await rig.app(), progress)
     assert _calls(rig) == RESTART_OF_TWO
     assert said == [
         ("Restarted instance 1 of 2", 100),
@@ -376,7 +376,7 @@ async def test_a_restart(rig: Rig) -> None:
 
 async def test_scale_up_then_down(rig: Rig) -> None:
     await _live_first(rig)
-    await rig.ops.running.scale(await rig.app(), 3, by=rig.alice)
+    await rig.deploys.scale(await rig.app(), 3, by=rig.alice)
     assert _calls(rig) == [
         "running R1",
         "start R1#2 127.0.0.1:20002",
@@ -384,7 +384,7 @@ async def test_scale_up_then_down(rig: Rig) -> None:
         f"route {SHOP} R1=100['127.0.0.1:20000', '127.0.0.1:20001', '127.0.0.1:20002']",
     ]
     rig.runtime.calls.clear()
-    await rig.ops.running.scale(await rig.app(), 1, by=rig.alice)
+    await rig.deploys.scale(await rig.app(), 1, by=rig.alice)
     assert _calls(rig) == [
         "running R1",
         f"route {SHOP} R1=100['127.0.0.1:20000']",
@@ -399,14 +399,14 @@ async def test_scale_up_then_down(rig: Rig) -> None:
 
 async def test_stop_then_start(rig: Rig) -> None:
     await _live_first(rig)
-    await rig.ops.running.stop(await rig.app())
+    await rig.deploys.stop(await rig.app())
     assert _calls(rig) == [
         f"route {SHOP} stopped=0[]",
         "running R1",
         "stop R1",
     ]
     rig.runtime.calls.clear()
-    await rig.ops.running.start(await rig.app())
+    await rig.deploys.start(await rig.app())
     assert _calls(rig) == [
         "running R1",
         "recover R1",
@@ -428,7 +428,7 @@ async def test_reconcile_recovers_then_starts_what_is_missing(rig: Rig) -> None:
     release = f"{rig.app_id}-1"
     survivor = rig.runtime.running_.pop(release)[0]
     rig.runtime.adoptable[release] = {0: survivor}  # instance 0 outlived the server
-    assert await rig.ops.reconcile() == (0, 1)
+    assert await rig.deploys.reconcile() == (0, 1)
     assert _calls(rig) == [
         "running R1",
         "recover R1",
@@ -446,8 +446,8 @@ async def test_a_restart_of_a_release_recovered_after_a_server_restart(rig: Rig)
     await _live_first(rig)
     release = f"{rig.app_id}-1"
     rig.runtime.adoptable[release] = rig.runtime.running_.pop(release)  # both outlived it
-    assert await rig.ops.reconcile() == (0, 1)
+    assert await rig.deploys.reconcile() == (0, 1)
     rig.runtime.calls.clear()
-    await rig.ops.restart(await rig.app())
+    await rig.deploys.restart(await rig.app())
     # the same as a restart of instances this process started
     assert _calls(rig) == RESTART_OF_TWO

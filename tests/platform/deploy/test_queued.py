@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from appdeck.common.errors import FailedPrecondition
-from appdeck.platform.deploy.engine import DeployBusy
+from appdeck.platform.deploy.policy import DeployBusy
 from appdeck.platform.deploy.queued import when_free
 
 

@@ -108,7 +108,7 @@ async def test_a_rollback_past_the_kept_checkouts_checks_the_commit_out_again(
 ) -> None:
     app_id, shas = await _deployed_many(on, repo)
     assert shas[0] not in _checkouts(tmp_path, app_id)  # pruned
-    back = await on.platform.ops.rollback(
+    back = await on.platform.deploys.rollback(
         (await on.platform.apps.load(on.alice, app_id, "deploy.write")).app, 1
     )
     assert (back.number, back.state, back.source["commit"]) == (1, "live", shas[0])
@@ -126,7 +126,7 @@ async def test_a_rollback_to_a_pruned_checkout_of_a_disconnected_repository_is_r
         assert (await on.platform.deployments.deploy(on.alice, app_id, wait_s=None)).live
     await on.platform.repos.disconnect(on.alice, app_id)  # drops the cache and checkouts
     with pytest.raises(FailedPrecondition, match="no longer connected"):
-        await on.platform.ops.rollback(
+        await on.platform.deploys.rollback(
             (await on.platform.apps.load(on.alice, app_id, "deploy.write")).app, 1
         )
     [live, *_] = await on.platform.deploys.store.for_app(app_id, offset=0, limit=10)

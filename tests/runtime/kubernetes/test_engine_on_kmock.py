@@ -91,14 +91,14 @@ async def test_deploy_restart_and_scale_through_the_engine(
     assert _deployments(kmock) == {"app-shop--acme-r1": 1}
     assert _weights(kmock, rig) == [("app-shop--acme-r1", 100)]
 
-    record = await rig.ops.restart(await rig.app(), by=rig.alice.user)
+    record = await rig.deploys.restart(await rig.app(), by=rig.alice.user)
     assert (record.number, record.state) == (2, "live")
     assert await rig.states() == {1: "superseded", 2: "live"}
     assert _deployments(kmock) == {"app-shop--acme-r2": 1}  # r1 stopped whole
     assert _weights(kmock, rig) == [("app-shop--acme-r2", 100)]
 
-    await rig.ops.running.scale(await rig.app(), 3, by=rig.alice)
+    await rig.deploys.scale(await rig.app(), 3, by=rig.alice)
     assert _deployments(kmock) == {"app-shop--acme-r2": 3}
-    await rig.ops.running.scale(await rig.app(), 1, by=rig.alice)
+    await rig.deploys.scale(await rig.app(), 1, by=rig.alice)
     assert _deployments(kmock) == {"app-shop--acme-r2": 1}
     assert _weights(kmock, rig) == [("app-shop--acme-r2", 100)]

@@ -1,6 +1,6 @@
 """Cancelling a deploy another replica drives.
 
-A deploy's run lives in the process that took the app's lease (``DeployService.runs``). A
+A deploy's run lives in the process that took the app's lease (``DeployEngine.runs``). A
 ``deploy_app`` ``cancel`` that lands on another replica publishes ``deploy-cancel`` on the
 cluster's broadcast; every replica hears it and the one whose ``runs`` holds that deployment
 cancels it (the run unwinds as a ``tasks/cancel`` would unwind it). The sender then waits,

@@ -19,7 +19,7 @@ from appdeck.common.errors import ConfirmationRequired, NotFound
 from appdeck.common.identity import Principal
 from appdeck.platform.apps import AppService, AppView
 from appdeck.platform.deploy import policy, states
-from appdeck.platform.deploy.engine import DeployService, Operations
+from appdeck.platform.deploy.engine import DeployEngine
 from appdeck.platform.deploy.running import RunState
 from appdeck.storage.apps import AppRecord
 from appdeck.storage.deployments import DeploymentBrief, DeploymentRecord
@@ -58,10 +58,9 @@ class DeploymentView:
 
 
 class Deployments:
-    def __init__(self, apps: AppService, engine: DeployService, ops: Operations) -> None:
+    def __init__(self, apps: AppService, engine: DeployEngine) -> None:
         self._apps = apps
         self._engine = engine
-        self._ops = ops
         self._running: set[asyncio.Future[DeploymentRecord]] = set()
 
     async def deploy(
@@ -75,7 +74,7 @@ class Deployments:
         commit: str | None = None,
     ) -> DeploymentView:
         """Create and run a deployment (of ``commit`` of the connected repository: see
-        ``DeployService.create``). ``wait_s=None`` waits for the outcome (a task; a
+        ``DeployEngine.create``). ``wait_s=None`` waits for the outcome (a task; a
         cancellation cancels the deploy, and the live release keeps serving); otherwise the
         deployment so far is returned after at most ``wait_s`` and the run goes on here."""
         view = await self._apps.load(principal, app_id, "deploy.write")
@@ -113,7 +112,7 @@ class Deployments:
                 f"to deployment #{number}?",
                 what="the rollback",
             )
-        restored = await self._ops.rollback(view.app, number, progress)
+        restored = await self._engine.rollback(view.app, number, progress)
         return self._view(view, restored)
 
     async def restart(
@@ -121,26 +120,26 @@ class Deployments:
     ) -> DeploymentView:
         """Restart the live release instance by instance (a spare one first)."""
         view = await self._apps.load(principal, app_id, "deploy.write")
-        return self._view(view, await self._ops.restart(view.app, progress, by=principal.user))
+        return self._view(view, await self._engine.restart(view.app, progress, by=principal.user))
 
     async def stop(self, principal: Principal, app_id: int) -> Operated:
         """Stop the app (0 instances, 503 "stopped"), keeping its data (:mod:`.running`)."""
         view = await self._apps.load(principal, app_id, "deploy.write")
-        return self._operated(view, await self._ops.running.stop(view.app))
+        return self._operated(view, await self._engine.stop(view.app))
 
     async def start(
         self, principal: Principal, app_id: int, *, progress: Progress = _quiet
     ) -> Operated:
         """Start a stopped app's live release again."""
         view = await self._apps.load(principal, app_id, "deploy.write")
-        return self._operated(view, await self._ops.running.start(view.app, progress))
+        return self._operated(view, await self._engine.start(view.app, progress))
 
     async def scale(
         self, principal: Principal, app_id: int, instances: int, *, progress: Progress = _quiet
     ) -> Operated:
         """Run ``instances`` instances of the live release now, without a new release."""
         view = await self._apps.load(principal, app_id, "deploy.write")
-        state = await self._ops.running.scale(view.app, instances, progress, by=principal)
+        state = await self._engine.scale(view.app, instances, progress, by=principal)
         return self._operated(view, state)
 
     async def cancel(
@@ -148,7 +147,7 @@ class Deployments:
     ) -> DeploymentView:
         """Cancel the deployment in progress, as ``tasks/cancel`` on its task would."""
         view = await self._apps.load(principal, app_id, "deploy.write")
-        return self._view(view, await self._ops.running.cancel(view.app, number))
+        return self._view(view, await self._engine.cancel(view.app, number))
 
     async def list(
         self,

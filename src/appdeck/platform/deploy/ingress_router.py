@@ -8,7 +8,7 @@ Several replicas (:meth:`IngressRouter.share`): every replica's ingress serves e
 A route change made here is published on the ``routes`` channel as the route's whole new
 state (its backends, or ``null`` once forgotten), by one sender task, in order; the other
 replicas apply it to their tables as it comes. Pub/sub loses messages (a dropped connection):
-the backstop is ``Operations.resync_routes`` (the database's live releases), run after a
+the backstop is ``DeployEngine.resync_routes`` (the database's live releases), run after a
 reconnect and every few seconds.
 
 A canary is analysed by the replica that deploys it, but every replica's ingress answers its

@@ -16,7 +16,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Final, TypeVar
 
-from appdeck.platform.deploy.engine import DeployBusy
+from appdeck.platform.deploy.policy import DeployBusy
 
 log = logging.getLogger("appdeck.deploy")
 T = TypeVar("T")

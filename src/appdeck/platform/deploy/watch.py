@@ -1,6 +1,6 @@
 """What the deploy engine tells an observer: one seam, metrics and traces behind it.
 
-A :class:`DeployWatcher` (given to ``DeployService`` by the composition root; default
+A :class:`DeployWatcher` (given to ``DeployEngine`` by the composition root; default
 :data:`NOT_WATCHED`) opens a :class:`DeployWatch` per run of a deploy, rollback or restart,
 and times the wait for the app's lease (:meth:`DeployWatcher.lease`, before a run has a
 number). A watch times the run's phases and is told how the run ended::
