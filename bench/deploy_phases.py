@@ -97,7 +97,7 @@ async def main(mode: str, rounds: int) -> None:
             services = platform.services.platform
             assert services is not None
             app = (await services.apps.load(platform.who, platform.app_id, "deploy.write")).app
-            await services.ops.rollback(app)
+            await services.deploys.rollback(app)
             clock.report("warm rollback", time.perf_counter() - begin)
             await deploy._deploy(platform, "rolling")  # live again on a fresh release
     finally:
