@@ -59,6 +59,23 @@ async def mint_dev_token(services: Services) -> str:
     return str(token)
 
 
+def uvicorn_config(services: Services, settings: Settings) -> uvicorn.Config:
+    """uvicorn serving the composition root's ASGI app as ``appdeck serve`` runs it."""
+    return uvicorn.Config(
+        services.asgi(),
+        http=bounded_protocol(http_limits(settings)),  # as appdeck serve runs it
+        limit_concurrency=settings.max_concurrency,
+        loop="uvloop",
+        lifespan="off",
+        access_log=False,
+        log_config=None,
+        log_level="warning",
+        timeout_graceful_shutdown=3,
+        server_header=False,
+        proxy_headers=False,  # X-Forwarded-* are not trusted unless a proxy is configured
+    )
+
+
 async def serve(args: argparse.Namespace, data_dir: Path) -> None:
     settings = Settings(
         host=args.host,
@@ -93,19 +110,7 @@ async def serve(args: argparse.Namespace, data_dir: Path) -> None:
         tmp = args.token_file.with_suffix(".tmp")
         tmp.write_text(token)
         tmp.replace(args.token_file)
-    config = uvicorn.Config(
-        services.asgi(),
-        http=bounded_protocol(http_limits(settings)),  # as appdeck serve runs it
-        limit_concurrency=settings.max_concurrency,
-        loop="uvloop",
-        lifespan="off",
-        access_log=False,
-        log_config=None,
-        log_level="warning",
-        timeout_graceful_shutdown=3,
-        server_header=False,
-        proxy_headers=False,  # X-Forwarded-* are not trusted unless a proxy is configured
-    )
+    config = uvicorn_config(services, settings)
     server = server_class(services.drain)(config)  # as serve: a SIGINT ends serving only
     tune_gc()  # as appdeck serve does
     try:

@@ -200,6 +200,9 @@ def _haproxy_of(
         certs=plane.certificates,
         gate=gate,
     )
+    # a started instance's server is in HAProxy (weight 0) by the time its health check
+    # passes: moving traffic to it then changes weights, without a reload in the way
+    driver.started.append(lambda r, i: table.expect(r.route, i.release_id, i.index, i.upstream))
     return plane, HAProxyRouter(table, counters, gate, plane, edge)
 
 

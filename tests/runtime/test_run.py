@@ -53,6 +53,25 @@ async def test_start_runs_the_app_with_port_host_and_env_and_health_is_ok(
     assert await driver.handles("12-1") == [ref]
 
 
+async def test_start_tells_its_hooks_of_each_instance_before_it_is_healthy(
+    driver: LocalDriver,
+) -> None:
+    spec = make_spec()
+    await driver.prepare(spec)
+    seen: list[tuple[str, int, str]] = []
+
+    def failing(release: object, instance: object) -> None:
+        raise RuntimeError("a failing hook fails no start")
+
+    driver.started.append(lambda release, i: seen.append((release.route, i.index, i.upstream)))
+    driver.started.append(failing)
+
+    instance = await driver.start(spec, 0)
+
+    assert seen == [(spec.route, 0, instance.upstream)]
+    await driver.stop(instance.release_id)
+
+
 async def test_health_is_not_ok_for_errors_closed_ports_and_silence(driver: LocalDriver) -> None:
     spec = make_spec(env={"FAIL_ALL": "1"})
     await driver.prepare(spec)

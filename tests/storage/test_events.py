@@ -42,6 +42,19 @@ async def test_append_many_appends_in_item_order_in_one_go(storage: Storage) -> 
     assert await storage.events.replay("s1", "post-1", 0) == [events[2]]
 
 
+async def test_a_fan_out_gives_each_session_the_seq_of_its_own_event(storage: Storage) -> None:
+    items = [(f"s{n}", "get", f'{{"n":{n}}}'.encode()) for n in range(300)]
+
+    events = await storage.events.append_many(items)
+
+    assert [(e.session_id, e.stream, e.payload) for e in events] == items
+    assert len({e.seq for e in events}) == len(items)
+    for event in events[::37]:
+        assert await storage.events.replay(event.session_id, "get", 0) == [event]
+    later = await storage.events.append_many(items[:2])
+    assert min(e.seq for e in later) > max(e.seq for e in events)
+
+
 async def test_append_many_of_nothing_appends_nothing(storage: Storage) -> None:
     assert await storage.events.append_many([]) == []
 

@@ -25,6 +25,7 @@ from appdeck.common.errors import InvalidArgument, NotFound
 from appdeck.runtime.appdb import DatabaseAccess, DatabaseGrant
 from appdeck.runtime.disks import AppDisks, split
 from appdeck.runtime.driver import (
+    Instance,
     InstanceEvent,
     InstanceEventKind,
     InstanceWatcher,
@@ -128,6 +129,9 @@ class DriverCore:
         ``"<release_id>.<index>"``: (pid, start ticks, fd). See ``netns_fd``."""
         self._boot_id = boot_id()
         self._watchers: list[InstanceWatcher] = []
+        self.started: list[Callable[[Release, Instance], None]] = []
+        """Called (never awaited, must not block) with each instance :meth:`start` made,
+        before its health check: the data plane prepares its route to it meanwhile."""
         self._disk_used: dict[int, int] = {}
         """``account`` mode: each app's bytes as last measured (``check_disks``)."""
 

@@ -130,7 +130,13 @@ class LocalDriver(BuildMixin, AdoptionMixin, StopMixin, InspectionMixin, ExportM
         unsandboxed, a free one, never a port the app names (it could be the control
         plane's)."""
         port = (release.spec.port or SANDBOX_PORT) if self.sandbox is not None else free_port()
-        return _instance(await self.launch(release, index, port))
+        instance = _instance(await self.launch(release, index, port))
+        for hook in list(self.started):
+            try:
+                hook(release, instance)
+            except Exception:  # a hook's failure must not fail the start
+                log.exception("instance start hook failed")
+        return instance
 
     async def wait_ready(self, release: Release, instance: Instance, within_s: float) -> Readiness:
         state = self._releases.get(instance.release_id)

@@ -21,6 +21,12 @@ from appdeck.events.ports import EventLog, StoredEvent
 from appdeck.storage.schema import session_events
 
 _APPEND = sa.insert(session_events).returning(session_events.c.seq, sort_by_parameter_order=True)
+_APPEND_KEYED = sa.insert(session_events).returning(
+    session_events.c.seq, session_events.c.session_id, session_events.c.stream
+)
+"""Rows whose (session, stream) are all different: each seq comes back with its key, so
+no order is needed and the rows go in multi-row statements (``sort_by_parameter_order``
+makes SQLite insert one row per statement: 1,000 subscribers were 1,000 round trips)."""
 
 
 class SqlEventLog(EventLog):
@@ -48,9 +54,14 @@ class SqlEventLog(EventLog):
             {"session_id": sid, "stream": stream, "payload": payload.decode(), "created_at": now}
             for sid, stream, payload in items
         ]
+        keys = [(sid, stream) for sid, stream, _ in items]
         async with self._engine.begin() as conn:
             if len(rows) == 1:
                 seqs = [(await conn.execute(_APPEND, rows[0])).scalar_one()]
+            elif len(set(keys)) == len(keys):  # a fan-out: one event per session
+                result = await conn.execute(_APPEND_KEYED, rows)
+                by_key = {(sid, stream): seq for seq, sid, stream in result}
+                seqs = [by_key[key] for key in keys]
             else:
                 seqs = list((await conn.execute(_APPEND, rows)).scalars())
         return [

@@ -8,6 +8,7 @@ from appdeck.ingress.config import ProxyConfig
 from appdeck.ingress.haproxy.config import (
     EDGE_RULES_MARK,
     Layout,
+    Rendered,
     render,
     server_weights,
     state_of,
@@ -38,6 +39,45 @@ def test_a_zero_weight_release_keeps_its_servers_at_weight_0() -> None:
         [Backend("r1", 100, ["127.0.0.1:1"]), Backend("r2", 0, ["127.0.0.1:2"])]
     )
     assert [w for _, _, w in weights] == [256, 0]
+
+
+def test_a_sandboxed_instance_is_named_by_its_own_index_not_its_place_in_the_list() -> None:
+    weights = server_weights(
+        [Backend("1-3", 100, ["1-3.1@127.0.0.1:8000", "1-3.4@127.0.0.1:8000"])]
+    )
+    assert [name for name, _, _ in weights] == ["1-3-1", "1-3-4"]
+
+
+def _rendered(backends: list[Backend], expected: dict[str, str] | None = None) -> Rendered:
+    table = RouteTable()
+    table.set("blog", backends)
+    return render(
+        table,
+        LAYOUT,
+        host="127.0.0.1",
+        port=8088,
+        proxy=ProxyConfig(),
+        expected={"blog": expected} if expected else None,
+    )
+
+
+def test_a_config_with_fewer_servers_fits_in_the_running_one_and_one_with_more_does_not() -> None:
+    both = _rendered([Backend("r1", 50, ["127.0.0.1:1"]), Backend("r2", 50, ["127.0.0.1:2"])])
+    one = _rendered([Backend("r1", 100, ["127.0.0.1:1"])])
+    shifted = _rendered([Backend("r1", 10, ["127.0.0.1:1"]), Backend("r2", 90, ["127.0.0.1:2"])])
+
+    assert one.fits_in(both)
+    assert shifted.fits_in(both)
+    assert not both.fits_in(one)
+    assert not _rendered([Backend("r1", 100, ["127.0.0.1:3"])]).fits_in(both)
+
+
+def test_an_expected_instance_is_rendered_at_weight_0_until_it_is_routed() -> None:
+    staged = _rendered([Backend("r1", 100, ["127.0.0.1:1"])], {"r2-0": "127.0.0.1:2"})
+
+    assert staged.weights[("be_blog", "r2-0")] == 0
+    assert staged.servers[("be_blog", "r2-0")] == ("blog", "r2")
+    assert _rendered([Backend("r2", 100, ["127.0.0.1:2"])]).fits_in(staged)
 
 
 def test_each_route_state_is_rendered_and_only_live_routes_get_a_backend() -> None:

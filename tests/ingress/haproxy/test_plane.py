@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from appdeck.ingress.config import ProxyConfig
-from appdeck.ingress.haproxy.plane import _ephemeral, addresses, free_port
+from appdeck.ingress.haproxy.plane import HAProxyTable, _ephemeral, addresses, free_port
 from appdeck.ingress.routes import STOPPED, Backend
 from tests.ingress.conftest import StartUpstream
 from tests.ingress.haproxy.conftest import StartPlane
@@ -87,6 +87,54 @@ async def test_a_weight_change_takes_effect_without_a_reload_and_is_read_back(
     assert pid == [line for line in after.splitlines() if line.startswith("Pid:")]
     assert "weight 100" not in data_plane.process.layout.config.read_text()  # scaled
     assert "r2-0 127.0.0.1" in data_plane.process.layout.config.read_text()
+
+
+def _pid(info: str) -> list[str]:
+    return [line for line in info.splitlines() if line.startswith("Pid:")]
+
+
+async def test_a_server_leaving_the_route_goes_to_weight_0_without_a_reload(
+    plane: StartPlane, upstream: StartUpstream
+) -> None:
+    data_plane, client = await plane()
+    a, b = await upstream("a"), await upstream("b")
+    data_plane.table.set("blog", [Backend("r1", 100, [a.address, b.address])])
+    assert await data_plane.synced()
+    worker = await data_plane.process.stats.command("show info")
+
+    data_plane.table.set("blog", [Backend("r1", 100, [a.address])])
+    assert await data_plane.synced()
+
+    assert _pid(await data_plane.process.stats.command("show info")) == _pid(worker)
+    state = await data_plane.process.stats.command("show servers state be_blog")
+    weights = {f[3]: f[7] for f in (line.split() for line in state.splitlines()[2:]) if len(f) > 7}
+    assert (weights["r1-0"], weights["r1-1"]) == ("256", "0")
+    for _ in range(10):
+        assert (await client.get("/", headers=BLOG)).json()["upstream"] == "a"
+    assert "r1-1" not in data_plane.process.layout.config.read_text()  # the next reload's
+
+
+async def test_an_expected_instance_is_routed_later_without_a_reload(
+    plane: StartPlane, upstream: StartUpstream
+) -> None:
+    data_plane, client = await plane()
+    a, b = await upstream("a"), await upstream("b")
+    data_plane.table.set("blog", [Backend("r1", 100, [a.address])])
+    assert await data_plane.synced()
+
+    data_plane.table.expect("blog", "r2", 0, b.address)
+    async with asyncio.timeout(30):  # the reload that adds its server, in the background
+        while "r2-0" not in await data_plane.process.stats.command("show servers state"):  # noqa: ASYNC110 - HAProxy's state, no event
+            await asyncio.sleep(0.01)
+    worker = await data_plane.process.stats.command("show info")
+    for _ in range(10):  # weight 0 until routed
+        assert (await client.get("/", headers=BLOG)).json()["upstream"] == "a"
+    data_plane.table.set("blog", [Backend("r2", 100, [b.address])])
+    assert await data_plane.synced()
+
+    assert _pid(await data_plane.process.stats.command("show info")) == _pid(worker)
+    for _ in range(10):
+        assert (await client.get("/", headers=BLOG)).json()["upstream"] == "b"
 
 
 async def test_error_pages_match_the_python_ingress(
@@ -278,6 +326,21 @@ async def test_a_slow_release_shows_a_higher_mean_latency_than_a_fast_one(
     assert late.requests >= 3
     assert late.mean_latency >= 0.25  # the app's 0.3 s before its headers
     assert late.mean_latency > quick.mean_latency
+
+
+def test_an_instance_is_expected_only_on_a_route_that_exists_and_until_it_is_routed() -> None:
+    table = HAProxyTable()
+    table.expect("blog", "r2", 0, "127.0.0.1:2")
+    assert table.expected() == {}
+    table.set("blog", [Backend("r1", 100, ["127.0.0.1:1"])])
+    version = table.routes_version
+
+    table.expect("blog", "r2", 0, "127.0.0.1:2")
+
+    assert table.expected() == {"blog": {"r2-0": "127.0.0.1:2"}}
+    assert table.routes_version == version  # nothing to wait for: no route changed
+    table.set("blog", [Backend("r2", 100, ["127.0.0.1:2"])])
+    assert table.expected() == {}
 
 
 def test_a_free_port_for_a_test_plane_is_taken_outside_the_ephemeral_range() -> None:

@@ -24,6 +24,7 @@ frontend f
   default_backend b
 backend b
   server s1 127.0.0.1:9 weight 10
+  server s2 127.0.0.1:10 weight 10
 """
 
 
@@ -61,6 +62,23 @@ async def test_a_command_is_answered_and_a_refusal_raises(
     assert (await stats.command("get weight b/s1")).startswith("50 (initial 10)")
     with pytest.raises(RuntimeApiError, match="No such server"):
         await stats.command("set server b/nope weight 1")
+
+
+async def test_silent_commands_go_in_one_batch_and_any_answer_is_a_refusal(
+    haproxy: tuple[RuntimeApi, RuntimeApi],
+) -> None:
+    stats, _ = haproxy
+
+    await stats.commands(["set server b/s1 weight 3", "set server b/s2 weight 0"])
+
+    state = await stats.command("show servers state b")
+    weights = {f[3]: f[7] for f in (line.split() for line in state.splitlines()[2:]) if len(f) > 7}
+    assert weights == {"s1": "3", "s2": "0"}
+    with pytest.raises(RuntimeApiError, match="No such server"):
+        await stats.commands(["set server b/s1 weight 4", "set server b/nope weight 1"])
+    with pytest.raises(ValueError, match="one line without ';'"):
+        await stats.commands(["set server b/s1 weight 4; shutdown frontend f"])
+    await stats.commands([])
 
 
 async def test_the_master_socket_answers_and_closes(haproxy: tuple[RuntimeApi, RuntimeApi]) -> None:

@@ -18,11 +18,13 @@ answers (status, commit, reason) are pinned in repos/test_push_answers.py.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from pathlib import Path
 
 import pytest
 
+from appdeck.platform.changes import Change
 from appdeck.platform.deploy.ports import Instance
 from appdeck.storage import Storage
 
@@ -196,6 +198,29 @@ async def test_blue_green_and_a_warm_rollback(rig: Rig) -> None:
     ]
     assert (await _steps(rig, 1))[-1] == ("live", "Live again instantly (it was still warm)")
     assert (await _steps(rig, 2))[-1] == ("rolled_back", "Rolled back to 1")
+
+
+async def test_a_warm_rollback_returns_before_its_listeners_hear_of_it_in_order(
+    rig: Rig,
+) -> None:
+    await _live_first(rig)
+    assert await rig.deploy("blue_green") == "live"
+    heard: list[tuple[int | None, str]] = []
+    go_on = asyncio.Event()
+
+    async def slow_listener(change: Change) -> None:
+        await go_on.wait()
+        record = await rig.deploys.store.get(rig.app_id, change.deployment or 0)
+        heard.append((change.deployment, record.state if record else ""))
+
+    rig.feed.subscribe(slow_listener)
+
+    restored = await rig.deploys.rollback(await rig.app())
+
+    assert (restored.number, restored.state, heard) == (1, "live", [])
+    go_on.set()
+    await rig.deploys.settle()
+    assert heard == [(2, "rolled_back"), (1, "live")]
 
 
 async def test_a_cold_rollback(rig: Rig) -> None:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import re
 import resource
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -114,6 +114,29 @@ class Rendered:
         running worker's ``show info`` tells which config it runs."""
         return hashlib.sha256(self.skeleton.encode()).hexdigest()[:16]
 
+    def fits_in(self, running: Rendered) -> bool:
+        """Whether HAProxy running ``running`` can serve this config by weights alone: all
+        but the route servers is the same, and each of this config's servers is one of
+        ``running``'s (a server it lacks stays there at weight 0 until the next reload)."""
+        mine, theirs = _frame(self), _frame(running)
+        return mine[0] == theirs[0] and mine[1] <= theirs[1]
+
+
+def _frame(rendered: Rendered) -> tuple[str, frozenset[tuple[str, str]]]:
+    """The skeleton without the route servers (its description line neither: it hashes
+    them), and those servers as (section, server line) pairs."""
+    kept: list[str] = []
+    servers: set[tuple[str, str]] = set()
+    section = ""
+    for line in rendered.skeleton.split("\n"):
+        if line and not line.startswith(" "):
+            section = line
+        if line.startswith("    server ") and not line.startswith(f"    server {HANDOFF_SERVER} "):
+            servers.add((section, line))
+        elif not line.startswith("    description appdeck-"):
+            kept.append(line)
+    return "\n".join(kept), frozenset(servers)
+
 
 def _maxconn() -> int:
     """Connections HAProxy takes: two descriptors each, within this process's limit (which
@@ -131,9 +154,19 @@ def server_weights(backends: Sequence[Backend]) -> list[tuple[str, str, int]]:
     for backend in backends:
         per = backend.weight / len(backend.upstreams) if backend.upstreams else 0.0
         weight = max(1, round(per * scale)) if backend.weight else 0
-        for index, upstream in enumerate(backend.upstreams):
-            out.append((f"{backend.release_id}-{index}", upstream, weight))
+        for position, upstream in enumerate(backend.upstreams):
+            out.append((server_name(backend.release_id, upstream, position), upstream, weight))
     return out
+
+
+def server_name(release_id: str, upstream: str, position: int) -> str:
+    """``<release>-<index>``: the instance's own index when the upstream names it (a
+    sandboxed instance's ``<release>.<index>@…``), else its position in the release's list.
+    So an instance keeps its server while others of its release leave the route (rolling),
+    and HAProxy changes its weights without a reload."""
+    key = upstream.rpartition("@")[0]
+    index = key[len(release_id) + 1 :] if key.startswith(f"{release_id}.") else ""
+    return f"{release_id}-{index if index.isdigit() else position}"
 
 
 def state_of(table: RouteTable, route: str) -> str:
@@ -302,15 +335,24 @@ def _servers(
     namespace: Callable[[str], str | None] | None,
     weights: dict[tuple[str, str], int],
     servers: dict[tuple[str, str], tuple[str, str]],
+    expected: Mapping[str, str] | None = None,
 ) -> list[str]:
-    """The server lines of ``route``'s backend; each server's weight and release noted."""
+    """The server lines of ``route``'s backend; each server's weight and release noted.
+    ``expected`` (server name -> upstream): instances started for the route and not routed
+    yet, at weight 0, so that routing them later changes weights only (no reload)."""
     name = f"be_{route}"
     release_of = {}
     for b in backends:
-        for index in range(len(b.upstreams)):
-            release_of[f"{b.release_id}-{index}"] = b.release_id
+        for position, upstream in enumerate(b.upstreams):
+            release_of[server_name(b.release_id, upstream, position)] = b.release_id
+    listed = server_weights(backends)
+    routed = {server for server, _, _ in listed}
+    for server, upstream in sorted((expected or {}).items()):
+        if server not in routed:
+            listed.append((server, upstream, 0))
+            release_of[server] = server.rpartition("-")[0]
     lines = []
-    for server, upstream, weight in server_weights(backends):
+    for server, upstream, weight in listed:
         ns, _, address = upstream.rpartition("@")
         where = ""
         if ns:
@@ -385,11 +427,13 @@ def render(
     edge_sections: Sequence[str] = (),
     edge_global: Sequence[str] = (),
     edge_sections_of: Callable[[Sequence[str], Sequence[str]], Sequence[str]] | None = None,
+    expected: Mapping[str, Mapping[str, str]] | None = None,
 ) -> Rendered:
     """The whole configuration for ``table``, listening on ``host`` (one address, or several
     comma-separated, IPv6 ones in brackets) at ``port``. ``namespace`` names the ``/run/netns``
     entry of an instance's network namespace (``"<release>.<index>"`` of an upstream
-    ``"<release>.<index>@127.0.0.1:<port>"``; None: the instance is left out)."""
+    ``"<release>.<index>@127.0.0.1:<port>"``; None: the instance is left out). ``expected``:
+    route -> server name -> upstream of instances started and not routed yet (weight 0)."""
     routes = table.keys()
     states = {route: state_of(table, route) for route in routes}
     e502, e504 = _pages(routes)
@@ -454,7 +498,14 @@ def render(
         if states[route] != "live":
             continue
         lines = [
-            *_servers(route, table.get(route) or [], namespace, weights, servers),
+            *_servers(
+                route,
+                table.get(route) or [],
+                namespace,
+                weights,
+                servers,
+                (expected or {}).get(route),
+            ),
             *_handing_off(layout),
         ]
         body += ["", f"backend be_{route}", *lines]

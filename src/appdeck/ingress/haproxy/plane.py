@@ -42,7 +42,7 @@ from appdeck.common.listen import LOOPBACKS, ListenError, listen
 from appdeck.ingress.certs import Certificates
 from appdeck.ingress.challenges import Challenges
 from appdeck.ingress.config import ProxyConfig
-from appdeck.ingress.haproxy.config import HANDOFF_SERVER, Layout, Rendered, render
+from appdeck.ingress.haproxy.config import HANDOFF_SERVER, Layout, Rendered, render, server_name
 from appdeck.ingress.haproxy.namespaces import Namespaces
 from appdeck.ingress.haproxy.process import BINARY, HAProxyFailed, HAProxyProcess
 from appdeck.ingress.haproxy.runtime_api import RuntimeApiError
@@ -56,6 +56,9 @@ MOVED_EVERY_S: Final = 1.0
 """How often the namespaces of routed sandboxed instances are checked for a restart."""
 SETTLE_S: Final = 30.0
 SYNCED_WITHIN_S: Final = 15.0
+EXPECTED_FOR_S: Final = 120.0
+"""How long an instance started for a route (:meth:`HAProxyTable.expect`) is rendered at
+weight 0 while it is not routed (a start's health check is bounded well below this)."""
 _CLASSES: Final = ("hrsp_1xx", "hrsp_2xx", "hrsp_3xx", "hrsp_4xx", "hrsp_5xx")
 
 
@@ -90,15 +93,55 @@ class HAProxyTable(RouteTable):
     ) -> None:
         super().__init__(extra_domains=extra_domains, rng=rng, hosts=hosts)
         self.version = 0
+        """Counts every change, expected instances too (what the data plane syncs)."""
+        self.routes_version = 0
+        """Counts the route changes (what :meth:`HAProxyDataPlane.synced` waits for)."""
         self.listener: Callable[[], None] | None = None
+        self._expected: dict[str, dict[str, tuple[str, float]]] = {}
+        """route -> server name -> (upstream, when it was started)."""
 
     def set(self, route: str, backends: Sequence[Backend]) -> None:
         super().set(route, backends)
+        self.routes_version += 1
         self._changed()
 
     def remove(self, route: str) -> None:
         super().remove(route)
+        self._expected.pop(route, None)
+        self.routes_version += 1
         self._changed()
+
+    def expect(self, route: str, release_id: str, index: int, upstream: str) -> None:
+        """Instance ``index`` of ``release_id`` started for ``route`` and may be routed
+        soon: HAProxy gets its server now, at weight 0 (the reload this needs runs while the
+        instance starts, not when traffic moves to it). Only a route that serves already
+        (its backend exists) takes it; forgotten after :data:`EXPECTED_FOR_S`."""
+        if route not in self.keys():
+            return
+        when = time.monotonic()
+        self._expected.setdefault(route, {})[f"{release_id}-{index}"] = (upstream, when)
+        self._changed()
+
+    def expected(self) -> dict[str, dict[str, str]]:
+        """route -> server name -> upstream of the instances expected now (not routed yet,
+        started less than :data:`EXPECTED_FOR_S` ago)."""
+        now = time.monotonic()
+        out: dict[str, dict[str, str]] = {}
+        for route, servers in list(self._expected.items()):
+            routed = {
+                server_name(b.release_id, upstream, n)
+                for b in self.get(route) or []
+                for n, upstream in enumerate(b.upstreams)
+            }
+            fresh = {
+                n: v for n, v in servers.items() if now - v[1] < EXPECTED_FOR_S and n not in routed
+            }
+            if fresh:
+                self._expected[route] = fresh
+                out[route] = {name: upstream for name, (upstream, _) in fresh.items()}
+            else:
+                del self._expected[route]
+        return out
 
     def _changed(self) -> None:
         self.version += 1
@@ -219,11 +262,16 @@ class HAProxyDataPlane:
         self.restarts = 0
         """How often the watchdog started a dead HAProxy again."""
         self._applied: Rendered | None = None
-        """What this process last confirmed HAProxy runs (None: unknown, apply it whole)."""
+        """What this process last confirmed HAProxy runs (None: unknown, apply it whole):
+        the config it reloaded with, which may have more servers than the table needs now."""
+        self._weights: dict[tuple[str, str], int] = {}
+        """(backend, server) -> the weight last set and read back, over ``_applied``'s."""
         self._written: Rendered | None = None
         """The last config written: what the watchdog starts a dead HAProxy with."""
         self._in_effect = -1
-        """The table version HAProxy runs (read back)."""
+        """The table's routes version HAProxy runs (read back)."""
+        self._synced = -1
+        """The table version (expected instances too) last put in effect."""
         self._wake = asyncio.Event()
         self._progress = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -308,7 +356,7 @@ class HAProxyDataPlane:
         :meth:`settle` (the platform restoring its routes) nothing is pushed: False at once."""
         if not self._settled.is_set():
             return False
-        wanted = self.table.version
+        wanted = self.table.routes_version
         self._poke()
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(within_s):
@@ -347,7 +395,7 @@ class HAProxyDataPlane:
                 if not self.process.running() and self._written is not None:
                     await self._restart()
                 if self._settled.is_set() and (
-                    self._in_effect < self.table.version or self._namespace_moved()
+                    self._synced < self.table.version or self._namespace_moved()
                 ):
                     await self._sync()
                 await self._poll()
@@ -384,9 +432,20 @@ class HAProxyDataPlane:
 
     def _render(self) -> Rendered:
         keys: list[str] = []
+        expected = self.table.expected()
+        if self.namespaces is not None:  # an expected instance already gone: left out
+            fd_of = self.namespaces.fd_of
+            expected = {
+                route: {
+                    n: u for n, u in servers.items() if "@" not in u or fd_of(_key(u)) is not None
+                }
+                for route, servers in expected.items()
+            }
         for route in list(self.table.keys()):
             for backend in self.table.get(route) or []:
                 keys += [u.partition("@")[0] for u in backend.upstreams if "@" in u]
+            upstreams = expected.get(route, {}).values()
+            keys += [u.partition("@")[0] for u in upstreams if "@" in u]
         namer = None
         if self.namespaces is not None:
             self.namespaces.ensure(keys)
@@ -401,35 +460,46 @@ class HAProxyDataPlane:
             edge_rules=self.edge.http_rules() if self.edge is not None else (),
             edge_global=self.edge.global_lines() if self.edge is not None else (),
             edge_sections_of=self.edge.sections if self.edge is not None else None,
+            expected=expected,
         )
 
     async def _sync(self, *, force: bool = False, locked: bool = False) -> None:
-        version = self.table.version
+        """Put the table in effect: by weights alone when the config HAProxy runs has every
+        server the table needs (those it no longer needs go to weight 0 and stay until the
+        next reload), else by writing the config and reloading."""
+        version, routes = self.table.version, self.table.routes_version
         rendered = self._render()
         applied, self._applied = self._applied, None  # unknown until read back
+        weights = self._weights
         async with contextlib.nullcontext() if locked else self.process.locked():
-            whole = force or applied is None or applied.skeleton != rendered.skeleton
-            if whole or await self.process.marker() != rendered.marker:  # another replica's?
-                if self.process.running():
+            fits = not force and applied is not None and rendered.fits_in(applied)
+            if applied is None or not fits or await self.process.marker() != applied.marker:
+                if self.process.running():  # (a marker not ours: another replica reloaded)
                     await self._poll()
                     self._fold()
                 if self.edge is not None:
                     self.edge.prepare()
                 await self.process.apply(rendered)
-                applied = None  # the config's weights, or another replica's: set them all
+                applied = rendered
+                weights = {}  # the config's weights, or another replica's: set them all
             else:
-                self.process.write(rendered)  # a reload or restart keeps the new weights
+                self.process.write(rendered)  # a reload or restart takes this config
             self._written = rendered
-            for (backend, server), weight in rendered.weights.items():
-                if applied is None or applied.weights.get((backend, server)) != weight:
-                    line = f"set server {backend}/{server} weight {weight}"
-                    await self.process.stats.command(line)
-            await self._read_back(rendered)
-        self._applied = rendered
-        self._in_effect = version
+            wanted = {key: rendered.weights.get(key, 0) for key in applied.weights}
+            await self.process.stats.commands(
+                [
+                    f"set server {backend}/{server} weight {weight}"
+                    for (backend, server), weight in wanted.items()
+                    if weights.get((backend, server)) != weight
+                ]
+            )
+            await self._read_back(wanted)
+        self._applied = applied
+        self._weights = wanted
+        self._synced, self._in_effect = version, routes
         self._progress.set()
 
-    async def _read_back(self, rendered: Rendered) -> None:
+    async def _read_back(self, weights: dict[tuple[str, str], int]) -> None:
         """Every server's weight as HAProxy has it now (``show servers state``)."""
         answer = await self.process.stats.command("show servers state")
         running: dict[tuple[str, str], int] = {}
@@ -437,7 +507,7 @@ class HAProxyDataPlane:
             fields = line.split()
             if len(fields) > 7:
                 running[(fields[1], fields[3])] = int(fields[7])
-        wrong = [k for k, w in rendered.weights.items() if running.get(k) != w]
+        wrong = [k for k, w in weights.items() if running.get(k) != w]
         if wrong:
             raise HAProxyFailed(f"HAProxy runs other weights than rendered ({len(wrong)} servers)")
 
@@ -486,6 +556,11 @@ class HAProxyDataPlane:
                 key, 0.0
             )
         self.counters.load(totals, latency)
+
+
+def _key(upstream: str) -> str:
+    """The instance key of a namespaced upstream (``<release>.<index>@…``)."""
+    return upstream.partition("@")[0]
 
 
 def _to_headers(row: dict[str, str]) -> float:

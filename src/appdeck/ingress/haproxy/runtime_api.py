@@ -16,12 +16,16 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
 TIMEOUT_S: Final = 20.0
 """A bound on one command: a healthy HAProxy answers in microseconds, but a 2-core machine at
 load 14 starved one for over 5 s (issue 20); only a hung one comes near this."""
+BATCH: Final = 200
+"""Commands :meth:`RuntimeApi.commands` sends on one connection (HAProxy reads a request line
+of up to its buffer size, 64 KiB here: 200 ``set server`` lines are ~16 KiB)."""
 MAX_ANSWER: Final = 64 * 1024 * 1024
 """``show stat`` of a big config stays far below this."""
 _REFUSAL: Final = re.compile(
@@ -55,9 +59,11 @@ class RuntimeApi:
         """The master socket (``-S``) keeps a connection open until ``quit``."""
         self.timeout_s = timeout_s
 
-    async def raw(self, line: str, payload: str | None = None) -> str:
-        """Send one command and return HAProxy's answer, whatever it says."""
-        _check_line(line)
+    async def raw(self, line: str, payload: str | None = None, *, checked: bool = False) -> str:
+        """Send one command and return HAProxy's answer, whatever it says (``checked``: the
+        line is already known safe, several commands joined by :meth:`commands`)."""
+        if not checked:
+            _check_line(line)
         text = line + "\n"
         if payload is not None:
             if "\n\n" in payload.strip("\n") or "\x00" in payload:
@@ -90,6 +96,19 @@ class RuntimeApi:
         if refused(answer):
             raise RuntimeApiError(f"{line.split(' ', 3)[:3]}: {answer.strip()[:300]}")
         return answer
+
+    async def commands(self, lines: Sequence[str]) -> None:
+        """Send commands that answer nothing when they succeed (``set server … weight``)
+        on one connection, ``;``-separated (at most :data:`BATCH` a time);
+        :class:`RuntimeApiError` when HAProxy answered any of them."""
+        for start in range(0, len(lines), BATCH):
+            batch = lines[start : start + BATCH]
+            for line in batch:
+                _check_line(line)
+            answer = await self.raw("; ".join(batch), checked=True)
+            said = [line for line in answer.splitlines() if line.strip()]
+            if said:
+                raise RuntimeApiError(f"{len(batch)} commands: {said[0].strip()[:300]}")
 
 
 def refused(answer: str) -> bool:

@@ -109,10 +109,14 @@ class Operating(Deploying):
                 lease=held.lease,
             )
         self.background(self.runtime.stop(live.release_id))  # traffic already moved: stop it aside
-        await self.announce(app, left)
-        await self.announce(app, restored)
+        self.background(self._announce(app, left, restored))  # recorded: listeners hear it aside
         await progress(f"Rolled back to release {target.number} {how}", 100)
         return restored
+
+    async def _announce(self, app: AppRecord, *records: DeploymentRecord) -> None:
+        """Tell subscribers of each record in turn (a rollback's, once it is in effect)."""
+        for record in records:
+            await self.announce(app, record)
 
     async def restart(
         self, app: AppRecord, progress: Progress = quiet, *, by: str = ""
