@@ -35,8 +35,17 @@ class FakeTransport:
     def get_write_buffer_size(self) -> int:
         return 7
 
-    def get_extra_info(self, name: str) -> str:
+    def get_extra_info(self, name: str, default: Any = None) -> str:
         return f"info:{name}"
+
+    def pause_reading(self) -> None:
+        self.calls.append(("pause_reading", None))
+
+    def resume_reading(self) -> None:
+        self.calls.append(("resume_reading", None))
+
+    def is_reading(self) -> bool:
+        return True
 
 
 async def test_what_one_loop_step_writes_goes_out_in_one_call() -> None:
@@ -76,6 +85,10 @@ async def test_everything_else_is_the_real_transport() -> None:
     transport = CoalescingTransport(fake, asyncio.get_running_loop())  # type: ignore[arg-type]
     assert transport.get_extra_info("socket") == "info:socket"
     assert transport.is_closing() is False
+    transport.pause_reading()
+    transport.resume_reading()
+    assert fake.calls == [("pause_reading", None), ("resume_reading", None)]
+    assert transport.is_reading() is True  # the rarer ones: through __getattr__
 
 
 async def test_json_and_sse_answers_work_through_the_real_server(live: httpx.AsyncClient) -> None:

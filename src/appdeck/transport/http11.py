@@ -68,8 +68,23 @@ class CoalescingTransport:
         self._pending = None
         self._transport.abort()
 
+    # What uvicorn calls on every request, delegated by name: reaching them through
+    # ``__getattr__`` raised (and formatted) an AttributeError at each call first.
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._transport.get_extra_info(name, default)
+
+    def pause_reading(self) -> None:
+        self._transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        self._transport.resume_reading()
+
     def __getattr__(self, name: str) -> Any:
-        # is_closing, get_extra_info, pause_reading, resume_reading, set_protocol, ...
+        # set_protocol, is_reading, ... (rare)
         return getattr(self._transport, name)
 
 
