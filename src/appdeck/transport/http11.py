@@ -152,8 +152,8 @@ class BoundedMixin(_Protocol):
     httptools has no header-size limit of its own (it accumulates a header value for as long
     as bytes come), so the bytes fed while a request's headers are incomplete are counted here.
     The timeouts cost a request no timer: each connection notes when its current phase
-    (headers, or the last body chunk) began, and one sweep a second per listener closes the
-    connections past their time.
+    (headers, the last body chunk, or idling between requests) began, and one sweep a second
+    per listener closes the connections past their time (uvicorn's keep-alive timeout too).
     """
 
     limits: HttpLimits = HttpLimits()
@@ -171,6 +171,8 @@ class BoundedMixin(_Protocol):
     """When the current phase began (headers) or the last body bytes came; None: not timed."""
     _accepted: bool
     _lingering: bool
+    _idle_since: float | None
+    """When the last response of an idle keep-alive connection completed; None: not idle."""
 
     # -- the protocol's callbacks (before uvicorn's own, by the MRO) ---------------------------
 
@@ -187,6 +189,7 @@ class BoundedMixin(_Protocol):
     def data_received(self, data: bytes) -> None:
         if self._lingering or self.transport.is_closing():
             return  # refused: what still comes is dropped unread
+        self._idle_since = None
         if self._since is None:  # a request's first bytes: its headers are due from now
             self._since = self.loop.time()
         super().data_received(data)
@@ -227,6 +230,21 @@ class BoundedMixin(_Protocol):
         self._header_bytes = -1  # the next request's first chunk is counted from its start
         super().on_message_complete()
 
+    def on_response_complete(self) -> None:
+        """uvicorn's, except that an idle keep-alive connection is closed by the sweep (after
+        ``timeout_keep_alive`` seconds, within a second more) instead of by a timer armed
+        after every response and cancelled by the next request's first bytes."""
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self._unset_keepalive_if_required()
+        self.flow.resume_reading()
+        if self.pipeline:
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+        else:
+            self._idle_since = self.loop.time()
+
     # -- the connection ---------------------------------------------------------------------
 
     def _bounded_open(self, transport: asyncio.Transport) -> bool:
@@ -237,6 +255,7 @@ class BoundedMixin(_Protocol):
         self._ip = None
         self._accepted = False
         self._lingering = False
+        self._idle_since = None
         peer = transport.get_extra_info("peername")
         ip = peer[0] if isinstance(peer, tuple) and peer else None
         if ip is not None:
@@ -274,11 +293,17 @@ class BoundedMixin(_Protocol):
         self.sweeper[0] = self.loop.call_later(1.0, self._sweep) if self.open_connections else None
 
     def _check(self, now: float) -> None:
-        since = self._since
-        if since is None:
-            return
         transport = self.transport
         if transport is None or transport.is_closing():
+            return
+        idle = self._idle_since
+        if idle is not None:
+            if now - idle > self.timeout_keep_alive:
+                self._idle_since = None
+                transport.close()
+            return
+        since = self._since
+        if since is None:
             return
         if self._reading_headers:
             if now - since > self.limits.header_timeout:
