@@ -72,6 +72,9 @@ def is_stateless(name: str) -> bool:
 BASELINE = "AppDeck-base"
 """With ``--baseline DIR``: the AppDeck server of another checkout (``DIR``, e.g. a
 ``git worktree`` of an older commit), run in the same rounds for a before/after comparison."""
+BASELINE_2026 = BASELINE + "-2026"
+"""With ``--baseline DIR`` and ``AppDeck-2026`` among the servers: that checkout's server in
+the stateless era (2026-07-28) as well."""
 BASELINE_DIR: Path | None = None
 # One body per method; %d is the JSON-RPC id (unique per request: the SDK routes responses by id).
 BODIES = {
@@ -318,7 +321,7 @@ class ServerProc:
             if script.name == "appdeck_server.py"
             else None
         )
-        if self.name == BASELINE and BASELINE_DIR is not None:
+        if self.name.startswith(BASELINE) and BASELINE_DIR is not None:
             script = BASELINE_DIR / "bench" / "appdeck_server.py"
             # its own package first on the path; an ingress port of its own
             env = {**os.environ, "PYTHONPATH": str(BASELINE_DIR / "src")}
@@ -715,18 +718,20 @@ def report(
             "|---|---|---:|---:|---:|---|",
         ]
         for method, by_server in tp.items():
-            s = by_server.get("SDK")
-            if s is None or not s.rps:
-                continue
             for name, a in by_server.items():
-                if name == "SDK":
+                if name.startswith("SDK"):
+                    continue
+                # each era against the SDK spoken to in the same era
+                reference = "SDK-2026" if is_stateless(name) else "SDK"
+                s = by_server.get(reference)
+                if s is None or not s.rps:
                     continue
                 ratio = a.rps / s.rps
                 target = "-"
-                if method == "tools/call" and name == "AppDeck":
-                    target = f">= 5x: {'MET' if ratio >= 5 else 'MISSED'}"
+                if method == "tools/call" and name in ("AppDeck", "AppDeck-2026"):
+                    target = f">= 6x (issue 26): {'MET' if ratio >= 6 else 'MISSED'}"
                 lines.append(
-                    f"| {method} | {name}/SDK | {ratio:.2f}x | "
+                    f"| {method} | {name}/{reference} | {ratio:.2f}x | "
                     f"{a.per_cpu_second / s.per_cpu_second:.2f}x | {a.p50_us / s.p50_us:.2f}x | "
                     f"{target} |"
                 )
@@ -821,6 +826,14 @@ def main() -> None:
         )
         if BASELINE not in args.servers:
             args.servers.insert(args.servers.index("SDK") if "SDK" in args.servers else 0, BASELINE)
+        if "AppDeck-2026" in args.servers:  # the same checkout in the stateless era too
+            SERVERS[BASELINE_2026] = (
+                BASELINE_DIR / "bench" / "appdeck_server.py",
+                ["--auth", "bearer", "--stateless"],
+                True,
+            )
+            if BASELINE_2026 not in args.servers:
+                args.servers.insert(args.servers.index("AppDeck-2026") + 1, BASELINE_2026)
     unknown = {*args.servers, *args.memory_servers} - set(SERVERS)
     if unknown:
         parser.error(f"unknown server(s) {sorted(unknown)}; choose from {list(SERVERS)}")

@@ -24,6 +24,14 @@ and writes them, so neither the event loop nor a request ever waits for the data
 - **Shutdown flushes.** :meth:`AuditLog.close` writes what is queued (for at most
   ``close_timeout`` seconds when the database is down) and closes the writer's connection.
 
+**Durability, as it stands** (issue 26 §1 looked at it and left it so): a row is in this
+process's memory from the call until its batch commits, normally within ``flush_seconds``
+(0.25 s) or ``batch`` (500) rows. A clean stop writes every queued row; a crash of the process
+(SIGKILL, OOM, power) loses the rows not yet committed, at most that window's worth while the
+database keeps up. A row is also lost when the queue is full (``max_queue``: the database down
+or far behind for long) or when the database refuses it for a reason of its own (dead letter,
+when configured). Each such loss is counted and logged; none is silent.
+
 Secrets never go in: callers pass names, ids and outcomes, and :func:`scrub` drops any detail
 key that looks like a credential.
 """

@@ -68,8 +68,23 @@ class CoalescingTransport:
         self._pending = None
         self._transport.abort()
 
+    # What uvicorn calls on every request, delegated by name: reaching them through
+    # ``__getattr__`` raised (and formatted) an AttributeError at each call first.
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._transport.get_extra_info(name, default)
+
+    def pause_reading(self) -> None:
+        self._transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        self._transport.resume_reading()
+
     def __getattr__(self, name: str) -> Any:
-        # is_closing, get_extra_info, pause_reading, resume_reading, set_protocol, ...
+        # set_protocol, is_reading, ... (rare)
         return getattr(self._transport, name)
 
 
@@ -137,8 +152,8 @@ class BoundedMixin(_Protocol):
     httptools has no header-size limit of its own (it accumulates a header value for as long
     as bytes come), so the bytes fed while a request's headers are incomplete are counted here.
     The timeouts cost a request no timer: each connection notes when its current phase
-    (headers, or the last body chunk) began, and one sweep a second per listener closes the
-    connections past their time.
+    (headers, the last body chunk, or idling between requests) began, and one sweep a second
+    per listener closes the connections past their time (uvicorn's keep-alive timeout too).
     """
 
     limits: HttpLimits = HttpLimits()
@@ -156,6 +171,8 @@ class BoundedMixin(_Protocol):
     """When the current phase began (headers) or the last body bytes came; None: not timed."""
     _accepted: bool
     _lingering: bool
+    _idle_since: float | None
+    """When the last response of an idle keep-alive connection completed; None: not idle."""
 
     # -- the protocol's callbacks (before uvicorn's own, by the MRO) ---------------------------
 
@@ -172,6 +189,7 @@ class BoundedMixin(_Protocol):
     def data_received(self, data: bytes) -> None:
         if self._lingering or self.transport.is_closing():
             return  # refused: what still comes is dropped unread
+        self._idle_since = None
         if self._since is None:  # a request's first bytes: its headers are due from now
             self._since = self.loop.time()
         super().data_received(data)
@@ -212,6 +230,21 @@ class BoundedMixin(_Protocol):
         self._header_bytes = -1  # the next request's first chunk is counted from its start
         super().on_message_complete()
 
+    def on_response_complete(self) -> None:
+        """uvicorn's, except that an idle keep-alive connection is closed by the sweep (after
+        ``timeout_keep_alive`` seconds, within a second more) instead of by a timer armed
+        after every response and cancelled by the next request's first bytes."""
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self._unset_keepalive_if_required()
+        self.flow.resume_reading()
+        if self.pipeline:
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+        else:
+            self._idle_since = self.loop.time()
+
     # -- the connection ---------------------------------------------------------------------
 
     def _bounded_open(self, transport: asyncio.Transport) -> bool:
@@ -222,6 +255,7 @@ class BoundedMixin(_Protocol):
         self._ip = None
         self._accepted = False
         self._lingering = False
+        self._idle_since = None
         peer = transport.get_extra_info("peername")
         ip = peer[0] if isinstance(peer, tuple) and peer else None
         if ip is not None:
@@ -259,11 +293,17 @@ class BoundedMixin(_Protocol):
         self.sweeper[0] = self.loop.call_later(1.0, self._sweep) if self.open_connections else None
 
     def _check(self, now: float) -> None:
-        since = self._since
-        if since is None:
-            return
         transport = self.transport
         if transport is None or transport.is_closing():
+            return
+        idle = self._idle_since
+        if idle is not None:
+            if now - idle > self.timeout_keep_alive:
+                self._idle_since = None
+                transport.close()
+            return
+        since = self._since
+        if since is None:
             return
         if self._reading_headers:
             if now - since > self.limits.header_timeout:

@@ -126,8 +126,10 @@ class McpHttpApp:
         self, receive: Receive, send: Send, headers: dict[bytes, bytes], client: str | None
     ) -> None:
         accept = headers.get(b"accept", b"")
-        if b"*/*" not in accept and (
-            b"application/json" not in accept or b"text/event-stream" not in accept
+        # find(), not `in`: bytes.__contains__ tries its argument as an int first, raising
+        # and clearing a TypeError for every bytes needle (three per POST)
+        if accept.find(b"*/*") < 0 and (
+            accept.find(b"application/json") < 0 or accept.find(b"text/event-stream") < 0
         ):
             raise HttpError(
                 406,
