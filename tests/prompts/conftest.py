@@ -8,9 +8,17 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from tests.support.prompt_calls import calls
-from tests.tools.conftest import Caller, World, _close_app_databases, world
+from tests.tools.conftest import (
+    SHARED_ROOT,
+    Caller,
+    World,
+    _close_app_databases,
+    _root,
+    shared_world,
+    world,
+)
 
-__all__ = ["World", "_close_app_databases", "world"]
+__all__ = ["SHARED_ROOT", "World", "_close_app_databases", "_root", "shared_world", "world"]
 
 
 async def with_shop(world: World, user: str = "bob") -> tuple[Caller, str]:
