@@ -3,18 +3,9 @@ prove the loop with a push; filled from the app's repository and CI."""
 
 from __future__ import annotations
 
-from tests.prompts.conftest import (
-    SHARED_ROOT,
-    World,
-    prompt,
-    real_calls,
-    refused,
-    shared_world,
-    with_shop,
-)
+from tests.prompts.conftest import SHARED_ROOT, World, prompt, real_calls, refused, with_shop
 
 pytestmark = SHARED_ROOT
-world = shared_world  # one composition root per dialect for this module's tests
 
 
 async def test_an_unconnected_app_is_told_to_connect_then_configure_ci_with_auto_deploy(

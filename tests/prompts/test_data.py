@@ -3,18 +3,9 @@ with and without the key; columns given as name:type are checked as manage_table
 
 from __future__ import annotations
 
-from tests.prompts.conftest import (
-    SHARED_ROOT,
-    World,
-    prompt,
-    real_calls,
-    refused,
-    shared_world,
-    with_shop,
-)
+from tests.prompts.conftest import SHARED_ROOT, World, prompt, real_calls, refused, with_shop
 
 pytestmark = SHARED_ROOT
-world = shared_world  # one composition root per dialect for this module's tests
 
 
 async def test_the_table_and_key_steps_carry_the_given_columns_and_key_name(

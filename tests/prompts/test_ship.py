@@ -2,18 +2,9 @@
 
 from __future__ import annotations
 
-from tests.prompts.conftest import (
-    SHARED_ROOT,
-    World,
-    prompt,
-    real_calls,
-    refused,
-    shared_world,
-    with_shop,
-)
+from tests.prompts.conftest import SHARED_ROOT, World, prompt, real_calls, refused, with_shop
 
 pytestmark = SHARED_ROOT
-world = shared_world  # one composition root per dialect for this module's tests
 
 
 async def test_the_three_workflow_prompts_are_listed_with_their_arguments(world: World) -> None:
