@@ -1,5 +1,6 @@
-"""Prompts through /mcp on a real platform (the tools' ``world``), and a check that every
-tool call a prompt writes names a listed tool with arguments its schema accepts."""
+"""Prompts through /mcp on a real platform (the tools' ``world``, on one composition root per
+module and dialect: tests/tools/root.py), and a check that every tool call a prompt writes
+names a listed tool with arguments its schema accepts."""
 
 from __future__ import annotations
 
@@ -8,9 +9,18 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from tests.support.prompt_calls import calls
-from tests.tools.conftest import Caller, World, _close_app_databases, world
+from tests.tools.conftest import (
+    SHARED_ROOT,
+    Caller,
+    World,
+    _close_app_databases,
+    _root,
+    shared_world,
+)
 
-__all__ = ["World", "_close_app_databases", "world"]
+__all__ = ["SHARED_ROOT", "World", "_close_app_databases", "_root", "shared_world"]
+
+world = shared_world  # one composition root per dialect for each module (each says SHARED_ROOT)
 
 
 async def with_shop(world: World, user: str = "bob") -> tuple[Caller, str]:

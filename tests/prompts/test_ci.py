@@ -3,7 +3,9 @@ prove the loop with a push; filled from the app's repository and CI."""
 
 from __future__ import annotations
 
-from tests.prompts.conftest import World, prompt, real_calls, refused, with_shop
+from tests.prompts.conftest import SHARED_ROOT, World, prompt, real_calls, refused, with_shop
+
+pytestmark = SHARED_ROOT
 
 
 async def test_an_unconnected_app_is_told_to_connect_then_configure_ci_with_auto_deploy(

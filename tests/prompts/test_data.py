@@ -3,7 +3,9 @@ with and without the key; columns given as name:type are checked as manage_table
 
 from __future__ import annotations
 
-from tests.prompts.conftest import World, prompt, real_calls, refused, with_shop
+from tests.prompts.conftest import SHARED_ROOT, World, prompt, real_calls, refused, with_shop
+
+pytestmark = SHARED_ROOT
 
 
 async def test_the_table_and_key_steps_carry_the_given_columns_and_key_name(

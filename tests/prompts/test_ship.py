@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from tests.prompts.conftest import World, prompt, real_calls, refused, with_shop
+from tests.prompts.conftest import SHARED_ROOT, World, prompt, real_calls, refused, with_shop
+
+pytestmark = SHARED_ROOT
 
 
 async def test_the_three_workflow_prompts_are_listed_with_their_arguments(world: World) -> None:

@@ -9,17 +9,26 @@ from typing import Any
 
 import httpx
 import pytest
+import pytest_asyncio
 import sqlalchemy as sa
 
 from appdeck.app import Services
 from appdeck.auth import scopes
 from appdeck.auth.admin import IdentityAdmin
+from appdeck.runtime.disks import unmount_under
 from appdeck.settings import Settings
-from appdeck.storage import schema
+from appdeck.storage import default_sqlite_url, schema
 from tests.platform.on_fakes import close_app_databases
+from tests.support.appdeck_process import reap_haproxy
 from tests.support.mcp import headers, initialize, request
+from tests.tools.root import Root, seed, world_settings, write_source
 
 ALL = scopes.render(set(scopes.ALL))
+
+SHARED_ROOT = pytest.mark.asyncio(loop_scope="module")
+"""A module whose tests share one composition root per dialect (tests/tools/root.py) says
+``pytestmark = SHARED_ROOT`` (its tests run on the module's event loop, the root's) and
+``world = shared_world``."""
 
 
 @dataclass
@@ -71,32 +80,49 @@ async def _close_app_databases() -> AsyncIterator[None]:
 
 @pytest.fixture
 async def world(database_url: str, tmp_path: Path) -> AsyncIterator[World]:
-    source = tmp_path / "src" / "hello"
-    source.mkdir(parents=True)
-    (source / "app.py").write_text("print('hi')\n")
-    settings = Settings.model_validate(
-        {
-            "data_dir": tmp_path / "data",
-            "database_url": database_url,
-            "source_roots": [tmp_path / "src"],
-            "max_apps_per_tenant": 5,
-            "rate_limit_per_second": 0,
-            "stateless_era": True,  # both eras on one server: the tools serve each alike
-        }
-    )
-    services = await Services.start(settings)
+    source = write_source(tmp_path)
+    services = await Services.start(world_settings(database_url, tmp_path / "data", tmp_path))
     admin = IdentityAdmin(services.identities, services.token_issuer)
-    for tenant in ("acme", "globex"):
-        await admin.create_tenant(tenant)
-    await admin.create_user("acme", "alice", None, role="admin")
-    await admin.create_user("acme", "bob", None)
-    await admin.create_user("acme", "carol", None)
-    await admin.create_user("globex", "eve", None, role="admin")
+    await seed(admin)
     transport = httpx.ASGITransport(app=services.asgi())
     async with httpx.AsyncClient(transport=transport, base_url=services.base_url) as client:
         yield World(services, client, admin, source)
     await _drop_app_databases(services)
     await services.stop(stop_apps=True)  # apps outlive a server by design: not a test's
+
+
+@pytest_asyncio.fixture(scope="module", params=["sqlite", "postgresql"], loop_scope="module")
+async def _root(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Root]:
+    """The module's composition root on one dialect (tests/tools/root.py), on a database of
+    the module's own at the newest schema."""
+    base = tmp_path_factory.mktemp("root")
+    if request.param == "sqlite":
+        (base / "db").mkdir()
+        shutil.copyfile(request.getfixturevalue("_sqlite_template"), base / "db" / "appdeck.db")
+        url = default_sqlite_url(base / "db")
+    else:
+        url = request.getfixturevalue("postgres_module_database")
+    root = await Root.start(url, base)
+    try:
+        yield root
+    finally:
+        try:
+            await root.clean()
+        finally:
+            await root.services.stop(stop_apps=True)
+            unmount_under(f"{base}/")
+            reap_haproxy(base)
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def shared_world(_root: Root) -> AsyncIterator[World]:
+    """``world`` on the module's root, brought back to a fresh start's state first: for a
+    module that overrides ``world`` with it (and runs its tests on the module's loop)."""
+    admin, source, client = await _root.fresh()
+    async with client:
+        yield World(_root.services, client, admin, source)
 
 
 async def _drop_app_databases(services: Services) -> None:

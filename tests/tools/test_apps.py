@@ -4,7 +4,10 @@ import json
 
 from appdeck.tools.timestamps import iso
 
-from .conftest import World
+from .conftest import SHARED_ROOT, World, shared_world
+
+pytestmark = SHARED_ROOT
+world = shared_world  # one composition root per dialect for this module's tests
 
 
 async def test_an_agent_registers_lists_and_reads_an_app(world: World) -> None:

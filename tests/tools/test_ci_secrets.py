@@ -7,7 +7,10 @@ from __future__ import annotations
 import base64
 
 from tests.platform.repos.gitrepo import bare_repo
-from tests.tools.conftest import Caller, World
+from tests.tools.conftest import SHARED_ROOT, Caller, World, shared_world
+
+pytestmark = SHARED_ROOT
+world = shared_world  # one composition root per dialect for this module's tests
 
 SECRET = "s3cr3t-t0ken-value"
 PRINTS_IT = 'printf "seen:%s:" "$(printf %s "$API_TOKEN" | base64)"; printf "plain:%s" "${#PLAIN}"'

@@ -7,7 +7,10 @@ from typing import Any
 
 from tests.support.stateless import StatelessCaller
 
-from .conftest import ALL, World
+from .conftest import ALL, SHARED_ROOT, World, shared_world
+
+pytestmark = SHARED_ROOT
+world = shared_world  # one composition root per dialect for this module's tests
 
 ELICITS = {"elicitation": {}}
 YES = {"action": "accept", "content": {"confirm": True}}

@@ -4,7 +4,10 @@ import sqlalchemy as sa
 
 from appdeck.storage.schema import app_env
 
-from .conftest import World
+from .conftest import SHARED_ROOT, World, shared_world
+
+pytestmark = SHARED_ROOT
+world = shared_world  # one composition root per dialect for this module's tests
 
 
 async def test_values_are_set_masked_revealed_and_encrypted(world: World) -> None:

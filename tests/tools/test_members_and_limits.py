@@ -8,7 +8,10 @@ import asyncio
 import json
 from typing import Any
 
-from .conftest import Caller, World
+from .conftest import SHARED_ROOT, Caller, World, shared_world
+
+pytestmark = SHARED_ROOT
+world = shared_world  # one composition root per dialect for this module's tests
 
 
 async def _error(caller: Caller, tool: str, **arguments: Any) -> dict[str, Any]:

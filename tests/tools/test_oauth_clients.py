@@ -17,7 +17,10 @@ from jsonschema import Draft202012Validator
 
 from tests.auth.server.helpers import parse_consent, pkce_pair, query_of
 from tests.support.mcp import INIT, headers, request
-from tests.tools.conftest import Caller, World
+from tests.tools.conftest import SHARED_ROOT, Caller, World, shared_world
+
+pytestmark = SHARED_ROOT
+world = shared_world  # one composition root per dialect for this module's tests
 
 CALLBACK = "https://shop.example/cb"
 

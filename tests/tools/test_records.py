@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.tools.conftest import Caller, World
+from tests.tools.conftest import SHARED_ROOT, Caller, World, shared_world
+
+pytestmark = SHARED_ROOT
+world = shared_world  # one composition root per dialect for this module's tests
 
 COLUMNS = [
     {"name": "title", "type": "text", "nullable": False},

@@ -9,7 +9,10 @@ from typing import Any
 
 from tests.platform.tables.test_injection import PAYLOADS
 from tests.support.mcp import headers, request
-from tests.tools.conftest import Caller, World
+from tests.tools.conftest import SHARED_ROOT, Caller, World, shared_world
+
+pytestmark = SHARED_ROOT
+world = shared_world  # one composition root per dialect for this module's tests
 
 COLUMNS = [{"name": "title", "type": "text"}, {"name": "n", "type": "integer"}]
 

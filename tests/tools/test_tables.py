@@ -9,7 +9,10 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
-from .conftest import Caller, World
+from .conftest import SHARED_ROOT, Caller, World, shared_world
+
+pytestmark = SHARED_ROOT
+world = shared_world  # one composition root per dialect for this module's tests
 
 COLUMNS = [
     {"name": "title", "type": "text", "nullable": False, "default": "untitled"},

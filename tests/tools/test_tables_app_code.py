@@ -13,8 +13,11 @@ from sqlalchemy.exc import DBAPIError
 
 from tests.conftest import _dsn
 
-from .conftest import World
+from .conftest import SHARED_ROOT, World, shared_world
 from .test_tables_hostile import _as_app, _notes
+
+pytestmark = SHARED_ROOT
+world = shared_world  # one composition root per dialect for this module's tests
 
 GIB_ALLOCATIONS = " ".join("SELECT length(randomblob(1000000000));" for _ in range(3))
 """A runaway body: three 1 GB blobs in a row (no loop the progress handler would see)."""

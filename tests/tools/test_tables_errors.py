@@ -4,8 +4,11 @@ right after a type change; a dry run of a type change over a default."""
 
 from __future__ import annotations
 
-from .conftest import World
+from .conftest import SHARED_ROOT, World, shared_world
 from .test_tables_hostile import _app, _notes
+
+pytestmark = SHARED_ROOT
+world = shared_world  # one composition root per dialect for this module's tests
 
 EXCERPT = 120
 """How much of a refused input an error may repeat, at most (characters)."""

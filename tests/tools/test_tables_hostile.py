@@ -13,7 +13,10 @@ from jsonschema import Draft202012Validator
 from appdeck.platform.tables.results import RESULT_BYTES
 from tests.support.mcp import headers, request
 
-from .conftest import Caller, World
+from .conftest import SHARED_ROOT, Caller, World, shared_world
+
+pytestmark = SHARED_ROOT
+world = shared_world  # one composition root per dialect for this module's tests
 
 TOOLS = ("manage_table", "alter_table", "records", "search_table")
 

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from .conftest import World
+from .conftest import SHARED_ROOT, World, shared_world
 from .test_tables_hostile import _app
+
+pytestmark = SHARED_ROOT
+world = shared_world  # one composition root per dialect for this module's tests
 
 
 def _deep(depth: int) -> Any:
