@@ -21,12 +21,14 @@ from appdeck.platform.crypto import Sealer
 from appdeck.platform.deploy import states
 from appdeck.platform.deploy.engine import DeployEngine
 from appdeck.platform.deploy.ingress_router import IngressRouter
+from appdeck.platform.deploy.locks import AppLocks
 from appdeck.platform.deploy.ports import Backend, Instance, Readiness, Release
 from appdeck.platform.env import EnvService
 from appdeck.platform.routing import AppRoutes
 from appdeck.platform.services import PlatformConfig
 from appdeck.platform.sources import SourceRoots
 from appdeck.storage import Storage
+from appdeck.storage.app_locks import AppLockStore
 from appdeck.storage.apps import AppRecord, AppStore
 from appdeck.storage.deployments import DeploymentStore
 from appdeck.storage.identity import IdentityStore
@@ -242,6 +244,34 @@ async def test_reconcile_fails_interrupted_deploys_and_restores_live_routes(
     assert (interrupted, restored) == (1, 1)
     assert await rig.states() == {1: "live", 2: "failed"}
     assert len(rig.router.table[SHOP][0].upstreams) == 2  # adopted one, restarted one
+
+
+async def test_an_orphan_whose_release_stops_slower_than_the_lease_is_still_ended_by_its_reclaimer(
+    rig: Rig, storage: Storage
+) -> None:
+    """The reclaimer renews the app's lease while it works: a stop that waits longer than
+    the lease (a route broadcast the paused replica's HAProxy never runs) must not let
+    another replica take the app meanwhile, or every sweep ends Fenced and starts over."""
+    await rig.deploy()
+    await rig.deploys.create(await rig.app(), rig.alice.user, None)  # its driver "died"
+    await _expire_locks(storage)
+    rig.deploys.locks = AppLocks(AppLockStore(storage.engine), "test", ttl=0.6)
+    other = AppLocks(AppLockStore(storage.engine), "other", ttl=0.6)
+    stop = rig.runtime.stop
+    taken: list[object] = []
+
+    async def slow_stop(release_id: str, index: int | None = None, grace_s: float = 5.0) -> None:
+        await asyncio.sleep(1.5)  # past the lease, twice over
+        taken.append(await other.try_take(rig.app_id))
+        await stop(release_id, index, grace_s)
+
+    rig.runtime.stop = slow_stop  # type: ignore[method-assign]
+    record = await rig.deploys.store.get(rig.app_id, 2)
+    assert record is not None
+    async with asyncio.timeout(30):
+        assert await rig.deploys.reclaim_orphan(await rig.app(), record) is True
+    assert taken == [None]  # the reclaimer still held the app
+    assert await rig.states() == {1: "live", 2: "failed"}
 
 
 async def _expire_locks(storage: Storage) -> None:

@@ -161,6 +161,11 @@ class EngineCore:
         held = await self.locks.try_take(app.id)
         if held is None:
             return False
+        # Renewed while it works: the stop below waits for the route broadcast, which takes
+        # as long as the data plane does (a paused replica's HAProxy: the whole bound). An
+        # unrenewed lease ran out meanwhile, another replica took the app, this write was
+        # fenced, and every sweep started over: the orphan was never ended.
+        held.start()
         try:
             current = await self.store.get(app.id, record.number)
             if current is None or current.state not in states.IN_PROGRESS:
@@ -181,6 +186,11 @@ class EngineCore:
             log.warning("deployment %s was orphaned: failed it", current.release_id)
             return True
         except Fenced:
+            log.warning(
+                "app %s: lost its lease while ending orphaned deployment %s",
+                app.id,
+                record.release_id,
+            )
             return False
         finally:
             await held.release()
