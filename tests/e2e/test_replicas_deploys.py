@@ -402,9 +402,10 @@ async def test_a_replica_paused_past_its_lease_loses_the_deploy_and_its_late_wri
                     return got if got["state"] not in IN_PROGRESS else None
 
                 # the lease runs out (15 s after A's last renewal), then B's or C's watch
-                # (every 5 s) takes the app over and ends the deployment A left. A bound only:
-                # on a loaded CI machine the takeover took over 90 s past the lease (a slow-
-                # starting instance to stop, routes to publish), while it takes ~20 s quiet.
+                # (every 5 s) takes the app over and ends the deployment A left. When A held
+                # this host's HAProxy, the route broadcast the takeover waits for runs into
+                # its bound (~35 s); the reclaimer renews its lease meanwhile (before, it lost
+                # it and B and C took turns until A woke). A bound only, ~20 s when quiet.
                 ended = await until(taken_over, within=LEASE_S + 180, every=0.5)
                 took = loop.time() - paused
                 assert ended["state"] == "failed", ended
