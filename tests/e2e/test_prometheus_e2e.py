@@ -404,8 +404,9 @@ async def test_prometheus_sees_two_replicas_share_postgresql_and_redis(
     postgres_test_database: str, redis_prefix: str, tmp_path: Path
 ) -> None:
     async with (
-        asyncio.timeout(240),
+        # the set's own bounds first: it may wait its turn behind another worker's set
         run_replicas(postgres_test_database, redis_prefix, tmp_path, count=2) as replicas,
+        asyncio.timeout(240),
         prometheus_scraping(replicas.servers, tmp_path / "prom") as prom,
     ):
         async with official_client(replicas.servers[0]) as first:
