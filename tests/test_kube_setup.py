@@ -28,6 +28,7 @@ from appdeck.runtime.kubernetes.api import KubeError
 from appdeck.settings import Settings
 from tests.runtime.kubernetes.kube import NS, give_uids
 from tests.runtime.kubernetes.test_e2e_scenario_kmock import Controllers
+from tests.support.wait import until
 from tests.tools.conftest import HELLO, Caller, World, alice_at
 from tests.tools.test_app_health import _until as status_once
 
@@ -187,8 +188,9 @@ async def test_a_kubernetes_server_deploys_routes_canaries_logs_rolls_back_and_s
     [(_, back)] = live(kmock, "httproutes").items()
     [(name, weight)] = weights(back).items()
     assert weight == 100
-    assert set(live(kmock, "deployments")) == {name}
     assert name != "app-hello--acme-r2"
+    # the release that lost traffic is stopped aside: it may still exist when the tool answers
+    await until(lambda: set(live(kmock, "deployments")) == {name})
 
     refused = await alice.tool("manage_app", app_id=app_id, action="update", name="hello2")
     assert refused["structuredContent"]["error"]["code"] == "failed_precondition"
