@@ -415,42 +415,15 @@ def _handoff_frontend(layout: Layout) -> list[str]:
     ]
 
 
-def render(
-    table: RouteTable,
-    layout: Layout,
-    *,
-    host: str,
-    port: int,
-    proxy: ProxyConfig,
-    namespace: Callable[[str], str | None] | None = None,
-    edge_rules: Sequence[str] = (),
-    edge_sections: Sequence[str] = (),
-    edge_global: Sequence[str] = (),
-    edge_sections_of: Callable[[Sequence[str], Sequence[str]], Sequence[str]] | None = None,
-    expected: Mapping[str, Mapping[str, str]] | None = None,
-) -> Rendered:
-    """The whole configuration for ``table``, listening on ``host`` (one address, or several
-    comma-separated, IPv6 ones in brackets) at ``port``. ``namespace`` names the ``/run/netns``
-    entry of an instance's network namespace (``"<release>.<index>"`` of an upstream
-    ``"<release>.<index>@127.0.0.1:<port>"``; None: the instance is left out). ``expected``:
-    route -> server name -> upstream of instances started and not routed yet (weight 0)."""
-    routes = table.keys()
-    states = {route: state_of(table, route) for route in routes}
-    e502, e504 = _pages(routes)
-    files = {
-        "states.map": "".join(f"{r} {s}\n" for r, s in states.items()),
-        "e502.map": e502,
-        "e504.map": e504,
-        "e413.map": _too_large(proxy),
-        BODY_LUA: resources.files(__package__).joinpath(BODY_LUA).read_text(),
-    }
+def _head(layout: Layout, proxy: ProxyConfig, edge_global: Sequence[str]) -> list[str]:
+    """The ``global`` and ``defaults`` sections."""
     connect_ms = int(proxy.connect_timeout * 1000)
     # one inactivity timer toward the app in HAProxy 2.6 (to the headers and between body
     # pieces alike; no http-response set-timeout): the longer limit, so an event stream or a
     # long poll silent for less than idle_timeout is never cut (docs/data-plane-edge.md)
     server_ms = int(max(proxy.response_timeout, proxy.idle_timeout) * 1000)
     idle_ms = int(proxy.idle_timeout * 1000)
-    head = [
+    return [
         "global",
         f"    stats socket {layout.stats} mode 600 level admin expose-fd listeners",
         "    stats timeout 30s",
@@ -489,13 +462,23 @@ def render(
         f"lf-string '%[var(txn.too_big),concat(:,txn.fmt,),map({layout.file('e413.map')})]'",
         "",
     ]
-    frontend = _frontend(host, port, table.domains, proxy, edge_rules)
-    frontend = [line.replace("@STATES@", str(layout.file("states.map"))) for line in frontend]
+
+
+def _backends(
+    table: RouteTable,
+    layout: Layout,
+    proxy: ProxyConfig,
+    states: Mapping[str, str],
+    namespace: Callable[[str], str | None] | None,
+    expected: Mapping[str, Mapping[str, str]] | None,
+) -> tuple[list[str], dict[tuple[str, str], int], dict[tuple[str, str], tuple[str, str]]]:
+    """Each live route's two backends (``be_``, and ``bc_`` behind the body-limit filter),
+    with the servers' weights and upstreams by (backend, server)."""
     body: list[str] = []
     weights: dict[tuple[str, str], int] = {}
     servers: dict[tuple[str, str], tuple[str, str]] = {}
-    for route in routes:
-        if states[route] != "live":
+    for route, state in states.items():
+        if state != "live":
             continue
         lines = [
             *_servers(
@@ -516,6 +499,42 @@ def render(
             if name == f"be_{route}":
                 weights[(f"bc_{route}", server)] = weight
                 servers[(f"bc_{route}", server)] = servers[(name, server)]
+    return body, weights, servers
+
+
+def render(
+    table: RouteTable,
+    layout: Layout,
+    *,
+    host: str,
+    port: int,
+    proxy: ProxyConfig,
+    namespace: Callable[[str], str | None] | None = None,
+    edge_rules: Sequence[str] = (),
+    edge_sections: Sequence[str] = (),
+    edge_global: Sequence[str] = (),
+    edge_sections_of: Callable[[Sequence[str], Sequence[str]], Sequence[str]] | None = None,
+    expected: Mapping[str, Mapping[str, str]] | None = None,
+) -> Rendered:
+    """The whole configuration for ``table``, listening on ``host`` (one address, or several
+    comma-separated, IPv6 ones in brackets) at ``port``. ``namespace`` names the ``/run/netns``
+    entry of an instance's network namespace (``"<release>.<index>"`` of an upstream
+    ``"<release>.<index>@127.0.0.1:<port>"``; None: the instance is left out). ``expected``:
+    route -> server name -> upstream of instances started and not routed yet (weight 0)."""
+    routes = table.keys()
+    states = {route: state_of(table, route) for route in routes}
+    e502, e504 = _pages(routes)
+    files = {
+        "states.map": "".join(f"{r} {s}\n" for r, s in states.items()),
+        "e502.map": e502,
+        "e504.map": e504,
+        "e413.map": _too_large(proxy),
+        BODY_LUA: resources.files(__package__).joinpath(BODY_LUA).read_text(),
+    }
+    head = _head(layout, proxy, edge_global)
+    frontend = _frontend(host, port, table.domains, proxy, edge_rules)
+    frontend = [line.replace("@STATES@", str(layout.file("states.map"))) for line in frontend]
+    body, weights, servers = _backends(table, layout, proxy, states, namespace, expected)
     if edge_sections_of is not None:  # the edge's HTTPS frontend runs core's lines too
         where = str(layout.file("states.map"))
         after = [line.replace("@STATES@", where) for line in backend_lines(table.domains, proxy)]
