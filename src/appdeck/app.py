@@ -9,7 +9,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -17,6 +16,7 @@ from urllib.parse import urlsplit
 from starlette.routing import BaseRoute
 
 from appdeck import runtime_setup as setup
+from appdeck import serving
 from appdeck.assembly import (
     authentication,
     authorization_server,
@@ -52,19 +52,16 @@ from appdeck.observability.tracing import Tracing, tracing_of
 from appdeck.platform.changes import Change
 from appdeck.platform.deploy.ingress_router import IngressRouter
 from appdeck.platform.services import HostResources, Platform
-from appdeck.platform.tables.databases import AppDatabases, open_databases
+from appdeck.platform.tables.databases import AppDatabases
 from appdeck.platform.tls import TlsService
-from appdeck.platform.tls.pem import load_operator_files
 from appdeck.platform.tls.states import TlsStates
 from appdeck.protocol.registry import Registry
 from appdeck.protocol.server import McpServer
 from appdeck.protocol.tasks import TaskManager
 from appdeck.resources.apps import changed as changed_resources
 from appdeck.resources.apps import revoked as revoked_resources
-from appdeck.runtime.disks import AppDisks
 from appdeck.runtime.install import InstallLock
-from appdeck.runtime.sandbox import Sandbox
-from appdeck.settings import InvalidSetting, Settings
+from appdeck.settings import Settings
 from appdeck.storage import Storage
 from appdeck.storage.audit import AuditStore
 from appdeck.storage.console_sessions import ConsoleSessionStore
@@ -85,71 +82,13 @@ from appdeck.transport.spellings import SpelledChallenges
 from appdeck.transport.workspace_tar import workspace_tar_route
 
 if TYPE_CHECKING:
-    from appdeck.runtime.kubernetes.api import KubeApi
+    pass
 
 log = logging.getLogger("appdeck")
 DEPLOY_WATCH_SECONDS = 5.0
 PUSH_LEASE_MARGIN_S = 30.0
 """A push's lease outlives its time limit by this much (a dead replica's runs out after it)."""
 """How often a replica ends deployments nobody drives and re-syncs its routes."""
-
-
-async def _app_databases(
-    settings: Settings, runtime: Sandbox | None, disks: AppDisks
-) -> AppDatabases:
-    """Each app's own database, reached by its instances (``DATABASE_URL``) on its disk."""
-    return await open_databases(
-        settings.database(),
-        settings.data_dir,
-        apps_url=settings.apps_database_url,
-        role_prefix=settings.apps_role_prefix,
-        uid_for=runtime.uid_for if runtime is not None else None,
-        secret_key=settings.secret_key,
-        place=disks.place,  # on the app's disk (issue 19)
-    )
-
-
-def _refuse_before_opening(settings: Settings) -> None:
-    """What the server does not serve, or bad TLS files: refused before anything opens (a
-    host that cannot sandbox is refused next, by ``sandbox_of``; a cluster that does not
-    answer, by ``kube_setup.cluster_of``)."""
-    if settings.runtime == "kubernetes":
-        for name, value in (
-            ("APPDECK_REDIS_URL", settings.redis_url),  # replicas
-            ("APPDECK_HTTPS_PORT", settings.https_port),  # TLS: the Gateway's listener's
-        ):
-            if value:
-                raise InvalidSetting(
-                    name, "is not served with APPDECK_RUNTIME=kubernetes yet (docs/kubernetes.md)"
-                )
-    if settings.tls_cert is not None and settings.tls_key is not None:
-        load_operator_files(settings.tls_cert, settings.tls_key, time.time())
-
-
-async def _served(
-    settings: Settings,
-    runtime: Sandbox | None,
-    kube: KubeApi | None,
-    *,
-    disks: AppDisks,
-    databases: AppDatabases,
-    control_port: int,
-) -> tuple[setup.Served, Callable[[Platform], None]]:
-    """The runtime and the apps' router the settings ask for, and what to hand the platform
-    once it is built (a Kubernetes release's workspace token is the platform's)."""
-    if kube is None:
-        driver, plane, haproxy = setup.runtime_of(
-            settings, runtime, disks=disks, databases=databases, control_port=control_port
-        )
-        return setup.Served(driver, haproxy, plane, haproxy.edge), lambda _platform: None
-    from appdeck import kube_setup
-
-    tokens = kube_setup.SourceTokens()
-
-    def built(platform: Platform) -> None:
-        tokens.tars = platform.workspaces
-
-    return kube_setup.served_there(settings, runtime, kube, disks=disks, tokens=tokens), built
 
 
 def _audit_log(settings: Settings) -> AuditLog:
@@ -189,15 +128,6 @@ async def _console_of(services: Services) -> Console | None:
             forget_pat=bearer.forget_pat,
         ),
     )
-
-
-async def _cluster_of(settings: Settings) -> KubeApi | None:
-    """The cluster's API when apps run on Kubernetes (checked: it answers), else None."""
-    if settings.runtime != "kubernetes":
-        return None
-    from appdeck import kube_setup
-
-    return await kube_setup.cluster_of(settings)
 
 
 @dataclass
@@ -244,8 +174,8 @@ class Services:
     ) -> Services:
         """Build and start every part. ``tracing``: traces go there rather than where the
         settings say (tests give one with an in-memory exporter); it is shut down at stop."""
-        _refuse_before_opening(settings)
-        kube = await _cluster_of(settings)  # a cluster that does not answer: before opening
+        serving.refuse_before_opening(settings)
+        kube = await serving.cluster_of(settings)  # a cluster that does not answer: before opening
         runtime, install = setup.sandbox_of(settings)
         storage = await Storage.open(settings.database())
         cluster = (
@@ -267,8 +197,8 @@ class Services:
         registry = Registry()
         instance_id = cluster.instance_id
         disks = setup.disks_of(settings, runtime)
-        databases = await _app_databases(settings, runtime, disks)
-        served, built = await _served(
+        databases = await serving.app_databases(settings, runtime, disks)
+        served, built = await serving.served(
             settings, runtime, kube, disks=disks, databases=databases, control_port=port
         )
         ingress, router = served.ingress, served.router
