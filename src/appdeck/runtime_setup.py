@@ -165,6 +165,15 @@ class HAProxyRouter(IngressRouter):
                 hint="it is retried in the background; try again in a few seconds",
             ) from None
 
+    async def edge_published(self) -> None:
+        """HAProxy serves the host map as it is now (read back); logged, not raised, when it
+        does not within the bound: the change is made and the mirror retries it."""
+        try:
+            async with asyncio.timeout(KEYS_WITHIN_S):
+                await self.edge.sync()
+        except (TimeoutError, MirrorError, RuntimeApiError, OSError) as exc:
+            log.error("HAProxy did not take a custom domain change in time: %s", exc)
+
     async def published(self) -> None:
         await super().published()
         if self.plane.settled and not await self.plane.synced():

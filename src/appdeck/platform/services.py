@@ -192,7 +192,7 @@ class Platform:
         sources = SourceRoots(config.source_roots, data_dir=config.data_dir)
         sealer = Sealer.from_settings(config.secret_key, config.data_dir)
         urls = config.urls(tls)
-        domains = _domain_service(engine, config, hosts, sealer, urls)
+        domains = _domain_service(engine, config, hosts, sealer, urls, router)
         apps = _app_service(engine, identities, feed, sources, config, urls, domains)
         env = EnvService(apps, sealer, feed)
         deployments = DeploymentStore(engine, transitions=states.check)
@@ -330,8 +330,10 @@ def _domain_service(
     hosts: HostMap | None,
     sealer: Sealer,
     urls: AppUrls,
+    router: IngressRouter,
 ) -> DomainService:
-    """Custom domains: claims, TXT proofs, the data plane's host map."""
+    """Custom domains: claims, TXT proofs, the data plane's host map (served once ``router``
+    says this host's data plane has it)."""
     return DomainService(
         DomainStore(engine),
         hosts if hosts is not None else HostMap(),
@@ -344,6 +346,7 @@ def _domain_service(
         claim_ttl=config.domain_claim_ttl_seconds,
         txt_grace=config.domain_txt_grace_seconds,
         served=not config.gateway,
+        published=router.edge_published,
     )
 
 

@@ -271,3 +271,27 @@ async def test_a_txt_record_back_within_the_grace_clears_the_failure(
     clock.now += 2 * DAY
     await service.recheck()
     assert hosts.items() == {"shop.example.test": "shop--acme"}
+
+
+async def test_a_change_of_what_is_served_answers_only_once_the_data_plane_has_it(
+    storage: Storage, tmp_path: Path
+) -> None:
+    hosts = HostMap()
+    seen: list[dict[str, str]] = []
+
+    async def published() -> None:  # the data plane's read-back: the map as it is then
+        seen.append(hosts.items())
+
+    service = _service(storage, Dns(), hosts, tmp_path, published=published)
+    app = await _app(storage, "acme", ["shop.example.test"])
+    await service.claim(app)  # a pending claim serves nothing: nothing changed, no wait
+    assert seen == []
+    assert await service.mark_verified("shop.example.test")
+    assert seen == [{"shop.example.test": "shop--acme"}]
+    await service.claim(app)  # the same again: nothing to wait for
+    assert len(seen) == 1
+    released = await AppStore(storage.engine).update_spec(app, {"domains": []})
+    await service.claim(released)  # set_app_spec dropping the domain
+    assert seen == [{"shop.example.test": "shop--acme"}, {}]
+    await service.release_all(released)  # nothing left to release: no wait
+    assert len(seen) == 2

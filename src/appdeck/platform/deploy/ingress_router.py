@@ -213,6 +213,12 @@ class IngressRouter:
         (the API-key service awaits it before reporting a key made or revoked): at once
         here, where nothing copies :attr:`keys` (the HAProxy router waits for its edge)."""
 
+    async def edge_published(self) -> None:
+        """Wait (bounded) until this host's data plane serves the custom domains' host map as
+        it is now (the domains service awaits it before reporting a domain released or
+        verified): at once here, where nothing copies the map (the HAProxy router waits for
+        its edge)."""
+
     async def close(self) -> None:
         if self._share is not None:
             share, self._share = self._share, None

@@ -38,7 +38,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -92,8 +92,13 @@ class DomainService:
         txt_grace: float = TXT_GRACE,
         clock: Callable[[], float] = time.time,
         served: bool = True,
+        published: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.store = store
+        self._published = published
+        """Waits (bounded) until this host's data plane serves the host map as it is now: a
+        change of what is served is reported done only once it is (the router's
+        :meth:`edge_published`)."""
         self._served = served
         """False: nothing here serves a custom domain (a cluster's gateway carries the apps'
         traffic, its HTTPRoutes the apps-domain host only): a spec listing one is refused."""
@@ -149,13 +154,13 @@ class DomainService:
         released = await self.store.release(app.id, keep=listed)
         if released:
             log.info("app %s released %s", app.id, ", ".join(released))
-        await self.resync()
+        await self._serve_now()
 
     async def release_all(self, app: AppRecord) -> None:
         """The app is deleted: every hostname it held is free."""
         self._verified_at.pop(app.id, None)
         await self.store.release(app.id)
-        await self.resync()
+        await self._serve_now()
 
     def moved(self, old: AppRecord, new: AppRecord) -> None:
         """A renamed app keeps its domains: they route to its new key."""
@@ -179,12 +184,24 @@ class DomainService:
 
     async def resync(self) -> int:
         """Make the host map exactly the verified hostnames; how many there are."""
+        return len(await self._resync())
+
+    async def _resync(self) -> dict[str, str]:
         wanted: dict[str, str] = {}
         for served in await self.store.served():
             if hostnames.unroutable_reason(served.app_name, served.tenant_id) is None:
                 wanted[served.host] = hostnames.route_label(served.app_name, served.tenant_id)
         self.hosts.replace(wanted)
-        return len(wanted)
+        return wanted
+
+    async def _serve_now(self) -> None:
+        """Resync, and when that changed what is served, wait until the data plane serves it:
+        a hostname released is no longer served (nor one proved not yet served) once the call
+        that changed it answers."""
+        before = self.hosts.items()
+        wanted = await self._resync()
+        if wanted != before and self._published is not None:
+            await self._published()
 
     # -- proofs -----------------------------------------------------------------------------
 
@@ -209,7 +226,7 @@ class DomainService:
         if held is None:
             return False
         done = await self.store.verify(host, held.app_id, method)
-        await self.resync()
+        await self._serve_now()
         return done
 
     async def prove(self, host: str, app_id: int) -> str | None:
@@ -247,7 +264,7 @@ class DomainService:
         for claim in await self.store.due(now - VERIFIED_EVERY, limit, state=VERIFIED):
             lost += await self._still_proved(claim, now)
         if proved or lost or expired:
-            await self.resync()
+            await self._serve_now()
         return proved
 
     async def _still_proved(self, claim: DomainRecord, now: float) -> int:
@@ -300,7 +317,7 @@ class DomainService:
         ]
         reasons = await asyncio.gather(*(self.prove(h, app.id) for h in todo))
         if any(r is None for r in reasons):
-            await self.resync()
+            await self._serve_now()
         return dict(zip(todo, reasons, strict=True))
 
     def _state(
