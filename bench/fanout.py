@@ -211,11 +211,12 @@ class Server:
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
-            try:
-                self.proc.wait(15)
+            try:  # a loaded machine needs time: a server killed here leaves its HAProxy behind
+                self.proc.wait(90)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)
+                print(f"{self.name} killed: its HAProxy may still run", file=sys.stderr)
 
     def headers(self, session: str | None = None) -> dict[str, str]:
         out = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
