@@ -70,7 +70,6 @@ SERVER_CPU, CLIENT_CPU = 0, 1
 
 
 def serve_appdeck(port: int, token_file: Path, subscribers: int) -> None:
-    import uvicorn
     import uvloop
 
     sys.path.insert(0, str(BENCH))
@@ -78,6 +77,7 @@ def serve_appdeck(port: int, token_file: Path, subscribers: int) -> None:
 
     from appdeck import logs
     from appdeck.app import Services
+    from appdeck.cli.serve import server_class
     from appdeck.protocol.registry import ToolDef
     from appdeck.settings import Settings
     from appdeck.tuning import tune_gc
@@ -112,7 +112,8 @@ def serve_appdeck(port: int, token_file: Path, subscribers: int) -> None:
         config.host, config.port = HOST, port
         tune_gc()
         try:
-            await uvicorn.Server(config).serve()
+            # as appdeck serve: SIGTERM ends serving only, so the stop below runs
+            await server_class(services.drain)(config).serve()
         finally:
             await services.stop(stop_apps=True)
 
@@ -211,8 +212,8 @@ class Server:
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
-            try:  # a loaded machine needs time: a server killed here leaves its HAProxy behind
-                self.proc.wait(90)
+            try:
+                self.proc.wait(30)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)
