@@ -20,7 +20,9 @@ receive time of the read that carried it (``SO_TIMESTAMPNS``), so the subscriber
 process adds nothing to the spread. Figures per update, from the moment the ``touch`` request
 is written: the first and the last delivery, the p50 and p99 delivery over the subscribers,
 and the **spread** (last minus first delivery). Reported: the median over the updates, per
-server, and the machine's load. ``--baseline DIR`` adds ``AppDeck-base``: the same server on another checkout's
+server, and the machine's load; and the server's CPU time per update (user + system, all its
+threads, from ``/proc``, over the updates and the pauses between them): a figure the other
+processes on the machine hardly move, unlike the delivery times. ``--baseline DIR`` adds ``AppDeck-base``: the same server on another checkout's
 ``src`` (a ``git worktree`` of an older commit) in the same rounds, for before/after.
 
 AppDeck's per-user and per-token session caps (100 and 50 by default) and its connections per
@@ -68,7 +70,6 @@ SERVER_CPU, CLIENT_CPU = 0, 1
 
 
 def serve_appdeck(port: int, token_file: Path, subscribers: int) -> None:
-    import uvicorn
     import uvloop
 
     sys.path.insert(0, str(BENCH))
@@ -76,6 +77,7 @@ def serve_appdeck(port: int, token_file: Path, subscribers: int) -> None:
 
     from appdeck import logs
     from appdeck.app import Services
+    from appdeck.cli.serve import server_class
     from appdeck.protocol.registry import ToolDef
     from appdeck.settings import Settings
     from appdeck.tuning import tune_gc
@@ -110,7 +112,8 @@ def serve_appdeck(port: int, token_file: Path, subscribers: int) -> None:
         config.host, config.port = HOST, port
         tune_gc()
         try:
-            await uvicorn.Server(config).serve()
+            # as appdeck serve: SIGTERM ends serving only, so the stop below runs
+            await server_class(services.drain)(config).serve()
         finally:
             await services.stop(stop_apps=True)
 
@@ -210,10 +213,11 @@ class Server:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             try:
-                self.proc.wait(15)
+                self.proc.wait(30)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)
+                print(f"{self.name} killed: its HAProxy may still run", file=sys.stderr)
 
     def headers(self, session: str | None = None) -> dict[str, str]:
         out = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
@@ -369,6 +373,13 @@ class Figures:
     p99: list[float] = field(default_factory=list)
     last: list[float] = field(default_factory=list)
     spread: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (every thread)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def measure(server: Server, subscribers: int, updates: int, figures: Figures) -> None:
@@ -388,6 +399,8 @@ async def measure(server: Server, subscribers: int, updates: int, figures: Figur
         caller = await _open_session(client, server)
         call = {"name": "touch", "arguments": {}}
         await asyncio.sleep(0.5)
+        assert server.proc is not None
+        cpu_before = _cpu_seconds(server.proc.pid)
         try:
             for n in range(1, updates + 1):
                 tally.target = n * subscribers
@@ -406,6 +419,7 @@ async def measure(server: Server, subscribers: int, updates: int, figures: Figur
                 figures.last.append(times[-1])
                 figures.spread.append(times[-1] - times[0])
                 await asyncio.sleep(0.3)
+            figures.cpu.append((_cpu_seconds(server.proc.pid) - cpu_before) / updates * 1000)
         finally:
             for s in streams:
                 s.close()
@@ -464,10 +478,12 @@ def compare(args: argparse.Namespace) -> None:
         f"{args.rounds} rounds x {args.updates} updates; median over updates (ms, from the "
         "touch request written):"
     )
-    print(f"{'server':14s} {'first':>8s} {'p50':>8s} {'p99':>8s} {'last':>8s} {'spread':>8s}")
+    head = ("first", "p50", "p99", "last", "spread", "cpu/upd")
+    print(f"{'server':14s} " + " ".join(f"{h:>8s}" for h in head))
     for name, f in results.items():
-        med = [statistics.median(v) for v in (f.first, f.p50, f.p99, f.last, f.spread)]
+        med = [statistics.median(v) for v in (f.first, f.p50, f.p99, f.last, f.spread, f.cpu)]
         print(f"{name:14s} " + " ".join(f"{m:8.1f}" for m in med))
+    print("(cpu/upd: the server's CPU ms per update, median over the rounds)")
     print(f"load after: {_load()}")
 
 

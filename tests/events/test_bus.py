@@ -21,6 +21,7 @@ from appdeck.events.ports import StoredEvent
 from appdeck.events.redis_log import RedisEventLog
 from appdeck.events.signals import RedisBroadcast
 from tests.support.redis import connect
+from tests.support.wait import until
 
 
 async def _next(listener: Listener) -> object:
@@ -125,3 +126,57 @@ def test_a_taken_doorbell_names_the_stream_and_a_bad_one_is_dropped() -> None:
     assert decode_doorbell("s1", b"t") is None
     assert decode_doorbell("s1", b"t" + b"x" * 65) is None
     assert decode_doorbell("s1", "tgé".encode()) is None
+
+
+def _delivery(seq: int) -> Delivery:
+    return Delivery(StoredEvent("s1", "g", seq, b"{}"), {})
+
+
+async def test_a_waiting_readers_deliveries_go_to_its_sink_without_waking_it() -> None:
+    listener = Listener("s1")
+    written: list[int] = []
+    listener.write_through(lambda d: written.append(d.event.seq) is None)
+    reader = asyncio.create_task(listener.get(5))
+    await until(lambda: listener._idle)
+    listener.put(_delivery(1))
+    listener.put(_delivery(2))
+    assert written == [1, 2]
+    assert not reader.done()
+    listener.put(CLOSE)  # not a delivery: the reader's own
+    assert await reader is CLOSE
+    assert written == [1, 2]
+
+
+async def test_once_a_delivery_is_queued_the_next_ones_queue_behind_it() -> None:
+    listener = Listener("s1")
+    offered: list[int] = []
+
+    def sink(delivery: Delivery) -> bool:
+        offered.append(delivery.event.seq)
+        return delivery.event.seq != 1  # declines the first: the reader must send it
+
+    listener.write_through(sink)
+    reader = asyncio.create_task(listener.get(5))
+    await until(lambda: listener._idle)
+    for seq in (1, 2, 3):
+        listener.put(_delivery(seq))
+    assert offered == [1]
+    assert [await reader, await listener.get(5), await listener.get(5)] == [
+        _delivery(1),
+        _delivery(2),
+        _delivery(3),
+    ]
+    reader = asyncio.create_task(listener.get(5))  # waiting on an empty queue again
+    await until(lambda: listener._idle)
+    listener.put(_delivery(4))
+    assert offered == [1, 4]
+    reader.cancel()
+
+
+async def test_deliveries_are_queued_while_no_reader_waits() -> None:
+    listener = Listener("s1")
+    offered: list[int] = []
+    listener.write_through(lambda d: offered.append(d.event.seq) is None)
+    listener.put(_delivery(1))
+    assert offered == []
+    assert await listener.get(5) == _delivery(1)

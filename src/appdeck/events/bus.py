@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
@@ -59,28 +60,57 @@ class Delivery:
     """The decoded payload (None when it is not a JSON object)."""
 
 
-class Listener:
-    """One connection's inbox for one session: bounded, so a stuck client cannot grow it."""
+Sink = Callable[[Delivery], bool]
+"""Writes one live event out at once; False to have it queued for the reader instead."""
 
-    __slots__ = ("_queue", "overflowed", "session_id")
+
+class Listener:
+    """One connection's inbox for one session: bounded, so a stuck client cannot grow it.
+
+    A reader may give it a *sink* (:meth:`write_through`): while the reader waits in
+    :meth:`get` with nothing queued, each :class:`Delivery` goes to the sink first, which
+    writes it out in the publisher's pass, without waking the reader (a fan-out to 1,000
+    streams is one pass, not 1,000 task switches). Anything the sink declines, and anything
+    that is not a Delivery, is queued; once something is queued, everything after it is too,
+    until the reader has taken the queue and waits on an empty one again, so the reader sees
+    the items in the order they came.
+    """
+
+    __slots__ = ("_idle", "_queue", "_sink", "overflowed", "session_id")
 
     def __init__(self, session_id: str, maxsize: int = 10_000) -> None:
         self.session_id = session_id
         self._queue: asyncio.Queue[Delivery | object] = asyncio.Queue(maxsize)
         self.overflowed = False
+        self._sink: Sink | None = None
+        self._idle = False  # the reader waits in get() and nothing is queued
+
+    def write_through(self, sink: Sink | None) -> None:
+        """Offer live deliveries to ``sink`` while the reader is idle (None: stop)."""
+        self._sink = sink
 
     def put(self, item: Delivery | object) -> None:
+        sink = self._sink
+        if self._idle and sink is not None and type(item) is Delivery and sink(item):
+            return
+        self._idle = False
         try:
             self._queue.put_nowait(item)
         except asyncio.QueueFull:
             self.overflowed = True  # the reader closes; the client resumes from the log
 
     async def get(self, wait: float) -> Delivery | object | None:
+        queue = self._queue
+        if not queue.empty():
+            return queue.get_nowait()
+        self._idle = True
         try:
             async with asyncio.timeout(wait):
-                return await self._queue.get()
+                return await queue.get()
         except TimeoutError:
             return None
+        finally:
+            self._idle = False
 
 
 class Bus(Protocol):

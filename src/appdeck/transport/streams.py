@@ -25,6 +25,7 @@ from appdeck.protocol import errors as rpc
 from appdeck.protocol import versions
 from appdeck.protocol.call import Call
 from appdeck.protocol.sessions import Session
+from appdeck.transport.eager import Rest, start_eagerly
 from appdeck.transport.guard import HttpError
 from appdeck.transport.hub import StreamHub
 from appdeck.transport.responses import Receive, Send
@@ -112,7 +113,9 @@ class PostStream:
 class GetStream:
     """One GET stream: history after ``Last-Event-ID`` from the log, then live events.
 
-    Live events come from the bus. With a dense log (Redis, several replicas) a doorbell is a
+    Live events come from the bus. While the reader waits, the publisher writes them through
+    (:meth:`Listener.write_through`: the next event of this stream, in the publisher's pass);
+    the reader writes the rest in order. With a dense log (Redis, several replicas) a doorbell is a
     hint: an event is sent only when its seq is ``last + 1``; a gap, a :data:`RESYNC` and
     every keepalive read the log from ``last`` instead, so a lost doorbell costs latency,
     never an event. Ends on the session's CLOSE (from any replica, or the log's tombstone
@@ -138,6 +141,9 @@ class GetStream:
         self._stream = stream
         self._lease = lease
         self._last = 0
+        self._dense = hub.log.dense
+        self._rests: Listener | None = None
+        """Where a write the publisher started and could not finish goes (the listener)."""
 
     async def _chunk(self, data: bytes) -> None:
         await self._send({"type": "http.response.body", "body": data, "more_body": True})
@@ -147,6 +153,29 @@ class GetStream:
         await self._chunk(encode_event(event_id(self._stream, seq), payload))
         self._last = seq
         return self._stream != GET_STREAM and _is_response(message)
+
+    def _write_now(self, item: Delivery) -> bool:
+        """The listener's sink (the reader is idle): write the stream's next event at once.
+        False leaves it to the reader: a gap in a dense log (read back), a response (it ends
+        a request stream), a send that failed (the reader's own send meets the error)."""
+        event = item.event
+        if event.stream != self._stream or event.seq <= self._last:
+            return True  # the reader would skip it too
+        if self._dense and event.seq != self._last + 1:
+            return False
+        if self._stream != GET_STREAM and _is_response(item.message):
+            return False
+        chunk = encode_event(event_id(self._stream, event.seq), event.payload)
+        try:
+            rest = start_eagerly(
+                self._send({"type": "http.response.body", "body": chunk, "more_body": True})
+            )
+        except Exception:  # noqa: BLE001 - the reader's own send meets it again, in its task
+            return False
+        self._last = event.seq
+        if rest is not None and self._rests is not None:  # the transport paused: the reader
+            self._rests.put(rest)  # finishes the write before any other
+        return True
 
     async def _catch_up(self) -> bool:
         """Send what the log has after ``last``; True when that ended the stream."""
@@ -214,9 +243,17 @@ class GetStream:
                 await self._send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def _live(self, listener: Listener, gone: asyncio.Event, keepalive: float) -> None:
+        self._rests = listener
+        listener.write_through(self._write_now)
+        try:
+            await self._read(listener, gone, keepalive)
+        finally:
+            listener.write_through(None)
+
+    async def _read(self, listener: Listener, gone: asyncio.Event, keepalive: float) -> None:
         hub = self._hub
         log_ = hub.log
-        dense = log_.dense
+        dense = self._dense
         while not gone.is_set():
             item = await listener.get(keepalive)
             if item is None:
@@ -227,6 +264,9 @@ class GetStream:
                 continue
             if item is CLOSE or listener.overflowed:
                 return
+            if isinstance(item, Rest):  # a write the publisher started: it goes out first
+                await item
+                continue
             if item is RESYNC:
                 if await self._catch_up():
                     return
