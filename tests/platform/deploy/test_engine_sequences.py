@@ -114,8 +114,8 @@ async def test_recreate(rig: Rig) -> None:
         "unroute shop--acme",
         "stop R1",
         "start R2#0 127.0.0.1:20002",
-        "ready? R2#0",
         "start R2#1 127.0.0.1:20003",
+        "ready? R2#0",
         "ready? R2#1",
         f"route {SHOP} R2=100['127.0.0.1:20002', '127.0.0.1:20003']",
         "stop R1",
@@ -170,8 +170,8 @@ async def test_blue_green_and_a_warm_rollback(rig: Rig) -> None:
         "running R1",
         "prepare R2",
         "start R2#0 127.0.0.1:20002",
-        "ready? R2#0",
         "start R2#1 127.0.0.1:20003",
+        "ready? R2#0",
         "ready? R2#1",
         f"route {SHOP} R2=100['127.0.0.1:20002', '127.0.0.1:20003']",
     ]
@@ -263,8 +263,8 @@ async def test_a_canary_in_steps_10_50_100(rig: Rig) -> None:
         "running R1",
         "prepare R2",
         "start R2#0 127.0.0.1:20002",
-        "ready? R2#0",
         "start R2#1 127.0.0.1:20003",
+        "ready? R2#0",
         "ready? R2#1",
         f"route {SHOP} R2=10{new} R1=90{old}",
         f"mark {SHOP} R2",
@@ -298,8 +298,8 @@ async def test_a_rejected_canary_gives_traffic_back(rig: Rig) -> None:
         "running R1",
         "prepare R2",
         "start R2#0 127.0.0.1:20002",
-        "ready? R2#0",
         "start R2#1 127.0.0.1:20003",
+        "ready? R2#0",
         "ready? R2#1",
         f"route {SHOP} R2=10['127.0.0.1:20002', '127.0.0.1:20003'] R1=90{old}",
         f"mark {SHOP} R2",
@@ -325,6 +325,29 @@ async def test_a_failed_health_check_aborts_the_deploy(rig: Rig) -> None:
         f"route {SHOP} R2=50['127.0.0.1:20002'] R1=50['127.0.0.1:20001']",
         "stop R1#0",
         "start R2#1 127.0.0.1:20003",
+        "ready? R2#1",
+        f"route {SHOP} R1=100['127.0.0.1:20000', '127.0.0.1:20001']",
+        "stop R2",
+    ]
+    assert (await _steps(rig, 2))[-1] == (
+        "failed",
+        "Failed: instance 1 of the new release did not pass its health check (/): "
+        "GET / answered 503",
+    )
+
+
+async def test_a_blue_green_whose_second_instance_fails_its_check_routes_none_of_it(
+    rig: Rig,
+) -> None:
+    await _live_first(rig)
+    rig.runtime.health_plan = [True, False]  # instance 0 comes up, instance 1 does not
+    assert await rig.deploy("blue_green") == "failed"
+    assert _calls(rig) == [
+        "running R1",
+        "prepare R2",
+        "start R2#0 127.0.0.1:20002",
+        "start R2#1 127.0.0.1:20003",
+        "ready? R2#0",
         "ready? R2#1",
         f"route {SHOP} R1=100['127.0.0.1:20000', '127.0.0.1:20001']",
         "stop R2",
