@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from appdeck.platform.changes import Change
-from appdeck.platform.deploy.ports import Instance
+from appdeck.platform.deploy.ports import Instance, Release
 from appdeck.storage import Storage
 
 from .test_engine import SHOP, Rig, make_rig
@@ -221,6 +221,38 @@ async def test_a_warm_rollback_returns_before_its_listeners_hear_of_it_in_order(
     go_on.set()
     await rig.deploys.settle()
     assert heard == [(2, "rolled_back"), (1, "live")]
+
+
+async def test_a_deploy_goes_on_while_its_steps_are_heard_and_they_are_heard_in_order(
+    rig: Rig,
+) -> None:
+    await _live_first(rig)
+    heard: list[int | None] = []
+    went_on: list[bool] = []
+    second_started = asyncio.Event()
+    start = rig.runtime.start
+
+    async def starting(release: Release, index: int) -> Instance:
+        instance = await start(release, index)
+        if index == 1:
+            second_started.set()
+        return instance
+
+    async def slow_listener(change: Change) -> None:
+        if change.deployment == 2 and heard.count(2) == 1:  # the step after "Queued"
+            async with asyncio.timeout(20):
+                await second_started.wait()
+            went_on.append(True)
+        heard.append(change.deployment)
+
+    rig.runtime.start = starting  # type: ignore[method-assign]
+    rig.feed.subscribe(slow_listener)
+
+    assert await rig.deploy("rolling") == "live"
+
+    steps = await _steps(rig, 2)
+    assert went_on == [True]  # the build and the starts ran while "Building" was being heard
+    assert heard == [2] * len(steps) + [1]  # every step, in order, then the old one superseded
 
 
 async def test_a_cold_rollback(rig: Rig) -> None:

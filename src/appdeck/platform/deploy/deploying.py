@@ -47,7 +47,12 @@ many times, this far apart (see ``Deploying._busy``)."""
 
 class RunSteps:
     """A run's steps: each written under the app's lease once this replica's route changes
-    reached the others, then announced and reported. ``record``: the deployment as written."""
+    reached the others, then reported and announced. ``record``: the deployment as written.
+
+    The announcements (the change feed's listeners: resource notifications, domains, ...) run
+    aside, one after another in the order of the steps, while the run goes on with its next
+    piece of work (a build, a start, a health check); :meth:`heard` waits for those made so
+    far. Each is made after its step is written, as before."""
 
     def __init__(
         self,
@@ -62,6 +67,7 @@ class RunSteps:
         self.record = record
         self._held = held
         self._progress = progress
+        self._told: asyncio.Task[None] | None = None
 
     async def __call__(
         self, message: str, traffic: int | None = None, state: str | None = None
@@ -77,8 +83,26 @@ class RunSteps:
             traffic=traffic,
             lease=self._held.lease,
         )
-        await engine.announce(self._app, self.record)
+        self._tell(self.record)
         await self._progress(message, traffic)
+
+    def _tell(self, record: DeploymentRecord) -> None:
+        """Announce ``record`` aside, after every announcement this run made before."""
+        before = self._told
+
+        async def tell() -> None:
+            if before is not None:
+                await asyncio.wait({before})  # its failure was logged by the engine
+            await self._engine.announce(self._app, record)
+
+        told = asyncio.create_task(tell())
+        self._engine.background(told)  # logged if it fails; awaited by ``settle``
+        self._told = told
+
+    async def heard(self) -> None:
+        """Wait until every step written so far was announced."""
+        if self._told is not None:
+            await asyncio.wait({self._told})
 
 
 class Deploying(EngineCore):
@@ -212,9 +236,11 @@ class Deploying(EngineCore):
             self.runtime, self.router, new, old, old_instances, step, self.sleep, watch=watch
         )
         if not await self._rolled_out(step, plan, held, watch):
+            await step.heard()
             return step.record
         left = step.record.state
         await step(f"Live: {app.name} serves release {record.number}", 100, state=states.LIVE)
+        await step.heard()  # the old release's supersede is announced after the new one's steps
         ctx = DeployContext(app, record.created_by, record.strategy, None, live=live, held=held)
         await self.policy.after(left, states.LIVE, ctx, self)
         return step.record
