@@ -21,12 +21,14 @@ from __future__ import annotations
 import asyncio
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from appdeck.platform.changes import Change
 from appdeck.platform.deploy.ports import Instance, Release
 from appdeck.storage import Storage
+from appdeck.storage.deployments import DeploymentRecord
 
 from .test_engine import SHOP, Rig, make_rig
 
@@ -253,6 +255,34 @@ async def test_a_deploy_goes_on_while_its_steps_are_heard_and_they_are_heard_in_
     steps = await _steps(rig, 2)
     assert went_on == [True]  # the build and the starts ran while "Building" was being heard
     assert heard == [2] * len(steps) + [1]  # every step, in order, then the old one superseded
+
+
+async def test_the_build_runs_while_its_building_step_is_written_and_the_steps_keep_order(
+    rig: Rig,
+) -> None:
+    await _live_first(rig)
+    prepared = asyncio.Event()
+    waited: list[bool] = []
+    update, prepare = rig.deploys.store.update, rig.runtime.prepare
+
+    async def preparing(release: Release, *, rebuild: bool = False) -> None:
+        await prepare(release, rebuild=rebuild)
+        prepared.set()
+
+    async def slow_building(app_id: int, number: int, **fields: Any) -> DeploymentRecord:
+        if fields.get("state") == "building":  # written only once the build has begun
+            async with asyncio.timeout(20):
+                await prepared.wait()
+            waited.append(True)
+        return await update(app_id, number, **fields)
+
+    rig.runtime.prepare = preparing  # type: ignore[method-assign]
+    rig.deploys.store.update = slow_building  # type: ignore[method-assign]
+
+    assert await rig.deploy("blue_green") == "live"
+
+    assert waited == [True]
+    assert [state for state, _ in await _steps(rig, 2)][:3] == ["queued", "building", "starting"]
 
 
 async def test_a_cold_rollback(rig: Rig) -> None:

@@ -68,10 +68,26 @@ class RunSteps:
         self._held = held
         self._progress = progress
         self._told: asyncio.Task[None] | None = None
+        self._writing: asyncio.Task[None] | None = None
+
+    def aside(self, message: str, traffic: int | None = None, state: str | None = None) -> None:
+        """Take the step while the run goes on (with work that does not depend on its
+        record: the build); the next step waits for it, and raises what it raised."""
+        writing = asyncio.create_task(self._take(message, traffic, state))
+        writing.add_done_callback(_retrieved)
+        self._writing = writing
 
     async def __call__(
         self, message: str, traffic: int | None = None, state: str | None = None
     ) -> None:
+        writing = self._writing
+        if writing is not None:  # waited for, never cancelled by this call's cancellation
+            await asyncio.wait({writing})
+            self._writing = None
+            writing.result()
+        await self._take(message, traffic, state)
+
+    async def _take(self, message: str, traffic: int | None, state: str | None) -> None:
         engine = self._engine
         self._held.check()
         await engine.router.published()  # the other replicas route as this one before it goes on
@@ -263,7 +279,7 @@ class Deploying(EngineCore):
             await step("Canary: analysing the new release on a share of traffic", 0, states.CANARY)
 
         try:
-            await step(
+            step.aside(
                 "Building: copying the source and running the build command", state=states.BUILDING
             )
             with watch.phase("build"):
@@ -297,6 +313,12 @@ class Deploying(EngineCore):
         await plan_abort(self.runtime, self.router, plan.new, plan.old, old_instances)
         with contextlib.suppress(Fenced):
             await step("Cancelled; the live release kept serving", 0, states.CANCELLED)
+
+
+def _retrieved(task: asyncio.Task[None]) -> None:
+    """A step taken aside whose failure no later step raised (the run ended otherwise)."""
+    if not task.cancelled():
+        task.exception()
 
 
 def restarted(live: DeploymentRecord, record: DeploymentRecord) -> str:
