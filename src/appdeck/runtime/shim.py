@@ -4,11 +4,13 @@ helpers it shares with the driver. Its log writer is :mod:`.logfile` and its con
 
 The local driver never runs an app directly. It spawns
 
-    python -I -S .../shim.py --log <release>/runtime.log --instance N --cwd <workspace> \
-        -- /bin/sh -c '<run command>'
+    python -I -S -c <SHIM_BOOT> .../shim.py --log <release>/runtime.log --instance N \
+        --cwd <workspace> -- /bin/sh -c '<run command>'
 
 in a new session (so the shim is the leader of a new process group, pgid == shim pid), and the
-shim spawns the app in that same group. Why a shim:
+shim spawns the app in that same group (``supervision.SHIM_BOOT`` loads this file by path as a
+module and calls :func:`main`: from its compiled ``__pycache__`` form, not compiled again at
+every start). Why a shim:
 
 - **Logs survive the server.** The app's stdout and stderr are pipes owned by the shim, which
   writes every line, timestamped, to the release's ``runtime.log``. When the server dies (even
