@@ -7,7 +7,8 @@ Each round deploys hello (2 instances) rolling, then blue/green, then rolls back
 release; every deploy replaces a live one. Printed per run: the wall time, and the time spent
 inside each timed piece with its call count, summed over the run (pieces overlap: the route
 publish waits for HAProxy, a start hook's reload runs beside a health check). The pieces:
-the local driver (``prepare``: the source copy; ``start``; ``wait_ready``: the health poll;
+the local driver (``prepare``: the source copy and the build; ``_sandboxed_copy``, and
+``_run_step``: each build step in its sandbox; ``start``; ``wait_ready``: the health poll;
 ``stop``), the route publish (``HAProxyRouter.published``, and what it waits for: HAProxy's
 config check, reload and runtime API), the deployment records, and the change feed (every
 ``deployment.updated``'s listeners, resource notifications among them).
@@ -30,11 +31,13 @@ from appdeck.ingress.haproxy.plane import HAProxyDataPlane
 from appdeck.ingress.haproxy.process import HAProxyProcess
 from appdeck.ingress.haproxy.runtime_api import RuntimeApi
 from appdeck.platform.changes import ChangeFeed
+from appdeck.runtime.build import BuildMixin
 from appdeck.runtime.local import LocalDriver
 from appdeck.storage.deployments import DeploymentStore
 
 TIMED: list[tuple[type, list[str]]] = [
     (LocalDriver, ["prepare", "start", "wait_ready", "stop"]),
+    (BuildMixin, ["_sandboxed_copy", "_run_step"]),
     (runtime_setup.HAProxyRouter, ["published"]),
     (HAProxyDataPlane, ["_sync"]),
     (HAProxyProcess, ["check", "apply", "wait_for"]),

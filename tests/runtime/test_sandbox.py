@@ -297,3 +297,22 @@ async def test_no_root_process_ever_holds_the_apps_env(
     assert seen, "the app's env reached no process: the probe is broken"
     assert set(seen.values()) == {uid}, seen
     assert not os.path.exists("/tmp/appdeck-pwned-by-path")  # noqa: ASYNC240
+
+
+async def test_a_sandboxed_python_apps_bare_venv_is_made_by_its_copy_as_the_apps_uid(
+    driver: LocalDriver, sandbox: Sandbox
+) -> None:
+    release = spec(46, HELLO, runtime="python", run_command="exec python app.py")
+    ref = await started(driver, release)
+    workspace = driver.runtime_dir / "apps" / "46" / "releases" / "46-1" / "src"
+    python = workspace / ".venv" / "bin" / "python3"
+    assert os.readlink(python) == "/usr/bin/python3"
+    assert (workspace / ".venv").lstat().st_uid == sandbox.uid_for(46)
+    system = [
+        line.text
+        for line in (await driver.logs("46-1", "build", cursor=0, limit=100)).lines
+        if line.stream == "system"
+    ]
+    venv_lines = [text for text in system if text.startswith("venv: ")]
+    assert venv_lines == ["venv: python3 -m venv --without-pip /app/.venv (with the copy)"]
+    assert (await probe(driver, ref, "/healthz"))["ok"] is True

@@ -119,6 +119,22 @@ class BuildMixin(DriverCore):
         await asyncio.to_thread(_swap_in, fresh, state.workspace)
         writer.system(f"copied {stats.files} entries ({stats.bytes} bytes) into the workspace")
         write_json(state.directory / "release.json", self._record(release))
+        if stats.venv:
+            writer.system(f"venv: python3 -m venv --without-pip {APP_DIR}/.venv (with the copy)")
+        steps = self._build_steps(release, state.workspace, writer, venv_made=stats.venv)
+        if steps:
+            await self._run_steps(state, release, steps, writer)
+        writer.system("build succeeded")
+
+    async def _run_steps(
+        self,
+        state: ReleaseState,
+        release: Release,
+        steps: list[tuple[str, list[str]]],
+        writer: LogWriter,
+    ) -> None:
+        """Run the build's steps in turn, by one deadline (sandboxed: in one network and one
+        cgroup made for them)."""
         deadline = time.monotonic() + release.spec.build_timeout_s
         space = None
         key = f"{release.release_id}.build"
@@ -130,7 +146,7 @@ class BuildMixin(DriverCore):
             if self.sandbox.cgroups is not None:
                 procs = self.sandbox.cgroups.create(key, build_limits(release)).procs
         try:
-            for step, argv in self._build_steps(release, state.workspace, writer):
+            for step, argv in steps:
                 await self._run_step(state, release, step, argv, deadline, writer, space, procs)
         finally:
             if space is not None:
@@ -139,7 +155,6 @@ class BuildMixin(DriverCore):
                 os.close(space)
             if procs and self.sandbox is not None and self.sandbox.cgroups is not None:
                 await asyncio.to_thread(self.sandbox.cgroups.remove, key)
-        writer.system("build succeeded")
 
     async def _sandboxed_copy(self, release: Release, fresh: Path) -> CopyStats:
         """Copy the source inside the app's sandbox, as the app's uid (see :mod:`.workspace`):
@@ -151,8 +166,9 @@ class BuildMixin(DriverCore):
         os.chown(fresh, uid, uid)
         source_fd = open_dir_nofollow(release.source_path)
         copy_limits = (str(self.source_limits.max_bytes), str(self.source_limits.max_files))
+        venv = [f"{APP_DIR}/.venv"] if release.spec.runtime == "python" else []
         argv = self.sandbox.wrap(
-            ["python3", "-I", "-S", "-c", _COPY_CODE, "/source", APP_DIR, *copy_limits],
+            ["python3", "-I", "-S", "-c", _COPY_CODE, "/source", APP_DIR, *copy_limits, *venv],
             app_id=release.app_id,
             own_network=True,
             workspace=fresh,
@@ -189,11 +205,13 @@ class BuildMixin(DriverCore):
             files=int(outcome["files"]),
             bytes=int(outcome["bytes"]),
             symlinks=int(outcome["symlinks"]),
+            venv=outcome.get("venv") is True,
         )
 
     def _build_steps(
-        self, release: Release, workspace: Path, writer: LogWriter
+        self, release: Release, workspace: Path, writer: LogWriter, *, venv_made: bool = False
     ) -> list[tuple[str, list[str]]]:
+        """The build's steps; ``venv_made``: the sandboxed copy made the bare venv already."""
         steps: list[tuple[str, list[str]]] = []
         inside = Path(APP_DIR) if self.sandbox is not None else workspace
         python = "python3" if self.sandbox is not None else sys.executable
@@ -216,7 +234,7 @@ class BuildMixin(DriverCore):
                         ],
                     )
                 )
-            else:
+            elif not venv_made:
                 steps.append(("venv", [python, "-m", "venv", "--without-pip", str(venv)]))
         elif release.spec.runtime == "node" and (workspace / "package.json").is_file():
             npm = shutil.which("npm") if self.sandbox is None else _in_usr("npm")

@@ -13,7 +13,7 @@ Layout under ``runtime_dir``::
         runtime.log       JSON lines written by the instances' shims and by this driver
         shim.stderr       the shims' own failures (normally empty)
 
-An instance is ``python -I -S shim.py ... -- /bin/sh -c <run command>`` started in a new
+An instance is ``python -I -S -c <boot> shim.py ... -- /bin/sh -c <run command>`` started in a new
 session: the shim (see :mod:`appdeck.runtime.shim`) leads the process group, owns
 the app's stdout/stderr and writes them to ``runtime.log`` itself, so an instance needs
 nothing from the server to keep running and logging.

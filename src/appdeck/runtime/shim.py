@@ -4,11 +4,13 @@ helpers it shares with the driver. Its log writer is :mod:`.logfile` and its con
 
 The local driver never runs an app directly. It spawns
 
-    python -I -S .../shim.py --log <release>/runtime.log --instance N --cwd <workspace> \
-        -- /bin/sh -c '<run command>'
+    python -I -S -c <SHIM_BOOT> .../shim.py --log <release>/runtime.log --instance N \
+        --cwd <workspace> -- /bin/sh -c '<run command>'
 
 in a new session (so the shim is the leader of a new process group, pgid == shim pid), and the
-shim spawns the app in that same group. Why a shim:
+shim spawns the app in that same group (``supervision.SHIM_BOOT`` loads this file by path as a
+module and calls :func:`main`: from its compiled ``__pycache__`` form, not compiled again at
+every start). Why a shim:
 
 - **Logs survive the server.** The app's stdout and stderr are pipes owned by the shim, which
   writes every line, timestamped, to the release's ``runtime.log``. When the server dies (even
@@ -45,11 +47,12 @@ import time
 import traceback
 import types
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING
 
+TYPE_CHECKING = False
+"""Neither ``typing`` nor ``dataclasses`` is imported: with what they pull in (``inspect``,
+``ast``, ...) they were ~50 M instructions of every instance's start (valgrind)."""
 if TYPE_CHECKING:
     from appdeck.runtime.confine import Confinement
 
@@ -84,17 +87,47 @@ _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 # /proc
 
 
-@dataclass(frozen=True, slots=True)
 class ProcStat:
-    """The fields of ``/proc/<pid>/stat`` the runtime needs."""
+    """The fields of ``/proc/<pid>/stat`` the runtime needs. ``start_ticks``: the start time
+    in clock ticks after boot: with the pid, it names one process for good. Read-only."""
 
+    __slots__ = ("pgrp", "pid", "ppid", "session", "start_ticks", "state")
     pid: int
     ppid: int
     pgrp: int
     session: int
     state: str
     start_ticks: int
-    """Start time in clock ticks after boot: with the pid, it names one process for good."""
+
+    def __init__(
+        self, *, pid: int, ppid: int, pgrp: int, session: int, state: str, start_ticks: int
+    ) -> None:
+        for name, value in (
+            ("pid", pid),
+            ("ppid", ppid),
+            ("pgrp", pgrp),
+            ("session", session),
+            ("state", state),
+            ("start_ticks", start_ticks),
+        ):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"ProcStat is read-only: cannot set {name}")
+
+    def _fields(self) -> tuple[int, int, int, int, str, int]:
+        return (self.pid, self.ppid, self.pgrp, self.session, self.state, self.start_ticks)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ProcStat) and self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return "ProcStat(pid={}, ppid={}, pgrp={}, session={}, state={!r}, start_ticks={})".format(
+            *self._fields()
+        )
 
     @property
     def running(self) -> bool:

@@ -71,6 +71,8 @@ class CopyStats:
     files: int
     bytes: int
     symlinks: int
+    venv: bool = False
+    """The sandboxed copy also made the workspace's bare venv (see :func:`main`)."""
 
 
 class _Counter:
@@ -259,12 +261,26 @@ def remove_tree(path: Path) -> None:
         shutil.rmtree(path)
 
 
+def make_bare_venv(dest: Path, venv: Path) -> bool:
+    """``python3 -m venv --without-pip <venv>``, done in this process, when the copy in
+    ``dest`` has no ``requirements.txt`` (with one, the build makes a venv with pip itself):
+    whether it made one. Run by the sandboxed copy, as the app's uid, which saves the build a
+    sandbox of its own for this one step."""
+    if os.path.lexists(dest / "requirements.txt"):
+        return False
+    import venv as venv_module
+
+    venv_module.EnvBuilder(symlinks=True, with_pip=False).create(str(venv))
+    return True
+
+
 def main(argv: list[str]) -> int:
-    """``<source> <dest> <max_bytes> <max_files>``: copy, and print the outcome as one JSON
-    object on stdout (``{"files", "bytes", "symlinks"}`` or ``{"error", "message", "hint"}``)."""
+    """``<source> <dest> <max_bytes> <max_files> [<venv>]``: copy (then, given ``venv``, see
+    :func:`make_bare_venv`), and print the outcome as one JSON object on stdout
+    (``{"files", "bytes", "symlinks", "venv"}`` or ``{"error", "message", "hint"}``)."""
     import json
 
-    source, dest, max_bytes, max_files = argv
+    source, dest, max_bytes, max_files, *venv = argv
     try:
         stats = copy_source(
             Path(source),
@@ -275,5 +291,7 @@ def main(argv: list[str]) -> int:
         kind = "quota" if isinstance(exc, QuotaExceeded) else "invalid"
         print(json.dumps({"error": kind, "message": exc.message, "hint": exc.hint}))
         return 1
-    print(json.dumps({"files": stats.files, "bytes": stats.bytes, "symlinks": stats.symlinks}))
+    made = bool(venv) and make_bare_venv(Path(dest), Path(venv[0]))
+    outcome = {"files": stats.files, "bytes": stats.bytes, "symlinks": stats.symlinks}
+    print(json.dumps({**outcome, "venv": made}))
     return 0

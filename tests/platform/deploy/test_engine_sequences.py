@@ -21,12 +21,14 @@ from __future__ import annotations
 import asyncio
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from appdeck.platform.changes import Change
-from appdeck.platform.deploy.ports import Instance
+from appdeck.platform.deploy.ports import Instance, Release
 from appdeck.storage import Storage
+from appdeck.storage.deployments import DeploymentRecord
 
 from .test_engine import SHOP, Rig, make_rig
 
@@ -114,8 +116,8 @@ async def test_recreate(rig: Rig) -> None:
         "unroute shop--acme",
         "stop R1",
         "start R2#0 127.0.0.1:20002",
-        "ready? R2#0",
         "start R2#1 127.0.0.1:20003",
+        "ready? R2#0",
         "ready? R2#1",
         f"route {SHOP} R2=100['127.0.0.1:20002', '127.0.0.1:20003']",
         "stop R1",
@@ -170,8 +172,8 @@ async def test_blue_green_and_a_warm_rollback(rig: Rig) -> None:
         "running R1",
         "prepare R2",
         "start R2#0 127.0.0.1:20002",
-        "ready? R2#0",
         "start R2#1 127.0.0.1:20003",
+        "ready? R2#0",
         "ready? R2#1",
         f"route {SHOP} R2=100['127.0.0.1:20002', '127.0.0.1:20003']",
     ]
@@ -223,6 +225,66 @@ async def test_a_warm_rollback_returns_before_its_listeners_hear_of_it_in_order(
     assert heard == [(2, "rolled_back"), (1, "live")]
 
 
+async def test_a_deploy_goes_on_while_its_steps_are_heard_and_they_are_heard_in_order(
+    rig: Rig,
+) -> None:
+    await _live_first(rig)
+    heard: list[int | None] = []
+    went_on: list[bool] = []
+    second_started = asyncio.Event()
+    start = rig.runtime.start
+
+    async def starting(release: Release, index: int) -> Instance:
+        instance = await start(release, index)
+        if index == 1:
+            second_started.set()
+        return instance
+
+    async def slow_listener(change: Change) -> None:
+        if change.deployment == 2 and heard.count(2) == 1:  # the step after "Queued"
+            async with asyncio.timeout(20):
+                await second_started.wait()
+            went_on.append(True)
+        heard.append(change.deployment)
+
+    rig.runtime.start = starting  # type: ignore[method-assign]
+    rig.feed.subscribe(slow_listener)
+
+    assert await rig.deploy("rolling") == "live"
+
+    steps = await _steps(rig, 2)
+    assert went_on == [True]  # the build and the starts ran while "Building" was being heard
+    assert heard == [2] * len(steps) + [1]  # every step, in order, then the old one superseded
+
+
+async def test_the_build_runs_while_its_building_step_is_written_and_the_steps_keep_order(
+    rig: Rig,
+) -> None:
+    await _live_first(rig)
+    prepared = asyncio.Event()
+    waited: list[bool] = []
+    update, prepare = rig.deploys.store.update, rig.runtime.prepare
+
+    async def preparing(release: Release, *, rebuild: bool = False) -> None:
+        await prepare(release, rebuild=rebuild)
+        prepared.set()
+
+    async def slow_building(app_id: int, number: int, **fields: Any) -> DeploymentRecord:
+        if fields.get("state") == "building":  # written only once the build has begun
+            async with asyncio.timeout(20):
+                await prepared.wait()
+            waited.append(True)
+        return await update(app_id, number, **fields)
+
+    rig.runtime.prepare = preparing  # type: ignore[method-assign]
+    rig.deploys.store.update = slow_building  # type: ignore[method-assign]
+
+    assert await rig.deploy("blue_green") == "live"
+
+    assert waited == [True]
+    assert [state for state, _ in await _steps(rig, 2)][:3] == ["queued", "building", "starting"]
+
+
 async def test_a_cold_rollback(rig: Rig) -> None:
     await _live_first(rig)
     assert await rig.deploy("rolling") == "live"
@@ -263,8 +325,8 @@ async def test_a_canary_in_steps_10_50_100(rig: Rig) -> None:
         "running R1",
         "prepare R2",
         "start R2#0 127.0.0.1:20002",
-        "ready? R2#0",
         "start R2#1 127.0.0.1:20003",
+        "ready? R2#0",
         "ready? R2#1",
         f"route {SHOP} R2=10{new} R1=90{old}",
         f"mark {SHOP} R2",
@@ -298,8 +360,8 @@ async def test_a_rejected_canary_gives_traffic_back(rig: Rig) -> None:
         "running R1",
         "prepare R2",
         "start R2#0 127.0.0.1:20002",
-        "ready? R2#0",
         "start R2#1 127.0.0.1:20003",
+        "ready? R2#0",
         "ready? R2#1",
         f"route {SHOP} R2=10['127.0.0.1:20002', '127.0.0.1:20003'] R1=90{old}",
         f"mark {SHOP} R2",
@@ -325,6 +387,29 @@ async def test_a_failed_health_check_aborts_the_deploy(rig: Rig) -> None:
         f"route {SHOP} R2=50['127.0.0.1:20002'] R1=50['127.0.0.1:20001']",
         "stop R1#0",
         "start R2#1 127.0.0.1:20003",
+        "ready? R2#1",
+        f"route {SHOP} R1=100['127.0.0.1:20000', '127.0.0.1:20001']",
+        "stop R2",
+    ]
+    assert (await _steps(rig, 2))[-1] == (
+        "failed",
+        "Failed: instance 1 of the new release did not pass its health check (/): "
+        "GET / answered 503",
+    )
+
+
+async def test_a_blue_green_whose_second_instance_fails_its_check_routes_none_of_it(
+    rig: Rig,
+) -> None:
+    await _live_first(rig)
+    rig.runtime.health_plan = [True, False]  # instance 0 comes up, instance 1 does not
+    assert await rig.deploy("blue_green") == "failed"
+    assert _calls(rig) == [
+        "running R1",
+        "prepare R2",
+        "start R2#0 127.0.0.1:20002",
+        "start R2#1 127.0.0.1:20003",
+        "ready? R2#0",
         "ready? R2#1",
         f"route {SHOP} R1=100['127.0.0.1:20000', '127.0.0.1:20001']",
         "stop R2",

@@ -47,7 +47,12 @@ many times, this far apart (see ``Deploying._busy``)."""
 
 class RunSteps:
     """A run's steps: each written under the app's lease once this replica's route changes
-    reached the others, then announced and reported. ``record``: the deployment as written."""
+    reached the others, then reported and announced. ``record``: the deployment as written.
+
+    The announcements (the change feed's listeners: resource notifications, domains, ...) run
+    aside, one after another in the order of the steps, while the run goes on with its next
+    piece of work (a build, a start, a health check); :meth:`heard` waits for those made so
+    far. Each is made after its step is written, as before."""
 
     def __init__(
         self,
@@ -62,10 +67,27 @@ class RunSteps:
         self.record = record
         self._held = held
         self._progress = progress
+        self._told: asyncio.Task[None] | None = None
+        self._writing: asyncio.Task[None] | None = None
+
+    def aside(self, message: str, traffic: int | None = None, state: str | None = None) -> None:
+        """Take the step while the run goes on (with work that does not depend on its
+        record: the build); the next step waits for it, and raises what it raised."""
+        writing = asyncio.create_task(self._take(message, traffic, state))
+        writing.add_done_callback(_retrieved)
+        self._writing = writing
 
     async def __call__(
         self, message: str, traffic: int | None = None, state: str | None = None
     ) -> None:
+        writing = self._writing
+        if writing is not None:  # waited for, never cancelled by this call's cancellation
+            await asyncio.wait({writing})
+            self._writing = None
+            writing.result()
+        await self._take(message, traffic, state)
+
+    async def _take(self, message: str, traffic: int | None, state: str | None) -> None:
         engine = self._engine
         self._held.check()
         await engine.router.published()  # the other replicas route as this one before it goes on
@@ -77,8 +99,26 @@ class RunSteps:
             traffic=traffic,
             lease=self._held.lease,
         )
-        await engine.announce(self._app, self.record)
+        self._tell(self.record)
         await self._progress(message, traffic)
+
+    def _tell(self, record: DeploymentRecord) -> None:
+        """Announce ``record`` aside, after every announcement this run made before."""
+        before = self._told
+
+        async def tell() -> None:
+            if before is not None:
+                await asyncio.wait({before})  # its failure was logged by the engine
+            await self._engine.announce(self._app, record)
+
+        told = asyncio.create_task(tell())
+        self._engine.background(told)  # logged if it fails; awaited by ``settle``
+        self._told = told
+
+    async def heard(self) -> None:
+        """Wait until every step written so far was announced."""
+        if self._told is not None:
+            await asyncio.wait({self._told})
 
 
 class Deploying(EngineCore):
@@ -212,9 +252,11 @@ class Deploying(EngineCore):
             self.runtime, self.router, new, old, old_instances, step, self.sleep, watch=watch
         )
         if not await self._rolled_out(step, plan, held, watch):
+            await step.heard()
             return step.record
         left = step.record.state
         await step(f"Live: {app.name} serves release {record.number}", 100, state=states.LIVE)
+        await step.heard()  # the old release's supersede is announced after the new one's steps
         ctx = DeployContext(app, record.created_by, record.strategy, None, live=live, held=held)
         await self.policy.after(left, states.LIVE, ctx, self)
         return step.record
@@ -237,7 +279,7 @@ class Deploying(EngineCore):
             await step("Canary: analysing the new release on a share of traffic", 0, states.CANARY)
 
         try:
-            await step(
+            step.aside(
                 "Building: copying the source and running the build command", state=states.BUILDING
             )
             with watch.phase("build"):
@@ -271,6 +313,12 @@ class Deploying(EngineCore):
         await plan_abort(self.runtime, self.router, plan.new, plan.old, old_instances)
         with contextlib.suppress(Fenced):
             await step("Cancelled; the live release kept serving", 0, states.CANCELLED)
+
+
+def _retrieved(task: asyncio.Task[None]) -> None:
+    """A step taken aside whose failure no later step raised (the run ended otherwise)."""
+    if not task.cancelled():
+        task.exception()
 
 
 def restarted(live: DeploymentRecord, record: DeploymentRecord) -> str:

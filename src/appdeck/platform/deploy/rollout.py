@@ -5,6 +5,10 @@ traffic and the new one is stopped.
 - recreate: stop the old release, start the new one (a short gap is the point of it).
 - rolling: start new instances one by one behind health checks, retiring an old one each time.
 - blue_green: start the whole new set, switch all traffic at once, keep the old set warm.
+
+recreate, blue_green and canary start their whole new set before any of it gets traffic, so
+its instances start side by side (:meth:`Rollout.start_set`: every start, then every health
+check, in index order); rolling starts one at a time, each behind its health check.
 - canary: give the new set a share of traffic in steps, watch its error rate and health over
   an analysis window at each step, promote or roll back automatically.
 """
@@ -85,9 +89,33 @@ class Rollout:
             self.shift([])
 
     async def start_one(self, index: int) -> Instance:
+        """Start instance ``index`` and wait for its health check to pass."""
+        instance = await self.launch(index)
+        await self.ready(instance)
+        return instance
+
+    async def start_set(self, message: Callable[[int], str], traffic: int | None) -> None:
+        """Start every instance of the new set (each announced by ``message(index)`` before it
+        starts), then wait for their health checks in index order: the instances start up
+        side by side, so the set is ready about when its slowest one is, not after the sum
+        of their starts. Nothing is routed to any of them here; on a failed check the caller
+        aborts as before (the whole new release stops), the first failing index named."""
+        for index in range(self.instances()):
+            await self.report(message(index), traffic)
+            await self.launch(index)
+        for instance in list(self.started):
+            await self.ready(instance)
+
+    async def launch(self, index: int) -> Instance:
+        """Start instance ``index`` (not yet checked: see :meth:`ready`)."""
         with self.watch.phase("start", instance=index):
             instance = await self.runtime.start(self.new, index)
         self.started.append(instance)
+        return instance
+
+    async def ready(self, instance: Instance) -> None:
+        """Wait for ``instance``'s health check to pass; :class:`RolloutFailed` if it does not."""
+        index = instance.index
         timeout = self.new.spec.health_check.timeout_s
         with self.watch.phase("health", instance=index):
             within = max(START_WITHIN_S, timeout)
@@ -97,7 +125,6 @@ class Rollout:
                     f"instance {index} of the new release did not pass its health check "
                     f"({self.new.spec.health_check.path}): {ready.why}"
                 )
-        return instance
 
     async def abort(self) -> None:
         """Give traffic back to the old release and stop what we started."""
@@ -120,9 +147,7 @@ async def recreate(r: Rollout) -> None:
         r.shift([])
         await r.runtime.stop(r.old.release_id)
         r.old_instances = []
-    for index in range(r.instances()):
-        await r.report(f"Starting instance {index + 1} of {r.instances()}", None)
-        await r.start_one(index)
+    await r.start_set(lambda index: f"Starting instance {index + 1} of {r.instances()}", None)
     r.route_to_new()
     await r.report("All traffic on the new release", 100)
 
@@ -153,9 +178,7 @@ async def rolling(r: Rollout) -> None:
 
 
 async def blue_green(r: Rollout) -> None:
-    for index in range(r.instances()):
-        await r.report(f"Starting green instance {index + 1} of {r.instances()}", 0)
-        await r.start_one(index)
+    await r.start_set(lambda index: f"Starting green instance {index + 1} of {r.instances()}", 0)
     r.route_to_new()  # one atomic switch
     await r.report("Switched all traffic to the new release; the old one stays warm", 100)
 
@@ -168,9 +191,7 @@ async def canary(
     max_error_rate: float,
     enter: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
-    for index in range(r.instances()):
-        await r.report(f"Starting canary instance {index + 1} of {r.instances()}", 0)
-        await r.start_one(index)
+    await r.start_set(lambda index: f"Starting canary instance {index + 1} of {r.instances()}", 0)
     if r.old is None or not r.old_instances:
         r.route_to_new()
         await r.report("No live release to compare with: all traffic on the new release", 100)
