@@ -69,14 +69,9 @@ class HAProxyProcess:
     async def marker(self) -> str | None:
         """The ``description`` of the worker answering the stats socket (None: none does)."""
         try:
-            info = await self.stats.command("show info")
+            return description(await self.stats.command("show info"))
         except RuntimeApiError:
             return None
-        for line in info.splitlines():
-            name, _, value = line.partition(":")
-            if name.strip().lower() == "description":
-                return value.strip()
-        return None
 
     # -- changes --------------------------------------------------------------------------
 
@@ -222,3 +217,12 @@ class HAProxyProcess:
         for path in (self.layout.master, self.layout.stats, self.layout.pid):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
+
+
+def description(info: str) -> str | None:
+    """The ``description`` line of a ``show info`` answer (the config's marker), if any."""
+    for line in info.splitlines():
+        name, _, value = line.partition(":")
+        if name.strip().lower() == "description":
+            return value.strip()
+    return None
