@@ -10,9 +10,9 @@ import pytest
 from appdeck.auth.admin import IdentityAdmin
 from appdeck.common.errors import Conflict
 from appdeck.storage import Storage
-from appdeck.storage.app_locks import AppLockStore, Fenced
+from appdeck.storage.app_locks import AppLockStore, Fenced, Lease
 from appdeck.storage.apps import AppStore
-from appdeck.storage.deployments import DeploymentRecord, DeploymentStore
+from appdeck.storage.deployments import DeploymentRecord, DeploymentStore, Move, StaleState
 from appdeck.storage.identity import IdentityStore
 
 
@@ -109,3 +109,57 @@ async def test_the_newest_deployment_of_each_app_comes_in_one_read(storage: Stor
         other: (1, "live"),
     }
     assert await store.latest_for([]) == {}
+
+
+async def _live_and_superseded(storage: Storage) -> tuple[DeploymentStore, int, Lease]:
+    """An app whose #1 is superseded (warm) and #2 live, and its lease."""
+    app_id = await _app(storage)
+    store = DeploymentStore(storage.engine)
+    await _create(store, app_id, state="superseded")
+    await _create(store, app_id, state="live")
+    lease = await AppLockStore(storage.engine).acquire(app_id, "r1:a", 30)
+    assert lease is not None
+    return store, app_id, lease
+
+
+async def test_a_rollback_moves_both_records_in_one_write_with_their_steps(
+    storage: Storage,
+) -> None:
+    store, app_id, lease = await _live_and_superseded(storage)
+    back, left = await store.move_together(
+        app_id,
+        [Move(1, "live", "Live again", 100), Move(2, "rolled_back", "Rolled back to 1", 0)],
+        lease=lease,
+    )
+    assert (back.number, back.state, back.traffic, back.status_message) == (
+        1,
+        "live",
+        100,
+        "Live again",
+    )
+    assert (left.number, left.state, left.traffic) == (2, "rolled_back", 0)
+    assert left.steps[-1]["message"] == "Rolled back to 1"
+    assert [r.state for r in await store.for_app(app_id)] == ["rolled_back", "live"]
+
+
+async def test_when_one_move_is_refused_neither_record_changes(storage: Storage) -> None:
+    store, app_id, lease = await _live_and_superseded(storage)
+    with pytest.raises(StaleState, match="gone"):  # #3 does not exist: refused after #1 moved
+        await store.move_together(
+            app_id,
+            [Move(1, "live", "Live again", 100), Move(3, "rolled_back", "x", 0)],
+            lease=lease,
+        )
+    assert [r.state for r in await store.for_app(app_id)] == ["live", "superseded"]
+    locks = AppLockStore(storage.engine)
+    assert await locks.release(lease)  # lost: as if paused past it
+    theirs = await locks.acquire(app_id, "r2:b", 30)
+    assert theirs is not None
+    with pytest.raises(Fenced):
+        await store.move_together(
+            app_id,
+            [Move(1, "live", "Live again", 100), Move(2, "rolled_back", "x", 0)],
+            lease=lease,
+        )
+    after = await store.for_app(app_id)
+    assert [(r.state, len(r.steps)) for r in after] == [("live", 1), ("superseded", 1)]
