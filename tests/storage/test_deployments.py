@@ -23,7 +23,9 @@ async def _app(storage: Storage) -> int:
     return (await AppStore(storage.engine).create("acme", "shop", None, {}, user.id)).id
 
 
-async def _create(store: DeploymentStore, app_id: int, state: str = "queued") -> DeploymentRecord:
+async def _create(
+    store: DeploymentStore, app_id: int, state: str = "queued", previous: int | None = None
+) -> DeploymentRecord:
     return await store.create(
         app_id=app_id,
         strategy="rolling",
@@ -31,7 +33,7 @@ async def _create(store: DeploymentStore, app_id: int, state: str = "queued") ->
         env="sealed",
         source={"path": "/src"},
         created_by="alice",
-        previous=None,
+        previous=previous,
         instance_id="r1",
         state=state,
     )
@@ -163,3 +165,17 @@ async def test_when_one_move_is_refused_neither_record_changes(storage: Storage)
         )
     after = await store.for_app(app_id)
     assert [(r.state, len(r.steps)) for r in after] == [("live", 1), ("superseded", 1)]
+
+
+async def test_the_live_deployment_and_a_rollbacks_target_come_in_one_read(
+    storage: Storage,
+) -> None:
+    app_id = await _app(storage)
+    store = DeploymentStore(storage.engine)
+    assert await store.live_and(app_id, None) == (None, None)
+    await _create(store, app_id, state="superseded")
+    await _create(store, app_id, state="live", previous=1)
+    await _create(store, app_id, state="failed", previous=2)
+    found = {n: await store.live_and(app_id, n) for n in (None, 3, 9, 2**40)}
+    shown = {n: (a and a.number, b and b.number) for n, (a, b) in found.items()}
+    assert shown == {None: (2, 1), 3: (2, 3), 9: (2, None), 2**40: (2, None)}

@@ -215,6 +215,30 @@ class DeploymentStore:
         async with self._engine.connect() as conn:
             return [_record(r) for r in (await conn.execute(query)).all()]
 
+    async def live_and(
+        self, app_id: int, number: int | None
+    ) -> tuple[DeploymentRecord | None, DeploymentRecord | None]:
+        """The app's live deployment and deployment ``number`` (None: the one the live one
+        replaced, its ``previous``), in one read (a rollback's)."""
+        c = deployments.c
+        live = (c.app_id == app_id) & (c.state == "live")
+        if number is None:
+            newest = sa.select(c.previous).where(live).order_by(c.number.desc()).limit(1)
+            wanted: Any = newest.scalar_subquery()
+        else:
+            wanted = number if 0 < number <= MAX_NUMBER else -1  # the column is 32-bit
+        query = (
+            sa.select(deployments)
+            .where(c.app_id == app_id, sa.or_(c.state == "live", c.number == wanted))
+            .order_by(c.number.desc())
+        )
+        async with self._engine.connect() as conn:
+            found = [_record(r) for r in (await conn.execute(query)).all()]
+        current = next((r for r in found if r.state == "live"), None)
+        if number is None:
+            number = current.previous if current is not None else None
+        return current, next((r for r in found if r.number == number), None)
+
     async def live_for(self, app_ids: Iterable[int]) -> dict[int, DeploymentRecord]:
         """The live deployment of each of ``app_ids`` that has one, in one query."""
         wanted = sorted(set(app_ids))

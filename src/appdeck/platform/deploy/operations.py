@@ -51,13 +51,12 @@ class Operating(Deploying):
     ) -> tuple[DeploymentRecord, DeploymentRecord]:
         """The live deployment and the one a rollback brings back (``number``, default: the
         one before the live one), checked."""
-        live = await self.live(app_id)
+        live, target = await self.store.live_and(app_id, number)  # one read
         if live is None:
             raise FailedPrecondition("the app has no live release to roll back from")
         target_number = number if number is not None else live.previous
         if target_number is None:
             raise FailedPrecondition("there is no earlier release to roll back to")
-        target = await self.store.get(app_id, target_number)
         if target is None:
             raise NotFound(f"app {app_id} has no deployment {target_number}")
         if target.state not in (states.SUPERSEDED, states.ROLLED_BACK):
