@@ -77,6 +77,11 @@ class Layout:
         return self.directory / "lock"
 
     @property
+    def lease(self) -> Path:
+        """The data plane's lease (``ingress/haproxy/lease.py``), read under ``lock``."""
+        return self.directory / "lease"
+
+    @property
     def handoff(self) -> Path:
         """The listener through which a stopping worker hands requests to the current one."""
         return self.directory / "handoff.sock"

@@ -504,6 +504,7 @@ class HAProxyDataPlane:
             for (backend, server), weight in wanted.items()
             if self._weights.get((backend, server)) != weight
         ]
+        self.process.check_held()
         info, said = await self.process.stats.asked_then("show info", lines)
         if description(info) != applied.marker:
             return None
@@ -521,6 +522,7 @@ class HAProxyDataPlane:
             self.edge.prepare()
         await self.process.apply(rendered)
         wanted = dict(rendered.weights)
+        self.process.check_held()
         await self.process.stats.commands(
             [f"set server {backend}/{server} weight {w}" for (backend, server), w in wanted.items()]
         )
