@@ -81,9 +81,9 @@ class Namespaces:
         """The mounted name of instance ``key`` (after :meth:`ensure`), or None."""
         return self._names.get(key)
 
-    def ensure(self, keys: Iterable[str], *, sweep: bool = True) -> None:
+    def ensure(self, keys: Iterable[str]) -> None:
         """Mount a name for each instance in ``keys`` (those the driver has a namespace of)
-        and remove this install's other names (``sweep`` False: later, :meth:`sweep`)."""
+        and remove this install's other names."""
         wanted: dict[str, str] = {}
         for key in set(keys):
             fd = self.fd_of(key)
@@ -107,13 +107,7 @@ class Namespaces:
                     continue
             wanted[key] = name
         self._names = wanted
-        if sweep:
-            self.sweep()
-
-    def sweep(self) -> None:
-        """Remove this install's names no instance routed at the last :meth:`ensure` has
-        (unmounting takes milliseconds: a route change does it once traffic moved)."""
-        self._sweep(set(self._names.values()))
+        self._sweep(set(wanted.values()))
 
     def moved(self) -> bool:
         """Whether an instance named here has a new namespace now (it crashed and was

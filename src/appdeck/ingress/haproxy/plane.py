@@ -453,7 +453,7 @@ class HAProxyDataPlane:
             keys += [u.partition("@")[0] for u in upstreams if "@" in u]
         namer = None
         if self.namespaces is not None:
-            self.namespaces.ensure(keys, sweep=False)  # swept once traffic moved (_sync)
+            self.namespaces.ensure(keys)
             namer = self.namespaces.name
         return render(
             self.table,
@@ -488,15 +488,8 @@ class HAProxyDataPlane:
             self._applied, self._weights = applied, wanted
             self._synced, self._in_effect = version, routes
             self._progress.set()
-            await asyncio.to_thread(self._after_sync, rendered, applied is not rendered)
-
-    def _after_sync(self, rendered: Rendered, write: bool) -> None:
-        """Once the waiters went on: the names of namespaces no server has any more go,
-        and (``write``) the config is written for the next reload or restart."""
-        if self.namespaces is not None:
-            self.namespaces.sweep()
-        if write:
-            self.process.write(rendered)
+            if applied is not rendered:  # a reload or restart takes this config
+                await asyncio.to_thread(self.process.write, rendered)
 
     async def _reweigh(
         self, rendered: Rendered, applied: Rendered
