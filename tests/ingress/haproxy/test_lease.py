@@ -19,7 +19,7 @@ from pathlib import Path
 from appdeck.ingress.haproxy.lease import LeaseLost, PlaneLease
 
 async def main() -> None:
-    lease = PlaneLease(Path(sys.argv[1]), Path(sys.argv[2]), ttl=0.5)
+    lease = PlaneLease(Path(sys.argv[1]), ttl=0.5)
     async with lease.hold() as held:
         print("held", held.fence, flush=True)
         while True:
@@ -37,9 +37,9 @@ asyncio.run(main())
 async def test_a_holder_stopped_past_its_lease_is_taken_over_and_changes_nothing_after(
     tmp_path: Path,
 ) -> None:
-    lock, path = tmp_path / "lock", tmp_path / "lease"
+    path = tmp_path / "lease"
     child = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", HOLDER, str(lock), str(path), stdout=asyncio.subprocess.PIPE
+        sys.executable, "-c", HOLDER, str(path), stdout=asyncio.subprocess.PIPE
     )
     assert child.stdout is not None
     try:
@@ -47,7 +47,7 @@ async def test_a_holder_stopped_past_its_lease_is_taken_over_and_changes_nothing
             said = (await child.stdout.readline()).split()
             assert said[0] == b"held"
             os.kill(child.pid, signal.SIGSTOP)  # stopped while it holds the lease
-            async with PlaneLease(lock, path).hold(wait_s=30) as taken:
+            async with PlaneLease(path).hold(wait_s=30) as taken:
                 assert taken.fence == int(said[1]) + 1
                 os.kill(child.pid, signal.SIGCONT)
                 assert await child.stdout.readline() == b"lost\n"  # it learns, and stops
@@ -62,8 +62,8 @@ async def test_a_holder_stopped_past_its_lease_is_taken_over_and_changes_nothing
 async def test_a_running_holder_keeps_its_lease_past_the_ttl_and_lets_it_go_after(
     tmp_path: Path,
 ) -> None:
-    first = PlaneLease(tmp_path / "lock", tmp_path / "lease", ttl=1.0)
-    second = PlaneLease(tmp_path / "lock", tmp_path / "lease", ttl=1.0)
+    first = PlaneLease(tmp_path / "lease", ttl=1.0)
+    second = PlaneLease(tmp_path / "lease", ttl=1.0)
     async with first.hold() as held:
         await asyncio.sleep(3.0)  # three of its lease's lengths: renewed meanwhile
         held.check()

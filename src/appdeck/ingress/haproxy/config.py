@@ -79,7 +79,7 @@ class Layout:
 
     @property
     def lease(self) -> Path:
-        """The data plane's lease (``ingress/haproxy/lease.py``), read under ``lock``."""
+        """The data plane's lease (``ingress/haproxy/lease.py``)."""
         return self.directory / "lease"
 
     @property

@@ -46,7 +46,7 @@ class HAProxyProcess:
         # the module's bound (a loaded machine): 5 s failed a start at load 14 (issue 20)
         self.stats = RuntimeApi(layout.stats)
         self.master = RuntimeApi(layout.master, master=True)
-        self.lease = PlaneLease(layout.lock, layout.lease)
+        self.lease = PlaneLease(layout.lease)
         self._held: Held | None = None
 
     # -- what runs ------------------------------------------------------------------------
