@@ -48,6 +48,7 @@ class HAProxyProcess:
         self.master = RuntimeApi(layout.master, master=True)
         self.lease = PlaneLease(layout.lease)
         self._held: Held | None = None
+        self._local = asyncio.Lock()
 
     # -- what runs ------------------------------------------------------------------------
 
@@ -84,7 +85,8 @@ class HAProxyProcess:
         (:meth:`check_held`)."""
         self.layout.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         try:
-            async with self.lease.hold() as held:
+            # one holder name per process: its own holds are serialized here
+            async with self._local, self.lease.hold() as held:
                 self._held = held
                 try:
                     yield
