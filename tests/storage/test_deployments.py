@@ -10,9 +10,9 @@ import pytest
 from appdeck.auth.admin import IdentityAdmin
 from appdeck.common.errors import Conflict
 from appdeck.storage import Storage
-from appdeck.storage.app_locks import AppLockStore, Fenced
+from appdeck.storage.app_locks import AppLockStore, Fenced, Lease
 from appdeck.storage.apps import AppStore
-from appdeck.storage.deployments import DeploymentRecord, DeploymentStore
+from appdeck.storage.deployments import DeploymentRecord, DeploymentStore, Move, StaleState
 from appdeck.storage.identity import IdentityStore
 
 
@@ -23,7 +23,9 @@ async def _app(storage: Storage) -> int:
     return (await AppStore(storage.engine).create("acme", "shop", None, {}, user.id)).id
 
 
-async def _create(store: DeploymentStore, app_id: int, state: str = "queued") -> DeploymentRecord:
+async def _create(
+    store: DeploymentStore, app_id: int, state: str = "queued", previous: int | None = None
+) -> DeploymentRecord:
     return await store.create(
         app_id=app_id,
         strategy="rolling",
@@ -31,7 +33,7 @@ async def _create(store: DeploymentStore, app_id: int, state: str = "queued") ->
         env="sealed",
         source={"path": "/src"},
         created_by="alice",
-        previous=None,
+        previous=previous,
         instance_id="r1",
         state=state,
     )
@@ -109,3 +111,71 @@ async def test_the_newest_deployment_of_each_app_comes_in_one_read(storage: Stor
         other: (1, "live"),
     }
     assert await store.latest_for([]) == {}
+
+
+async def _live_and_superseded(storage: Storage) -> tuple[DeploymentStore, int, Lease]:
+    """An app whose #1 is superseded (warm) and #2 live, and its lease."""
+    app_id = await _app(storage)
+    store = DeploymentStore(storage.engine)
+    await _create(store, app_id, state="superseded")
+    await _create(store, app_id, state="live")
+    lease = await AppLockStore(storage.engine).acquire(app_id, "r1:a", 30)
+    assert lease is not None
+    return store, app_id, lease
+
+
+async def test_a_rollback_moves_both_records_in_one_write_with_their_steps(
+    storage: Storage,
+) -> None:
+    store, app_id, lease = await _live_and_superseded(storage)
+    back, left = await store.move_together(
+        app_id,
+        [Move(1, "live", "Live again", 100), Move(2, "rolled_back", "Rolled back to 1", 0)],
+        lease=lease,
+    )
+    assert (back.number, back.state, back.traffic, back.status_message) == (
+        1,
+        "live",
+        100,
+        "Live again",
+    )
+    assert (left.number, left.state, left.traffic) == (2, "rolled_back", 0)
+    assert left.steps[-1]["message"] == "Rolled back to 1"
+    assert [r.state for r in await store.for_app(app_id)] == ["rolled_back", "live"]
+
+
+async def test_when_one_move_is_refused_neither_record_changes(storage: Storage) -> None:
+    store, app_id, lease = await _live_and_superseded(storage)
+    with pytest.raises(StaleState, match="gone"):  # #3 does not exist: refused after #1 moved
+        await store.move_together(
+            app_id,
+            [Move(1, "live", "Live again", 100), Move(3, "rolled_back", "x", 0)],
+            lease=lease,
+        )
+    assert [r.state for r in await store.for_app(app_id)] == ["live", "superseded"]
+    locks = AppLockStore(storage.engine)
+    assert await locks.release(lease)  # lost: as if paused past it
+    theirs = await locks.acquire(app_id, "r2:b", 30)
+    assert theirs is not None
+    with pytest.raises(Fenced):
+        await store.move_together(
+            app_id,
+            [Move(1, "live", "Live again", 100), Move(2, "rolled_back", "x", 0)],
+            lease=lease,
+        )
+    after = await store.for_app(app_id)
+    assert [(r.state, len(r.steps)) for r in after] == [("live", 1), ("superseded", 1)]
+
+
+async def test_the_live_deployment_and_a_rollbacks_target_come_in_one_read(
+    storage: Storage,
+) -> None:
+    app_id = await _app(storage)
+    store = DeploymentStore(storage.engine)
+    assert await store.live_and(app_id, None) == (None, None)
+    await _create(store, app_id, state="superseded")
+    await _create(store, app_id, state="live", previous=1)
+    await _create(store, app_id, state="failed", previous=2)
+    found = {n: await store.live_and(app_id, n) for n in (None, 3, 9, 2**40)}
+    shown = {n: (a and a.number, b and b.number) for n, (a, b) in found.items()}
+    assert shown == {None: (2, 1), 3: (2, 3), 9: (2, None), 2**40: (2, None)}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from appdeck.common.errors import Conflict
 from appdeck.storage.app_locks import Fenced, Lease, guard
+from appdeck.storage.engine import writing
 from appdeck.storage.schema import deployments
 
 _IN_PROGRESS: Final = ("queued", "building", "starting", "canary")
@@ -100,6 +101,16 @@ def _record(row: Any) -> DeploymentRecord:
         traffic=int(row.traffic),
         instance_id=row.instance_id,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    """One deployment's new state in :meth:`DeploymentStore.move_together`."""
+
+    number: int
+    state: str
+    message: str
+    traffic: int
 
 
 class StaleState(RuntimeError):
@@ -203,6 +214,30 @@ class DeploymentStore:
         query = query.order_by(deployments.c.number.desc()).offset(offset).limit(limit)
         async with self._engine.connect() as conn:
             return [_record(r) for r in (await conn.execute(query)).all()]
+
+    async def live_and(
+        self, app_id: int, number: int | None
+    ) -> tuple[DeploymentRecord | None, DeploymentRecord | None]:
+        """The app's live deployment and deployment ``number`` (None: the one the live one
+        replaced, its ``previous``), in one read (a rollback's)."""
+        c = deployments.c
+        live = (c.app_id == app_id) & (c.state == "live")
+        if number is None:
+            newest = sa.select(c.previous).where(live).order_by(c.number.desc()).limit(1)
+            wanted: Any = newest.scalar_subquery()
+        else:
+            wanted = number if 0 < number <= MAX_NUMBER else -1  # the column is 32-bit
+        query = (
+            sa.select(deployments)
+            .where(c.app_id == app_id, sa.or_(c.state == "live", c.number == wanted))
+            .order_by(c.number.desc())
+        )
+        async with self._engine.connect() as conn:
+            found = [_record(r) for r in (await conn.execute(query)).all()]
+        current = next((r for r in found if r.state == "live"), None)
+        if number is None:
+            number = current.previous if current is not None else None
+        return current, next((r for r in found if r.number == number), None)
 
     async def live_for(self, app_ids: Iterable[int]) -> dict[int, DeploymentRecord]:
         """The live deployment of each of ``app_ids`` that has one, in one query."""
@@ -312,6 +347,59 @@ class DeploymentStore:
         record = await self.get(app_id, number)
         assert record is not None
         return record
+
+    async def move_together(
+        self, app_id: int, moves: Sequence[Move], *, lease: Lease
+    ) -> list[DeploymentRecord]:
+        """Write each of ``moves`` (a state, a message appended to the history, the traffic)
+        in one transaction under the app's ``lease``: all of them or none (a rollback's two
+        records: a crash never leaves two live releases, or none). Each state change is
+        checked as :meth:`update` checks it, and compare-and-set on the state read in the
+        same transaction; :class:`Fenced` or :class:`StaleState` when a row refused it, and
+        nothing was written. The records as written, in the order of ``moves``."""
+        if lease.app_id != app_id:
+            raise ValueError(f"the lease of app {lease.app_id} guards no write to {app_id}")
+        c = deployments.c
+        numbers = [move.number for move in moves]
+        now = time.time()
+        written: list[DeploymentRecord] = []
+        async with writing(self._engine) as conn:  # SQLite: the write lock before the read
+            query = sa.select(deployments).where(c.app_id == app_id, c.number.in_(numbers))
+            current = {r.number: r for r in map(_record, (await conn.execute(query)).all())}
+            for move in moves:
+                was = current.get(move.number)
+                if was is None:
+                    raise StaleState(f"deployment {app_id}-{move.number} is gone")
+                if move.state != was.state and self._transitions is not None:
+                    self._transitions(was.state, move.state)
+                step = {"at": now, "state": move.state, "message": move.message[:500]}
+                statement = (
+                    sa.update(deployments)
+                    .where(
+                        c.app_id == app_id,
+                        c.number == move.number,
+                        c.state == was.state,
+                        guard(lease, self._engine.dialect.name),
+                    )
+                    .values(
+                        state=move.state,
+                        status_message=move.message[:2000],
+                        traffic=move.traffic,
+                        steps=[*was.steps, step][-100:],
+                        updated_at=now,
+                    )
+                    .returning(*c)
+                )
+                row = (await conn.execute(statement)).first()
+                if row is None:
+                    held = (await conn.execute(sa.select(guard(lease, conn.dialect.name)))).scalar()
+                    if not held:
+                        raise Fenced(
+                            f"app {app_id}: the lease fenced {lease.fence} is no longer held"
+                        )
+                    raise StaleState(f"deployment {app_id}-{move.number} changed state meanwhile")
+                written.append(_record(row))
+        return written
 
     async def _holds(self, lease: Lease) -> bool:
         async with self._engine.connect() as conn:

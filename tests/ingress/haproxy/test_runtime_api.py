@@ -81,6 +81,29 @@ async def test_silent_commands_go_in_one_batch_and_any_answer_is_a_refusal(
     await stats.commands([])
 
 
+async def test_a_question_and_silent_commands_share_one_connection_each_answer_apart(
+    haproxy: tuple[RuntimeApi, RuntimeApi],
+) -> None:
+    stats, _ = haproxy
+
+    info, said = await stats.asked_then(
+        "show info", ["set server b/s1 weight 7", "set server b/s2 weight 0"]
+    )
+
+    assert info.startswith("Name: HAProxy")
+    assert said == []
+    state = await stats.command("show servers state b")
+    weights = {f[3]: f[7] for f in (line.split() for line in state.splitlines()[2:]) if len(f) > 7}
+    assert weights == {"s1": "7", "s2": "0"}
+    info, said = await stats.asked_then(
+        "show info", ["set server b/nope weight 1", "set server b/s1 weight 300"]
+    )
+    assert "Nbthread" in info
+    assert said == ["No such server.", "Absolute weight can only be between 0 and 256 inclusive."]
+    with pytest.raises(RuntimeApiError, match="Unknown command"):
+        await stats.asked_then("show nonsense", [])
+
+
 async def test_the_master_socket_answers_and_closes(haproxy: tuple[RuntimeApi, RuntimeApi]) -> None:
     _, master = haproxy
     answer = await master.command("show proc")

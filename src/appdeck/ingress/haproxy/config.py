@@ -25,6 +25,7 @@ nothing from a client is written here.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import resource
@@ -77,6 +78,11 @@ class Layout:
         return self.directory / "lock"
 
     @property
+    def lease(self) -> Path:
+        """The data plane's lease (``ingress/haproxy/lease.py``)."""
+        return self.directory / "lease"
+
+    @property
     def handoff(self) -> Path:
         """The listener through which a stopping worker hands requests to the current one."""
         return self.directory / "handoff.sock"
@@ -125,10 +131,20 @@ class Rendered:
 def _frame(rendered: Rendered) -> tuple[str, frozenset[tuple[str, str]]]:
     """The skeleton without the route servers (its description line neither: it hashes
     them), and those servers as (section, server line) pairs."""
+    return _frame_of(rendered.config, tuple(sorted(rendered.files.items())))
+
+
+@functools.lru_cache(maxsize=8)
+def _frame_of(
+    config: str, files: tuple[tuple[str, str], ...]
+) -> tuple[str, frozenset[tuple[str, str]]]:
+    """:func:`_frame`, kept for the configs last asked about (the running one is compared
+    with every sync's: its frame is worked out once, not at each route change)."""
     kept: list[str] = []
     servers: set[tuple[str, str]] = set()
     section = ""
-    for line in rendered.skeleton.split("\n"):
+    skeleton = _WEIGHT.sub("", config) + "".join(f"\n--- {n}\n{text}" for n, text in files)
+    for line in skeleton.split("\n"):
         if line and not line.startswith(" "):
             section = line
         if line.startswith("    server ") and not line.startswith(f"    server {HANDOFF_SERVER} "):
@@ -533,7 +549,8 @@ def render(
     }
     head = _head(layout, proxy, edge_global)
     frontend = _frontend(host, port, table.domains, proxy, edge_rules)
-    frontend = [line.replace("@STATES@", str(layout.file("states.map"))) for line in frontend]
+    states_map = str(layout.file("states.map"))
+    frontend = [line.replace("@STATES@", states_map) for line in frontend]
     body, weights, servers = _backends(table, layout, proxy, states, namespace, expected)
     if edge_sections_of is not None:  # the edge's HTTPS frontend runs core's lines too
         where = str(layout.file("states.map"))

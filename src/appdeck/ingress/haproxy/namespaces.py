@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import logging
 import os
 from collections.abc import Callable, Iterable
@@ -29,7 +30,10 @@ MAX_STACKED: Final = 16
 """Binds unmounted from one name at most (each replica on the host may have made one)."""
 
 
+@functools.cache
 def _libc() -> ctypes.CDLL:
+    """The C library, loaded once: ``find_library`` runs ``ldconfig -p`` (a fork and exec,
+    3-10 ms) each time, and a rollback's route change mounts and unmounts four names."""
     return ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
 
 

@@ -9,8 +9,10 @@
 One task (every :data:`TICK_S`, or at once after a change):
 
 - **sync**: render the config from the table; when anything but weights changed, write it and
-  reload (master-worker: seamless); then set weights that differ through the runtime API and
-  read them back (``get weight``). Only then is the table's version counted as in effect.
+  reload (master-worker: seamless); else set the weights that differ through the runtime API,
+  on one connection that asks first which config the worker runs (``show info``). HAProxy
+  answers each ``set server ... weight`` (nothing when applied, the refusal else): only once
+  every one was applied is the table's version counted as in effect.
 - **watchdog**: a dead HAProxy is started again with the last config (must-show 5: routes back
   within 2 s of a kill -9).
 - **counters**: per-server ``show stat`` summed per (route, release) into
@@ -44,7 +46,7 @@ from appdeck.ingress.challenges import Challenges
 from appdeck.ingress.config import ProxyConfig
 from appdeck.ingress.haproxy.config import HANDOFF_SERVER, Layout, Rendered, render, server_name
 from appdeck.ingress.haproxy.namespaces import Namespaces
-from appdeck.ingress.haproxy.process import BINARY, HAProxyFailed, HAProxyProcess
+from appdeck.ingress.haproxy.process import BINARY, HAProxyFailed, HAProxyProcess, description
 from appdeck.ingress.haproxy.runtime_api import RuntimeApiError
 from appdeck.ingress.hosts import HostMap
 from appdeck.ingress.routes import Backend, Counters, RouteTable
@@ -281,6 +283,8 @@ class HAProxyDataPlane:
         self._base: dict[tuple[str, str], list[int]] = {}
         """(backend, server) -> what the workers before this one counted."""
         self._last: dict[tuple[str, str], list[int]] = {}
+        self._polled = 0.0
+        """When the counters were last read (``show stat``: at most every :data:`TICK_S`)."""
         self._latency: dict[tuple[str, str], float] = {}
         """(backend, server) -> seconds to response headers, summed over every worker."""
 
@@ -398,7 +402,8 @@ class HAProxyDataPlane:
                     self._synced < self.table.version or self._namespace_moved()
                 ):
                     await self._sync()
-                await self._poll()
+                if time.monotonic() >= self._polled + TICK_S:  # not again after every change
+                    await self._poll()
                 failing = False
             except (HAProxyFailed, RuntimeApiError, OSError) as exc:
                 if not failing:
@@ -466,50 +471,62 @@ class HAProxyDataPlane:
     async def _sync(self, *, force: bool = False, locked: bool = False) -> None:
         """Put the table in effect: by weights alone when the config HAProxy runs has every
         server the table needs (those it no longer needs go to weight 0 and stay until the
-        next reload), else by writing the config and reloading."""
+        next reload), else by writing the config and reloading. In effect once HAProxy
+        answered every weight set (it answers each one: nothing when applied); the waiters
+        (:meth:`synced`) go on then, while the files are written for the next reload."""
         version, routes = self.table.version, self.table.routes_version
         rendered = self._render()
-        applied, self._applied = self._applied, None  # unknown until read back
-        weights = self._weights
+        applied, self._applied = self._applied, None  # unknown until HAProxy answered
         async with contextlib.nullcontext() if locked else self.process.locked():
             fits = not force and applied is not None and rendered.fits_in(applied)
-            if applied is None or not fits or await self.process.marker() != applied.marker:
-                if self.process.running():  # (a marker not ours: another replica reloaded)
-                    await self._poll()
-                    self._fold()
-                if self.edge is not None:
-                    self.edge.prepare()
-                await self.process.apply(rendered)
-                applied = rendered
-                weights = {}  # the config's weights, or another replica's: set them all
-            else:
-                self.process.write(rendered)  # a reload or restart takes this config
+            wanted = None
+            if fits and applied is not None:
+                wanted = await self._reweigh(rendered, applied)
+            if wanted is None:  # (a marker not ours: another replica reloaded)
+                applied, wanted = rendered, await self._reload(rendered)
             self._written = rendered
-            wanted = {key: rendered.weights.get(key, 0) for key in applied.weights}
-            await self.process.stats.commands(
-                [
-                    f"set server {backend}/{server} weight {weight}"
-                    for (backend, server), weight in wanted.items()
-                    if weights.get((backend, server)) != weight
-                ]
-            )
-            await self._read_back(wanted)
-        self._applied = applied
-        self._weights = wanted
-        self._synced, self._in_effect = version, routes
-        self._progress.set()
+            self._applied, self._weights = applied, wanted
+            self._synced, self._in_effect = version, routes
+            self._progress.set()
+            if applied is not rendered:  # a reload or restart takes this config
+                await asyncio.to_thread(self.process.write, rendered)
 
-    async def _read_back(self, weights: dict[tuple[str, str], int]) -> None:
-        """Every server's weight as HAProxy has it now (``show servers state``)."""
-        answer = await self.process.stats.command("show servers state")
-        running: dict[tuple[str, str], int] = {}
-        for line in answer.splitlines()[2:]:
-            fields = line.split()
-            if len(fields) > 7:
-                running[(fields[1], fields[3])] = int(fields[7])
-        wrong = [k for k, w in weights.items() if running.get(k) != w]
-        if wrong:
-            raise HAProxyFailed(f"HAProxy runs other weights than rendered ({len(wrong)} servers)")
+    async def _reweigh(
+        self, rendered: Rendered, applied: Rendered
+    ) -> dict[tuple[str, str], int] | None:
+        """Set the weights ``rendered`` changes on HAProxy running ``applied``, on one
+        connection that asks first which config the worker runs: the weights in effect, or
+        None when it runs another (a replica reloaded meanwhile: a reload follows, and the
+        weights just set there are set again after it)."""
+        wanted = {key: rendered.weights.get(key, 0) for key in applied.weights}
+        lines = [
+            f"set server {backend}/{server} weight {weight}"
+            for (backend, server), weight in wanted.items()
+            if self._weights.get((backend, server)) != weight
+        ]
+        self.process.check_held()
+        info, said = await self.process.stats.asked_then("show info", lines)
+        if description(info) != applied.marker:
+            return None
+        if said:
+            raise RuntimeApiError(f"{len(lines)} weights: {said[0].strip()[:300]}")
+        return wanted
+
+    async def _reload(self, rendered: Rendered) -> dict[tuple[str, str], int]:
+        """Reload HAProxy with ``rendered`` (or start it) and set every weight: a worker
+        found running it already (``apply`` says unchanged) may have had others set."""
+        if self.process.running():
+            await self._poll()
+            self._fold()
+        if self.edge is not None:
+            self.edge.prepare()
+        await self.process.apply(rendered)
+        wanted = dict(rendered.weights)
+        self.process.check_held()
+        await self.process.stats.commands(
+            [f"set server {backend}/{server} weight {w}" for (backend, server), w in wanted.items()]
+        )
+        return wanted
 
     def _fold(self) -> None:
         """The running worker's counts become the base: the next one starts at 0."""
@@ -520,6 +537,7 @@ class HAProxyDataPlane:
         self._last = {}
 
     async def _poll(self) -> None:
+        self._polled = time.monotonic()
         answer = await self.process.stats.command("show stat -1 4 -1")
         rows = csv.DictReader(io.StringIO(answer.lstrip("# ")))
         last: dict[tuple[str, str], list[int]] = {}

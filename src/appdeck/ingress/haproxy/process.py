@@ -3,7 +3,8 @@ outlives ``appdeck serve`` like the app shims), adopted by the next start, reloa
 its master socket, stopped on request.
 
 One data plane per host and install: every replica on the host drives the same process, and
-each change (write the files, start or reload) happens under a flock on ``<dir>/lock``.
+each change (write the files, start or reload, set weights) happens under the data plane's
+lease (:mod:`.lease`: ``<dir>/lease``, taken over from a holder stopped past its end).
 
 A process is ours when its pid file names a live process whose command line is HAProxy with
 our config file. Which configuration the worker runs is read back, not assumed: the config's
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import logging
 import os
 import signal
@@ -24,12 +24,12 @@ from pathlib import Path
 from typing import Final
 
 from appdeck.ingress.haproxy.config import Layout, Rendered
+from appdeck.ingress.haproxy.lease import Held, LeaseBusy, LeaseLost, PlaneLease
 from appdeck.ingress.haproxy.runtime_api import RuntimeApi, RuntimeApiError
 
 log = logging.getLogger("appdeck.ingress.haproxy")
 
 BINARY: Final = Path("/usr/sbin/haproxy")
-LOCK_WITHIN_S: Final = 20.0
 READY_WITHIN_S: Final = 10.0
 """A start or reload is in effect within this (the worker parses the config and binds)."""
 STOP_WITHIN_S: Final = 5.0
@@ -46,6 +46,9 @@ class HAProxyProcess:
         # the module's bound (a loaded machine): 5 s failed a start at load 14 (issue 20)
         self.stats = RuntimeApi(layout.stats)
         self.master = RuntimeApi(layout.master, master=True)
+        self.lease = PlaneLease(layout.lease)
+        self._held: Held | None = None
+        self._local = asyncio.Lock()
 
     # -- what runs ------------------------------------------------------------------------
 
@@ -69,35 +72,37 @@ class HAProxyProcess:
     async def marker(self) -> str | None:
         """The ``description`` of the worker answering the stats socket (None: none does)."""
         try:
-            info = await self.stats.command("show info")
+            return description(await self.stats.command("show info"))
         except RuntimeApiError:
             return None
-        for line in info.splitlines():
-            name, _, value = line.partition(":")
-            if name.strip().lower() == "description":
-                return value.strip()
-        return None
 
     # -- changes --------------------------------------------------------------------------
 
     @contextlib.asynccontextmanager
     async def locked(self) -> AsyncIterator[None]:
-        """Hold the host's lock on this data plane (bounded wait)."""
+        """Hold the host's lease on this data plane (:mod:`.lease`: a bounded wait, and a
+        holder stopped midway is taken over); changes made under it check it first
+        (:meth:`check_held`)."""
         self.layout.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(self.layout.lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
-            deadline = time.monotonic() + LOCK_WITHIN_S
-            while True:
+            # one holder name per process: its own holds are serialized here
+            async with self._local, self.lease.hold() as held:
+                self._held = held
                 try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() > deadline:
-                        raise HAProxyFailed("another process holds the data plane's lock") from None
-                    await asyncio.sleep(0.02)
-            yield
-        finally:
-            os.close(fd)  # releases the lock
+                    yield
+                finally:
+                    self._held = None
+        except LeaseBusy:
+            raise HAProxyFailed("another process holds the data plane's lease") from None
+
+    def check_held(self) -> None:
+        """:class:`HAProxyFailed` when this process's lease was taken over (it was stopped
+        past its end): another replica changes HAProxy now, this one must not."""
+        if self._held is not None:
+            try:
+                self._held.check()
+            except LeaseLost as exc:
+                raise HAProxyFailed(str(exc)) from None
 
     def write(self, rendered: Rendered) -> None:
         """Write the config and its maps (each atomically: a restart reads whole files)."""
@@ -112,10 +117,13 @@ class HAProxyProcess:
         """Make HAProxy run ``rendered`` (call under :meth:`locked`): ``"unchanged"`` when it
         already does, else ``"reloaded"`` or ``"started"``, once the worker answers with it."""
         if self.running() and await self.marker() == rendered.marker:
+            self.check_held()
             self.write(rendered)  # weights may differ: a later reload restores these
             return "unchanged"
+        self.check_held()
         self.write(rendered)
         await self.check()
+        self.check_held()
         if self.running():
             await self.master.raw("reload")
             await self.wait_for(rendered.marker)
@@ -222,3 +230,12 @@ class HAProxyProcess:
         for path in (self.layout.master, self.layout.stats, self.layout.pid):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
+
+
+def description(info: str) -> str | None:
+    """The ``description`` line of a ``show info`` answer (the config's marker), if any."""
+    for line in info.splitlines():
+        name, _, value = line.partition(":")
+        if name.strip().lower() == "description":
+            return value.strip()
+    return None

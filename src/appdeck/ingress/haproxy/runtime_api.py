@@ -110,6 +110,32 @@ class RuntimeApi:
             if said:
                 raise RuntimeApiError(f"{len(batch)} commands: {said[0].strip()[:300]}")
 
+    async def asked_then(self, first: str, lines: Sequence[str]) -> tuple[str, list[str]]:
+        """``first`` (a command answering one block with no empty line inside: ``show
+        info``), then silent ``lines`` as :meth:`commands` sends them, on one connection
+        (more than :data:`BATCH` go on in further ones): ``first``'s answer, and what the
+        silent ones said, line by line (nothing: every one was applied). HAProxy ends each
+        command's answer with an empty line, so a silent command that succeeded answers
+        ``"\\n"`` alone. The caller judges what they said; a refused ``first`` raises."""
+        _check_line(first)
+        batch = list(lines[: BATCH - 1])
+        for line in batch:
+            _check_line(line)
+        answer = await self.raw("; ".join([first, *batch]), checked=True)
+        head, _, rest = answer.partition("\n\n")
+        if refused(head):
+            raise RuntimeApiError(f"{first.split(' ', 3)[:3]}: {head.strip()[:300]}")
+        said = [line for line in rest.splitlines() if line.strip()]
+        answers = rest.count("\n")
+        if not said and answers != len(batch):  # a silent command left unanswered
+            said = [f"{len(batch)} commands, {answers} answers"]
+        if not said and len(lines) > len(batch):
+            try:
+                await self.commands(lines[len(batch) :])
+            except RuntimeApiError as exc:
+                said = [str(exc)]
+        return head, said
+
 
 def refused(answer: str) -> bool:
     """Whether HAProxy's ``answer`` is one of its refusals (judged by its first line's start)."""

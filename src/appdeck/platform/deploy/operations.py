@@ -7,7 +7,9 @@ app over (then ``conflict``).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+from collections.abc import Awaitable
 
 from appdeck.common.errors import FailedPrecondition, NotFound
 from appdeck.platform.deploy import rollout, states
@@ -19,7 +21,7 @@ from appdeck.platform.deploy.policy import refuse_if_stopped
 from appdeck.platform.deploy.ports import BuildFailed, Instance, Release
 from appdeck.platform.deploy.watch import NO_STRATEGY, RESTART_STRATEGY, DeployWatch
 from appdeck.storage.apps import AppRecord
-from appdeck.storage.deployments import DeploymentRecord
+from appdeck.storage.deployments import DeploymentRecord, Move
 
 
 class Operating(Deploying):
@@ -33,24 +35,28 @@ class Operating(Deploying):
     ) -> DeploymentRecord:
         app_id = app.id
         refuse_if_stopped(app, "a rollback")
-        async with self.locks.hold(app_id, timed=self.watcher.lease()) as held:
-            live, target = await self._rollback_target(app_id, number)
-            await self.apps.check_release(app, target.spec)  # ceilings and quotas hold again
-            with self.watcher.watch("rollback", app_id, target.number, NO_STRATEGY) as watch:
-                return await self._bring_back(app, live, target, held, progress, watch)
+        aside: list[Awaitable[None]] = []
+        try:
+            async with self.locks.hold(app_id, timed=self.watcher.lease()) as held:
+                live, target = await self._rollback_target(app_id, number)
+                await self.apps.check_release(app, target.spec)  # ceilings and quotas hold again
+                with self.watcher.watch("rollback", app_id, target.number, NO_STRATEGY) as watch:
+                    return await self._bring_back(app, live, target, held, progress, watch, aside)
+        finally:  # the lease let go first: a deploy right after the answer finds it free
+            for work in aside:
+                self.background(work)
 
     async def _rollback_target(
         self, app_id: int, number: int | None
     ) -> tuple[DeploymentRecord, DeploymentRecord]:
         """The live deployment and the one a rollback brings back (``number``, default: the
         one before the live one), checked."""
-        live = await self.live(app_id)
+        live, target = await self.store.live_and(app_id, number)  # one read
         if live is None:
             raise FailedPrecondition("the app has no live release to roll back from")
         target_number = number if number is not None else live.previous
         if target_number is None:
             raise FailedPrecondition("there is no earlier release to roll back to")
-        target = await self.store.get(app_id, target_number)
         if target is None:
             raise NotFound(f"app {app_id} has no deployment {target_number}")
         if target.state not in (states.SUPERSEDED, states.ROLLED_BACK):
@@ -69,9 +75,12 @@ class Operating(Deploying):
         held: Hold,
         progress: Progress,
         watch: DeployWatch,
+        aside: list[Awaitable[None]],
     ) -> DeploymentRecord:
         """Route the app to ``target``'s release (started again first if it is cold) and
-        record it live again, ``live`` rolled back."""
+        record it live again, ``live`` rolled back (both in one transaction). What is left
+        once that is done (stopping ``live``'s release, announcing both records) goes to
+        ``aside``, to run in the background once the lease is let go."""
         app_id = app.id
         release = self.release_of(app, target)
         instances = await self.instances_of(release)
@@ -88,28 +97,25 @@ class Operating(Deploying):
             instances = plan.started
         with watch.phase("shift", traffic=100):
             self.route(release, instances)
-        await self.router.published()  # issue 21: in effect (HAProxy too) before it is reported
+        # issue 21: in effect (HAProxy too) before it is reported; the records are written
+        # meanwhile (a crash between leaves the database's word, which a restart routes by)
+        moved = asyncio.ensure_future(self.router.published())
         how = "instantly (it was still warm)" if warm else "after starting it again"
-        with fenced(app_id):
-            held.check()
-            restored = await self.store.update(
-                app_id,
-                target.number,
-                state=states.LIVE,
-                message=f"Live again {how}",
-                traffic=100,
-                lease=held.lease,
-            )
-            left = await self.store.update(
-                app_id,
-                live.number,
-                state=states.ROLLED_BACK,
-                message=f"Rolled back to {target.number}",
-                traffic=0,
-                lease=held.lease,
-            )
-        self.background(self.runtime.stop(live.release_id))  # traffic already moved: stop it aside
-        self.background(self._announce(app, left, restored))  # recorded: listeners hear it aside
+        try:
+            with fenced(app_id):
+                held.check()
+                restored, left = await self.store.move_together(
+                    app_id,
+                    [
+                        Move(target.number, states.LIVE, f"Live again {how}", 100),
+                        Move(live.number, states.ROLLED_BACK, f"Rolled back to {target.number}", 0),
+                    ],
+                    lease=held.lease,
+                )
+        finally:
+            await moved
+        aside.append(self.runtime.stop(live.release_id))  # traffic already moved: stop it aside
+        aside.append(self._announce(app, left, restored))  # recorded: listeners hear it aside
         await progress(f"Rolled back to release {target.number} {how}", 100)
         return restored
 
