@@ -3,6 +3,9 @@ answers a handler finds, round after round (``protocol/inputs.py``)."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import json
 from typing import Any
 
 import pytest
@@ -48,6 +51,17 @@ def test_the_binding_ignores_meta_and_the_answers_but_not_the_arguments() -> Non
     assert binding(("globex", "bob"), "tools/call", PARAMS) != base
     assert binding(BOB, "prompts/get", PARAMS) != base
     assert binding(BOB, "tools/call", {**PARAMS, "arguments": {"x": 2}}) != base
+
+
+def test_a_state_carries_the_sha256_of_the_binding_so_states_sealed_by_other_replicas_open() -> (
+    None
+):
+    bound = binding(BOB, "tools/call", PARAMS)
+    token = StateCodec(KEY).seal(bound, {})
+    payload = json.loads(base64.urlsafe_b64decode(token.split(".")[1] + "=="))
+    digest = base64.urlsafe_b64encode(hashlib.sha256(bound).digest()).rstrip(b"=").decode()
+    assert payload["b"] == digest
+    assert bound == b'["acme","bob","tools/call",{"arguments":{"x":1},"name":"greet"}]'
 
 
 @pytest.mark.parametrize(

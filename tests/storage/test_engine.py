@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -92,3 +93,27 @@ async def test_a_postgresql_session_stalled_inside_a_transaction_loses_its_locks
     finally:
         await stalled.dispose()
         await other.dispose()
+
+
+async def test_none_is_bound_as_null_by_the_registered_adapter_in_sqlite3_and_through_the_engine(
+    tmp_path: Path,
+) -> None:
+    assert (type(None), sqlite3.PrepareProtocol) in sqlite3.adapters
+    raw = sqlite3.connect(tmp_path / "raw.db")
+    try:
+        raw.execute("CREATE TABLE t (a, b)")
+        raw.execute("INSERT INTO t VALUES (?, ?)", (None, 7))
+        assert raw.execute("SELECT typeof(a), a IS NULL, typeof(b) FROM t").fetchall() == [
+            ("null", 1, "integer")
+        ]
+    finally:
+        raw.close()
+    engine = create_engine(default_sqlite_url(tmp_path))
+    try:
+        async with engine.begin() as conn:
+            await conn.exec_driver_sql("CREATE TABLE t (a, b)")
+            await conn.exec_driver_sql("INSERT INTO t VALUES (?, ?)", (None, "x"))
+            rows = (await conn.exec_driver_sql("SELECT typeof(a), typeof(b) FROM t")).all()
+    finally:
+        await engine.dispose()
+    assert [tuple(row) for row in rows] == [("null", "text")]
