@@ -255,13 +255,14 @@ async def test_an_orphan_whose_release_stops_slower_than_the_lease_is_still_ende
     await rig.deploy()
     await rig.deploys.create(await rig.app(), rig.alice.user, None)  # its driver "died"
     await _expire_locks(storage)
-    rig.deploys.locks = AppLocks(AppLockStore(storage.engine), "test", ttl=0.6)
-    other = AppLocks(AppLockStore(storage.engine), "other", ttl=0.6)
+    # a lease long enough that a renewal every ttl/3 is not missed on a loaded machine
+    rig.deploys.locks = AppLocks(AppLockStore(storage.engine), "test", ttl=3.0)
+    other = AppLocks(AppLockStore(storage.engine), "other", ttl=3.0)
     stop = rig.runtime.stop
     taken: list[object] = []
 
     async def slow_stop(release_id: str, index: int | None = None, grace_s: float = 5.0) -> None:
-        await asyncio.sleep(1.5)  # past the lease, twice over
+        await asyncio.sleep(7.0)  # past the lease, twice over
         taken.append(await other.try_take(rig.app_id))
         await stop(release_id, index, grace_s)
 
