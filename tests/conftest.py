@@ -19,7 +19,7 @@ import asyncio
 import os
 import secrets
 import shutil
-from collections.abc import AsyncIterator, Coroutine, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,6 +80,21 @@ async def storage(database_url: str) -> AsyncIterator[Storage]:
         await opened.close()
 
 
+@pytest.fixture
+def migrated_sqlite(_sqlite_template: Path) -> Callable[[Path], str]:
+    """Puts a copy of the worker's migrated template where a server whose ``data_dir`` is the
+    given directory keeps its database (``appdeck.db`` in it) and returns its URL: for the
+    fixtures that start a server on SQLite without ``database_url``, which would otherwise
+    migrate a fresh file from zero (0.3-0.5 s of CPU each)."""
+
+    def put(data_dir: Path) -> str:
+        url = default_sqlite_url(data_dir)
+        shutil.copyfile(_sqlite_template, data_dir / "appdeck.db")
+        return url
+
+    return put
+
+
 @pytest.fixture(scope="session")
 def _sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A SQLite file migrated to the newest schema, once per worker."""
@@ -93,6 +108,8 @@ class _Template:
     name: str
     tables: frozenset[str]
     """The tables a database made from it has, ``alembic_version`` included."""
+    shape: frozenset[tuple[str, ...]]
+    """What a database made from it holds beyond rows (:func:`_shape`)."""
 
 
 @pytest.fixture(scope="session")
@@ -106,20 +123,124 @@ def _postgres_template() -> Iterator[_Template]:
         url = _url_of(name)
         _on_private_loop(_migrated(url))
         tables = frozenset(_on_private_loop(_tables(url)))
+        shape = _on_private_loop(_shape(url))
         _on_private_loop(
             _admin(f'ALTER DATABASE "{name}" IS_TEMPLATE true ALLOW_CONNECTIONS false')
         )
-        yield _Template(name, tables)
+        yield _Template(name, tables, shape)
     finally:
         _on_private_loop(_admin(f'ALTER DATABASE "{name}" IS_TEMPLATE false'))
         _on_private_loop(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
+@dataclass
+class _Pool:
+    """The worker's module databases. ``DROP DATABASE`` makes PostgreSQL take a checkpoint
+    (every dirty page of every database on the server written out: 2-5 s on this loaded host,
+    twice per module with its apps database), so a module's database is not dropped when the
+    module is done: the next module on the worker takes it back, at the template's shape and
+    without rows (:func:`_take`); only the session's end drops them."""
+
+    template: _Template
+    free: list[str]
+    made: list[str]
+
+
+@pytest.fixture(scope="session")
+def _postgres_pool(_postgres_template: _Template) -> Iterator[_Pool]:
+    pool = _Pool(_postgres_template, [], [])
+    try:
+        yield pool
+    finally:
+        for name in pool.made:
+            _on_private_loop(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            _on_private_loop(_drop_apps_of(name))
+
+
 @pytest.fixture(scope="module")
-def postgres_module_database(_postgres_template: _Template) -> Iterator[str]:
-    """A PostgreSQL database of this test module's own (at the newest schema), dropped when the
-    module is done."""
-    yield from _postgres_database(_postgres_template.name)
+def postgres_module_database(_postgres_pool: _Pool) -> Iterator[str]:
+    """A PostgreSQL database of this test module's own, at the newest schema and without rows
+    when the module starts (made from the template, or one an earlier module on this worker
+    finished with, brought back to the template: :class:`_Pool`)."""
+    name = _take(_postgres_pool)
+    yield _url_of(name)
+    _give_back(_postgres_pool, name)
+
+
+def _take(pool: _Pool) -> str:
+    """A database at the template's shape, with no rows, no apps' roles and no apps' schemas:
+    a free one brought back to that, or a new one from the template."""
+    while pool.free:
+        name = pool.free.pop()
+        url = _url_of(name)
+        try:
+            if _on_private_loop(_shape(url)) == pool.template.shape:
+                _on_private_loop(_reset(url, pool.template))
+                return name
+        except (OSError, asyncpg.PostgresError, TimeoutError):
+            pass
+        _forget(pool, name)  # changed beyond rows (or unreadable): made again below
+    name = f"appdeck_test_{secrets.token_hex(6)}"
+    _create_database(name, pool.template.name)
+    pool.made.append(name)
+    return name
+
+
+def _give_back(pool: _Pool, name: str) -> None:
+    """``name`` free for the next module once its apps' roles and schemas are gone (what the
+    platform's own ``drop`` of an app does); dropped with its apps database when they cannot be
+    taken away."""
+    try:
+        _on_private_loop(_clear_apps_of(name))
+    except (OSError, asyncpg.PostgresError, TimeoutError, AssertionError):
+        _forget(pool, name)
+        return
+    pool.free.append(name)
+
+
+def _forget(pool: _Pool, name: str) -> None:
+    pool.made.remove(name)
+    _on_private_loop(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    _on_private_loop(_drop_apps_of(name))
+
+
+async def _clear_apps_of(name: str) -> None:
+    """In the apps database a platform on ``name`` made (``<name>_apps``, when there is one):
+    every app's role's objects and privileges dropped, then the roles; AssertionError when
+    anything but the empty ``public`` schema is left in it."""
+    apps = f"{name}_apps"
+    admin = await asyncpg.connect(_dsn(POSTGRES_URL), timeout=5)
+    try:
+        if not await admin.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", apps):
+            return
+        roles = [
+            row["rolname"]
+            for row in await admin.fetch(
+                "SELECT rolname FROM pg_roles WHERE starts_with(rolname, $1)", f"{apps}_app_"
+            )
+        ]
+        conn = await asyncpg.connect(_dsn(_url_of(apps)), timeout=5)
+        try:
+            await conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            for role in roles:
+                await conn.execute(f'DROP OWNED BY "{role}" CASCADE')
+            left = await conn.fetchval(
+                "SELECT count(*) FROM pg_namespace WHERE nspname <> 'public' "
+                "AND nspname <> 'information_schema' AND nspname NOT LIKE 'pg\\_%'"
+            ) + await conn.fetchval(
+                "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE n.nspname = 'public'"
+            )
+            assert left == 0, f"{apps} keeps {left} schemas or relations"
+        finally:
+            await conn.close()
+        for role in roles:
+            await admin.execute(f'DROP ROLE "{role}"')
+    finally:
+        await admin.close()
 
 
 @pytest.fixture
@@ -142,7 +263,7 @@ def _postgres_database(template: str) -> Iterator[str]:
 def _create_database(name: str, template: str | None = None) -> None:
     statement = f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else "")
     try:
-        _on_private_loop(_admin(statement))
+        _on_private_loop(_admin(statement, _no_commit_wait(name)))
     except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
         message = f"PostgreSQL at {make_url(POSTGRES_URL)!r} is unreachable: {exc!r}"
         if os.environ.get("APPDECK_TEST_NO_POSTGRES") == "1":
@@ -160,6 +281,42 @@ async def _migrated(url: str) -> None:
         await migrate(engine)
     finally:
         await engine.dispose()
+
+
+async def _shape(url: str) -> frozenset[tuple[str, ...]]:
+    """What a database holds beyond its rows: its schemas, relations (tables, indexes,
+    sequences, views), columns, constraints, functions, types, triggers, extensions and
+    database settings, by name. Two databases of one shape differ only in rows."""
+    conn = await asyncpg.connect(_dsn(url), timeout=5)
+    try:
+        rows = await conn.fetch(_SHAPE)
+        return frozenset(tuple(str(v) for v in row.values()) for row in rows)
+    finally:
+        await conn.close()
+
+
+_OWN = "n.nspname <> 'information_schema' AND n.nspname NOT LIKE 'pg\\_%'"  # not the system's
+_SHAPE = f"""
+SELECT 'schema', n.nspname, '', '' FROM pg_namespace n WHERE {_OWN}
+UNION ALL SELECT 'relation', n.nspname, c.relname, c.relkind::text
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE {_OWN}
+UNION ALL SELECT 'column', table_schema || '.' || table_name, column_name,
+  concat_ws(' ', data_type, is_nullable, column_default)
+  FROM information_schema.columns
+  WHERE table_schema <> 'information_schema' AND table_schema NOT LIKE 'pg\\_%'
+UNION ALL SELECT 'constraint', n.nspname, c.conname, pg_get_constraintdef(c.oid)
+  FROM pg_constraint c JOIN pg_namespace n ON n.oid = c.connamespace WHERE {_OWN}
+UNION ALL SELECT 'function', n.nspname, p.proname, pg_get_function_identity_arguments(p.oid)
+  FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE {_OWN}
+UNION ALL SELECT 'type', n.nspname, t.typname, t.typtype::text
+  FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace WHERE {_OWN}
+UNION ALL SELECT 'trigger', c.relname, t.tgname, ''
+  FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid WHERE NOT t.tgisinternal
+UNION ALL SELECT 'extension', extname, extversion, '' FROM pg_extension
+UNION ALL SELECT 'setting', coalesce(array_to_string(setconfig, ','), ''), setrole::text, ''
+  FROM pg_db_role_setting WHERE setdatabase = (
+    SELECT oid FROM pg_database WHERE datname = current_database())
+"""
 
 
 async def _tables(url: str) -> list[str]:
@@ -202,8 +359,11 @@ async def _reset(url: str, template: _Template) -> None:
     finally:
         await conn.close()
     name = str(make_url(url).database)
-    await _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    await _admin(f'CREATE DATABASE "{name}" TEMPLATE "{template.name}"')
+    await _admin(
+        f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)',
+        f'CREATE DATABASE "{name}" TEMPLATE "{template.name}"',
+        _no_commit_wait(name),
+    )
 
 
 async def _drop_apps_of(name: str) -> None:
@@ -232,12 +392,24 @@ def _dsn(url: str) -> str:
     return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
-async def _admin(statement: str) -> None:
+async def _admin(*statements: str) -> None:
+    """``statements`` one after the other, each in a transaction of its own."""
     conn = await asyncpg.connect(_dsn(POSTGRES_URL), timeout=5)
     try:
-        await conn.execute(statement)
+        for statement in statements:
+            await conn.execute(statement)
     finally:
         await conn.close()
+
+
+def _no_commit_wait(name: str) -> str:
+    """The setting that lets a commit in database ``name`` return before its WAL is on disk
+    (``synchronous_commit = off``): a test's database need not survive a crash of the server,
+    and on this loaded host waiting for the flush is ~8 ms a commit against ~1 (issue 26 §3).
+    What a committed transaction shows to every other connection is unchanged; only a crash
+    of the PostgreSQL server could lose the last commits. A database made from a template does
+    not inherit it: each test database is given it when made."""
+    return f'ALTER DATABASE "{name}" SET synchronous_commit = off'
 
 
 async def _empty_public_schema(url: str) -> None:

@@ -5,7 +5,7 @@ passwords, driven through httpx's ASGI transport as a browser would: cookies, fo
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,8 +110,10 @@ def settings_for(tmp_path: Path, database_url: str | None = None) -> Settings:
 
 
 @pytest.fixture
-async def world(tmp_path: Path) -> AsyncIterator[ConsoleWorld]:
-    built = await start_world(settings_for(tmp_path))
+async def world(
+    tmp_path: Path, migrated_sqlite: Callable[[Path], str]
+) -> AsyncIterator[ConsoleWorld]:
+    built = await start_world(settings_for(tmp_path, migrated_sqlite(tmp_path)))
     try:
         yield built
     finally:

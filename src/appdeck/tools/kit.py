@@ -21,6 +21,8 @@ helper (:meth:`Call.confirming`) and the paginator (:func:`paginate`).
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import typing
 from collections.abc import Awaitable, Callable, Sequence
@@ -245,15 +247,18 @@ class Tool:
         return None
 
     def input_schemas(self) -> tuple[JsonObject, JsonObject | None]:
-        """``(published, validated)``; validated is None when they are the same."""
-        if not self.multi_action:
-            return schemas.arguments(self._actions[None].model), None
-        branches = {str(a.name): schemas.arguments(a.model) for a in self._actions.values()}
-        published = schemas.published(branches, default=self.default_action)
-        return published, schemas.strict(branches)
+        """``(published, validated)``; validated is None when they are the same. Generated
+        once per process for a set of actions (:func:`_input_schemas`); each call gets its
+        own copy, so a caller may change it."""
+        models = tuple((a.name, a.model) for a in self._actions.values())
+        published, validated = _input_schemas(models, self.default_action)
+        return copy.deepcopy(published), copy.deepcopy(validated)
 
     def output_schema(self) -> JsonObject:
-        return schemas.output(list(dict.fromkeys(a.output for a in self._actions.values())))
+        """The outputSchema, generated once per process for a set of result models; each
+        call gets its own copy."""
+        outputs = tuple(dict.fromkeys(a.output for a in self._actions.values()))
+        return copy.deepcopy(_output_schema(outputs))
 
     def definition(self, platform: Platform) -> ToolDef:
         """The registry entry, bound to ``platform``."""
@@ -290,6 +295,26 @@ class Tool:
             action_scopes={str(a.name): a.scope for a in actions.values() if a.scope},
             validation_schema=validated,
         )
+
+
+@functools.cache
+def _input_schemas(
+    models: tuple[tuple[str | None, type[Arguments]], ...], default: str | None
+) -> tuple[JsonObject, JsonObject | None]:
+    """What :meth:`Tool.input_schemas` answers, remembered for the process: the schemas depend
+    only on the models (and the default action), and pydantic's generation is most of a
+    server's start (26 tools: ~0.25 s CPU; every test server starts them again). Never hand
+    out what is remembered: callers get deep copies."""
+    if models and models[0][0] is None:
+        return schemas.arguments(models[0][1]), None
+    branches = {str(name): schemas.arguments(model) for name, model in models}
+    return schemas.published(branches, default=default), schemas.strict(branches)
+
+
+@functools.cache
+def _output_schema(outputs: tuple[type[Output], ...]) -> JsonObject:
+    """What :meth:`Tool.output_schema` answers, remembered for the process (as above)."""
+    return schemas.output(list(outputs))
 
 
 def action_of(model: type[BaseModel]) -> str | None:
