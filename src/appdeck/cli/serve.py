@@ -8,17 +8,15 @@ import json
 import os
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from appdeck import __version__
 from appdeck.cli import connect
-from appdeck.common.listen import ListenError, listen
-from appdeck.model import hostnames
-from appdeck.platform.tls.pem import BadCertificate
-from appdeck.runtime.sandbox import SandboxUnavailable
-from appdeck.settings import InvalidSetting
+
+if TYPE_CHECKING:  # the server's modules load when `serve` runs, not for every CLI command
+    from appdeck.common.listen import ListenError
 
 DEV_TOKEN_TTL = 12 * 3600
 
@@ -60,6 +58,9 @@ def serve(
 ) -> None:
     """Run the MCP server until interrupted."""
     from appdeck.cli.config import settings_or_exit
+    from appdeck.platform.tls.pem import BadCertificate
+    from appdeck.runtime.sandbox import SandboxUnavailable
+    from appdeck.settings import InvalidSetting
 
     overrides: dict[str, Any] = {}
     for key, value in (
@@ -130,6 +131,8 @@ async def _serve(settings: Any, dev: bool, stop_apps: bool = False) -> None:
 
     from appdeck import logs
     from appdeck.app import Services
+    from appdeck.common.listen import ListenError, listen
+    from appdeck.model import hostnames
     from appdeck.transport.http11 import bounded_protocol, http_limits
     from appdeck.tuning import tune_gc
 
