@@ -235,3 +235,11 @@ async def test_session_ids_lists_every_stored_session_or_a_tenants(storage: Stor
     await storage.sessions.insert(make_session("s2", tenant="other"))
     assert sorted(await storage.sessions.session_ids(None)) == ["s1", "s2"]
     assert await storage.sessions.session_ids("other") == ["s2"]
+
+
+async def test_subscribers_finds_a_uri_only_the_stdlib_json_decodes(storage: Storage) -> None:
+    lone = "appdeck://apps/\ud800"  # json.dumps escapes it; orjson refuses the escape
+    await storage.sessions.insert(make_session("s1", subscriptions={lone, "appdeck://a"}))
+    await storage.sessions.insert(make_session("s2", subscriptions={"appdeck://a"}))
+    assert await storage.sessions.subscribers(lone, "acme") == ["s1"]
+    assert sorted(await storage.sessions.subscribers("appdeck://a", "acme")) == ["s1", "s2"]

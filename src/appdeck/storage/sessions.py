@@ -6,6 +6,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+import orjson
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -70,8 +71,11 @@ class SqlSessionStore(SessionStore):
 
     async def subscribers(self, uri: str, tenant: str | None) -> list[str]:
         """A scan of the (tenant's) sessions, narrowed in SQL by the URI's JSON spelling
-        (subscriptions are a JSON list written by this module), then checked exactly."""
-        query = sa.select(sessions.c.id, sessions.c.subscriptions)
+        (subscriptions are a JSON list written by this module), then checked exactly.
+        The column is read as text and decoded here with orjson: SQLAlchemy's JSON type
+        decodes with the stdlib, the larger part of this lookup's CPU for 1,000 rows."""
+        text = sa.cast(sessions.c.subscriptions, sa.Text)
+        query = sa.select(sessions.c.id, text)
         if tenant is not None:
             query = query.where(sessions.c.tenant == tenant)
         needle = json.dumps(uri)  # how json.dumps wrote it inside the list, quotes included
@@ -79,12 +83,10 @@ class SqlSessionStore(SessionStore):
             pattern = (
                 "%" + needle.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
             )
-            query = query.where(
-                sa.cast(sessions.c.subscriptions, sa.Text).like(pattern, escape="\\")
-            )
+            query = query.where(text.like(pattern, escape="\\"))
         async with self._engine.connect() as conn:
             rows = (await conn.execute(query)).all()
-        return [r.id for r in rows if isinstance(r.subscriptions, list) and uri in r.subscriptions]
+        return [sid for sid, raw in rows if _subscribed(raw, uri)]
 
     async def session_ids(self, tenant: str | None) -> list[str]:
         query = sa.select(sessions.c.id)
@@ -154,6 +156,19 @@ class SqlSessionStore(SessionStore):
     async def count(self) -> int:
         async with self._engine.connect() as conn:
             return int(await conn.scalar(sa.select(sa.func.count()).select_from(sessions)) or 0)
+
+
+def _subscribed(raw: str | None, uri: str) -> bool:
+    """Whether the subscriptions column's text (a JSON list) holds ``uri``. orjson first;
+    the stdlib for what orjson refuses and ``json.dumps`` may write (a lone surrogate
+    escaped), so the answer is the JSON type's for every row."""
+    if raw is None:
+        return False
+    try:
+        subscriptions = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        subscriptions = json.loads(raw)
+    return isinstance(subscriptions, list) and uri in subscriptions
 
 
 def _row(session: Session) -> dict[str, Any]:
