@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import random
 
 import httpx
 import pytest
 
 from appdeck.ingress.config import ProxyConfig
-from appdeck.ingress.haproxy.plane import HAProxyTable, _ephemeral, addresses, free_port
+from appdeck.ingress.haproxy.listening import addresses
+from appdeck.ingress.haproxy.plane import HAProxyTable
 from appdeck.ingress.routes import STOPPED, Backend
 from tests.ingress.conftest import StartUpstream
 from tests.ingress.haproxy.conftest import StartPlane
@@ -341,12 +341,3 @@ def test_an_instance_is_expected_only_on_a_route_that_exists_and_until_it_is_rou
     assert table.routes_version == version  # nothing to wait for: no route changed
     table.set("blog", [Backend("r2", 100, ["127.0.0.1:2"])])
     assert table.expected() == {}
-
-
-def test_a_free_port_for_a_test_plane_is_taken_outside_the_ephemeral_range() -> None:
-    """The watchdog starts HAProxy again on the same port after a kill -9: an ephemeral port
-    could meanwhile be handed to another process's bind(0) (seen in CI: "Address already in
-    use")."""
-    low, high = _ephemeral()
-    ports = [free_port("127.0.0.1", random.Random(seed)) for seed in range(5)]
-    assert all(not low <= port <= high for port in ports), (low, high, ports)

@@ -34,17 +34,17 @@ import csv
 import io
 import logging
 import random
-import socket
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Final, Protocol
 
-from appdeck.common.listen import LOOPBACKS, ListenError, listen
+from appdeck.common.listen import ListenError
 from appdeck.ingress.certs import Certificates
 from appdeck.ingress.challenges import Challenges
 from appdeck.ingress.config import ProxyConfig
 from appdeck.ingress.haproxy.config import HANDOFF_SERVER, Layout, Rendered, render, server_name
+from appdeck.ingress.haproxy.listening import addresses, free_port, probe
 from appdeck.ingress.haproxy.namespaces import Namespaces
 from appdeck.ingress.haproxy.process import BINARY, HAProxyFailed, HAProxyProcess, description
 from appdeck.ingress.haproxy.runtime_api import RuntimeApiError
@@ -171,66 +171,6 @@ class HAProxyCounters(Counters):
                 cell.latency_sum = latency.get((route, release), 0.0)
 
 
-def free_port(host: str, rng: random.Random | None = None) -> int:
-    """A port free on ``host`` now, on both loopbacks for a loopback host (for
-    ``ingress_port = 0``: tests). Taken outside the kernel's ephemeral range when it can: the
-    port stays HAProxy's across restarts, and an ephemeral one freed by a kill -9 can be
-    handed to another process's ``bind(0)`` before the watchdog starts HAProxy again."""
-    pick = rng or random.Random()  # noqa: S311 - a port, not a secret
-    low, high = _ephemeral()
-    ranges = [r for r in ((10_000, low - 1), (high + 1, 65_535)) if r[1] - r[0] > 1000]
-    for _ in range(50 if ranges else 0):
-        first, last = pick.choice(ranges)
-        port = pick.randint(first, last)
-        try:
-            socks = listen(host, port)
-        except (ListenError, OSError):
-            continue
-        for sock in socks:
-            sock.close()
-        return port
-    socks = listen(host, 0)
-    port = int(socks[0].getsockname()[1])
-    for sock in socks:
-        sock.close()
-    return port
-
-
-def _ephemeral() -> tuple[int, int]:
-    try:
-        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
-        return int(low), int(high)
-    except (OSError, ValueError):
-        return 32768, 60999
-
-
-def addresses(host: str, port: int) -> list[str]:
-    """Where HAProxy listens: a loopback host on both loopbacks (as the Python ingress,
-    :mod:`appdeck.common.listen`: no app can sit on the other one), when the host has both."""
-    pair = LOOPBACKS.get(host)
-    if pair is None:
-        return [_bracket(host)]
-    found = [_bracket(pair[0])]
-    try:
-        with socket.socket(socket.AF_INET6 if ":" in pair[1] else socket.AF_INET) as probe:
-            probe.bind((pair[1], 0))
-        found.append(_bracket(pair[1]))
-    except OSError:
-        log.warning("no second loopback (%s) on this host: HAProxy listens on %s only", *pair)
-    return found
-
-
-def _probe(host: str, port: int) -> None:
-    """:class:`ListenError` (its one line names the address) when HAProxy could not bind."""
-    for address in host.split(","):
-        for sock in listen(address.strip(), port):
-            sock.close()
-
-
-def _bracket(host: str) -> str:
-    return f"[{host}]" if ":" in host else host
-
-
 class HAProxyDataPlane:
     def __init__(
         self,
@@ -315,7 +255,7 @@ class HAProxyDataPlane:
             if self.process.running():
                 log.info("adopted the running HAProxy (%s)", self.layout.directory)
             else:
-                _probe(self.host, self.port)  # a taken port: one line, not HAProxy's log
+                probe(self.host, self.port)  # a taken port: one line, not HAProxy's log
                 await self._sync(force=True, locked=True)
                 self._settled.set()
         self._task = asyncio.create_task(self._run(), name="appdeck-haproxy")
