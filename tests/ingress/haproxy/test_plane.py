@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 
 import httpx
 import pytest
 
 from appdeck.ingress.config import ProxyConfig
 from appdeck.ingress.haproxy.listening import addresses
-from appdeck.ingress.haproxy.plane import HAProxyTable
+from appdeck.ingress.haproxy.plane import HAProxyDataPlane, HAProxyTable
+from appdeck.ingress.haproxy.runtime_api import RuntimeApiError
 from appdeck.ingress.routes import STOPPED, Backend
 from tests.ingress.conftest import StartUpstream
 from tests.ingress.haproxy.conftest import StartPlane
@@ -135,6 +137,91 @@ async def test_an_expected_instance_is_routed_later_without_a_reload(
     assert _pid(await data_plane.process.stats.command("show info")) == _pid(worker)
     for _ in range(10):
         assert (await client.get("/", headers=BLOG)).json()["upstream"] == "b"
+
+
+async def _reloads(data_plane: HAProxyDataPlane) -> int:
+    """How often HAProxy's master reloaded (``show proc``; the master re-executes itself on
+    a reload and answers again a moment after the new worker does)."""
+    async with asyncio.timeout(30):
+        while True:
+            with contextlib.suppress(RuntimeApiError):
+                for line in (await data_plane.process.master.raw("show proc")).splitlines():
+                    if " master " in line:
+                        return int(line.split()[2])
+            await asyncio.sleep(0.01)
+
+
+async def _servers(data_plane: HAProxyDataPlane, *names: str) -> None:
+    """Until HAProxy's worker has every server in ``names`` (bounded)."""
+    async with asyncio.timeout(30):
+        while True:
+            state = await data_plane.process.stats.command("show servers state")
+            if all(name in state for name in names):
+                return
+            await asyncio.sleep(0.01)
+
+
+async def test_two_instances_expected_close_together_are_added_by_one_reload(
+    plane: StartPlane, upstream: StartUpstream
+) -> None:
+    """A blue/green's second instance starts ~40 ms after the first, while the first one's
+    reload checks its config: the config is rendered again, and one reload takes both."""
+    data_plane, client = await plane()
+    a, b, c = await upstream("a"), await upstream("b"), await upstream("c")
+    data_plane.table.set("blog", [Backend("r1", 100, [a.address])])
+    assert await data_plane.synced()
+    before = await _reloads(data_plane)
+    check = data_plane.process.check
+
+    async def second_starts_during_the_check() -> None:
+        if "r2-1" not in data_plane.table.expected().get("blog", {}):
+            data_plane.table.expect("blog", "r2", 1, c.address)
+        await check()
+
+    data_plane.process.check = second_starts_during_the_check  # type: ignore[method-assign]
+    data_plane.table.expect("blog", "r2", 0, b.address)
+    await _servers(data_plane, "r2-0", "r2-1")
+
+    assert await _reloads(data_plane) == before + 1
+    for _ in range(10):  # weight 0 until routed
+        assert (await client.get("/", headers=BLOG)).json()["upstream"] == "a"
+    data_plane.table.set("blog", [Backend("r2", 100, [b.address, c.address])])
+    assert await data_plane.synced()
+    assert await _reloads(data_plane) == before + 1  # the traffic moves by weights alone
+    seen = {(await client.get("/", headers=BLOG)).json()["upstream"] for _ in range(20)}
+    assert seen == {"b", "c"}
+
+
+async def test_a_route_change_during_an_expected_instance_s_check_is_in_that_reload(
+    plane: StartPlane, upstream: StartUpstream
+) -> None:
+    """A route that changes while the reload adding an expected instance checks its config
+    (here: to a server that reload lacks) is put in effect, read back, by that reload."""
+    data_plane, client = await plane()
+    a, b, c = await upstream("a"), await upstream("b"), await upstream("c")
+    data_plane.table.set("blog", [Backend("r1", 100, [a.address])])
+    assert await data_plane.synced()
+    before = await _reloads(data_plane)
+    check, moved = data_plane.process.check, asyncio.Event()
+
+    async def traffic_moves_during_the_check() -> None:
+        if not moved.is_set():
+            moved.set()
+            data_plane.table.set(
+                "blog", [Backend("r1", 0, [a.address]), Backend("r3", 100, [c.address])]
+            )
+        await check()
+
+    data_plane.process.check = traffic_moves_during_the_check  # type: ignore[method-assign]
+    data_plane.table.expect("blog", "r2", 0, b.address)
+    async with asyncio.timeout(30):
+        await moved.wait()
+    assert await data_plane.synced()
+
+    assert await _reloads(data_plane) == before + 1
+    for _ in range(10):
+        assert (await client.get("/", headers=BLOG)).json()["upstream"] == "c"
+    assert "r2-0" in await data_plane.process.stats.command("show servers state")
 
 
 async def test_error_pages_match_the_python_ingress(

@@ -12,7 +12,8 @@ One task (every :data:`TICK_S`, or at once after a change):
   reload (master-worker: seamless); else set the weights that differ through the runtime API,
   on one connection that asks first which config the worker runs (``show info``). HAProxy
   answers each ``set server ... weight`` (nothing when applied, the refusal else): only once
-  every one was applied is the table's version counted as in effect.
+  every one was applied is the table's version counted as in effect. A table changed during
+  the config check is rendered again and checked: one reload for a set's instances.
 - **watchdog**: a dead HAProxy is started again with the last config (must-show 5: routes back
   within 2 s of a kill -9).
 - **counters**: per-server ``show stat`` summed per (route, release) into
@@ -36,6 +37,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Protocol
 
@@ -61,6 +63,12 @@ SYNCED_WITHIN_S: Final = 15.0
 EXPECTED_FOR_S: Final = 120.0
 """How long an instance started for a route (:meth:`HAProxyTable.expect`) is rendered at
 weight 0 while it is not routed (a start's health check is bounded well below this)."""
+SET_GAP_S: Final = 0.06
+"""How long after an instance was expected the reload that adds it waits for the next one
+(a blue/green's instances start ~40 ms apart), overlapped by the config check: only what
+the check took less than this is added, and never to a reload that changes a route."""
+HOLD_AT_MOST_S: Final = 0.25
+"""The longest a reload waits so (a set's instances expected one after another)."""
 _CLASSES: Final = ("hrsp_1xx", "hrsp_2xx", "hrsp_3xx", "hrsp_4xx", "hrsp_5xx")
 
 
@@ -99,6 +107,8 @@ class HAProxyTable(RouteTable):
         self.routes_version = 0
         """Counts the route changes (what :meth:`HAProxyDataPlane.synced` waits for)."""
         self.listener: Callable[[], None] | None = None
+        self.expected_at = 0.0
+        """When an instance was last expected (``time.monotonic()``)."""
         self._expected: dict[str, dict[str, tuple[str, float]]] = {}
         """route -> server name -> (upstream, when it was started)."""
 
@@ -120,7 +130,7 @@ class HAProxyTable(RouteTable):
         (its backend exists) takes it; forgotten after :data:`EXPECTED_FOR_S`."""
         if route not in self.keys():
             return
-        when = time.monotonic()
+        when = self.expected_at = time.monotonic()
         self._expected.setdefault(route, {})[f"{release_id}-{index}"] = (upstream, when)
         self._changed()
 
@@ -215,6 +225,8 @@ class HAProxyDataPlane:
         self._synced = -1
         """The table version (expected instances too) last put in effect."""
         self._wake = asyncio.Event()
+        self._changed = asyncio.Event()
+        """Set with :attr:`_wake`; what a held reload (:meth:`_hold`) waits on."""
         self._progress = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._settled = asyncio.Event()
@@ -319,9 +331,13 @@ class HAProxyDataPlane:
         except RuntimeError:
             running = None
         if running is loop:
-            self._wake.set()
+            self._woken()
         else:  # a writer on another thread
-            loop.call_soon_threadsafe(self._wake.set)
+            loop.call_soon_threadsafe(self._woken)
+
+    def _woken(self) -> None:
+        self._wake.set()
+        self._changed.set()
 
     # -- the task --------------------------------------------------------------------------
 
@@ -414,8 +430,8 @@ class HAProxyDataPlane:
         next reload), else by writing the config and reloading. In effect once HAProxy
         answered every weight set (it answers each one: nothing when applied); the waiters
         (:meth:`synced`) go on then, while the files are written for the next reload."""
-        version, routes = self.table.version, self.table.routes_version
-        rendered = self._render()
+        taken = self._take()
+        rendered = taken.rendered
         applied, self._applied = self._applied, None  # unknown until HAProxy answered
         async with contextlib.nullcontext() if locked else self.process.locked():
             fits = not force and applied is not None and rendered.fits_in(applied)
@@ -423,13 +439,18 @@ class HAProxyDataPlane:
             if fits and applied is not None:
                 wanted = await self._reweigh(rendered, applied)
             if wanted is None:  # (a marker not ours: another replica reloaded)
-                applied, wanted = rendered, await self._reload(rendered)
+                taken, wanted = await self._reload(taken)
+                rendered = applied = taken.rendered
             self._written = rendered
             self._applied, self._weights = applied, wanted
-            self._synced, self._in_effect = version, routes
+            self._synced, self._in_effect = taken.version, taken.routes
             self._progress.set()
             if applied is not rendered:  # a reload or restart takes this config
                 await asyncio.to_thread(self.process.write, rendered)
+
+    def _take(self) -> _Taken:
+        version, routes = self.table.version, self.table.routes_version
+        return _Taken(self._render(), version, routes)
 
     async def _reweigh(
         self, rendered: Rendered, applied: Rendered
@@ -452,21 +473,55 @@ class HAProxyDataPlane:
             raise RuntimeApiError(f"{len(lines)} weights: {said[0].strip()[:300]}")
         return wanted
 
-    async def _reload(self, rendered: Rendered) -> dict[tuple[str, str], int]:
-        """Reload HAProxy with ``rendered`` (or start it) and set every weight: a worker
-        found running it already (``apply`` says unchanged) may have had others set."""
+    async def _reload(self, taken: _Taken) -> tuple[_Taken, dict[tuple[str, str], int]]:
+        """Reload HAProxy with ``taken`` (or start it) and set every weight: a worker found
+        running it already (``apply`` says unchanged) may have had others set. A table that
+        changed during the config check so that it needs a reload too (a blue/green's second
+        instance started ~40 ms after the first) is rendered again and taken by this reload:
+        what it put in effect, and the weights set."""
         if self.process.running():
             await self._poll()
             self._fold()
         if self.edge is not None:
             self.edge.prepare()
-        await self.process.apply(rendered)
-        wanted = dict(rendered.weights)
+        if self.table.version != taken.version:  # changed while the counters were read
+            taken = self._take()
+
+        async def newer(checked: Rendered) -> Rendered | None:
+            nonlocal taken
+            await self._hold(taken)
+            if self.table.version == taken.version:
+                return None
+            fresh = self._take()
+            if fresh.rendered.marker == checked.marker:  # weights alone: the next sync's
+                return None  # (the same namespace names: they are in the marker)
+            taken = fresh
+            return fresh.rendered
+
+        await self.process.apply(taken.rendered, newer=newer)
+        wanted = dict(taken.rendered.weights)
         self.process.check_held()
         await self.process.stats.commands(
             [f"set server {backend}/{server} weight {w}" for (backend, server), w in wanted.items()]
         )
-        return wanted
+        return taken, wanted
+
+    async def _hold(self, taken: _Taken) -> None:
+        """Before a reload that changes no route (it adds expected instances): wait until
+        the last instance expected is :data:`SET_GAP_S` old, so that a set's next one is in
+        this reload too; at once when a route changes meanwhile (bounded in all)."""
+        if taken.routes != self._in_effect:
+            return  # it moves traffic: never held
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(HOLD_AT_MOST_S):
+                while self.table.routes_version == taken.routes:
+                    left = self.table.expected_at + SET_GAP_S - time.monotonic()
+                    if left <= 0:
+                        return
+                    self._changed.clear()
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(left):
+                            await self._changed.wait()
 
     def _fold(self) -> None:
         """The running worker's counts become the base: the next one starts at 0."""
@@ -514,6 +569,15 @@ class HAProxyDataPlane:
                 key, 0.0
             )
         self.counters.load(totals, latency)
+
+
+@dataclass(frozen=True)
+class _Taken:
+    """The table rendered, with its versions then (what the render puts in effect)."""
+
+    rendered: Rendered
+    version: int
+    routes: int
 
 
 def _key(upstream: str) -> str:
