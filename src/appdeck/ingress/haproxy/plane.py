@@ -34,9 +34,8 @@ import contextlib
 import csv
 import io
 import logging
-import random
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Protocol
@@ -45,13 +44,15 @@ from appdeck.common.listen import ListenError
 from appdeck.ingress.certs import Certificates
 from appdeck.ingress.challenges import Challenges
 from appdeck.ingress.config import ProxyConfig
-from appdeck.ingress.haproxy.config import HANDOFF_SERVER, Layout, Rendered, render, server_name
+from appdeck.ingress.haproxy.config import HANDOFF_SERVER, Layout, Rendered, render
 from appdeck.ingress.haproxy.listening import addresses, free_port, probe
 from appdeck.ingress.haproxy.namespaces import Namespaces
 from appdeck.ingress.haproxy.process import BINARY, HAProxyFailed, HAProxyProcess, description
 from appdeck.ingress.haproxy.runtime_api import RuntimeApiError
-from appdeck.ingress.hosts import HostMap
-from appdeck.ingress.routes import Backend, Counters, RouteTable
+from appdeck.ingress.haproxy.table import HAProxyTable
+from appdeck.ingress.routes import Counters
+
+__all__ = ["EdgeHook", "HAProxyCounters", "HAProxyDataPlane", "HAProxyTable", "free_port"]
 
 log = logging.getLogger("appdeck.ingress.haproxy")
 
@@ -60,13 +61,11 @@ MOVED_EVERY_S: Final = 1.0
 """How often the namespaces of routed sandboxed instances are checked for a restart."""
 SETTLE_S: Final = 30.0
 SYNCED_WITHIN_S: Final = 15.0
-EXPECTED_FOR_S: Final = 120.0
-"""How long an instance started for a route (:meth:`HAProxyTable.expect`) is rendered at
-weight 0 while it is not routed (a start's health check is bounded well below this)."""
 SET_GAP_S: Final = 0.06
-"""How long after an instance was expected the reload that adds it waits for the next one
-(a blue/green's instances start ~40 ms apart), overlapped by the config check: only what
-the check took less than this is added, and never to a reload that changes a route."""
+"""How long after an instance was expected the reload that adds it waits for the release's
+next one (a blue/green's start ~40 ms apart), overlapped by the config check: only what the
+check took less than this is added; never once every instance is expected (a rolling
+deploy's first one waits in vain), never to a reload that changes a route."""
 HOLD_AT_MOST_S: Final = 0.25
 """The longest a reload waits so (a set's instances expected one after another)."""
 _CLASSES: Final = ("hrsp_1xx", "hrsp_2xx", "hrsp_3xx", "hrsp_4xx", "hrsp_5xx")
@@ -89,76 +88,6 @@ class EdgeHook(Protocol):
 
     async def restarted(self) -> None:
         """HAProxy was started again by the watchdog: re-apply the edge's state."""
-
-
-class HAProxyTable(RouteTable):
-    """A :class:`RouteTable` that tells the data plane about each change (``version``)."""
-
-    def __init__(
-        self,
-        *,
-        extra_domains: Iterable[str] = (),
-        rng: random.Random | None = None,
-        hosts: HostMap | None = None,
-    ) -> None:
-        super().__init__(extra_domains=extra_domains, rng=rng, hosts=hosts)
-        self.version = 0
-        """Counts every change, expected instances too (what the data plane syncs)."""
-        self.routes_version = 0
-        """Counts the route changes (what :meth:`HAProxyDataPlane.synced` waits for)."""
-        self.listener: Callable[[], None] | None = None
-        self.expected_at = 0.0
-        """When an instance was last expected (``time.monotonic()``)."""
-        self._expected: dict[str, dict[str, tuple[str, float]]] = {}
-        """route -> server name -> (upstream, when it was started)."""
-
-    def set(self, route: str, backends: Sequence[Backend]) -> None:
-        super().set(route, backends)
-        self.routes_version += 1
-        self._changed()
-
-    def remove(self, route: str) -> None:
-        super().remove(route)
-        self._expected.pop(route, None)
-        self.routes_version += 1
-        self._changed()
-
-    def expect(self, route: str, release_id: str, index: int, upstream: str) -> None:
-        """Instance ``index`` of ``release_id`` started for ``route`` and may be routed
-        soon: HAProxy gets its server now, at weight 0 (the reload this needs runs while the
-        instance starts, not when traffic moves to it). Only a route that serves already
-        (its backend exists) takes it; forgotten after :data:`EXPECTED_FOR_S`."""
-        if route not in self.keys():
-            return
-        when = self.expected_at = time.monotonic()
-        self._expected.setdefault(route, {})[f"{release_id}-{index}"] = (upstream, when)
-        self._changed()
-
-    def expected(self) -> dict[str, dict[str, str]]:
-        """route -> server name -> upstream of the instances expected now (not routed yet,
-        started less than :data:`EXPECTED_FOR_S` ago)."""
-        now = time.monotonic()
-        out: dict[str, dict[str, str]] = {}
-        for route, servers in list(self._expected.items()):
-            routed = {
-                server_name(b.release_id, upstream, n)
-                for b in self.get(route) or []
-                for n, upstream in enumerate(b.upstreams)
-            }
-            fresh = {
-                n: v for n, v in servers.items() if now - v[1] < EXPECTED_FOR_S and n not in routed
-            }
-            if fresh:
-                self._expected[route] = fresh
-                out[route] = {name: upstream for name, (upstream, _) in fresh.items()}
-            else:
-                del self._expected[route]
-        return out
-
-    def _changed(self) -> None:
-        self.version += 1
-        if self.listener is not None:
-            self.listener()
 
 
 class HAProxyCounters(Counters):
@@ -507,15 +436,16 @@ class HAProxyDataPlane:
         return taken, wanted
 
     async def _hold(self, taken: _Taken) -> None:
-        """Before a reload that changes no route (it adds expected instances): wait until
-        the last instance expected is :data:`SET_GAP_S` old, so that a set's next one is in
-        this reload too; at once when a route changes meanwhile (bounded in all)."""
+        """Before a reload that changes no route (it adds expected instances): while a
+        release has instances not expected yet, wait until its last one expected is
+        :data:`SET_GAP_S` old, so that a set's next one is in this reload too; at once when
+        a route changes meanwhile (bounded in all)."""
         if taken.routes != self._in_effect:
             return  # it moves traffic: never held
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(HOLD_AT_MOST_S):
                 while self.table.routes_version == taken.routes:
-                    left = self.table.expected_at + SET_GAP_S - time.monotonic()
+                    left = self.table.set_starting() + SET_GAP_S - time.monotonic()
                     if left <= 0:
                         return
                     self._changed.clear()
