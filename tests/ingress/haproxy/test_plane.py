@@ -112,7 +112,8 @@ async def test_a_server_leaving_the_route_goes_to_weight_0_without_a_reload(
     assert (weights["r1-0"], weights["r1-1"]) == ("256", "0")
     for _ in range(10):
         assert (await client.get("/", headers=BLOG)).json()["upstream"] == "a"
-    assert "r1-1" not in data_plane.process.layout.config.read_text()  # the next reload's
+    config = data_plane.process.layout.config  # the next reload's, written (in a thread)
+    await until(lambda: "r1-1" not in config.read_text())  # once the weights are in effect
 
 
 async def test_an_expected_instance_is_routed_later_without_a_reload(
