@@ -211,7 +211,9 @@ def _haproxy_of(
     )
     # a started instance's server is in HAProxy (weight 0) by the time its health check
     # passes: moving traffic to it then changes weights, without a reload in the way
-    driver.started.append(lambda r, i: table.expect(r.route, i.release_id, i.index, i.upstream))
+    driver.started.append(
+        lambda r, i: table.expect(r.route, i.release_id, i.index, i.upstream, of=r.spec.instances)
+    )
     return plane, HAProxyRouter(table, counters, gate, plane, edge)
 
 

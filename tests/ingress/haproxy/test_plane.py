@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import random
+import contextlib
 
 import httpx
 import pytest
 
 from appdeck.ingress.config import ProxyConfig
-from appdeck.ingress.haproxy.plane import HAProxyTable, _ephemeral, addresses, free_port
+from appdeck.ingress.haproxy.listening import addresses
+from appdeck.ingress.haproxy.plane import HAProxyDataPlane, HAProxyTable
+from appdeck.ingress.haproxy.runtime_api import RuntimeApiError
 from appdeck.ingress.routes import STOPPED, Backend
 from tests.ingress.conftest import StartUpstream
 from tests.ingress.haproxy.conftest import StartPlane
@@ -39,7 +41,6 @@ async def test_a_route_reaches_its_app_by_host(plane: StartPlane, upstream: Star
 async def test_an_extra_domain_names_the_same_apps(
     plane: StartPlane, upstream: StartUpstream
 ) -> None:
-    from appdeck.ingress.haproxy.plane import HAProxyTable
 
     data_plane, client = await plane(table=HAProxyTable(extra_domains=["apps.example.com"]))
     blog = await upstream("blog-r1")
@@ -111,7 +112,8 @@ async def test_a_server_leaving_the_route_goes_to_weight_0_without_a_reload(
     assert (weights["r1-0"], weights["r1-1"]) == ("256", "0")
     for _ in range(10):
         assert (await client.get("/", headers=BLOG)).json()["upstream"] == "a"
-    assert "r1-1" not in data_plane.process.layout.config.read_text()  # the next reload's
+    config = data_plane.process.layout.config  # the next reload's, written (in a thread)
+    await until(lambda: "r1-1" not in config.read_text())  # once the weights are in effect
 
 
 async def test_an_expected_instance_is_routed_later_without_a_reload(
@@ -135,6 +137,91 @@ async def test_an_expected_instance_is_routed_later_without_a_reload(
     assert _pid(await data_plane.process.stats.command("show info")) == _pid(worker)
     for _ in range(10):
         assert (await client.get("/", headers=BLOG)).json()["upstream"] == "b"
+
+
+async def _reloads(data_plane: HAProxyDataPlane) -> int:
+    """How often HAProxy's master reloaded (``show proc``; the master re-executes itself on
+    a reload and answers again a moment after the new worker does)."""
+    async with asyncio.timeout(30):
+        while True:
+            with contextlib.suppress(RuntimeApiError):
+                for line in (await data_plane.process.master.raw("show proc")).splitlines():
+                    if " master " in line:
+                        return int(line.split()[2])
+            await asyncio.sleep(0.01)
+
+
+async def _servers(data_plane: HAProxyDataPlane, *names: str) -> None:
+    """Until HAProxy's worker has every server in ``names`` (bounded)."""
+    async with asyncio.timeout(30):
+        while True:
+            state = await data_plane.process.stats.command("show servers state")
+            if all(name in state for name in names):
+                return
+            await asyncio.sleep(0.01)
+
+
+async def test_two_instances_expected_close_together_are_added_by_one_reload(
+    plane: StartPlane, upstream: StartUpstream
+) -> None:
+    """A blue/green's second instance starts ~40 ms after the first, while the first one's
+    reload checks its config: the config is rendered again, and one reload takes both."""
+    data_plane, client = await plane()
+    a, b, c = await upstream("a"), await upstream("b"), await upstream("c")
+    data_plane.table.set("blog", [Backend("r1", 100, [a.address])])
+    assert await data_plane.synced()
+    before = await _reloads(data_plane)
+    check = data_plane.process.check
+
+    async def second_starts_during_the_check() -> None:
+        if "r2-1" not in data_plane.table.expected().get("blog", {}):
+            data_plane.table.expect("blog", "r2", 1, c.address, of=2)
+        await check()
+
+    data_plane.process.check = second_starts_during_the_check  # type: ignore[method-assign]
+    data_plane.table.expect("blog", "r2", 0, b.address, of=2)
+    await _servers(data_plane, "r2-0", "r2-1")
+
+    assert await _reloads(data_plane) == before + 1
+    for _ in range(10):  # weight 0 until routed
+        assert (await client.get("/", headers=BLOG)).json()["upstream"] == "a"
+    data_plane.table.set("blog", [Backend("r2", 100, [b.address, c.address])])
+    assert await data_plane.synced()
+    assert await _reloads(data_plane) == before + 1  # the traffic moves by weights alone
+    seen = {(await client.get("/", headers=BLOG)).json()["upstream"] for _ in range(20)}
+    assert seen == {"b", "c"}
+
+
+async def test_a_route_change_during_an_expected_instance_s_check_is_in_that_reload(
+    plane: StartPlane, upstream: StartUpstream
+) -> None:
+    """A route that changes while the reload adding an expected instance checks its config
+    (here: to a server that reload lacks) is put in effect, read back, by that reload."""
+    data_plane, client = await plane()
+    a, b, c = await upstream("a"), await upstream("b"), await upstream("c")
+    data_plane.table.set("blog", [Backend("r1", 100, [a.address])])
+    assert await data_plane.synced()
+    before = await _reloads(data_plane)
+    check, moved = data_plane.process.check, asyncio.Event()
+
+    async def traffic_moves_during_the_check() -> None:
+        if not moved.is_set():
+            moved.set()
+            data_plane.table.set(
+                "blog", [Backend("r1", 0, [a.address]), Backend("r3", 100, [c.address])]
+            )
+        await check()
+
+    data_plane.process.check = traffic_moves_during_the_check  # type: ignore[method-assign]
+    data_plane.table.expect("blog", "r2", 0, b.address)
+    async with asyncio.timeout(30):
+        await moved.wait()
+    assert await data_plane.synced()
+
+    assert await _reloads(data_plane) == before + 1
+    for _ in range(10):
+        assert (await client.get("/", headers=BLOG)).json()["upstream"] == "c"
+    assert "r2-0" in await data_plane.process.stats.command("show servers state")
 
 
 async def test_error_pages_match_the_python_ingress(
@@ -326,27 +413,3 @@ async def test_a_slow_release_shows_a_higher_mean_latency_than_a_fast_one(
     assert late.requests >= 3
     assert late.mean_latency >= 0.25  # the app's 0.3 s before its headers
     assert late.mean_latency > quick.mean_latency
-
-
-def test_an_instance_is_expected_only_on_a_route_that_exists_and_until_it_is_routed() -> None:
-    table = HAProxyTable()
-    table.expect("blog", "r2", 0, "127.0.0.1:2")
-    assert table.expected() == {}
-    table.set("blog", [Backend("r1", 100, ["127.0.0.1:1"])])
-    version = table.routes_version
-
-    table.expect("blog", "r2", 0, "127.0.0.1:2")
-
-    assert table.expected() == {"blog": {"r2-0": "127.0.0.1:2"}}
-    assert table.routes_version == version  # nothing to wait for: no route changed
-    table.set("blog", [Backend("r2", 100, ["127.0.0.1:2"])])
-    assert table.expected() == {}
-
-
-def test_a_free_port_for_a_test_plane_is_taken_outside_the_ephemeral_range() -> None:
-    """The watchdog starts HAProxy again on the same port after a kill -9: an ephemeral port
-    could meanwhile be handed to another process's bind(0) (seen in CI: "Address already in
-    use")."""
-    low, high = _ephemeral()
-    ports = [free_port("127.0.0.1", random.Random(seed)) for seed in range(5)]
-    assert all(not low <= port <= high for port in ports), (low, high, ports)

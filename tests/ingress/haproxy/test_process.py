@@ -17,13 +17,9 @@ import pytest
 
 from appdeck.common.listen import ListenError
 from appdeck.ingress.haproxy.config import Layout
+from appdeck.ingress.haproxy.listening import free_port
 from appdeck.ingress.haproxy.namespaces import NETNS_DIR, Namespaces
-from appdeck.ingress.haproxy.plane import (
-    HAProxyCounters,
-    HAProxyDataPlane,
-    HAProxyTable,
-    free_port,
-)
+from appdeck.ingress.haproxy.plane import HAProxyCounters, HAProxyDataPlane, HAProxyTable
 from appdeck.ingress.routes import Backend
 from appdeck.runtime import netns
 from tests.ingress.conftest import StartUpstream

@@ -12,7 +12,8 @@ One task (every :data:`TICK_S`, or at once after a change):
   reload (master-worker: seamless); else set the weights that differ through the runtime API,
   on one connection that asks first which config the worker runs (``show info``). HAProxy
   answers each ``set server ... weight`` (nothing when applied, the refusal else): only once
-  every one was applied is the table's version counted as in effect.
+  every one was applied is the table's version counted as in effect. A table changed during
+  the config check is rendered again and checked: one reload for a set's instances.
 - **watchdog**: a dead HAProxy is started again with the last config (must-show 5: routes back
   within 2 s of a kill -9).
 - **counters**: per-server ``show stat`` summed per (route, release) into
@@ -33,23 +34,25 @@ import contextlib
 import csv
 import io
 import logging
-import random
-import socket
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Protocol
 
-from appdeck.common.listen import LOOPBACKS, ListenError, listen
+from appdeck.common.listen import ListenError
 from appdeck.ingress.certs import Certificates
 from appdeck.ingress.challenges import Challenges
 from appdeck.ingress.config import ProxyConfig
-from appdeck.ingress.haproxy.config import HANDOFF_SERVER, Layout, Rendered, render, server_name
+from appdeck.ingress.haproxy.config import HANDOFF_SERVER, Layout, Rendered, render
+from appdeck.ingress.haproxy.listening import addresses, free_port, probe
 from appdeck.ingress.haproxy.namespaces import Namespaces
 from appdeck.ingress.haproxy.process import BINARY, HAProxyFailed, HAProxyProcess, description
 from appdeck.ingress.haproxy.runtime_api import RuntimeApiError
-from appdeck.ingress.hosts import HostMap
-from appdeck.ingress.routes import Backend, Counters, RouteTable
+from appdeck.ingress.haproxy.table import HAProxyTable
+from appdeck.ingress.routes import Counters
+
+__all__ = ["EdgeHook", "HAProxyCounters", "HAProxyDataPlane", "HAProxyTable", "free_port"]
 
 log = logging.getLogger("appdeck.ingress.haproxy")
 
@@ -58,9 +61,13 @@ MOVED_EVERY_S: Final = 1.0
 """How often the namespaces of routed sandboxed instances are checked for a restart."""
 SETTLE_S: Final = 30.0
 SYNCED_WITHIN_S: Final = 15.0
-EXPECTED_FOR_S: Final = 120.0
-"""How long an instance started for a route (:meth:`HAProxyTable.expect`) is rendered at
-weight 0 while it is not routed (a start's health check is bounded well below this)."""
+SET_GAP_S: Final = 0.06
+"""How long after an instance was expected the reload that adds it waits for the release's
+next one (a blue/green's start ~40 ms apart), overlapped by the config check: only what the
+check took less than this is added; never once every instance is expected (a rolling
+deploy's first one waits in vain), never to a reload that changes a route."""
+HOLD_AT_MOST_S: Final = 0.25
+"""The longest a reload waits so (a set's instances expected one after another)."""
 _CLASSES: Final = ("hrsp_1xx", "hrsp_2xx", "hrsp_3xx", "hrsp_4xx", "hrsp_5xx")
 
 
@@ -83,74 +90,6 @@ class EdgeHook(Protocol):
         """HAProxy was started again by the watchdog: re-apply the edge's state."""
 
 
-class HAProxyTable(RouteTable):
-    """A :class:`RouteTable` that tells the data plane about each change (``version``)."""
-
-    def __init__(
-        self,
-        *,
-        extra_domains: Iterable[str] = (),
-        rng: random.Random | None = None,
-        hosts: HostMap | None = None,
-    ) -> None:
-        super().__init__(extra_domains=extra_domains, rng=rng, hosts=hosts)
-        self.version = 0
-        """Counts every change, expected instances too (what the data plane syncs)."""
-        self.routes_version = 0
-        """Counts the route changes (what :meth:`HAProxyDataPlane.synced` waits for)."""
-        self.listener: Callable[[], None] | None = None
-        self._expected: dict[str, dict[str, tuple[str, float]]] = {}
-        """route -> server name -> (upstream, when it was started)."""
-
-    def set(self, route: str, backends: Sequence[Backend]) -> None:
-        super().set(route, backends)
-        self.routes_version += 1
-        self._changed()
-
-    def remove(self, route: str) -> None:
-        super().remove(route)
-        self._expected.pop(route, None)
-        self.routes_version += 1
-        self._changed()
-
-    def expect(self, route: str, release_id: str, index: int, upstream: str) -> None:
-        """Instance ``index`` of ``release_id`` started for ``route`` and may be routed
-        soon: HAProxy gets its server now, at weight 0 (the reload this needs runs while the
-        instance starts, not when traffic moves to it). Only a route that serves already
-        (its backend exists) takes it; forgotten after :data:`EXPECTED_FOR_S`."""
-        if route not in self.keys():
-            return
-        when = time.monotonic()
-        self._expected.setdefault(route, {})[f"{release_id}-{index}"] = (upstream, when)
-        self._changed()
-
-    def expected(self) -> dict[str, dict[str, str]]:
-        """route -> server name -> upstream of the instances expected now (not routed yet,
-        started less than :data:`EXPECTED_FOR_S` ago)."""
-        now = time.monotonic()
-        out: dict[str, dict[str, str]] = {}
-        for route, servers in list(self._expected.items()):
-            routed = {
-                server_name(b.release_id, upstream, n)
-                for b in self.get(route) or []
-                for n, upstream in enumerate(b.upstreams)
-            }
-            fresh = {
-                n: v for n, v in servers.items() if now - v[1] < EXPECTED_FOR_S and n not in routed
-            }
-            if fresh:
-                self._expected[route] = fresh
-                out[route] = {name: upstream for name, (upstream, _) in fresh.items()}
-            else:
-                del self._expected[route]
-        return out
-
-    def _changed(self) -> None:
-        self.version += 1
-        if self.listener is not None:
-            self.listener()
-
-
 class HAProxyCounters(Counters):
     """Counters loaded from HAProxy's per-server stats (see the module docs): requests by
     status class; the requests HAProxy could not get an answer for (``econ``, ``eresp``)
@@ -169,66 +108,6 @@ class HAProxyCounters(Counters):
             cell.upstream_errors = row[5]
             if latency is not None:
                 cell.latency_sum = latency.get((route, release), 0.0)
-
-
-def free_port(host: str, rng: random.Random | None = None) -> int:
-    """A port free on ``host`` now, on both loopbacks for a loopback host (for
-    ``ingress_port = 0``: tests). Taken outside the kernel's ephemeral range when it can: the
-    port stays HAProxy's across restarts, and an ephemeral one freed by a kill -9 can be
-    handed to another process's ``bind(0)`` before the watchdog starts HAProxy again."""
-    pick = rng or random.Random()  # noqa: S311 - a port, not a secret
-    low, high = _ephemeral()
-    ranges = [r for r in ((10_000, low - 1), (high + 1, 65_535)) if r[1] - r[0] > 1000]
-    for _ in range(50 if ranges else 0):
-        first, last = pick.choice(ranges)
-        port = pick.randint(first, last)
-        try:
-            socks = listen(host, port)
-        except (ListenError, OSError):
-            continue
-        for sock in socks:
-            sock.close()
-        return port
-    socks = listen(host, 0)
-    port = int(socks[0].getsockname()[1])
-    for sock in socks:
-        sock.close()
-    return port
-
-
-def _ephemeral() -> tuple[int, int]:
-    try:
-        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
-        return int(low), int(high)
-    except (OSError, ValueError):
-        return 32768, 60999
-
-
-def addresses(host: str, port: int) -> list[str]:
-    """Where HAProxy listens: a loopback host on both loopbacks (as the Python ingress,
-    :mod:`appdeck.common.listen`: no app can sit on the other one), when the host has both."""
-    pair = LOOPBACKS.get(host)
-    if pair is None:
-        return [_bracket(host)]
-    found = [_bracket(pair[0])]
-    try:
-        with socket.socket(socket.AF_INET6 if ":" in pair[1] else socket.AF_INET) as probe:
-            probe.bind((pair[1], 0))
-        found.append(_bracket(pair[1]))
-    except OSError:
-        log.warning("no second loopback (%s) on this host: HAProxy listens on %s only", *pair)
-    return found
-
-
-def _probe(host: str, port: int) -> None:
-    """:class:`ListenError` (its one line names the address) when HAProxy could not bind."""
-    for address in host.split(","):
-        for sock in listen(address.strip(), port):
-            sock.close()
-
-
-def _bracket(host: str) -> str:
-    return f"[{host}]" if ":" in host else host
 
 
 class HAProxyDataPlane:
@@ -275,6 +154,8 @@ class HAProxyDataPlane:
         self._synced = -1
         """The table version (expected instances too) last put in effect."""
         self._wake = asyncio.Event()
+        self._changed = asyncio.Event()
+        """Set with :attr:`_wake`; what a held reload (:meth:`_hold`) waits on."""
         self._progress = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._settled = asyncio.Event()
@@ -315,7 +196,7 @@ class HAProxyDataPlane:
             if self.process.running():
                 log.info("adopted the running HAProxy (%s)", self.layout.directory)
             else:
-                _probe(self.host, self.port)  # a taken port: one line, not HAProxy's log
+                probe(self.host, self.port)  # a taken port: one line, not HAProxy's log
                 await self._sync(force=True, locked=True)
                 self._settled.set()
         self._task = asyncio.create_task(self._run(), name="appdeck-haproxy")
@@ -379,9 +260,13 @@ class HAProxyDataPlane:
         except RuntimeError:
             running = None
         if running is loop:
-            self._wake.set()
+            self._woken()
         else:  # a writer on another thread
-            loop.call_soon_threadsafe(self._wake.set)
+            loop.call_soon_threadsafe(self._woken)
+
+    def _woken(self) -> None:
+        self._wake.set()
+        self._changed.set()
 
     # -- the task --------------------------------------------------------------------------
 
@@ -474,8 +359,8 @@ class HAProxyDataPlane:
         next reload), else by writing the config and reloading. In effect once HAProxy
         answered every weight set (it answers each one: nothing when applied); the waiters
         (:meth:`synced`) go on then, while the files are written for the next reload."""
-        version, routes = self.table.version, self.table.routes_version
-        rendered = self._render()
+        taken = self._take()
+        rendered = taken.rendered
         applied, self._applied = self._applied, None  # unknown until HAProxy answered
         async with contextlib.nullcontext() if locked else self.process.locked():
             fits = not force and applied is not None and rendered.fits_in(applied)
@@ -483,13 +368,18 @@ class HAProxyDataPlane:
             if fits and applied is not None:
                 wanted = await self._reweigh(rendered, applied)
             if wanted is None:  # (a marker not ours: another replica reloaded)
-                applied, wanted = rendered, await self._reload(rendered)
+                taken, wanted = await self._reload(taken)
+                rendered = applied = taken.rendered
             self._written = rendered
             self._applied, self._weights = applied, wanted
-            self._synced, self._in_effect = version, routes
+            self._synced, self._in_effect = taken.version, taken.routes
             self._progress.set()
             if applied is not rendered:  # a reload or restart takes this config
                 await asyncio.to_thread(self.process.write, rendered)
+
+    def _take(self) -> _Taken:
+        version, routes = self.table.version, self.table.routes_version
+        return _Taken(self._render(), version, routes)
 
     async def _reweigh(
         self, rendered: Rendered, applied: Rendered
@@ -512,21 +402,56 @@ class HAProxyDataPlane:
             raise RuntimeApiError(f"{len(lines)} weights: {said[0].strip()[:300]}")
         return wanted
 
-    async def _reload(self, rendered: Rendered) -> dict[tuple[str, str], int]:
-        """Reload HAProxy with ``rendered`` (or start it) and set every weight: a worker
-        found running it already (``apply`` says unchanged) may have had others set."""
+    async def _reload(self, taken: _Taken) -> tuple[_Taken, dict[tuple[str, str], int]]:
+        """Reload HAProxy with ``taken`` (or start it) and set every weight: a worker found
+        running it already (``apply`` says unchanged) may have had others set. A table that
+        changed during the config check so that it needs a reload too (a blue/green's second
+        instance started ~40 ms after the first) is rendered again and taken by this reload:
+        what it put in effect, and the weights set."""
         if self.process.running():
             await self._poll()
             self._fold()
         if self.edge is not None:
             self.edge.prepare()
-        await self.process.apply(rendered)
-        wanted = dict(rendered.weights)
+        if self.table.version != taken.version:  # changed while the counters were read
+            taken = self._take()
+
+        async def newer(checked: Rendered) -> Rendered | None:
+            nonlocal taken
+            await self._hold(taken)
+            if self.table.version == taken.version:
+                return None
+            fresh = self._take()
+            if fresh.rendered.marker == checked.marker:  # weights alone: the next sync's
+                return None  # (the same namespace names: they are in the marker)
+            taken = fresh
+            return fresh.rendered
+
+        await self.process.apply(taken.rendered, newer=newer)
+        wanted = dict(taken.rendered.weights)
         self.process.check_held()
         await self.process.stats.commands(
             [f"set server {backend}/{server} weight {w}" for (backend, server), w in wanted.items()]
         )
-        return wanted
+        return taken, wanted
+
+    async def _hold(self, taken: _Taken) -> None:
+        """Before a reload that changes no route (it adds expected instances): while a
+        release has instances not expected yet, wait until its last one expected is
+        :data:`SET_GAP_S` old, so that a set's next one is in this reload too; at once when
+        a route changes meanwhile (bounded in all)."""
+        if taken.routes != self._in_effect:
+            return  # it moves traffic: never held
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(HOLD_AT_MOST_S):
+                while self.table.routes_version == taken.routes:
+                    left = self.table.set_starting() + SET_GAP_S - time.monotonic()
+                    if left <= 0:
+                        return
+                    self._changed.clear()
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(left):
+                            await self._changed.wait()
 
     def _fold(self) -> None:
         """The running worker's counts become the base: the next one starts at 0."""
@@ -574,6 +499,15 @@ class HAProxyDataPlane:
                 key, 0.0
             )
         self.counters.load(totals, latency)
+
+
+@dataclass(frozen=True)
+class _Taken:
+    """The table rendered, with its versions then (what the render puts in effect)."""
+
+    rendered: Rendered
+    version: int
+    routes: int
 
 
 def _key(upstream: str) -> str:

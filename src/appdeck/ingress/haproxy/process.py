@@ -19,7 +19,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Final
 
@@ -33,6 +33,9 @@ BINARY: Final = Path("/usr/sbin/haproxy")
 READY_WITHIN_S: Final = 10.0
 """A start or reload is in effect within this (the worker parses the config and binds)."""
 STOP_WITHIN_S: Final = 5.0
+RECHECKS: Final = 3
+"""How often one reload takes a newer config checked after the first (:meth:`HAProxyProcess.apply`):
+a bound, so that changes coming faster than checks never hold a reload back."""
 
 
 class HAProxyFailed(RuntimeError):
@@ -113,16 +116,31 @@ class HAProxyProcess:
             temporary.write_text(text)
             os.replace(temporary, path)
 
-    async def apply(self, rendered: Rendered) -> str:
+    async def apply(
+        self,
+        rendered: Rendered,
+        *,
+        newer: Callable[[Rendered], Awaitable[Rendered | None]] | None = None,
+    ) -> str:
         """Make HAProxy run ``rendered`` (call under :meth:`locked`): ``"unchanged"`` when it
-        already does, else ``"reloaded"`` or ``"started"``, once the worker answers with it."""
+        already does, else ``"reloaded"`` or ``"started"``, once the worker answers with it.
+
+        ``newer`` is asked after each check, with the config just checked, for one to take
+        instead (what it wants changed meanwhile: the next instance of a set started during
+        this check); that one is written and checked in turn, at most :data:`RECHECKS` times,
+        and one reload takes both changes (a check is a third of a reload's time)."""
         if self.running() and await self.marker() == rendered.marker:
             self.check_held()
             self.write(rendered)  # weights may differ: a later reload restores these
             return "unchanged"
-        self.check_held()
-        self.write(rendered)
-        await self.check()
+        for turn in range(RECHECKS + 1):
+            self.check_held()
+            self.write(rendered)
+            await self.check()
+            instead = await newer(rendered) if newer is not None and turn < RECHECKS else None
+            if instead is None:
+                break
+            rendered = instead
         self.check_held()
         if self.running():
             await self.master.raw("reload")
