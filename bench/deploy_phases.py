@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import collections
 import functools
+import shutil
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -105,6 +106,7 @@ async def main(mode: str, rounds: int) -> None:
             await deploy._deploy(platform, "rolling")  # live again on a fresh release
     finally:
         await platform.services.stop(stop_apps=True)
+        shutil.rmtree(platform.work, ignore_errors=True)  # its data dir holds a uid slot
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 import statistics
 import time
 
@@ -43,6 +44,7 @@ async def measure(mode: str, rounds: int) -> tuple[list[float], list[float]]:
             await asyncio.sleep(0.3)
     finally:
         await platform.services.stop(stop_apps=True)
+        shutil.rmtree(platform.work, ignore_errors=True)  # its data dir holds a uid slot
     return walls, cpus
 
 
