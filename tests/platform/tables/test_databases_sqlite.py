@@ -90,6 +90,25 @@ async def test_a_link_the_app_puts_in_place_of_its_database_is_not_followed(
     assert not _exists(Path(f"{platform_db}-wal"))
 
 
+def _workers() -> set[threading.Thread]:
+    return {
+        thread
+        for thread in threading.enumerate()
+        if "_connection_worker_thread" in thread.name and thread.is_alive()
+    }
+
+
+async def test_a_refused_open_leaves_no_worker_thread_behind(
+    files: SqliteFiles, platform_db: Path
+) -> None:
+    databases, directory = await _emptied(files)
+    before = _workers()
+    (directory / "app.db").symlink_to(platform_db)
+    with pytest.raises((DBAPIError, OSError)):
+        await _tables(databases, 1)
+    assert _workers() <= before
+
+
 async def test_a_link_in_place_of_the_journal_leaves_the_platforms_file_untouched(
     files: SqliteFiles, platform_db: Path
 ) -> None:

@@ -161,7 +161,11 @@ class SqliteFiles:
             connection = aiosqlite.Connection(
                 lambda: _open_confined(directory, uid, deadline), iter_chunk_size=64
             )
-            await connection
+            try:
+                await connection
+            except Exception:
+                await _stopped(connection)
+                raise
             self._deadlines[connection] = deadline
             return connection
 
@@ -193,6 +197,18 @@ class SqliteFiles:
 
     async def close(self) -> None:
         await self._engines.close()
+
+
+_STOP_WAIT_S = 5.0
+
+
+async def _stopped(connection: aiosqlite.Connection) -> None:
+    """Wait (bounded) for the worker thread of a connection that failed to open: aiosqlite
+    stops it and the thread then posts to this loop, which must still be running when it does
+    (a refused open, such as the app's link in place of its file, must not leave that post to
+    a loop that may have closed since)."""
+    thread = connection._thread  # aiosqlite has no public join
+    await asyncio.to_thread(thread.join, _STOP_WAIT_S)
 
 
 MAX_BROKEN_KEYS: Final = 10_000
