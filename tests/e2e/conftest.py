@@ -4,12 +4,33 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator
 from pathlib import Path
 
 import pytest
 
 from tests.support.appdeck_process import AppDeckProcess, reap_haproxy, start_appdeck
+from tests.support.replicas import Replicas
+
+FAILED_LOG_LINES = 200
+"""Lines of each server's stderr attached to a failed test's report: the servers run as
+processes, so what they logged is otherwise lost with the test's temporary directory."""
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if report.failed and call.when in ("setup", "call"):
+        for name, value in getattr(item, "funcargs", {}).items():
+            if isinstance(value, Replicas):
+                report.sections.append((f"replicas of {name}", value.logs(FAILED_LOG_LINES)))
+            elif isinstance(value, AppDeckProcess):
+                tail = value.log_tail(FAILED_LOG_LINES)
+                report.sections.append((f"server {name} stderr", tail))
+    return report
+
 
 Launcher = Callable[..., Awaitable[AppDeckProcess]]
 

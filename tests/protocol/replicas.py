@@ -25,8 +25,9 @@ def text(value: str) -> dict[str, Any]:
 
 
 class Replica:
-    """One replica's protocol core, with an ``ask`` tool (elicits a name) and a ``hold`` tool
-    (runs until released or cancelled)."""
+    """One replica's protocol core, with an ``ask`` tool (elicits a name), a ``hold`` tool
+    (runs until released or cancelled) and a ``stubborn`` one (takes the first cancel for
+    its own and goes on)."""
 
     def __init__(
         self,
@@ -41,6 +42,7 @@ class Replica:
         self.entered = asyncio.Event()
         self.release = asyncio.Event()
         self.cancelled = asyncio.Event()
+        self.swallowed = asyncio.Event()
         self.dropped: list[str] = []
         registry = Registry()
 
@@ -58,11 +60,28 @@ class Replica:
                 raise
             return text("released")
 
+        async def stubborn(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+            task = asyncio.current_task()
+            assert task is not None
+            self.entered.set()
+            try:
+                await self.release.wait()
+            except asyncio.CancelledError:
+                task.uncancel()  # takes the cancel for its own, as a timeout of its own would
+            self.swallowed.set()
+            try:
+                await self.release.wait()
+            except asyncio.CancelledError:
+                self.cancelled.set()
+                raise
+            return text("released")
+
         async def read(uri: str, v: dict[str, str], ctx: ToolContext) -> list[dict[str, Any]]:
             return [{"uri": uri, "mimeType": "text/plain", "text": "x"}]
 
         registry.add_tool(ToolDef("ask", "Elicits a name", {"type": "object"}, ask))
         registry.add_tool(ToolDef("hold", "Runs until released", {"type": "object"}, hold))
+        registry.add_tool(ToolDef("stubborn", "Eats one cancel", {"type": "object"}, stubborn))
         for uri in ("test://a", "test://a/b", "test://c"):
             registry.add_resource(ResourceDef(uri, uri, read, mime_type="text/plain"))
         self.sessions = SessionManager(

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from appdeck.events.signals import LocalBroadcast
+from appdeck.protocol import server as server_module
 from appdeck.protocol.call import Call
 from appdeck.protocol.relay import RELAY_WAITS
 from appdeck.protocol.server import CANCEL_CHANNEL, REPLY_CHANNEL
@@ -148,6 +149,25 @@ async def test_a_cancel_posted_to_another_replica_stops_the_call_on_its_replica(
         await a.cancelled.wait()
         assert await running == {}  # RequestCancelled: no response is sent
     assert b.server.relay_dropped == 0
+
+
+async def test_a_cancel_the_call_took_for_its_own_is_sent_again_until_the_call_ends(
+    pair: tuple[Replica, Replica], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(server_module, "CANCEL_CHECKS", (0.05, 0.1, 0.2))
+    a, b = pair
+    session = await a.init(ALICE)
+    running = asyncio.create_task(
+        a.request("tools/call", {"name": "stubborn", "arguments": {}}, Call(ALICE, session), 4)
+    )
+    async with asyncio.timeout(5):
+        await a.entered.wait()
+    cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 4}}
+    await b.server.handle_notification(cancel, await b.call(ALICE, session.id))
+    async with asyncio.timeout(10):
+        await a.swallowed.wait()
+        await a.cancelled.wait()
+        assert await running == {}  # RequestCancelled: no response is sent
 
 
 async def test_a_cancel_that_arrives_before_the_call_started_is_retried_until_it_runs(

@@ -84,8 +84,10 @@ class Replicas:
                 return found.group(1)
         raise AssertionError("no replica printed the dev password")
 
-    def logs(self) -> str:
-        return "\n".join(f"--- {Path(s.stderr_path).name}\n{s.log_tail(30)}" for s in self.servers)
+    def logs(self, lines: int = 30) -> str:
+        return "\n".join(
+            f"--- {Path(s.stderr_path).name}\n{s.log_tail(lines)}" for s in self.servers
+        )
 
 
 @contextlib.asynccontextmanager

@@ -110,6 +110,10 @@ class RequestCancelled(Exception):
 
 REPLY_CHANNEL = "reply:"
 CANCEL_CHANNEL = "cancel"
+CANCEL_CHECKS = (2.0, 4.0, 8.0)
+"""Seconds after a cancel at which a call still running is checked: a cancellation that the
+call's code consumed as its own (an ``uncancel()``, as a timeout of its own does) without
+ending is sent again; one swallowed outright is logged."""
 
 
 def _session_id(value: object) -> str | None:
@@ -435,6 +439,7 @@ class McpServer:
             if not self._cancel_local(session.id, target) and self._relay is not None:
                 # the call may run on another replica: the one that has it cancels it
                 self._relay.send(CANCEL_CHANNEL, {"session": session.id, "requestId": target})
+                log.info("cancel of request %r forwarded to the other replicas", target)
         # notifications/progress, roots/list_changed and unknown notifications are ignored.
 
     def _cancel_local(self, session_id: str, request_id: str | int) -> bool:
@@ -444,7 +449,27 @@ class McpServer:
         if not entry.cancelled:  # a forwarded cancel may come again before it is acked:
             entry.cancelled = True  # a second cancel() would outlive the call's own unwinding
             entry.task.cancel()
+            self._check_cancelled((session_id, request_id), entry, 0)
         return True
+
+    def _check_cancelled(self, key: tuple[str, str | int], entry: _InFlight, checks: int) -> None:
+        if checks >= len(CANCEL_CHECKS):
+            return
+        request_id = key[1]
+
+        def check() -> None:
+            task = entry.task
+            if self._inflight.get(key) is not entry or task.done():
+                return  # the call ended (its task may go on to other work)
+            if task.cancelling() == 0:  # consumed without ending the call: again
+                log.warning("request %r went on after its cancel; cancelled again", request_id)
+                task.cancel()
+            else:
+                log.warning("request %r still runs %.0f s after its cancel", request_id, wait)
+            self._check_cancelled(key, entry, checks + 1)
+
+        wait = CANCEL_CHECKS[checks]
+        asyncio.get_running_loop().call_later(wait, check)
 
     async def handle_response(self, message: JsonObject, call: Call) -> None:
         """A client's answer to one of our requests (elicitation, sampling), handed to the
@@ -477,6 +502,7 @@ class McpServer:
             return
         session_id, target = _session_id(body.get("session")), _request_id(body.get("requestId"))
         if session_id is not None and target is not None and self._cancel_local(session_id, target):
+            log.info("request %r cancelled by a cancel forwarded from %.64s", target, body["from"])
             relay.ack(body)
 
     # -- lifecycle and small methods ------------------------------------------------------
