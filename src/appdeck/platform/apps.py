@@ -132,9 +132,13 @@ class AppService:
         return access.effective_role(await self.tenant_role(principal), member)
 
     async def load(self, principal: Principal, app_id: int, action: str) -> AppView:
-        """The app, if the caller may do ``action`` on it; another tenant's app is not found."""
-        app = await self.store.get(app_id)
-        role = await self.role_on(principal, app) if app is not None else None
+        """The app, if the caller may do ``action`` on it; another tenant's app is not found.
+        One read: the app with the caller's membership (:meth:`role_on`'s rule)."""
+        found = await self.store.get_with_role(app_id, principal.user)
+        app, member = found if found is not None else (None, None)
+        role = None
+        if app is not None and app.tenant_id == principal.tenant:
+            role = access.effective_role(await self.tenant_role(principal), member)
         access.require(action, role, app_ref=str(app_id))
         assert app is not None
         assert role is not None
