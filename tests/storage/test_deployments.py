@@ -167,6 +167,47 @@ async def test_when_one_move_is_refused_neither_record_changes(storage: Storage)
     assert [(r.state, len(r.steps)) for r in after] == [("live", 1), ("superseded", 1)]
 
 
+async def test_records_known_as_read_are_moved_without_reading_them_again(
+    storage: Storage,
+) -> None:
+    store, app_id, lease = await _live_and_superseded(storage)
+    live, target = await store.live_and(app_id, 1)
+    assert live is not None
+    assert target is not None
+    back, left = await store.move_together(
+        app_id,
+        [Move(1, "live", "Live again", 100), Move(2, "rolled_back", "Rolled back to 1", 0)],
+        lease=lease,
+        known=(target, live),
+    )
+    assert [(r.number, r.state, len(r.steps)) for r in (back, left)] == [
+        (1, "live", 2),
+        (2, "rolled_back", 2),
+    ]
+    assert back == await store.get(app_id, 1)
+
+
+async def test_a_record_changed_since_it_was_read_is_read_again_and_keeps_its_history(
+    storage: Storage,
+) -> None:
+    store, app_id, lease = await _live_and_superseded(storage)
+    live, target = await store.live_and(app_id, 1)
+    assert live is not None
+    assert target is not None
+    await store.update(app_id, 2, message="a note written meanwhile", lease=lease)
+    back, left = await store.move_together(
+        app_id,
+        [Move(1, "live", "Live again", 100), Move(2, "rolled_back", "Rolled back to 1", 0)],
+        lease=lease,
+        known=(target, live),  # #2 as it was before the note
+    )
+    assert [step["message"] for step in left.steps][-2:] == [
+        "a note written meanwhile",
+        "Rolled back to 1",
+    ]
+    assert (back.state, left.state) == ("live", "rolled_back")
+
+
 async def test_the_live_deployment_and_a_rollbacks_target_come_in_one_read(
     storage: Storage,
 ) -> None:

@@ -111,6 +111,7 @@ class Operating(Deploying):
                         Move(live.number, states.ROLLED_BACK, f"Rolled back to {target.number}", 0),
                     ],
                     lease=held.lease,
+                    known=(target, live),  # read under the lease: written as read, if still
                 )
         finally:
             await moved
