@@ -143,6 +143,31 @@ class _MoveStatements:
         self.as_read = update.where(*where, as_read)
 
 
+def _live_and(wanted: Any) -> sa.Select[Any]:
+    c = deployments.c
+    app = sa.bindparam("la_app", type_=c.app_id.type)
+    return (
+        sa.select(deployments)
+        .where(c.app_id == app, sa.or_(c.state == "live", c.number == wanted))
+        .order_by(c.number.desc())
+    )
+
+
+_LIVE_AND_NUMBER = _live_and(sa.bindparam("la_number", type_=deployments.c.number.type))
+_LIVE_AND_PREVIOUS = _live_and(
+    sa.select(deployments.c.previous)
+    .where(
+        deployments.c.app_id == sa.bindparam("la_app", type_=deployments.c.app_id.type),
+        deployments.c.state == "live",
+    )
+    .order_by(deployments.c.number.desc())
+    .limit(1)
+    .scalar_subquery()
+)
+""":meth:`DeploymentStore.live_and`'s reads (a number asked for; the live one's previous),
+built once."""
+
+
 class StaleState(RuntimeError):
     """A deployment's state changed between reading it and writing the next one (another
     writer moved it): the write did not happen."""
@@ -251,20 +276,14 @@ class DeploymentStore:
     ) -> tuple[DeploymentRecord | None, DeploymentRecord | None]:
         """The app's live deployment and deployment ``number`` (None: the one the live one
         replaced, its ``previous``), in one read (a rollback's)."""
-        c = deployments.c
-        live = (c.app_id == app_id) & (c.state == "live")
+        values = {"la_app": app_id}
         if number is None:
-            newest = sa.select(c.previous).where(live).order_by(c.number.desc()).limit(1)
-            wanted: Any = newest.scalar_subquery()
+            query = _LIVE_AND_PREVIOUS
         else:
-            wanted = number if 0 < number <= MAX_NUMBER else -1  # the column is 32-bit
-        query = (
-            sa.select(deployments)
-            .where(c.app_id == app_id, sa.or_(c.state == "live", c.number == wanted))
-            .order_by(c.number.desc())
-        )
+            query = _LIVE_AND_NUMBER
+            values["la_number"] = number if 0 < number <= MAX_NUMBER else -1  # 32-bit column
         async with self._engine.connect() as conn:
-            found = [_record(r) for r in (await conn.execute(query)).all()]
+            found = [_record(r) for r in (await conn.execute(query, values)).all()]
         current = next((r for r in found if r.state == "live"), None)
         if number is None:
             number = current.previous if current is not None else None
