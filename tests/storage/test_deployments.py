@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from sqlalchemy import event
 
 from appdeck.auth.admin import IdentityAdmin
 from appdeck.common.errors import Conflict
@@ -174,12 +175,23 @@ async def test_records_known_as_read_are_moved_without_reading_them_again(
     live, target = await store.live_and(app_id, 1)
     assert live is not None
     assert target is not None
-    back, left = await store.move_together(
-        app_id,
-        [Move(1, "live", "Live again", 100), Move(2, "rolled_back", "Rolled back to 1", 0)],
-        lease=lease,
-        known=(target, live),
-    )
+    statements: list[str] = []
+
+    def seen(conn: object, cursor: object, statement: str, *rest: object) -> None:
+        statements.append(statement.split(None, 1)[0].upper())
+
+    event.listen(storage.engine.sync_engine, "before_cursor_execute", seen)
+    try:
+        back, left = await store.move_together(
+            app_id,
+            [Move(1, "live", "Live again", 100), Move(2, "rolled_back", "Rolled back to 1", 0)],
+            lease=lease,
+            known=(target, live),
+        )
+    finally:
+        event.remove(storage.engine.sync_engine, "before_cursor_execute", seen)
+    assert "SELECT" not in statements
+    assert statements.count("UPDATE") == 2
     assert [(r.number, r.state, len(r.steps)) for r in (back, left)] == [
         (1, "live", 2),
         (2, "rolled_back", 2),
