@@ -4,6 +4,7 @@ unique index), and writes under an app lease refused once the lease is lost."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import pytest
 from sqlalchemy import event
@@ -218,6 +219,28 @@ async def test_a_record_changed_since_it_was_read_is_read_again_and_keeps_its_hi
         "Rolled back to 1",
     ]
     assert (back.state, left.state) == ("live", "rolled_back")
+
+
+async def test_a_record_known_in_a_state_it_cannot_move_from_is_read_again(
+    storage: Storage,
+) -> None:
+    def no_failed_to_rolled_back(current: str, target: str) -> None:
+        if (current, target) == ("failed", "rolled_back"):
+            raise RuntimeError(f"deployment {current} -> {target}")
+
+    _, app_id, lease = await _live_and_superseded(storage)
+    store = DeploymentStore(storage.engine, transitions=no_failed_to_rolled_back)
+    live, target = await store.live_and(app_id, 1)
+    assert live is not None
+    assert target is not None
+    stale = dataclasses.replace(live, state="failed")  # as if read before it went live
+    _, left = await store.move_together(
+        app_id,
+        [Move(1, "live", "Live again", 100), Move(2, "rolled_back", "Rolled back to 1", 0)],
+        lease=lease,
+        known=(target, stale),
+    )
+    assert left.state == "rolled_back"
 
 
 async def test_the_live_deployment_and_a_rollbacks_target_come_in_one_read(

@@ -416,7 +416,8 @@ class DeploymentStore:
         ``known``: the records as the caller read them (a rollback read both under the
         lease). A row still as read (its state and ``updated_at``, which every write of a
         deployment sets, unchanged) is written from that read, in one statement; any other
-        is read again inside the transaction first, as it would be without ``known``."""
+        (or one whose state as read cannot make the move) is read again inside the
+        transaction first, as it would be without ``known``."""
         if lease.app_id != app_id:
             raise ValueError(f"the lease of app {lease.app_id} guards no write to {app_id}")
         read = {record.number: record for record in known if record.app_id == app_id}
@@ -428,7 +429,7 @@ class DeploymentStore:
             for move in moves:
                 row = None
                 was = read.get(move.number)
-                if was is not None:  # as read: written if it still is
+                if was is not None and self._legal(was.state, move.state):  # written if as read
                     row = await self._move(conn, move, was, now, fenced, as_read=True)
                 if row is None:
                     if current is None:  # the rows not as read, read here, once
@@ -446,6 +447,17 @@ class DeploymentStore:
                     raise StaleState(f"deployment {app_id}-{move.number} changed state meanwhile")
                 written.append(_record(row))
         return written
+
+    def _legal(self, current: str, target: str) -> bool:
+        """Whether ``transitions`` allows ``current`` -> ``target`` (a known record whose
+        state as read does not allow the move is read again: it may have moved since)."""
+        if current == target or self._transitions is None:
+            return True
+        try:
+            self._transitions(current, target)
+        except RuntimeError:  # states.IllegalTransition
+            return False
+        return True
 
     async def _current(
         self, conn: AsyncConnection, app_id: int, numbers: list[int]
