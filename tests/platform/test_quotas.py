@@ -64,6 +64,14 @@ def test_a_change_that_does_not_grow_the_app_passes_even_over_a_lowered_quota() 
         quotas.guard(LIMITS, 2, _spec(2, 1100))(held)
 
 
+def test_a_usage_grows_when_any_of_memory_instances_or_disk_grows() -> None:
+    before = quotas.Usage(2048, 2, 1024)
+    assert not quotas.grows(quotas.Usage(2048, 2, 1024), before)
+    assert not quotas.grows(quotas.Usage(1024, 1, 512), before)
+    for grown in (quotas.Usage(2049, 1, 1), quotas.Usage(1, 3, 1), quotas.Usage(1, 1, 1025)):
+        assert quotas.grows(grown, before)
+
+
 def test_disk_counts_once_per_app() -> None:
     held = {1: [_spec(4, 256, 1500)]}
     quotas.guard(LIMITS, 2, _spec(1, 256, 1500))(held)

@@ -34,3 +34,18 @@ async def test_held_lists_each_apps_spec_then_its_live_and_in_progress_releases(
     own, *releases = held[mine.id]
     assert own == {"instances": 1}
     assert sorted(r["instances"] for r in releases) == [5, 7]
+
+
+async def test_an_app_comes_with_the_callers_membership_in_one_read(storage: Storage) -> None:
+    store = AppStore(storage.engine)
+    app = await store.create("acme", "a", None, {}, "alice")
+    await store.create("acme", "b", None, {}, "bob")  # another app's members are not its
+    await store.set_member(app.id, "carol", "viewer", "alice")
+    found = {user: await store.get_with_role(app.id, user) for user in ("alice", "carol", "dan")}
+    assert {user: pair and pair[1] for user, pair in found.items()} == {
+        "alice": "owner",
+        "carol": "viewer",
+        "dan": None,
+    }
+    assert all(pair is not None and pair[0] == app for pair in found.values())
+    assert await store.get_with_role(app.id + 100, "alice") is None

@@ -4,8 +4,10 @@ unique index), and writes under an app lease refused once the lease is lost."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import pytest
+from sqlalchemy import event
 
 from appdeck.auth.admin import IdentityAdmin
 from appdeck.common.errors import Conflict
@@ -165,6 +167,80 @@ async def test_when_one_move_is_refused_neither_record_changes(storage: Storage)
         )
     after = await store.for_app(app_id)
     assert [(r.state, len(r.steps)) for r in after] == [("live", 1), ("superseded", 1)]
+
+
+async def test_records_known_as_read_are_moved_without_reading_them_again(
+    storage: Storage,
+) -> None:
+    store, app_id, lease = await _live_and_superseded(storage)
+    live, target = await store.live_and(app_id, 1)
+    assert live is not None
+    assert target is not None
+    statements: list[str] = []
+
+    def seen(conn: object, cursor: object, statement: str, *rest: object) -> None:
+        statements.append(statement.split(None, 1)[0].upper())
+
+    event.listen(storage.engine.sync_engine, "before_cursor_execute", seen)
+    try:
+        back, left = await store.move_together(
+            app_id,
+            [Move(1, "live", "Live again", 100), Move(2, "rolled_back", "Rolled back to 1", 0)],
+            lease=lease,
+            known=(target, live),
+        )
+    finally:
+        event.remove(storage.engine.sync_engine, "before_cursor_execute", seen)
+    assert "SELECT" not in statements
+    assert statements.count("UPDATE") == 2
+    assert [(r.number, r.state, len(r.steps)) for r in (back, left)] == [
+        (1, "live", 2),
+        (2, "rolled_back", 2),
+    ]
+    assert back == await store.get(app_id, 1)
+
+
+async def test_a_record_changed_since_it_was_read_is_read_again_and_keeps_its_history(
+    storage: Storage,
+) -> None:
+    store, app_id, lease = await _live_and_superseded(storage)
+    live, target = await store.live_and(app_id, 1)
+    assert live is not None
+    assert target is not None
+    await store.update(app_id, 2, message="a note written meanwhile", lease=lease)
+    back, left = await store.move_together(
+        app_id,
+        [Move(1, "live", "Live again", 100), Move(2, "rolled_back", "Rolled back to 1", 0)],
+        lease=lease,
+        known=(target, live),  # #2 as it was before the note
+    )
+    assert [step["message"] for step in left.steps][-2:] == [
+        "a note written meanwhile",
+        "Rolled back to 1",
+    ]
+    assert (back.state, left.state) == ("live", "rolled_back")
+
+
+async def test_a_record_known_in_a_state_it_cannot_move_from_is_read_again(
+    storage: Storage,
+) -> None:
+    def no_failed_to_rolled_back(current: str, target: str) -> None:
+        if (current, target) == ("failed", "rolled_back"):
+            raise RuntimeError(f"deployment {current} -> {target}")
+
+    _, app_id, lease = await _live_and_superseded(storage)
+    store = DeploymentStore(storage.engine, transitions=no_failed_to_rolled_back)
+    live, target = await store.live_and(app_id, 1)
+    assert live is not None
+    assert target is not None
+    stale = dataclasses.replace(live, state="failed")  # as if read before it went live
+    _, left = await store.move_together(
+        app_id,
+        [Move(1, "live", "Live again", 100), Move(2, "rolled_back", "Rolled back to 1", 0)],
+        lease=lease,
+        known=(target, stale),
+    )
+    assert left.state == "rolled_back"
 
 
 async def test_the_live_deployment_and_a_rollbacks_target_come_in_one_read(

@@ -132,9 +132,13 @@ class AppService:
         return access.effective_role(await self.tenant_role(principal), member)
 
     async def load(self, principal: Principal, app_id: int, action: str) -> AppView:
-        """The app, if the caller may do ``action`` on it; another tenant's app is not found."""
-        app = await self.store.get(app_id)
-        role = await self.role_on(principal, app) if app is not None else None
+        """The app, if the caller may do ``action`` on it; another tenant's app is not found.
+        One read: the app with the caller's membership (:meth:`role_on`'s rule)."""
+        found = await self.store.get_with_role(app_id, principal.user)
+        app, member = found if found is not None else (None, None)
+        role = None
+        if app is not None and app.tenant_id == principal.tenant:
+            role = access.effective_role(await self.tenant_role(principal), member)
         access.require(action, role, app_ref=str(app_id))
         assert app is not None
         assert role is not None
@@ -268,12 +272,23 @@ class AppService:
         await self._feed.emit(Change("spec.updated", app.tenant_id, app.id))
         return AppView(app, view.role, view.url), changes
 
-    async def check_release(self, app: AppRecord, spec: dict[str, Any]) -> None:
+    async def check_release(
+        self, app: AppRecord, spec: dict[str, Any], *, replacing: dict[str, Any] | None = None
+    ) -> None:
         """A release coming back (a rollback) holds its frozen ``spec`` again: within the
         ceilings and the tenant's quotas, as the tenant holds them now (read, not locked: a
-        rollback writes no spec)."""
-        complete = specs.complete(spec, disk_mb=self.limits.default_disk_mb)
+        rollback writes no spec). ``replacing``: the frozen spec of the app's live release,
+        which the one coming back replaces. The app holds at least that now, so a ``spec``
+        that asks for no more of anything grows nothing the tenant holds: the quotas pass
+        whatever its other apps hold (:func:`quotas.check_quota` checks growth only), and
+        what they hold is not read."""
+        disk = self.limits.default_disk_mb
+        complete = specs.complete(spec, disk_mb=disk)
         quotas.check_ceilings(complete, self.limits)
+        if replacing is not None and not quotas.grows(
+            quotas.usage(complete, disk_default=disk), quotas.usage(replacing, disk_default=disk)
+        ):
+            return
         quotas.guard(self.limits, app.id, complete)(await self.store.held(app.tenant_id))
 
     def _validate(self, spec: Any) -> dict[str, Any]:

@@ -157,11 +157,7 @@ def check_quota(limits: Limits, others: Usage, proposed: Usage, before: Usage) -
         ("disk", "MiB of disk", others.disk_mb, proposed.disk_mb,
          limits.tenant_disk_mb, "APPDECK_TENANT_DISK_MB"),
     )  # fmt: skip
-    grown = (
-        proposed.memory_mb > before.memory_mb,
-        proposed.instances > before.instances,
-        proposed.disk_mb > before.disk_mb,
-    )
+    grown = _grown(proposed, before)
     for (name, unit, held, asked, quota, setting), grows in zip(quotas, grown, strict=True):
         if grows and held + asked > quota:
             raise QuotaExceeded(
@@ -175,6 +171,22 @@ def check_quota(limits: Limits, others: Usage, proposed: Usage, before: Usage) -
                 requested=asked,
                 setting=setting,
             )
+
+
+def _grown(proposed: Usage, before: Usage) -> tuple[bool, bool, bool]:
+    """Which of memory, instances and disk ``proposed`` holds more of than ``before``."""
+    return (
+        proposed.memory_mb > before.memory_mb,
+        proposed.instances > before.instances,
+        proposed.disk_mb > before.disk_mb,
+    )
+
+
+def grows(proposed: Usage, before: Usage) -> bool:
+    """Whether ``proposed`` holds more of anything than ``before``: when it does not (and
+    ``before`` is at most what the app holds), :func:`check_quota` passes whatever the
+    tenant's other apps hold, so the read of what they hold can be skipped."""
+    return any(_grown(proposed, before))
 
 
 Held = Mapping[int, Sequence[Mapping[str, Any]]]

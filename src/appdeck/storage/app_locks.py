@@ -61,32 +61,52 @@ def guard(lease: Lease, dialect: str) -> sa.ColumnElement[bool]:
     )
 
 
+def _is_lease() -> tuple[sa.ColumnElement[bool], ...]:
+    """The row is the lease of :func:`guard_values`' parameters (expired or not)."""
+    c = app_locks.c
+    return (
+        c.app_id == sa.bindparam("lease_app_id", type_=c.app_id.type),
+        c.holder == sa.bindparam("lease_holder", type_=c.holder.type),
+        c.fence == sa.bindparam("lease_fence", type_=c.fence.type),
+    )
+
+
+def guard_clause(dialect: str) -> sa.ColumnElement[bool]:
+    """:func:`guard` with its lease as bound parameters, for a statement built once and run
+    with :func:`guard_values`."""
+    return sa.exists().where(*_is_lease(), app_locks.c.expires_at > db_now(dialect))
+
+
+def guard_values(lease: Lease) -> dict[str, Any]:
+    """The parameters of :func:`guard_clause` for ``lease``."""
+    return {"lease_app_id": lease.app_id, "lease_holder": lease.holder, "lease_fence": lease.fence}
+
+
 def _lease(row: Any) -> Lease:
     return Lease(int(row.app_id), str(row.holder), int(row.fence), float(row.expires_at))
 
 
-class AppLockStore:
-    def __init__(self, engine: AsyncEngine) -> None:
-        self._engine = engine
-        self.dialect = engine.dialect.name
+_RETURNED = (app_locks.c.app_id, app_locks.c.holder, app_locks.c.fence, app_locks.c.expires_at)
 
-    def guard(self, lease: Lease) -> sa.ColumnElement[bool]:
-        return guard(lease, self.dialect)
 
-    async def acquire(self, app_id: int, holder: str, ttl: float) -> Lease | None:
-        """Take (or keep) the app's lease for ``ttl`` seconds: granted when nobody holds it,
-        its holder let it expire, or ``holder`` holds it already. ``None``: someone else
-        holds it."""
-        if not holder or len(holder) > MAX_HOLDER:
-            raise ValueError("a holder is 1..200 characters")
-        if not ttl > 0:
-            raise ValueError("a lease lasts a positive time")
-        now = db_now(self.dialect)
-        until = now + sa.literal(float(ttl), sa.Double)
-        insert = postgresql.insert if self.dialect == "postgresql" else sqlite.insert
-        statement = (
+class _Statements:
+    """The lease's statements for one dialect, built once: a take is the hot path of every
+    deploy, rollback and restart, and building a statement (then its cache key) cost more
+    than running it. Each runs with its parameters as a dict."""
+
+    def __init__(self, dialect: str) -> None:
+        now = db_now(dialect)
+        holder = sa.bindparam("taker", type_=app_locks.c.holder.type)
+        until = now + sa.bindparam("ttl", type_=sa.Double)
+        insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+        self.acquire = (
             insert(app_locks)
-            .values(app_id=app_id, holder=holder, fence=1, expires_at=until)
+            .values(
+                app_id=sa.bindparam("app", type_=app_locks.c.app_id.type),
+                holder=holder,
+                fence=1,
+                expires_at=until,
+            )
             .on_conflict_do_update(
                 index_elements=[app_locks.c.app_id],
                 set_={
@@ -99,49 +119,53 @@ class AppLockStore:
                 },
                 where=sa.or_(app_locks.c.holder == holder, app_locks.c.expires_at <= now),
             )
-            .returning(
-                app_locks.c.app_id, app_locks.c.holder, app_locks.c.fence, app_locks.c.expires_at
-            )
+            .returning(*_RETURNED)
         )
+        mine = _is_lease()
+        self.renew = (
+            sa.update(app_locks)
+            .where(*mine, app_locks.c.expires_at > now)
+            .values(expires_at=until)
+            .returning(*_RETURNED)
+        )
+        self.release = sa.update(app_locks).where(*mine).values(expires_at=0.0)
+
+
+class AppLockStore:
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self.dialect = engine.dialect.name
+        self._statements = _Statements(self.dialect)
+
+    def guard(self, lease: Lease) -> sa.ColumnElement[bool]:
+        return guard(lease, self.dialect)
+
+    async def acquire(self, app_id: int, holder: str, ttl: float) -> Lease | None:
+        """Take (or keep) the app's lease for ``ttl`` seconds: granted when nobody holds it,
+        its holder let it expire, or ``holder`` holds it already. ``None``: someone else
+        holds it."""
+        if not holder or len(holder) > MAX_HOLDER:
+            raise ValueError("a holder is 1..200 characters")
+        if not ttl > 0:
+            raise ValueError("a lease lasts a positive time")
+        values = {"app": app_id, "taker": holder, "ttl": float(ttl)}
         async with self._engine.begin() as conn:
-            row = (await conn.execute(statement)).first()
+            row = (await conn.execute(self._statements.acquire, values)).first()
         return None if row is None else _lease(row)
 
     async def renew(self, lease: Lease, ttl: float) -> Lease | None:
         """Extend a lease still held (unexpired, same holder and fence); ``None``: it is
         lost, and its holder must stop writing."""
-        now = db_now(self.dialect)
-        statement = (
-            sa.update(app_locks)
-            .where(
-                app_locks.c.app_id == lease.app_id,
-                app_locks.c.holder == lease.holder,
-                app_locks.c.fence == lease.fence,
-                app_locks.c.expires_at > now,
-            )
-            .values(expires_at=now + sa.literal(float(ttl), sa.Double))
-            .returning(
-                app_locks.c.app_id, app_locks.c.holder, app_locks.c.fence, app_locks.c.expires_at
-            )
-        )
+        values = {**guard_values(lease), "ttl": float(ttl)}
         async with self._engine.begin() as conn:
-            row = (await conn.execute(statement)).first()
+            row = (await conn.execute(self._statements.renew, values)).first()
         return None if row is None else _lease(row)
 
     async def release(self, lease: Lease) -> bool:
         """Let the lease go (it expires now; the fence stays, so it only grows). False when
         it was no longer this holder's."""
-        statement = (
-            sa.update(app_locks)
-            .where(
-                app_locks.c.app_id == lease.app_id,
-                app_locks.c.holder == lease.holder,
-                app_locks.c.fence == lease.fence,
-            )
-            .values(expires_at=0.0)
-        )
         async with self._engine.begin() as conn:
-            done = await conn.execute(statement)
+            done = await conn.execute(self._statements.release, guard_values(lease))
         return bool(done.rowcount)
 
     async def expire_others(self, instance_id: str) -> int:

@@ -83,6 +83,20 @@ def _env(row: Any) -> EnvRecord:
     )
 
 
+_WITH_ROLE = (
+    sa.select(apps, app_members.c.role.label("member_role"))
+    .outerjoin(
+        app_members,
+        sa.and_(
+            app_members.c.app_id == apps.c.id,
+            app_members.c.user_id == sa.bindparam("wanted_user", type_=app_members.c.user_id.type),
+        ),
+    )
+    .where(apps.c.id == sa.bindparam("wanted_app", type_=apps.c.id.type))
+)
+""":meth:`AppStore.get_with_role`'s read, built once."""
+
+
 class AppStore:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
@@ -161,6 +175,14 @@ class AppStore:
         async with self._engine.connect() as conn:
             row = (await conn.execute(sa.select(apps).where(apps.c.id == app_id))).first()
         return None if row is None else _app(row)
+
+    async def get_with_role(self, app_id: int, user_id: str) -> tuple[AppRecord, str | None] | None:
+        """The app and ``user_id``'s member role on it (None: not a member), in one read:
+        every tool call on an app loads it this way (a statement built once)."""
+        values = {"wanted_app": app_id, "wanted_user": user_id}
+        async with self._engine.connect() as conn:
+            row = (await conn.execute(_WITH_ROLE, values)).first()
+        return None if row is None else (_app(row), row.member_role)
 
     async def by_name(self, tenant_id: str, name: str) -> AppRecord | None:
         query = sa.select(apps).where(apps.c.tenant_id == tenant_id, apps.c.name == name)

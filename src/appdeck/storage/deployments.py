@@ -9,10 +9,10 @@ from typing import Any, Final
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from appdeck.common.errors import Conflict
-from appdeck.storage.app_locks import Fenced, Lease, guard
+from appdeck.storage.app_locks import Fenced, Lease, guard, guard_clause, guard_values
 from appdeck.storage.engine import writing
 from appdeck.storage.schema import deployments
 
@@ -113,6 +113,61 @@ class Move:
     traffic: int
 
 
+class _MoveStatements:
+    """:meth:`DeploymentStore.move_together`'s update, built once per dialect (building it,
+    with the lease's guard, cost more than running it): compare-and-set on the state
+    (``by_state``), or on the state and ``updated_at`` as the caller read them
+    (``as_read``), under the lease; the row written is returned."""
+
+    def __init__(self, dialect: str) -> None:
+        c = deployments.c
+        where = (
+            c.app_id == sa.bindparam("m_app", type_=c.app_id.type),
+            c.number == sa.bindparam("m_number", type_=c.number.type),
+            c.state == sa.bindparam("m_was", type_=c.state.type),
+            guard_clause(dialect),
+        )
+        update = (
+            sa.update(deployments)
+            .values(
+                state=sa.bindparam("m_state", type_=c.state.type),
+                status_message=sa.bindparam("m_message", type_=c.status_message.type),
+                traffic=sa.bindparam("m_traffic", type_=c.traffic.type),
+                steps=sa.bindparam("m_steps", type_=c.steps.type),
+                updated_at=sa.bindparam("m_now", type_=c.updated_at.type),
+            )
+            .returning(*c)
+        )
+        self.by_state = update.where(*where)
+        as_read = c.updated_at == sa.bindparam("m_updated", type_=c.updated_at.type)
+        self.as_read = update.where(*where, as_read)
+
+
+def _live_and(wanted: Any) -> sa.Select[Any]:
+    c = deployments.c
+    app = sa.bindparam("la_app", type_=c.app_id.type)
+    return (
+        sa.select(deployments)
+        .where(c.app_id == app, sa.or_(c.state == "live", c.number == wanted))
+        .order_by(c.number.desc())
+    )
+
+
+_LIVE_AND_NUMBER = _live_and(sa.bindparam("la_number", type_=deployments.c.number.type))
+_LIVE_AND_PREVIOUS = _live_and(
+    sa.select(deployments.c.previous)
+    .where(
+        deployments.c.app_id == sa.bindparam("la_app", type_=deployments.c.app_id.type),
+        deployments.c.state == "live",
+    )
+    .order_by(deployments.c.number.desc())
+    .limit(1)
+    .scalar_subquery()
+)
+""":meth:`DeploymentStore.live_and`'s reads (a number asked for; the live one's previous),
+built once."""
+
+
 class StaleState(RuntimeError):
     """A deployment's state changed between reading it and writing the next one (another
     writer moved it): the write did not happen."""
@@ -134,6 +189,7 @@ class DeploymentStore:
     ) -> None:
         self._engine = engine
         self._transitions = transitions
+        self._moves = _MoveStatements(engine.dialect.name)
 
     @property
     def engine(self) -> AsyncEngine:
@@ -220,20 +276,14 @@ class DeploymentStore:
     ) -> tuple[DeploymentRecord | None, DeploymentRecord | None]:
         """The app's live deployment and deployment ``number`` (None: the one the live one
         replaced, its ``previous``), in one read (a rollback's)."""
-        c = deployments.c
-        live = (c.app_id == app_id) & (c.state == "live")
+        values = {"la_app": app_id}
         if number is None:
-            newest = sa.select(c.previous).where(live).order_by(c.number.desc()).limit(1)
-            wanted: Any = newest.scalar_subquery()
+            query = _LIVE_AND_PREVIOUS
         else:
-            wanted = number if 0 < number <= MAX_NUMBER else -1  # the column is 32-bit
-        query = (
-            sa.select(deployments)
-            .where(c.app_id == app_id, sa.or_(c.state == "live", c.number == wanted))
-            .order_by(c.number.desc())
-        )
+            query = _LIVE_AND_NUMBER
+            values["la_number"] = number if 0 < number <= MAX_NUMBER else -1  # 32-bit column
         async with self._engine.connect() as conn:
-            found = [_record(r) for r in (await conn.execute(query)).all()]
+            found = [_record(r) for r in (await conn.execute(query, values)).all()]
         current = next((r for r in found if r.state == "live"), None)
         if number is None:
             number = current.previous if current is not None else None
@@ -349,48 +399,45 @@ class DeploymentStore:
         return record
 
     async def move_together(
-        self, app_id: int, moves: Sequence[Move], *, lease: Lease
+        self,
+        app_id: int,
+        moves: Sequence[Move],
+        *,
+        lease: Lease,
+        known: Iterable[DeploymentRecord] = (),
     ) -> list[DeploymentRecord]:
         """Write each of ``moves`` (a state, a message appended to the history, the traffic)
         in one transaction under the app's ``lease``: all of them or none (a rollback's two
         records: a crash never leaves two live releases, or none). Each state change is
-        checked as :meth:`update` checks it, and compare-and-set on the state read in the
-        same transaction; :class:`Fenced` or :class:`StaleState` when a row refused it, and
-        nothing was written. The records as written, in the order of ``moves``."""
+        checked as :meth:`update` checks it, and compare-and-set on the state it was checked
+        from; :class:`Fenced` or :class:`StaleState` when a row refused it, and nothing was
+        written. The records as written, in the order of ``moves``.
+
+        ``known``: the records as the caller read them (a rollback read both under the
+        lease). A row still as read (its state and ``updated_at``, which every write of a
+        deployment sets, unchanged) is written from that read, in one statement; any other
+        (or one whose state as read cannot make the move) is read again inside the
+        transaction first, as it would be without ``known``."""
         if lease.app_id != app_id:
             raise ValueError(f"the lease of app {lease.app_id} guards no write to {app_id}")
-        c = deployments.c
-        numbers = [move.number for move in moves]
+        read = {record.number: record for record in known if record.app_id == app_id}
         now = time.time()
+        fenced = guard_values(lease)
         written: list[DeploymentRecord] = []
         async with writing(self._engine) as conn:  # SQLite: the write lock before the read
-            query = sa.select(deployments).where(c.app_id == app_id, c.number.in_(numbers))
-            current = {r.number: r for r in map(_record, (await conn.execute(query)).all())}
+            current: dict[int, DeploymentRecord] | None = None
             for move in moves:
-                was = current.get(move.number)
-                if was is None:
-                    raise StaleState(f"deployment {app_id}-{move.number} is gone")
-                if move.state != was.state and self._transitions is not None:
-                    self._transitions(was.state, move.state)
-                step = {"at": now, "state": move.state, "message": move.message[:500]}
-                statement = (
-                    sa.update(deployments)
-                    .where(
-                        c.app_id == app_id,
-                        c.number == move.number,
-                        c.state == was.state,
-                        guard(lease, self._engine.dialect.name),
-                    )
-                    .values(
-                        state=move.state,
-                        status_message=move.message[:2000],
-                        traffic=move.traffic,
-                        steps=[*was.steps, step][-100:],
-                        updated_at=now,
-                    )
-                    .returning(*c)
-                )
-                row = (await conn.execute(statement)).first()
+                row = None
+                was = read.get(move.number)
+                if was is not None and self._legal(was.state, move.state):  # written if as read
+                    row = await self._move(conn, move, was, now, fenced, as_read=True)
+                if row is None:
+                    if current is None:  # the rows not as read, read here, once
+                        current = await self._current(conn, app_id, [m.number for m in moves])
+                    was = current.get(move.number)
+                    if was is None:
+                        raise StaleState(f"deployment {app_id}-{move.number} is gone")
+                    row = await self._move(conn, move, was, now, fenced, as_read=False)
                 if row is None:
                     held = (await conn.execute(sa.select(guard(lease, conn.dialect.name)))).scalar()
                     if not held:
@@ -400,6 +447,57 @@ class DeploymentStore:
                     raise StaleState(f"deployment {app_id}-{move.number} changed state meanwhile")
                 written.append(_record(row))
         return written
+
+    def _legal(self, current: str, target: str) -> bool:
+        """Whether ``transitions`` allows ``current`` -> ``target`` (a known record whose
+        state as read does not allow the move is read again: it may have moved since)."""
+        if current == target or self._transitions is None:
+            return True
+        try:
+            self._transitions(current, target)
+        except RuntimeError:  # states.IllegalTransition
+            return False
+        return True
+
+    async def _current(
+        self, conn: AsyncConnection, app_id: int, numbers: list[int]
+    ) -> dict[int, DeploymentRecord]:
+        c = deployments.c
+        query = sa.select(deployments).where(c.app_id == app_id, c.number.in_(numbers))
+        return {r.number: r for r in map(_record, (await conn.execute(query)).all())}
+
+    async def _move(
+        self,
+        conn: AsyncConnection,
+        move: Move,
+        was: DeploymentRecord,
+        now: float,
+        fenced: dict[str, Any],
+        *,
+        as_read: bool,
+    ) -> Any:
+        """One of :meth:`move_together`'s writes, from ``was``: the row written (returned),
+        or None when the row was no longer ``was``'s state (``as_read``: or ``updated_at``)
+        or the lease no longer held."""
+        if move.state != was.state and self._transitions is not None:
+            self._transitions(was.state, move.state)
+        step = {"at": now, "state": move.state, "message": move.message[:500]}
+        values = {
+            **fenced,
+            "m_app": was.app_id,
+            "m_number": move.number,
+            "m_was": was.state,
+            "m_state": move.state,
+            "m_message": move.message[:2000],
+            "m_traffic": move.traffic,
+            "m_steps": [*was.steps, step][-100:],
+            "m_now": now,
+        }
+        if as_read:
+            statement, values["m_updated"] = self._moves.as_read, was.updated_at
+        else:
+            statement = self._moves.by_state
+        return (await conn.execute(statement, values)).first()
 
     async def _holds(self, lease: Lease) -> bool:
         async with self._engine.connect() as conn:

@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from appdeck.common.errors import Unavailable
+from appdeck.storage import sqlite_driver
 
 SQLITE_BUSY_TIMEOUT_MS = 5000
 """How long a SQLite connection waits for another writer before it gives up."""
@@ -73,7 +74,7 @@ def create_engine(
     if backend == "sqlite":
         if parsed.get_driver_name() != "aiosqlite":
             raise ValueError("SQLite URLs must use the async driver: sqlite+aiosqlite:///path")
-        engine = create_async_engine(parsed)
+        engine = create_async_engine(parsed, module=sqlite_driver.dbapi())
         event.listen(engine.sync_engine, "connect", _set_sqlite_pragmas)
         return engine
     if backend == "postgresql":

@@ -4,6 +4,7 @@ reconciliation. Real database; in-memory runtime and router (see fakes.py)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -686,6 +687,19 @@ async def test_a_rollback_to_a_release_beyond_the_tenant_quota_is_refused(rig: R
     assert await rig.states() == {1: "superseded", 2: "live"}
     await rig.apps.delete(rig.alice, other.app.id, confirmed=True)
     assert (await rig.deploys.rollback(await rig.app())).number == 1
+
+
+async def test_a_rollback_to_a_release_no_bigger_than_the_live_one_passes_over_a_lowered_quota(
+    rig: Rig,
+) -> None:
+    await rig.spec(instances=2, resources={"memory_mb": 1024})
+    assert await rig.deploy() == "live"
+    await rig.spec(instances=2, resources={"memory_mb": 2048})
+    assert await rig.deploy() == "live"  # #2 holds 4 GiB, #1 (superseded) asked for 2
+    await rig.apps.register(rig.alice, "other", {"instances": 4, "resources": {"memory_mb": 1024}})
+    rig.apps.limits = dataclasses.replace(rig.apps.limits, tenant_memory_mb=4096)  # 8 GiB held
+    assert (await rig.deploys.rollback(await rig.app())).number == 1  # grows nothing: passes
+    assert await rig.states() == {1: "live", 2: "rolled_back"}
 
 
 # -- a restart that fails (issue 20, item 7) ------------------------------------------------

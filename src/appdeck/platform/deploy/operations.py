@@ -39,7 +39,8 @@ class Operating(Deploying):
         try:
             async with self.locks.hold(app_id, timed=self.watcher.lease()) as held:
                 live, target = await self._rollback_target(app_id, number)
-                await self.apps.check_release(app, target.spec)  # ceilings and quotas hold again
+                # ceilings and quotas hold again (the quotas read only if it asks for more)
+                await self.apps.check_release(app, target.spec, replacing=live.spec)
                 with self.watcher.watch("rollback", app_id, target.number, NO_STRATEGY) as watch:
                     return await self._bring_back(app, live, target, held, progress, watch, aside)
         finally:  # the lease let go first: a deploy right after the answer finds it free
@@ -111,6 +112,7 @@ class Operating(Deploying):
                         Move(live.number, states.ROLLED_BACK, f"Rolled back to {target.number}", 0),
                     ],
                     lease=held.lease,
+                    known=(target, live),  # read under the lease: written as read, if still
                 )
         finally:
             await moved
