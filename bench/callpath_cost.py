@@ -181,8 +181,10 @@ class Poster:
     async def post(self, raw: bytes) -> bytes:
         transport = self.transport
         transport.written.clear()
-        transport.wrote = asyncio.get_running_loop().create_future()
-        self.protocol.data_received(raw)
+        loop = asyncio.get_running_loop()
+        transport.wrote = loop.create_future()
+        # from the loop, outside any task, as a socket's bytes come
+        loop.call_soon(self.protocol.data_received, raw)
         await transport.wrote
         return b"".join(transport.written)
 

@@ -16,7 +16,7 @@ from appdeck.common.identity import Principal
 from appdeck.protocol.context import ToolContext
 from appdeck.protocol.registry import ResourceTemplateDef, ToolDef
 from appdeck.settings import Settings
-from appdeck.transport.http11 import CoalescingHttpToolsProtocol
+from appdeck.transport.http11 import HttpLimits, bounded_protocol
 from tests.support.mcp import TokenTable
 from tests.support.wait import until
 
@@ -100,7 +100,7 @@ async def live(services: Services) -> AsyncIterator[httpx.AsyncClient]:
     port = sock.getsockname()[1]
     config = uvicorn.Config(
         services.asgi(),
-        http=CoalescingHttpToolsProtocol,  # as appdeck serve runs it
+        http=bounded_protocol(HttpLimits()),  # as appdeck serve runs it: limits, coalescing
         lifespan="off",
         log_config=None,
         access_log=False,
