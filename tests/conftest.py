@@ -73,6 +73,7 @@ _bytecode_outside_the_trees()
 pytest_plugins = ["tests.support.redis"]  # the redis and redis_prefix fixtures
 
 
+@pytest.hookimpl(optionalhook=True)  # `-p no:xdist` runs without the hook
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """``--dist loadfile`` with the replica-set modules on one worker (tests/support/scheduling)."""
     if config.getvalue("dist") != "loadfile":
