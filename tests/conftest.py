@@ -19,6 +19,8 @@ import asyncio
 import os
 import secrets
 import shutil
+import stat
+import tempfile
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -40,11 +42,45 @@ T = TypeVar("T")
 
 # every Services a test starts picks a free ingress port (a dev server may hold 8088)
 os.environ.setdefault("APPDECK_INGRESS_PORT", "0")
+
+
+def _bytecode_outside_the_trees() -> None:
+    """With ``PYTHONDONTWRITEBYTECODE`` set (CI's and this VM's shells set it), every Python
+    subprocess of the suite (``appdeck serve``, CLI calls, instance shims: thousands) compiled
+    AppDeck's ~400 modules from source again: 0.4 CPU-s of each start. They (and the xdist
+    workers, spawned after this runs) keep their bytecode in a cache of this user's instead,
+    outside the source and venv trees, which stay as clean as the setting wanted. Apps never
+    see either variable (``runtime.core.PASSED_ENV``)."""
+    if not os.environ.get("PYTHONDONTWRITEBYTECODE") or "PYTHONPYCACHEPREFIX" in os.environ:
+        return
+    cache = Path(tempfile.gettempdir()) / f"appdeck-test-pycache-{os.getuid()}"
+    try:
+        cache.mkdir(mode=0o700, exist_ok=True)
+        owned = cache.lstat()
+    except OSError:
+        return
+    if not stat.S_ISDIR(owned.st_mode) or owned.st_uid != os.getuid() or owned.st_mode & 0o022:
+        return  # not ours alone: bytecode others could write is never loaded
+    os.environ["PYTHONPYCACHEPREFIX"] = str(cache)
+    del os.environ["PYTHONDONTWRITEBYTECODE"]
+
+
+_bytecode_outside_the_trees()
 # Servers (in-process or not) need no cgroup name or uid base of their own: each data dir is
 # an install with its own (issue 19), whatever other test sessions run on the host. A
 # per-worker name did not keep two sessions' workers apart (two "appdeck-gw1"s, one "1-1").
 
 pytest_plugins = ["tests.support.redis"]  # the redis and redis_prefix fixtures
+
+
+@pytest.hookimpl(optionalhook=True)  # `-p no:xdist` runs without the hook
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile`` with the replica-set modules on one worker (tests/support/scheduling)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from tests.support.scheduling import ReplicaSetsTogether
+
+    return ReplicaSetsTogether(config, log)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
