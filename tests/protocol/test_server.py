@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from appdeck.events.signals import LocalBroadcast
-from appdeck.protocol import server as server_module
+from appdeck.protocol import inflight
 from appdeck.protocol.call import Call
 from appdeck.protocol.relay import RELAY_WAITS
 from appdeck.protocol.server import CANCEL_CHANNEL, REPLY_CHANNEL
@@ -154,7 +154,7 @@ async def test_a_cancel_posted_to_another_replica_stops_the_call_on_its_replica(
 async def test_a_cancel_the_call_took_for_its_own_is_sent_again_until_the_call_ends(
     pair: tuple[Replica, Replica], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(server_module, "CANCEL_CHECKS", (0.05, 0.1, 0.2))
+    monkeypatch.setattr(inflight, "CANCEL_CHECKS", (0.05, 0.1, 0.2))
     a, b = pair
     session = await a.init(ALICE)
     running = asyncio.create_task(

@@ -19,7 +19,6 @@ once).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import secrets
 import time
@@ -44,6 +43,7 @@ from appdeck.protocol.errors import (
     from_domain,
 )
 from appdeck.protocol.inbound import OPEN_METHODS, Route
+from appdeck.protocol.inflight import InFlightCalls, RequestCancelled
 from appdeck.protocol.inputs import METHODS as INPUT_METHODS
 from appdeck.protocol.inputs import InputRequired, StateCodec, input_required, inputs_of
 from appdeck.protocol.instructions import INSTRUCTIONS
@@ -94,26 +94,8 @@ class ServerInfo:
     )
 
 
-class _InFlight:
-    """A running tools/call: its task, and whether the client cancelled it."""
-
-    __slots__ = ("cancelled", "task")
-
-    def __init__(self, task: asyncio.Task[Any]) -> None:
-        self.task = task
-        self.cancelled = False
-
-
-class RequestCancelled(Exception):
-    """The client cancelled the request (notifications/cancelled): no response is sent."""
-
-
 REPLY_CHANNEL = "reply:"
 CANCEL_CHANNEL = "cancel"
-CANCEL_CHECKS = (2.0, 4.0, 8.0)
-"""Seconds after a cancel at which a call still running is checked: a cancellation that the
-call's code consumed as its own (an ``uncancel()``, as a timeout of its own does) without
-ending is sent again; one swallowed outright is logged."""
 
 
 def _session_id(value: object) -> str | None:
@@ -164,7 +146,7 @@ class McpServer:
         self._relay = (
             Relay(broadcast, instance_id) if broadcast is not None and instance_id else None
         )
-        self._inflight: dict[tuple[str, Any], _InFlight] = {}
+        self._inflight = InFlightCalls()
         subscriptions = SessionSubscriptions(sessions)
         self.tools = ToolsFeature(registry, self.context, tasks, resource_metadata_url)
         self.listen = ListenHub(broadcast, instance_id)
@@ -408,20 +390,8 @@ class McpServer:
             raise SessionRequired("Bad Request: Mcp-Session-Id header is required")
         if method != "tools/call" or session is None:
             return await handler(message, call)
-        # a tools/call may be cancelled (notifications/cancelled): note the task running it
-        key = (session.id, message["id"])
-        current = asyncio.current_task()
-        if current is None:
-            return await handler(message, call)
-        entry = self._inflight[key] = _InFlight(current)
-        try:
-            return await handler(message, call)
-        except asyncio.CancelledError:
-            if entry.cancelled and current.uncancel() == 0:
-                raise RequestCancelled from None
-            raise
-        finally:
-            self._inflight.pop(key, None)
+        # a tools/call may be cancelled (notifications/cancelled): noted while it runs
+        return await self._inflight.run((session.id, message["id"]), handler(message, call))
 
     async def handle_notification(self, message: JsonObject, call: Call) -> None:
         method = message["method"]
@@ -436,40 +406,11 @@ class McpServer:
             target = _request_id(params.get("requestId"))
             if target is None or call.principal is None:
                 return
-            if not self._cancel_local(session.id, target) and self._relay is not None:
+            if not self._inflight.cancel((session.id, target)) and self._relay is not None:
                 # the call may run on another replica: the one that has it cancels it
                 self._relay.send(CANCEL_CHANNEL, {"session": session.id, "requestId": target})
                 log.info("cancel of request %r forwarded to the other replicas", target)
         # notifications/progress, roots/list_changed and unknown notifications are ignored.
-
-    def _cancel_local(self, session_id: str, request_id: str | int) -> bool:
-        entry = self._inflight.get((session_id, request_id))
-        if entry is None:
-            return False
-        if not entry.cancelled:  # a forwarded cancel may come again before it is acked:
-            entry.cancelled = True  # a second cancel() would outlive the call's own unwinding
-            entry.task.cancel()
-            self._check_cancelled((session_id, request_id), entry, 0)
-        return True
-
-    def _check_cancelled(self, key: tuple[str, str | int], entry: _InFlight, checks: int) -> None:
-        if checks >= len(CANCEL_CHECKS):
-            return
-        request_id = key[1]
-
-        def check() -> None:
-            task = entry.task
-            if self._inflight.get(key) is not entry or task.done():
-                return  # the call ended (its task may go on to other work)
-            if task.cancelling() == 0:  # consumed without ending the call: again
-                log.warning("request %r went on after its cancel; cancelled again", request_id)
-                task.cancel()
-            else:
-                log.warning("request %r still runs %.0f s after its cancel", request_id, wait)
-            self._check_cancelled(key, entry, checks + 1)
-
-        wait = CANCEL_CHECKS[checks]
-        asyncio.get_running_loop().call_later(wait, check)
 
     async def handle_response(self, message: JsonObject, call: Call) -> None:
         """A client's answer to one of our requests (elicitation, sampling), handed to the
@@ -501,7 +442,11 @@ class McpServer:
         if body is None or relay is None or body.get("from") == relay.me:
             return
         session_id, target = _session_id(body.get("session")), _request_id(body.get("requestId"))
-        if session_id is not None and target is not None and self._cancel_local(session_id, target):
+        if (
+            session_id is not None
+            and target is not None
+            and self._inflight.cancel((session_id, target))
+        ):
             log.info("request %r cancelled by a cancel forwarded from %.64s", target, body["from"])
             relay.ack(body)
 
