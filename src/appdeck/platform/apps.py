@@ -126,9 +126,17 @@ class AppService:
         return role
 
     async def role_on(self, principal: Principal, app: AppRecord) -> str | None:
+        if app.tenant_id != principal.tenant:  # another tenant's: its members are not read
+            return None
+        return await self._role(
+            principal, app, await self.store.member_role(app.id, principal.user)
+        )
+
+    async def _role(self, principal: Principal, app: AppRecord, member: str | None) -> str | None:
+        """The caller's role on ``app`` given its membership ``member``: none on another
+        tenant's app (the one place this rule is written)."""
         if app.tenant_id != principal.tenant:
             return None
-        member = await self.store.member_role(app.id, principal.user)
         return access.effective_role(await self.tenant_role(principal), member)
 
     async def load(self, principal: Principal, app_id: int, action: str) -> AppView:
@@ -136,9 +144,7 @@ class AppService:
         One read: the app with the caller's membership (:meth:`role_on`'s rule)."""
         found = await self.store.get_with_role(app_id, principal.user)
         app, member = found if found is not None else (None, None)
-        role = None
-        if app is not None and app.tenant_id == principal.tenant:
-            role = access.effective_role(await self.tenant_role(principal), member)
+        role = await self._role(principal, app, member) if app is not None else None
         access.require(action, role, app_ref=str(app_id))
         assert app is not None
         assert role is not None
