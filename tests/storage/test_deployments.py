@@ -169,6 +169,32 @@ async def test_when_one_move_is_refused_neither_record_changes(storage: Storage)
     assert [(r.state, len(r.steps)) for r in after] == [("live", 1), ("superseded", 1)]
 
 
+async def test_a_last_write_lets_the_lease_go_in_its_own_transaction_and_only_if_it_moved(
+    storage: Storage,
+) -> None:
+    store, app_id, lease = await _live_and_superseded(storage)
+    locks = AppLockStore(storage.engine)
+    with pytest.raises(StaleState, match="gone"):  # refused: nothing written, still held
+        await store.move_together(
+            app_id,
+            [Move(1, "live", "Live again", 100), Move(3, "rolled_back", "x", 0)],
+            lease=lease,
+            let_go=True,
+        )
+    assert await locks.held(lease)
+    back, left = await store.move_together(
+        app_id,
+        [Move(1, "live", "Live again", 100), Move(2, "rolled_back", "Rolled back to 1", 0)],
+        lease=lease,
+        let_go=True,
+    )
+    assert (back.state, left.state) == ("live", "rolled_back")
+    assert not await locks.held(lease)
+    theirs = await locks.acquire(app_id, "r2:b", 30)  # free at once for the next operation
+    assert theirs is not None
+    assert theirs.fence == lease.fence + 1
+
+
 async def test_records_known_as_read_are_moved_without_reading_them_again(
     storage: Storage,
 ) -> None:

@@ -82,6 +82,12 @@ def guard_values(lease: Lease) -> dict[str, Any]:
     return {"lease_app_id": lease.app_id, "lease_holder": lease.holder, "lease_fence": lease.fence}
 
 
+RELEASE: sa.Update = sa.update(app_locks).where(*_is_lease()).values(expires_at=0.0)
+"""Let the lease of :func:`guard_values`' parameters go (it expires now; the fence stays),
+built once: run by :meth:`AppLockStore.release`, or inside the transaction of a holder's
+last write (:meth:`appdeck.storage.deployments.DeploymentStore.move_together`)."""
+
+
 def _lease(row: Any) -> Lease:
     return Lease(int(row.app_id), str(row.holder), int(row.fence), float(row.expires_at))
 
@@ -128,7 +134,6 @@ class _Statements:
             .values(expires_at=until)
             .returning(*_RETURNED)
         )
-        self.release = sa.update(app_locks).where(*mine).values(expires_at=0.0)
 
 
 class AppLockStore:
@@ -165,7 +170,7 @@ class AppLockStore:
         """Let the lease go (it expires now; the fence stays, so it only grows). False when
         it was no longer this holder's."""
         async with self._engine.begin() as conn:
-            done = await conn.execute(self._statements.release, guard_values(lease))
+            done = await conn.execute(RELEASE, guard_values(lease))
         return bool(done.rowcount)
 
     async def expire_others(self, instance_id: str) -> int:

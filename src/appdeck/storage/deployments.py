@@ -12,7 +12,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from appdeck.common.errors import Conflict
-from appdeck.storage.app_locks import Fenced, Lease, guard, guard_clause, guard_values
+from appdeck.storage.app_locks import RELEASE, Fenced, Lease, guard, guard_clause, guard_values
 from appdeck.storage.engine import writing
 from appdeck.storage.schema import deployments
 
@@ -405,6 +405,7 @@ class DeploymentStore:
         *,
         lease: Lease,
         known: Iterable[DeploymentRecord] = (),
+        let_go: bool = False,
     ) -> list[DeploymentRecord]:
         """Write each of ``moves`` (a state, a message appended to the history, the traffic)
         in one transaction under the app's ``lease``: all of them or none (a rollback's two
@@ -417,7 +418,10 @@ class DeploymentStore:
         lease). A row still as read (its state and ``updated_at``, which every write of a
         deployment sets, unchanged) is written from that read, in one statement; any other
         (or one whose state as read cannot make the move) is read again inside the
-        transaction first, as it would be without ``known``."""
+        transaction first, as it would be without ``known``.
+
+        ``let_go``: the lease is let go in the same transaction (the holder's last write: one
+        commit, not two); when the moves are refused, it is still held."""
         if lease.app_id != app_id:
             raise ValueError(f"the lease of app {lease.app_id} guards no write to {app_id}")
         read = {record.number: record for record in known if record.app_id == app_id}
@@ -446,6 +450,8 @@ class DeploymentStore:
                         )
                     raise StaleState(f"deployment {app_id}-{move.number} changed state meanwhile")
                 written.append(_record(row))
+            if let_go:
+                await conn.execute(RELEASE, fenced)
         return written
 
     def _legal(self, current: str, target: str) -> bool:

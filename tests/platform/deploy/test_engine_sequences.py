@@ -191,7 +191,11 @@ async def test_blue_green_and_a_warm_rollback(rig: Rig) -> None:
         "Superseded (kept warm for an instant rollback)",
     )
     rig.runtime.calls.clear()
-    await rig.deploys.rollback(await rig.app())
+    record = await rig.deploys.rollback(await rig.app())
+    assert rig.deploys.locks.held() == 0  # let go with the records' write, before the answer
+    free = await rig.deploys.locks.try_take(record.app_id)
+    assert free is not None
+    await free.release()
     await rig.deploys.settle()
     assert _calls(rig) == [
         "running R1",

@@ -67,6 +67,27 @@ async def test_a_hold_taken_over_knows_it_lost_the_app_and_stops_writing(
     await theirs.release()
 
 
+async def test_a_hold_let_go_with_its_last_write_neither_renews_nor_writes_again(
+    storage: Storage,
+) -> None:
+    a, b = _locks(storage, "a", ttl=0.6), _locks(storage, "b", ttl=60)
+    held = await a.try_take(7)
+    assert held is not None
+    held.start()
+    await held.quiet()  # before the last write: no renewal races it
+    async with storage.engine.begin() as conn:  # the last write's transaction let it go
+        await conn.execute(sa.update(app_locks).values(expires_at=0.0))
+    held.let_go()
+    await asyncio.sleep(0.5)  # past a renewal's time (ttl / 3): none ran, none found it lost
+    assert not held.lost
+    theirs = await b.try_take(7)
+    assert theirs is not None
+    await held.release()  # writes nothing: b's lease stands
+    assert await b.store.held(theirs.lease)
+    assert a.held() == 0
+    await theirs.release()
+
+
 async def test_a_rollback_or_restart_waits_for_the_app_then_gives_up(storage: Storage) -> None:
     a, b = _locks(storage, "a"), _locks(storage, "b")
     held = await a.try_take(7)

@@ -42,6 +42,7 @@ class Hold:
         self.lease = lease
         self.lost = False
         self._renewer: asyncio.Task[None] | None = None
+        self._let_go = False
 
     @property
     def app_id(self) -> int:
@@ -93,15 +94,27 @@ class Hold:
             self.lease.fence,
         )
 
-    async def release(self) -> None:
-        """Stop renewing and let the lease go (a lost one is left to its new holder)."""
-        self._locks.holds.discard(self)
+    async def quiet(self) -> None:
+        """Stop renewing: before the holder's last write, which lets the lease go with it
+        (a renewal after that write would find the lease expired, and call it lost). The
+        lease lasts ``ttl`` from its last renewal, far longer than one write."""
         renewer, self._renewer = self._renewer, None
         if renewer is not None:
             renewer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await renewer
-        if not self.lost:
+
+    def let_go(self) -> None:
+        """The lease was let go in the transaction of the holder's last write:
+        :meth:`release` writes nothing more."""
+        self._let_go = True
+
+    async def release(self) -> None:
+        """Stop renewing and let the lease go (a lost one is left to its new holder, one let
+        go already is left as it is)."""
+        self._locks.holds.discard(self)
+        await self.quiet()
+        if not self.lost and not self._let_go:
             try:
                 await self._locks.store.release(self.lease)
             except Exception:  # it expires by itself

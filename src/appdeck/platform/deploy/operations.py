@@ -105,6 +105,7 @@ class Operating(Deploying):
         try:
             with fenced(app_id):
                 held.check()
+                await held.quiet()  # the last write: it lets the lease go too (one commit)
                 restored, left = await self.store.move_together(
                     app_id,
                     [
@@ -113,7 +114,9 @@ class Operating(Deploying):
                     ],
                     lease=held.lease,
                     known=(target, live),  # read under the lease: written as read, if still
+                    let_go=True,
                 )
+                held.let_go()
         finally:
             await moved
         aside.append(self.runtime.stop(live.release_id))  # traffic already moved: stop it aside
