@@ -195,7 +195,10 @@ def state_of(table: RouteTable, route: str) -> str:
     return "no_live_release" if table.has_served(route) else "not_deployed"
 
 
+@functools.lru_cache(maxsize=4096)
 def _page(status: int, code: str, message: str, fmt: str, **details: str | int) -> str:
+    """One error page as a config line holds it (kept: a route's pages are rendered at
+    every route change, and the same ones each time)."""
     accept = b"application/json" if fmt == "json" else b"text/html"
     _, body = error_page(status, code, message, accept, **details)
     text = body.decode().strip("\n")
@@ -209,7 +212,10 @@ def _lf(text: str) -> str:
     return text.replace("%", "%%").replace(_ROUTE, "%[var(txn.route)]")
 
 
-def _returns(status: int, code: str, message: str, cond: str, headers: str = "") -> list[str]:
+@functools.lru_cache(maxsize=64)
+def _returns(
+    status: int, code: str, message: str, cond: str, headers: str = ""
+) -> tuple[str, ...]:
     lines = []
     for fmt, ctype in (("json", "application/json"), ("html", _HTML)):
         details = {"app": _ROUTE} if _ROUTE in message else {}
@@ -219,11 +225,15 @@ def _returns(status: int, code: str, message: str, cond: str, headers: str = "")
             f"hdr cache-control no-store{headers} "  # as error_page: never cached
             f"lf-string '{page}' if {{ var(txn.fmt) -m str {fmt} }} {cond}"
         )
-    return lines
+    return tuple(lines)
 
 
 def _frontend(
-    host: str, port: int, domains: Sequence[str], proxy: ProxyConfig, edge_rules: Sequence[str]
+    host: str,
+    port: int,
+    domains: tuple[str, ...],
+    proxy: ProxyConfig,
+    edge_rules: Sequence[str],
 ) -> list[str]:
     return [
         "frontend fe_apps",
@@ -238,11 +248,13 @@ def _frontend(
     ]
 
 
-def route_lines(domains: Sequence[str]) -> list[str]:
+@functools.lru_cache(maxsize=8)
+def route_lines(domains: tuple[str, ...]) -> tuple[str, ...]:
     """The frontend's lines before the edge rules (format, Host, forwarded headers, the route
-    key): the edge's HTTPS frontend runs them too."""
+    key): the edge's HTTPS frontend runs them too. Kept for the domains last asked about (as
+    :func:`backend_lines`): the same at every route change."""
     pattern = "|".join(d.replace(".", "[.]") for d in domains)
-    return [
+    return (
         "http-request set-var(txn.fmt) str(json) if { req.hdr(accept) -m sub json } "
         "!{ req.hdr(accept) -m sub text/html }",
         "http-request set-var(txn.fmt) str(html) if !{ var(txn.fmt) -m found }",
@@ -264,16 +276,17 @@ def route_lines(domains: Sequence[str]) -> list[str]:
         "http-request set-var(txn.host) req.hdr(host),host_only,lower,regsub([.]$,)",
         "http-request set-var(txn.route) var(txn.host),field(1,.) "
         f"if {{ var(txn.host) -m reg ^[a-z0-9-]{{1,63}}[.]({pattern})$ }}",
-    ]
+    )
 
 
-def backend_lines(domains: Sequence[str], proxy: ProxyConfig) -> list[str]:
+@functools.lru_cache(maxsize=8)
+def backend_lines(domains: tuple[str, ...], proxy: ProxyConfig) -> tuple[str, ...]:
     """The frontend's lines after the edge rules: the route's state and error pages, the body
     limit, ``use_backend``. A route key the edge set outside the keys' alphabet (``_control``:
     the control plane) is the edge's own backend: no state, no app body limit."""
     retry = f" hdr retry-after {proxy.retry_after}"
     hint = f"apps are reached as <app>--<tenant>.{domains[0]}"
-    return [
+    return (
         "http-request set-var(txn.state) var(txn.route),map(" + "@STATES@" + ",unknown) "
         "if { var(txn.route) -m found }",
         f"http-request set-var(txn.state) str(live) if {_EDGE_ROUTE}",
@@ -322,7 +335,7 @@ def backend_lines(domains: Sequence[str], proxy: ProxyConfig) -> list[str]:
         "use_backend bc_%[var(txn.route)] if !{ req.hdr(content-length) -m found } "
         f"!METH_GET !METH_HEAD !METH_OPTIONS !{_EDGE_ROUTE}",
         "use_backend be_%[var(txn.route)]",
-    ]
+    )
 
 
 def _too_large(proxy: ProxyConfig) -> str:
@@ -390,7 +403,8 @@ MAX_HOPS = 3
 """How many times a request may be handed from a stopping worker to the current one."""
 
 
-def _handing_off(layout: Layout) -> list[str]:
+@functools.lru_cache(maxsize=8)
+def _handing_off(layout: Layout) -> tuple[str, ...]:
     """A route backend's lines that hand a request to the current worker when this one is
     stopping (a reload): a soft-stopping HAProxy worker closes the network namespaces its
     servers name (``netns_sig_stop``), so it could not reach a sandboxed instance, and its
@@ -400,13 +414,13 @@ def _handing_off(layout: Layout) -> list[str]:
     # came meanwhile: its namespaces are closed) and hands it on; a request handed
     # MAX_HOPS times is served where it is (never a loop).
     when = f"{{ stopping }} {{ var(txn.hops) -m int lt {MAX_HOPS} }}"
-    return [
+    return (
         "    http-request set-var(txn.hops) int(0) unless { var(txn.hops) -m found }",
         f"    http-request set-header {HANDOFF_HEADER} "
         f"%[be_name]/%[var(txn.fmt)]/%[var(txn.hops)] if {when}",
         f"    use-server {HANDOFF_SERVER} if {when}",
         f"    server {HANDOFF_SERVER} unix@{layout.handoff} weight 0",
-    ]
+    )
 
 
 def _handoff_frontend(layout: Layout) -> list[str]:
@@ -518,6 +532,12 @@ def _backends(
     return body, weights, servers
 
 
+@functools.cache
+def _body_lua() -> str:
+    """The body-limit filter's source, as installed (read once)."""
+    return resources.files(__package__).joinpath(BODY_LUA).read_text()
+
+
 def render(
     table: RouteTable,
     layout: Layout,
@@ -545,7 +565,7 @@ def render(
         "e502.map": e502,
         "e504.map": e504,
         "e413.map": _too_large(proxy),
-        BODY_LUA: resources.files(__package__).joinpath(BODY_LUA).read_text(),
+        BODY_LUA: _body_lua(),
     }
     head = _head(layout, proxy, edge_global)
     frontend = _frontend(host, port, table.domains, proxy, edge_rules)

@@ -50,14 +50,18 @@ class JoinedEdge:
         self.control = ControlServers(paths.root / "control.servers", options.control_servers)
         """Every replica's control plane listener (replicas on a host share HAProxy)."""
         self.started = False
+        self._global_lines = tuple(edge.global_lines(paths))
+        self._http_rules = tuple(edge.http_rules(paths, options))
+        """Worked out once: they follow from ``paths`` and ``options`` alone (frozen), and
+        the plane renders them at every route change."""
 
     # -- what the plane renders and calls ----------------------------------------------------
 
     def global_lines(self) -> Sequence[str]:
-        return edge.global_lines(self.paths)
+        return self._global_lines
 
     def http_rules(self) -> Sequence[str]:
-        return edge.http_rules(self.paths, self.options)
+        return self._http_rules
 
     def sections(self, route_lines: Sequence[str], backend_lines: Sequence[str]) -> Sequence[str]:
         servers = self.control.all()

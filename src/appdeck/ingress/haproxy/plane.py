@@ -168,6 +168,8 @@ class HAProxyDataPlane:
         """When the counters were last read (``show stat``: at most every :data:`TICK_S`)."""
         self._latency: dict[tuple[str, str], float] = {}
         """(backend, server) -> seconds to response headers, summed over every worker."""
+        self._listening: tuple[int, str] | None = None
+        """(port, the addresses HAProxy binds there): see :meth:`_listen_on`."""
 
     def url_for(self, route: str) -> str:
         return f"http://{route}.{self.table.domains[0]}:{self.port}"
@@ -343,7 +345,7 @@ class HAProxyDataPlane:
         return render(
             self.table,
             self.layout,
-            host=",".join(addresses(self.host, self.port)),
+            host=self._listen_on(),
             port=self.port,
             proxy=self.proxy,
             namespace=namer,
@@ -352,6 +354,13 @@ class HAProxyDataPlane:
             edge_sections_of=self.edge.sections if self.edge is not None else None,
             expected=expected,
         )
+
+    def _listen_on(self) -> str:
+        """Where HAProxy listens: :func:`addresses` of the host and port (which probes the
+        second loopback with a bind), worked out once per port."""
+        if self._listening is None or self._listening[0] != self.port:
+            self._listening = (self.port, ",".join(addresses(self.host, self.port)))
+        return self._listening[1]
 
     async def _sync(self, *, force: bool = False, locked: bool = False) -> None:
         """Put the table in effect: by weights alone when the config HAProxy runs has every
@@ -374,8 +383,9 @@ class HAProxyDataPlane:
             self._applied, self._weights = applied, wanted
             self._synced, self._in_effect = taken.version, taken.routes
             self._progress.set()
-            if applied is not rendered:  # a reload or restart takes this config
-                await asyncio.to_thread(self.process.write, rendered)
+            if applied is not rendered:  # weights alone: a reload or restart takes this config
+                # (its maps are the running config's, which fits_in compared: not written again)
+                await asyncio.to_thread(self.process.write, rendered, config_only=True)
 
     def _take(self) -> _Taken:
         version, routes = self.table.version, self.table.routes_version

@@ -107,10 +107,13 @@ class HAProxyProcess:
             except LeaseLost as exc:
                 raise HAProxyFailed(str(exc)) from None
 
-    def write(self, rendered: Rendered) -> None:
-        """Write the config and its maps (each atomically: a restart reads whole files)."""
+    def write(self, rendered: Rendered, *, config_only: bool = False) -> None:
+        """Write the config and its maps (each atomically: a restart reads whole files).
+        ``config_only``: the maps are the ones written last (a change of weights alone: its
+        config fits the running one, maps included)."""
         self.layout.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        for name, text in [*rendered.files.items(), (self.layout.config.name, rendered.config)]:
+        files = {} if config_only else rendered.files
+        for name, text in [*files.items(), (self.layout.config.name, rendered.config)]:
             path = self.layout.file(name)
             temporary = path.with_name(f".{name}.new")
             temporary.write_text(text)
