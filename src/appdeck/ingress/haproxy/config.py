@@ -213,9 +213,7 @@ def _lf(text: str) -> str:
 
 
 @functools.lru_cache(maxsize=64)
-def _returns(
-    status: int, code: str, message: str, cond: str, headers: str = ""
-) -> tuple[str, ...]:
+def _returns(status: int, code: str, message: str, cond: str, headers: str = "") -> tuple[str, ...]:
     lines = []
     for fmt, ctype in (("json", "application/json"), ("html", _HTML)):
         details = {"app": _ROUTE} if _ROUTE in message else {}
