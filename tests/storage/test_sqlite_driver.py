@@ -79,3 +79,29 @@ async def test_errors_are_sqlalchemys_and_roll_the_transaction_back(engine: Asyn
             await conn.execute(sa.text("SELECT * FROM nowhere"))
         await conn.rollback()
         assert (await conn.execute(sa.text("SELECT count(*) FROM t"))).scalar_one() == 0
+
+
+async def test_a_connection_without_a_transaction_goes_back_to_the_pool_without_a_trip(
+    engine: AsyncEngine, trips: list[str]
+) -> None:
+    async with engine.connect() as conn:
+        await conn.execute(sa.text("SELECT count(*) FROM t"))  # a read opens none
+    assert trips == ["_run"]
+    trips.clear()
+    async with engine.begin() as conn:  # committed: nothing left to roll back
+        await conn.execute(sa.text("INSERT INTO t (name) VALUES ('a')"))
+    assert trips == ["_run", "commit"]
+
+
+async def test_a_transaction_left_open_is_still_rolled_back(
+    engine: AsyncEngine, trips: list[str]
+) -> None:
+    async with engine.connect() as conn:
+        await conn.execute(sa.text("INSERT INTO t (name) VALUES ('a')"))
+    assert trips == ["_run", "rollback"]  # given back with its write undone
+    async with engine.connect() as conn:
+        assert (await conn.execute(sa.text("SELECT count(*) FROM t"))).scalar_one() == 0
+        await conn.exec_driver_sql("BEGIN IMMEDIATE")
+        await conn.execute(sa.text("INSERT INTO t (name) VALUES ('b')"))
+        await conn.rollback()
+        assert (await conn.execute(sa.text("SELECT count(*) FROM t"))).scalar_one() == 0

@@ -10,7 +10,8 @@ statement's rows were fetched whole before, too: SQLAlchemy's adapter buffers th
 rollback's ten statements were ~48 trips, each a wake-up of both threads.
 
 What changes nothing: the SQL, its parameters, the transactions (``commit`` and
-``rollback`` are a trip each, as before), the errors (raised by ``sqlite3`` on the thread and
+``rollback`` are a trip each when SQLite has a transaction open; with none open they do
+nothing, as ``sqlite3``'s own do nothing then, and make no trip), the errors (raised by ``sqlite3`` on the thread and
 translated by SQLAlchemy's adapter as before), and streamed results (a server-side cursor
 is SQLAlchemy's own). :func:`dbapi` is passed to ``create_async_engine`` as its ``module``:
 only the platform's engine (:func:`appdeck.storage.engine.create_engine`) uses it.
@@ -132,6 +133,26 @@ class _Connection(AsyncAdapt_aiosqlite_connection):
         if server_side:
             return super().cursor(server_side=True)
         return OneTripCursor(self)
+
+    def _open_transaction(self) -> bool:
+        """Whether SQLite has a transaction open on this connection (``sqlite3``'s
+        ``in_transaction``: a flag read from the connection, no statement run). SQLAlchemy
+        uses a connection from one task at a time, so none runs on its thread meanwhile."""
+        inner: sqlite3.Connection | None = self._connection._connection
+        return inner is None or inner.in_transaction
+
+    def rollback(self) -> None:
+        """No trip to SQLite's thread when no transaction is open: ``sqlite3``'s rollback
+        does nothing then. Every connection given back to the pool is rolled back (a read's,
+        one whose transaction was committed): one trip saved on each."""
+        if self._open_transaction():
+            super().rollback()
+
+    def commit(self) -> None:
+        """As :meth:`rollback`: ``sqlite3``'s commit does nothing without a transaction (a
+        block that only read)."""
+        if self._open_transaction():
+            super().commit()
 
 
 class _Dbapi(AsyncAdapt_aiosqlite_dbapi):
