@@ -42,3 +42,12 @@ def test_the_patch_schema_takes_null_where_merge_resets_and_nowhere_else() -> No
     assert not patch.is_valid({"runtime": None})
     assert not patch.is_valid({"instances": 0})
     assert not patch.is_valid({"unknown": 1})
+
+
+def test_a_json_copy_shares_nothing_mutable_with_its_source() -> None:
+    source = {"a": [1, {"b": None, "c": 2.5}], "d": "x", "e": True, "f": 2**70}
+    copied = specs.json_copy(source)
+    assert copied == source
+    copied["a"][1]["b"] = "changed"
+    copied["a"].append(3)
+    assert source == {"a": [1, {"b": None, "c": 2.5}], "d": "x", "e": True, "f": 2**70}

@@ -209,7 +209,7 @@ _validator = Draft202012Validator(SPEC_SCHEMA)
 
 def with_disk_default(disk_mb: int) -> dict[str, Any]:
     """:data:`DEFAULTS` with ``resources.disk_mb`` = ``disk_mb`` (the operator's ceiling)."""
-    defaults = copy.deepcopy(DEFAULTS)
+    defaults = json_copy(DEFAULTS)
     defaults["resources"]["disk_mb"] = disk_mb
     return defaults
 
@@ -280,15 +280,28 @@ def merge(
 ) -> dict[str, Any]:
     """RFC 7396 JSON merge patch: objects merge, ``null`` on a key that has a default object
     resets it (to ``defaults``'), any other value replaces."""
-    out = copy.deepcopy(base)
+    out = json_copy(base)
     for key, value in patch.items():
         if isinstance(value, dict) and isinstance(out.get(key), dict) and key != "env":
             out[key] = merge(out[key], value)
         elif value is None and isinstance(defaults.get(key), dict):
-            out[key] = copy.deepcopy(defaults[key])
+            out[key] = json_copy(defaults[key])
         else:
-            out[key] = copy.deepcopy(value)
+            out[key] = json_copy(value)
     return out
+
+
+def json_copy(value: Any) -> Any:
+    """A deep copy of a JSON value (objects and arrays copied, everything else shared, as
+    ``copy.deepcopy`` shares immutable values): a spec is completed at every load of a
+    release, and ``deepcopy``'s memo and dispatch cost several times this walk."""
+    if isinstance(value, dict):
+        return {key: json_copy(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [json_copy(item) for item in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return copy.deepcopy(value)  # not JSON: as before
 
 
 def diff(before: Any, after: Any, path: str = "") -> list[dict[str, Any]]:
