@@ -11,10 +11,11 @@ rollback's ten statements were ~48 trips, each a wake-up of both threads.
 
 What changes nothing: the SQL, its parameters, the transactions (``commit`` and
 ``rollback`` are a trip each when SQLite has a transaction open; with none open they do
-nothing, as ``sqlite3``'s own do nothing then, and make no trip), the errors (raised by ``sqlite3`` on the thread and
-translated by SQLAlchemy's adapter as before), and streamed results (a server-side cursor
-is SQLAlchemy's own). :func:`dbapi` is passed to ``create_async_engine`` as its ``module``:
-only the platform's engine (:func:`appdeck.storage.engine.create_engine`) uses it.
+nothing, as ``sqlite3``'s own do nothing then, and make no trip), the errors (raised by
+``sqlite3`` on the thread and translated by SQLAlchemy's adapter as before), and streamed
+results (a server-side cursor is SQLAlchemy's own). :func:`dbapi` is passed to
+``create_async_engine`` as its ``module``: only the platform's engine
+(:func:`appdeck.storage.engine.create_engine`) uses it.
 
 This leans on two names aiosqlite does not document, ``Connection._execute`` (run a function
 on the connection's thread) and ``Connection._conn`` (its ``sqlite3`` connection);
