@@ -209,7 +209,7 @@ _validator = Draft202012Validator(SPEC_SCHEMA)
 
 def with_disk_default(disk_mb: int) -> dict[str, Any]:
     """:data:`DEFAULTS` with ``resources.disk_mb`` = ``disk_mb`` (the operator's ceiling)."""
-    defaults = json_copy(DEFAULTS)
+    defaults: dict[str, Any] = json_copy(DEFAULTS)
     defaults["resources"]["disk_mb"] = disk_mb
     return defaults
 
@@ -280,7 +280,7 @@ def merge(
 ) -> dict[str, Any]:
     """RFC 7396 JSON merge patch: objects merge, ``null`` on a key that has a default object
     resets it (to ``defaults``'), any other value replaces."""
-    out = json_copy(base)
+    out: dict[str, Any] = json_copy(base)
     for key, value in patch.items():
         if isinstance(value, dict) and isinstance(out.get(key), dict) and key != "env":
             out[key] = merge(out[key], value)
