@@ -197,9 +197,14 @@ async def test_a_sandboxed_instance_is_reached_in_its_own_namespace(
         assert (r.status_code, r.text) == (200, "inside!")
         mounted = [p.name for p in NETNS_DIR.iterdir() if p.name.startswith(f"appdeck-{install}-")]
         assert mounted == [f"appdeck-{install}-r1.0-{os.fstat(space).st_ino}"]
-        data_plane.table.remove("blog")  # left every route: the name goes
+        data_plane.table.remove("blog")  # left every route: the name goes, soon after
         assert await data_plane.synced()
-        assert not [p for p in NETNS_DIR.iterdir() if p.name.startswith(f"appdeck-{install}-")]
+        await until(
+            lambda: (
+                not [p for p in NETNS_DIR.iterdir() if p.name.startswith(f"appdeck-{install}-")]
+            ),
+            within=15,
+        )
     finally:
         names.clear()
         server.close()

@@ -6,8 +6,9 @@ namespace is bind-mounted there as ``appdeck-<install>-<release>.<index>-<inode>
 install id keeps two installs apart, the inode makes a restarted instance (a new namespace)
 a new name (and so a reload: the plane checks for one every second, :meth:`moved`, since
 a crash's restart changes no route). Only root writes ``/run/netns``: no tenant picks a name there.
-Mounts are made when an instance is routed and removed (umount, unlink) when it leaves every
-route, and all of this install's on :meth:`Namespaces.clear`.
+Mounts are made when an instance is routed and removed (umount, unlink) soon after it leaves
+every route (:meth:`Namespaces.sweep`, which the plane runs ~0.5 s after a render), and all of
+this install's on :meth:`Namespaces.clear`.
 """
 
 from __future__ import annotations
@@ -82,8 +83,9 @@ class Namespaces:
         return self._names.get(key)
 
     def ensure(self, keys: Iterable[str]) -> None:
-        """Mount a name for each instance in ``keys`` (those the driver has a namespace of)
-        and remove this install's other names."""
+        """Mount a name for each instance in ``keys`` (those the driver has a namespace of);
+        :meth:`sweep` removes this install's other names (the plane calls it soon after,
+        off the path of the route change: an unmount blocks ~0.2 ms)."""
         wanted: dict[str, str] = {}
         for key in set(keys):
             fd = self.fd_of(key)
@@ -107,7 +109,10 @@ class Namespaces:
                     continue
             wanted[key] = name
         self._names = wanted
-        self._sweep(set(wanted.values()))
+
+    def sweep(self) -> None:
+        """Remove this install's names that the last :meth:`ensure` did not want."""
+        self._sweep(set(self._names.values()))
 
     def moved(self) -> bool:
         """Whether an instance named here has a new namespace now (it crashed and was

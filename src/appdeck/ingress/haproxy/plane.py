@@ -57,6 +57,9 @@ __all__ = ["EdgeHook", "HAProxyCounters", "HAProxyDataPlane", "HAProxyTable", "f
 log = logging.getLogger("appdeck.ingress.haproxy")
 
 TICK_S: Final = 0.25
+SWEEP_AFTER_S: Final = 0.5
+"""How long after a render the namespace names it no longer wants are removed (unmounting
+blocks the loop ~0.2 ms a name: not on the path of the route change that let them go)."""
 MOVED_EVERY_S: Final = 1.0
 """How often the namespaces of routed sandboxed instances are checked for a restart."""
 SETTLE_S: Final = 30.0
@@ -168,6 +171,8 @@ class HAProxyDataPlane:
         """When the counters were last read (``show stat``: at most every :data:`TICK_S`)."""
         self._latency: dict[tuple[str, str], float] = {}
         """(backend, server) -> seconds to response headers, summed over every worker."""
+        self._sweep_at: float | None = None
+        """When the namespace names the last render no longer wanted are removed."""
         self._listening: tuple[int, str] | None = None
         """(port, the addresses HAProxy binds there): see :meth:`_listen_on`."""
 
@@ -289,6 +294,7 @@ class HAProxyDataPlane:
                     self._synced < self.table.version or self._namespace_moved()
                 ):
                     await self._sync()
+                self._sweep_names()
                 if time.monotonic() >= self._polled + TICK_S:  # not again after every change
                     await self._poll()
                 failing = False
@@ -298,6 +304,15 @@ class HAProxyDataPlane:
                 failing = True
             except Exception:
                 log.exception("the HAProxy data plane task failed a round")
+
+    def _sweep_names(self) -> None:
+        """Remove the namespace names no longer wanted, once :data:`SWEEP_AFTER_S` has passed
+        since the render that let them go."""
+        if self.namespaces is None or self._sweep_at is None:
+            return
+        if time.monotonic() >= self._sweep_at:
+            self._sweep_at = None
+            self.namespaces.sweep()
 
     def _namespace_moved(self) -> bool:
         """A routed sandboxed instance was restarted after a crash (a new namespace, so a
@@ -342,6 +357,8 @@ class HAProxyDataPlane:
         if self.namespaces is not None:
             self.namespaces.ensure(keys)
             namer = self.namespaces.name
+            if self._sweep_at is None:
+                self._sweep_at = time.monotonic() + SWEEP_AFTER_S
         return render(
             self.table,
             self.layout,
