@@ -3,6 +3,7 @@ its own key prefix and its keys are deleted afterwards."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import AsyncIterator
@@ -37,8 +38,9 @@ def connect(
     return bounded(url, POOL_SIZE, TIMEOUT, cls=cls, **kwargs)
 
 
-@pytest.fixture
-async def redis_prefix() -> AsyncIterator[str]:
+@contextlib.asynccontextmanager
+async def redis_keys() -> AsyncIterator[str]:
+    """A new key prefix; its keys are deleted at the end."""
     prefix = f"t{uuid.uuid4().hex[:12]}"
     yield prefix
     client: Redis = connect()
@@ -48,6 +50,12 @@ async def redis_prefix() -> AsyncIterator[str]:
             await client.delete(*keys)
     finally:
         await client.aclose()
+
+
+@pytest.fixture
+async def redis_prefix() -> AsyncIterator[str]:
+    async with redis_keys() as prefix:
+        yield prefix
 
 
 @pytest.fixture

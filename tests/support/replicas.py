@@ -50,13 +50,37 @@ class Replicas:
 
     async def add(self) -> AppDeckProcess:
         """Start one more replica and put it behind the proxy (last in the order)."""
-        name = "ABCDEFGH"[len(self.servers)]
-        server = await start_appdeck(
-            self.data_dir, log_dir=self.log_dir, name=f"replica-{name}", env=self.env, within=40
-        )
-        self.servers.append(server)
-        self.proxy.upstreams.append(server.origin)
+        (server,) = await self.add_together(1)
         return server
+
+    async def add_together(self, count: int) -> list[AppDeckProcess]:
+        """Start ``count`` more replicas at once and put them behind the proxy in the order of
+        their names (B before C, whichever printed its URL first). When one fails, the others
+        are stopped or, started already, kept in :attr:`servers` for the set's teardown."""
+        first = len(self.servers)
+        tasks = [
+            asyncio.create_task(
+                start_appdeck(
+                    self.data_dir,
+                    log_dir=self.log_dir,
+                    name=f"replica-{name}",
+                    env=self.env,
+                    within=40,
+                )
+            )
+            for name in "ABCDEFGH"[first : first + count]
+        ]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()  # a start still waiting kills its process (start_appdeck)
+            await asyncio.wait(tasks)
+            for task in tasks:
+                if not task.cancelled() and task.exception() is None:
+                    self.servers.append(task.result())
+                    self.proxy.upstreams.append(task.result().origin)
+        return self.servers[first:]
 
     async def restart(self, index: int) -> AppDeckProcess:
         """Start a new replica in the place of ``servers[index]`` (killed or stopped before):
@@ -75,6 +99,14 @@ class Replicas:
         self.servers[index] = server
         self.proxy.upstreams[self.proxy.upstreams.index(old.origin)] = server.origin
         return server
+
+    def for_next_test(self) -> Replicas:
+        """This set, shared by a module's tests, handed to the next one: every replica still
+        running, the proxy's record of routed requests emptied (a test reads only its own)."""
+        stopped = [s.stderr_path for s in self.servers if not s.running]
+        assert not stopped, f"a shared replica stopped: {stopped}\n{self.logs()}"
+        self.proxy.routed.clear()
+        return self
 
     def dev_password(self) -> str:
         """The dev admin's password, printed by the replica that made the dev tenant."""
@@ -98,8 +130,9 @@ async def run_replicas(
     count: int = 3,
     extra_env: dict[str, str] | None = None,
 ) -> AsyncIterator[Replicas]:
-    """``count`` replicas started one after another (the first makes the dev tenant and
-    migrates), the proxy in front; all stopped (SIGTERM, then SIGKILL) at the end.
+    """``count`` replicas, the proxy in front: the first alone (it migrates the database and
+    makes the dev tenant), then the others at once; all stopped (SIGTERM, then SIGKILL) at
+    the end.
 
     One replica set at a time on this machine (a lock file shared by the pytest-xdist
     workers): each replica keeps a pool of PostgreSQL connections, and two or three sets at
@@ -147,8 +180,9 @@ async def _run(
         }
         replicas = Replicas(proxy, origin, env, tmp_path / "data", tmp_path / "logs")
         try:
-            for _ in range(count):
-                await replicas.add()
+            await replicas.add()
+            if count > 1:
+                await replicas.add_together(count - 1)
             yield replicas
         finally:
             for server in reversed(replicas.servers):

@@ -3,17 +3,23 @@
 The Content-Security-Policy allows our own script and style sheet only (no inline script or
 style, nothing third-party), forms posting to the console only, no framing. Pages are never
 cached (``no-store``): they show live, per-user state.
+
+Jinja2 is imported, and its environment made, at the first page a process renders: most
+starts of the server (and every CLI command) show none (~0.1 s of CPU saved).
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-import jinja2
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
+
+if TYPE_CHECKING:
+    import jinja2
 
 CSP: Final = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
@@ -81,7 +87,10 @@ def size(value: int | None) -> str:
     return f"{amount:.1f} GiB"
 
 
+@functools.cache
 def _environment() -> jinja2.Environment:
+    import jinja2
+
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("appdeck.console", "templates"),
         autoescape=True,
@@ -94,11 +103,8 @@ def _environment() -> jinja2.Environment:
     return env
 
 
-ENV: Final = _environment()
-
-
 def html(template: str, **context: Any) -> str:
-    return ENV.get_template(template).render(**context)
+    return _environment().get_template(template).render(**context)
 
 
 def page(request: Request, template: str, *, status: int = 200, **context: Any) -> HTMLResponse:

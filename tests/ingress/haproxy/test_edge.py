@@ -4,6 +4,7 @@ only, never through an app's hostname), HSTS off by default, hostile option valu
 from __future__ import annotations
 
 import ssl
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -94,3 +95,25 @@ def test_hostile_options_are_refused(options: dict[str, object]) -> None:
 def test_an_edge_directory_that_would_break_a_config_line_is_refused(root: str) -> None:
     with pytest.raises(ValueError, match="absolute path"):
         edge.EdgePaths(Path(root))
+
+
+def test_writers_of_one_file_at_once_each_replace_it_whole(tmp_path: Path) -> None:
+    """The replicas of one install share its data plane and may write one map at once (two
+    replicas started together did): no writer fails, the file is always one writer's whole
+    content, and no temporary file is left."""
+    path = tmp_path / "gate.map"
+    contents = [bytes([65 + n]) * (1000 + 7919 * n) for n in range(4)]  # lengths differ
+    seen: list[bytes] = []
+
+    def write(data: bytes) -> None:
+        for _ in range(40):
+            edge.write_atomic(path, data)
+            seen.append(path.read_bytes())
+
+    with ThreadPoolExecutor(len(contents)) as pool:
+        for done in [pool.submit(write, data) for data in contents]:
+            done.result()
+    assert len(seen) == 40 * len(contents)
+    assert all(read in contents for read in seen)
+    assert path.read_bytes() in contents
+    assert [p.name for p in tmp_path.iterdir()] == ["gate.map"]

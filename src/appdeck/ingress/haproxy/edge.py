@@ -461,15 +461,22 @@ def _page(name: str, kind: str) -> bytes:
 
 
 def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
-    """Replace ``path`` whole (a reader never sees half a file)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    """Replace ``path`` whole (a reader never sees half a file). The replicas of one install
+    on a host share its data plane and may write the same file at once (two started together
+    did: each replica's mirror writes every map at its start): each writer has a temporary
+    file of its own, so none truncates, moves or removes another's."""
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def self_signed() -> bytes:
