@@ -13,6 +13,7 @@ from appdeck.auth.admin import IdentityAdmin
 from appdeck.protocol.context import ToolContext
 from appdeck.protocol.registry import ToolDef
 from appdeck.settings import Settings
+from tests.support.passwords import user_with_password
 
 
 async def _echo(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
@@ -64,8 +65,8 @@ async def world(database_url: str, tmp_path: Path) -> AsyncIterator[AuthWorld]:
         )
     admin = IdentityAdmin(services.identities, services.token_issuer)
     await admin.create_tenant("acme")
-    await admin.create_user("acme", "alice", "correct horse battery", role="admin")
-    await admin.create_user("acme", "bob", "another password!")
+    await user_with_password(services.identities, "acme", "alice", "correct horse battery", "admin")
+    await user_with_password(services.identities, "acme", "bob", "another password!")
     transport = httpx.ASGITransport(app=services.asgi())
     async with httpx.AsyncClient(transport=transport, base_url=services.base_url) as client:
         yield AuthWorld(services, client, admin)

@@ -25,6 +25,7 @@ from appdeck.common.identity import Principal
 from appdeck.events.signals import LocalBroadcast, RedisBroadcast
 from appdeck.storage import Storage
 from appdeck.storage.identity import IdentityStore
+from tests.support.passwords import user_with_password
 from tests.support.redis import connect
 
 ISSUER = "http://127.0.0.1:8080"
@@ -92,8 +93,8 @@ async def cluster(storage: Storage, redis_prefix: str, tmp_path: Path) -> AsyncI
         replicas.append(Replica(name, bearer, broadcast, redis))
     admin = IdentityAdmin(identities, issuer, listener=replicas[0].bearer)
     await admin.create_tenant("acme")
-    await admin.create_user("acme", "alice", "correct horse battery", role="admin")
-    await admin.create_user("acme", "bob", "another password!")
+    await user_with_password(identities, "acme", "alice", "correct horse battery", "admin")
+    await user_with_password(identities, "acme", "bob", "another password!")
     try:
         yield Cluster(replicas, admin, identities, issuer)
     finally:

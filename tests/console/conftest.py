@@ -18,7 +18,9 @@ from appdeck.settings import Settings
 from appdeck.storage import default_sqlite_url
 from tests.platform.on_fakes import close_app_databases
 from tests.support.mcp import initialize
+from tests.support.passwords import user_with_password
 from tests.tools.conftest import ALL, Caller
+from tests.tools.root import USERS
 
 PASSWORD = "correct horse battery staple"
 CSRF = re.compile(r'name="csrf" value="([^"]+)"')
@@ -81,10 +83,8 @@ async def start_world(settings: Settings) -> ConsoleWorld:
     admin = IdentityAdmin(services.identities, services.token_issuer)
     for tenant in ("acme", "globex"):
         await admin.create_tenant(tenant)
-    await admin.create_user("acme", "alice", PASSWORD, role="admin")
-    await admin.create_user("acme", "bob", PASSWORD)
-    await admin.create_user("acme", "carol", PASSWORD)
-    await admin.create_user("globex", "eve", PASSWORD, role="admin")
+    for tenant, user, role in USERS:
+        await user_with_password(services.identities, tenant, user, PASSWORD, role)
     return ConsoleWorld(services, admin, services.base_url, [])
 
 

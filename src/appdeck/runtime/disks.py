@@ -559,8 +559,18 @@ def open_disks(
     return AppDisks(root, mode="account", default_mb=default_mb, appdb=appdb)
 
 
+_PROBED: set[int] = set()
+"""The file systems (``st_dev``) on which :func:`_probe` mounted an image in this process."""
+
+
 def _probe(root: Path) -> str | None:
-    """Create, mount and unmount a small image: None when that works here."""
+    """Create, mount and unmount a small image: None when that works here. Whether it does is
+    the host's (root, loop devices, ``mkfs.ext4``) and the file system's that holds ``root``:
+    one success per file system is remembered for the process (a server probes once per
+    start; a test process starts hundreds: issue 26 §3). A failure is never remembered."""
+    device = _device_of(root)
+    if device is not None and device in _PROBED:
+        return None
     probe = AppDisks(root / ".probe", mode="loop", default_mb=MIN_TMP_MB * 4)
     try:
         probe.ensure(0)
@@ -571,4 +581,19 @@ def _probe(root: Path) -> str | None:
             probe.remove(0)
         with contextlib.suppress(OSError):
             (root / ".probe").rmdir()
+    if device is not None:
+        _PROBED.add(device)
+    return None
+
+
+def _device_of(path: Path) -> int | None:
+    """The file system ``path`` is (or, not made yet, will be) on: its nearest existing
+    ancestor's (``root`` itself exists once the probe ran: the same answer before and after)."""
+    for place in (path, *path.parents):
+        try:
+            return place.stat().st_dev
+        except FileNotFoundError:
+            continue
+        except OSError:
+            return None
     return None

@@ -281,6 +281,8 @@ class Sandbox:
             for point in ("app", "source", "data"):
                 (self.stage / point).mkdir(parents=True, exist_ok=True, mode=0o755)
             self.stage.chmod(0o755)  # the app's uid walks through it (whatever the umask)
+            if self._confined_by() in _CONFINED_TRUE_RAN:
+                return
             with tempfile.TemporaryDirectory() as probe:
                 os.chown(probe, self.uid_for(0), self.uid_for(0))
                 argv = self.wrap(
@@ -297,6 +299,21 @@ class Sandbox:
                 + "): user namespaces may be disabled; set APPDECK_SANDBOX=off on a one-tenant "
                 "dev machine"
             )
+        _CONFINED_TRUE_RAN.add(self._confined_by())
+
+    def _confined_by(self) -> tuple[str, str, Path]:
+        """What a confined ``true`` starting depends on beyond the host's kernel: the two
+        programs and the directory the stages are in (an app's uid walks through it)."""
+        return self.bwrap, self.setpriv, self.stage.parent
+
+
+_CONFINED_TRUE_RAN: set[tuple[str, str, Path]] = set()
+"""Where :meth:`Sandbox.check` saw a confined ``true`` exit 0 in this process
+(:meth:`Sandbox._confined_by`). Whether one starts is the host's (user namespaces, bubblewrap,
+setpriv, the path down to the stages), not an install's: one success per process answers for
+every later check there, whose stage directories are still made and opened each time. A
+failure is never remembered: the next check runs it again. A server checks once per start; a
+test process starts hundreds of servers (issue 26 §3)."""
 
 
 def require_root() -> None:

@@ -16,7 +16,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.applications import Starlette
 
 from appdeck.auth.audit import AuditLog
-from appdeck.auth.hashing import hash_password
 from appdeck.auth.keys import ALGORITHM, SigningKeys
 from appdeck.auth.server import AuthorizationServer
 from appdeck.auth.tokens import TokenIssuer, TokenVerifier
@@ -26,6 +25,7 @@ from appdeck.storage import create_engine, default_sqlite_url, migrate
 from appdeck.storage.audit import AuditStore
 from appdeck.storage.identity import IdentityStore, UserRecord
 from appdeck.storage.oauth import OAuthStore
+from tests.support.passwords import password_hash
 
 ISSUER = "http://127.0.0.1:8080"
 RESOURCE = f"{ISSUER}/mcp"
@@ -85,7 +85,7 @@ async def make_world(tmp_path: Path) -> AsyncIterator[WorldFactory]:
     await migrate(engine)
     identities = IdentityStore(engine)
     await identities.create_tenant("acme", "Acme Corp")
-    user = await identities.create_user("acme", "ada", hash_password(PASSWORD), "admin")
+    user = await identities.create_user("acme", "ada", password_hash(PASSWORD), "admin")
     keys = SigningKeys.load_or_create(tmp_path)
     clients: list[httpx.AsyncClient] = []
     audits: list[AuditLog] = []

@@ -19,7 +19,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.applications import Starlette
 
 from appdeck.auth.audit import AuditLog
-from appdeck.auth.hashing import hash_password
 from appdeck.auth.keys import SigningKeys
 from appdeck.auth.server import AuthorizationServer
 from appdeck.auth.server.pending import MAX_ATTEMPTS
@@ -31,6 +30,7 @@ from appdeck.storage.consents import ConsentStore
 from appdeck.storage.identity import IdentityStore
 from appdeck.storage.oauth import OAuthStore
 from appdeck.storage.schema import consent_requests, oauth_clients
+from tests.support.passwords import password_hash
 
 from .conftest import ISSUER, PASSWORD, RESOURCE, Clock
 from .helpers import (
@@ -63,7 +63,7 @@ class Pair:
 async def pair(storage: Storage, database_url: str, tmp_path: Path) -> AsyncIterator[Pair]:
     identities = IdentityStore(storage.engine)
     await identities.create_tenant("acme", "Acme Corp")
-    await identities.create_user("acme", "ada", hash_password(PASSWORD), "admin")
+    await identities.create_user("acme", "ada", password_hash(PASSWORD), "admin")
     keys = SigningKeys.load_or_create(tmp_path)  # one key for both (shared keys: test_keys)
     settings = Settings.model_validate({"data_dir": tmp_path})
     clock = Clock()

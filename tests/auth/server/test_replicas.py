@@ -24,7 +24,6 @@ from starlette.applications import Starlette
 from appdeck.auth import AuthError
 from appdeck.auth.audit import AuditLog
 from appdeck.auth.bearer import BearerAuthenticator, LocalJwtVerifier
-from appdeck.auth.hashing import hash_password
 from appdeck.auth.keys import ALGORITHM, SigningKeys
 from appdeck.auth.server import AuthorizationServer
 from appdeck.auth.tokens import TokenIssuer, TokenVerifier
@@ -37,6 +36,7 @@ from appdeck.storage.consents import ConsentStore
 from appdeck.storage.identity import IdentityStore
 from appdeck.storage.oauth import OAuthStore
 from appdeck.storage.signing_keys import SigningKeyStore
+from tests.support.passwords import password_hash
 from tests.support.redis import connect
 
 from .conftest import ISSUER, PASSWORD, RESOURCE
@@ -61,7 +61,7 @@ async def replicas(
 ) -> AsyncIterator[list[Replica]]:
     identities = IdentityStore(storage.engine)
     await identities.create_tenant("acme", "Acme Corp")
-    await identities.create_user("acme", "ada", hash_password(PASSWORD), "admin")
+    await identities.create_user("acme", "ada", password_hash(PASSWORD), "admin")
     jar = CookieJar()  # one browser
     made: list[Replica] = []
     try:
