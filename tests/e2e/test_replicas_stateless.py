@@ -11,38 +11,26 @@ from typing import Any
 
 import httpx
 import pytest
-import pytest_asyncio
 
-from tests.support.redis import redis_keys
 from tests.support.replicas import Replicas, run_replicas
 from tests.support.stateless import body, routing
 
-pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
+pytestmark = pytest.mark.e2e
 CALLS = 1000
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def shared_replicas(
-    postgres_module_database: str, tmp_path_factory: pytest.TempPathFactory
-) -> AsyncIterator[Replicas]:
-    """One set for the module's tests: no session is kept, so none leaves state for the next."""
-    tmp_path: Path = tmp_path_factory.mktemp("replicas")
-    async with (
-        redis_keys() as redis_prefix,
-        run_replicas(
-            postgres_module_database,
-            redis_prefix,
-            tmp_path,
-            # 1,000 calls from one token: the per-token rate limit (429) is not what is measured
-            extra_env={"APPDECK_RATE_LIMIT_PER_SECOND": "0"},
-        ) as started,
-    ):
-        yield started
-
-
 @pytest.fixture
-def replicas(shared_replicas: Replicas) -> Replicas:
-    return shared_replicas.for_next_test()
+async def replicas(
+    postgres_test_database: str, redis_prefix: str, tmp_path: Path
+) -> AsyncIterator[Replicas]:
+    async with run_replicas(
+        postgres_test_database,
+        redis_prefix,
+        tmp_path,
+        # 1,000 calls from one token: the per-token rate limit (429) is not what is measured
+        extra_env={"APPDECK_RATE_LIMIT_PER_SECOND": "0"},
+    ) as started:
+        yield started
 
 
 async def call(

@@ -3,7 +3,6 @@ its own key prefix and its keys are deleted afterwards."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import uuid
 from collections.abc import AsyncIterator
@@ -38,9 +37,8 @@ def connect(
     return bounded(url, POOL_SIZE, TIMEOUT, cls=cls, **kwargs)
 
 
-@contextlib.asynccontextmanager
-async def redis_keys() -> AsyncIterator[str]:
-    """A new key prefix; its keys are deleted at the end."""
+@pytest.fixture
+async def redis_prefix() -> AsyncIterator[str]:
     prefix = f"t{uuid.uuid4().hex[:12]}"
     yield prefix
     client: Redis = connect()
@@ -50,12 +48,6 @@ async def redis_keys() -> AsyncIterator[str]:
             await client.delete(*keys)
     finally:
         await client.aclose()
-
-
-@pytest.fixture
-async def redis_prefix() -> AsyncIterator[str]:
-    async with redis_keys() as prefix:
-        yield prefix
 
 
 @pytest.fixture
