@@ -408,3 +408,44 @@ async def test_names_that_read_like_errors_are_applied_like_any_other(mirrored: 
     await mirrored.mirror.sync()
     with pytest.raises(ssl.SSLCertVerificationError):
         await mirrored.tls_get("invalid-error.localhost")
+
+
+class _Overtaken(RuntimeApi):
+    """A runtime API client that lets ``rival`` replace every map once, between its own first
+    ``prepare map`` and that version's ``commit map``: a second replica of the install
+    starting at the same moment."""
+
+    def __init__(self, api: RuntimeApi, rival: EdgeMirror) -> None:
+        super().__init__(api.socket_path, timeout_s=5)
+        self.rival: EdgeMirror | None = rival
+        self.refused: list[str] = []
+
+    async def raw(self, line: str, payload: str | None = None, *, checked: bool = False) -> str:
+        rival = self.rival
+        if rival is not None and line.startswith("commit map @"):
+            self.rival = None
+            await rival.resync()  # its commits come first: ours is now out of range
+        answer = await super().raw(line, payload, checked=checked)
+        if line.startswith("commit map @") and answer.strip():
+            self.refused.append(answer.strip())
+        return answer
+
+
+async def test_two_replicas_replacing_the_same_maps_at_once_both_end_with_them(
+    mirrored: Mirrored,
+) -> None:
+    mirrored.hosts.set("blog.example.test", "blog")
+    await mirrored.mirror.sync()
+    paths, gate = mirrored.edge.paths, mirrored.gate
+    rival = EdgeMirror(
+        mirrored.mirror.api, paths, mirrored.hosts, Challenges(), Certificates(), gate
+    )
+    late = EdgeMirror(
+        mirrored.mirror.api, paths, mirrored.hosts, Challenges(), Certificates(), gate
+    )
+    api = _Overtaken(mirrored.mirror.api, rival)
+    late.api = api
+    await late.resync()  # its first pass: every map replaced whole, one of them overtaken
+    assert api.rival is None  # the rival did run in between
+    assert any(answer.startswith("Version number out of range") for answer in api.refused)
+    assert (await mirrored.http.get("/", headers={"host": "blog.example.test"})).is_success

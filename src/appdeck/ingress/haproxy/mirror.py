@@ -54,6 +54,12 @@ FEW: Final = 64
 """Up to this many changes to one map are applied key by key, beyond it the map is replaced."""
 PAYLOAD_BYTES: Final = 8 * 1024
 """One ``add map`` payload stays well inside HAProxy's 16 kB command buffer."""
+REPLACE_TRIES: Final = 5
+"""Commits of one map replacement refused as :data:`OVERTAKEN` before the pass fails."""
+OVERTAKEN: Final = "Version number out of range"
+"""HAProxy's answer to ``commit map @N`` once a version newer than N was committed: the
+replicas of one install share their HAProxy, and two replicas starting at once (each
+mirror's first pass replaces every map) prepare and commit the same maps side by side."""
 KEY_ID: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
 ROUTE: Final = re.compile(r"[a-z0-9-]{1,63}")
 HASH: Final = re.compile(r"[0-9a-f]{64}")
@@ -268,6 +274,19 @@ class EdgeMirror:
         self._maps[name] = wanted
 
     async def _replace_map(self, path: str, wanted: dict[str, str]) -> None:
+        """``prepare``/``add``/``commit``; made again when the commit is refused because another
+        process committed a newer version meanwhile (:data:`REPLACE_TRIES`)."""
+        for attempt in range(1, REPLACE_TRIES + 1):
+            version = await self._prepared(path, wanted)
+            answer = (await self.api.raw(f"commit map @{version} {path}")).strip()
+            if not answer:
+                return
+            if not answer.startswith(OVERTAKEN) or attempt == REPLACE_TRIES:
+                raise MirrorError(f"['commit', 'map']: {answer[:200]}")
+            log.info("map %s was replaced by another process meanwhile: replacing it again", path)
+
+    async def _prepared(self, path: str, wanted: dict[str, str]) -> str:
+        """A new version of the map at ``path`` holding ``wanted``, not committed."""
         answer = await self.api.raw(f"prepare map {path}")
         found = re.search(r"New version created: ([0-9]+)", answer)
         if found is None:
@@ -284,7 +303,7 @@ class EdgeMirror:
             size += len(line) + 1
         if chunk:
             await self._quiet(f"add map @{version} {path}", "\n".join(chunk))
-        await self._quiet(f"commit map @{version} {path}")
+        return version
 
     async def _read_key(self, path: str, key: str) -> str | None:
         """The value HAProxy holds for ``key`` (one lookup), None when it holds none."""
