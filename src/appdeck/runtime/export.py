@@ -86,8 +86,17 @@ class WorkspaceTar:
         done, self.on_close = self.on_close, None
         if done is not None:
             done()
-        with contextlib.suppress(ProcessLookupError):
-            await self.process.wait()
+        # wait() also waits for the stdout pipe to be seen closed, which a reader paused by a
+        # full buffer (a reader that stopped reading) never sees: what the killed process left
+        # in it (its buffer and the pipe's, at most) is read and dropped first
+        stdout = self.process.stdout
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(READ_TIMEOUT_S):
+                while stdout is not None and await stdout.read(CHUNK):
+                    pass
+        with contextlib.suppress(ProcessLookupError, TimeoutError):
+            async with asyncio.timeout(READ_TIMEOUT_S):
+                await self.process.wait()
 
 
 class ExportMixin(DriverCore):

@@ -6,6 +6,7 @@ is skipped, saying why, where the host cannot sandbox; it must run in CI)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import os
@@ -26,6 +27,7 @@ from appdeck.runtime.sandbox import Sandbox
 from appdeck.transport.workspace_tar import workspace_tar_route
 from tests.runtime.conftest import HELLO, build_release, kill_everything_under
 from tests.support.sandbox import sandbox_or_skip
+from tests.support.wait import until
 
 UID_BASE = 310_000
 APP = 41
@@ -223,7 +225,11 @@ async def test_a_tar_left_halfway_leaves_no_process_and_no_scratch_directory(
     assert tar is not None
     chunks = tar.chunks()
     assert len(await anext(chunks)) > 0
-    await tar.aclose()
+    # the tar goes on filling the pipe until the stream's reader pauses (its buffer full):
+    # closed then, the close must not wait for an end of the pipe that reader never reads
+    await until(lambda: tar.process.stdout is not None and tar.process.stdout._paused)  # type: ignore[attr-defined]
+    async with asyncio.timeout(60):  # a bound, not a speed: before, it waited forever
+        await tar.aclose()
     await chunks.aclose()
     assert tar.process.returncode is not None
     directory = driver._existing(release_id).directory  # type: ignore[union-attr]
