@@ -1,8 +1,8 @@
 """Fairness against a real ``appdeck serve`` process (issue 9, "Fairness"): while one user
 floods ``initialize`` and requests, a user of another tenant keeps getting answers.
 
-User A (the dev token's ``dev/dev``, plus two PATs of the same user) opens thousands of
-sessions with a bounded loop, many requests in flight at once; the server's global session cap
+User A (the dev token's ``dev/dev``, plus two PATs of the same user) opens a thousand
+sessions (over six times the global cap) with a bounded loop, many requests in flight at once; the server's global session cap
 is set low (``APPDECK_MAX_SESSIONS=150``) so that, without the per-user cap, A alone would fill
 it and everybody would get 503. User B (tenant ``other``, a PAT) meanwhile runs ``initialize``
 and ``tools/call list_my_apps`` in a loop: every one of B's requests must be answered 200.
@@ -35,7 +35,7 @@ ACCEPT = "application/json, text/event-stream"
 PER_USER = 20
 PER_TOKEN = 10
 GLOBAL = 150
-FLOOD = 3000  # initialize requests by A, bounded
+FLOOD = 1000  # initialize requests by A, bounded: 6.7 times GLOBAL
 IN_FLIGHT = 24
 SETTINGS = {
     "APPDECK_MAX_SESSIONS": str(GLOBAL),
