@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import gc
+from typing import Final
+
+THRESHOLDS: Final = (20_000, 20, 20)
+"""The collector's thresholds once the hold ends (Python's own: 700, 10, 10)."""
 
 
 def hold_gc() -> None:
@@ -14,8 +18,20 @@ def hold_gc() -> None:
     gc.disable()
 
 
+def imports_done() -> None:
+    """What the imports made is kept for the process's life: frozen (out of the collector's
+    sight) at once, without a collection first. The collection that ends a server's start-up
+    (:func:`tune_gc`) then walks only what start-up made (~50,000 objects, 0.01 s) instead of
+    the whole heap (~300,000, 0.17-0.2 s of each start's ~1.9 s CPU). The price: the import's
+    own garbage (~2,000 objects, measured) is never freed."""
+    gc.freeze()
+
+
 def release_gc() -> None:
-    """End :func:`hold_gc`: the default collection again, for a command that is not a server."""
+    """End :func:`hold_gc` for a command that is not a server: collection on, its young
+    generation collected less often (as :func:`tune_gc` sets it), since a command's own imports
+    (made when it runs) would otherwise walk the growing heap again every 70,000 allocations."""
+    gc.set_threshold(*THRESHOLDS)
     gc.enable()
 
 
@@ -30,5 +46,5 @@ def tune_gc() -> None:
     """
     gc.collect()
     gc.freeze()
-    gc.set_threshold(20_000, 20, 20)
+    gc.set_threshold(*THRESHOLDS)
     gc.enable()

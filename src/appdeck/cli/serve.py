@@ -134,8 +134,9 @@ async def _serve(settings: Any, dev: bool, stop_apps: bool = False) -> None:
     from appdeck.common.listen import ListenError, listen
     from appdeck.model import hostnames
     from appdeck.transport.http11 import bounded_protocol, http_limits
-    from appdeck.tuning import tune_gc
+    from appdeck.tuning import imports_done, tune_gc
 
+    imports_done()  # the collection at tune_gc() walks only what start-up makes
     logs.configure(settings.log_level, settings.log_format, settings.log_libraries)
     # connections queue from now on, so the printed URL is usable at once; a loopback host is
     # held on 127.0.0.1 and [::1] both, so no app can sit on the other one
