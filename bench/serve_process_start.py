@@ -13,6 +13,7 @@ process inherits it), alternating the two in the same minutes; the 1-minute load
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import signal
@@ -59,7 +60,23 @@ def one_start(appdeck: list[str], within: float = 90.0) -> tuple[float, float]:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait(10)
+            stop_data_plane(Path(tmp) / "data")
         return ready, cpu
+
+
+def stop_data_plane(data_dir: Path) -> None:
+    """Kill the install's HAProxy: the data plane outlives ``appdeck serve`` by design."""
+    try:
+        install = json.loads((data_dir / "install.json").read_text())["id"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    mark = f"/{install}/haproxy/".encode()
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and mark in (entry / "cmdline").read_bytes():
+                os.kill(int(entry.name), signal.SIGKILL)
+        except OSError:
+            continue
 
 
 def main() -> None:
