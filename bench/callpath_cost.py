@@ -129,23 +129,7 @@ async def setup(era: str) -> tuple[Services, Any, list[bytes]]:
     services.registry.add_tool(ToolDef("echo", "Echo the given text", ECHO_SCHEMA, echo))
     token = await mint_dev_token(services)
     tune_gc()  # after start-up, as appdeck serve does
-    config = uvicorn.Config(
-        services.asgi(),
-        http=bounded_protocol(http_limits(settings)),
-        loop="none",
-        lifespan="off",
-        access_log=False,
-        log_config=None,
-        server_header=False,
-        proxy_headers=False,
-    )
-    config.load()
-    protocol = config.http_protocol_class(  # type: ignore[call-arg]
-        config=config, server_state=ServerState(), app_state={}
-    )
-    transport = MemoryTransport()
-    protocol.connection_made(transport)
-    poster = Poster(protocol, transport)
+    poster = memory_poster(services.asgi(), settings)
     session = b""
     if era == "2025":
         init = (
@@ -171,6 +155,27 @@ async def setup(era: str) -> tuple[Services, Any, list[bytes]]:
         assert b" 200 OK" in answer, answer
         assert b'"result"' in answer, answer
     return services, poster, [request(era, token, session, i) for i in range(1, 100_000)]
+
+
+def memory_poster(app: Any, settings: Settings) -> Poster:
+    """``app`` behind the protocol class ``appdeck serve`` uses, on a :class:`MemoryTransport`."""
+    config = uvicorn.Config(
+        app,
+        http=bounded_protocol(http_limits(settings)),
+        loop="none",
+        lifespan="off",
+        access_log=False,
+        log_config=None,
+        server_header=False,
+        proxy_headers=False,
+    )
+    config.load()
+    protocol = config.http_protocol_class(  # type: ignore[call-arg]
+        config=config, server_state=ServerState(), app_state={}
+    )
+    transport = MemoryTransport()
+    protocol.connection_made(transport)
+    return Poster(protocol, transport)
 
 
 class Poster:

@@ -23,10 +23,6 @@ import time
 from typing import Any
 
 import callpath_cost as cc
-import uvicorn
-from uvicorn.server import ServerState
-
-from appdeck.transport.http11 import bounded_protocol, http_limits
 
 _ANSWER = b'{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"hello"}]}}'
 
@@ -36,26 +32,6 @@ async def trivial(scope: Any, receive: Any, send: Any) -> None:
     headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(_ANSWER))]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     await send({"type": "http.response.body", "body": _ANSWER})
-
-
-def floor_poster(settings: Any) -> cc.Poster:
-    config = uvicorn.Config(
-        trivial,
-        http=bounded_protocol(http_limits(settings)),
-        loop="none",
-        lifespan="off",
-        access_log=False,
-        log_config=None,
-        server_header=False,
-        proxy_headers=False,
-    )
-    config.load()
-    protocol = config.http_protocol_class(  # type: ignore[call-arg]
-        config=config, server_state=ServerState(), app_state={}
-    )
-    transport = cc.MemoryTransport()
-    protocol.connection_made(transport)
-    return cc.Poster(protocol, transport)
 
 
 def thread_cpu() -> dict[str, float]:
@@ -78,7 +54,7 @@ def main(n: int, rounds: int, era: str) -> None:
     asyncio.set_event_loop(loop)
     services, poster, bodies = loop.run_until_complete(cc.setup(era))
     cc.pause_background(services)
-    floor = floor_poster(services.settings)
+    floor = cc.memory_poster(trivial, services.settings)
     server, audit = services.server, services.server.audit
     loop.run_until_complete(asyncio.sleep(0.1))
     for round_ in range(rounds):
