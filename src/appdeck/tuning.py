@@ -13,8 +13,9 @@ def hold_gc() -> None:
     """No cyclic collection while the program loads (``appdeck.__main__``): its imports make
     ~1,500 modules and their classes, models and tables, all kept, and the collector, run by
     allocation count, would walk that growing heap dozens of times (about a fifth of the
-    import's CPU). Nothing made then is garbage; :func:`release_gc` or :func:`tune_gc` ends
-    the hold. Never called on import: a process that imports ``appdeck`` keeps its own GC."""
+    import's CPU). Little made then is garbage (~2,000 objects); :func:`release_gc` or
+    :func:`tune_gc` ends the hold. Never called on import: a process that imports ``appdeck``
+    keeps its own GC."""
     gc.disable()
 
 
