@@ -449,3 +449,45 @@ async def test_two_replicas_replacing_the_same_maps_at_once_both_end_with_them(
     assert api.rival is None  # the rival did run in between
     assert any(answer.startswith("Version number out of range") for answer in api.refused)
     assert (await mirrored.http.get("/", headers={"host": "blog.example.test"})).is_success
+
+
+class _Rewritten(RuntimeApi):
+    """A runtime API client that lets ``rival`` (another view of the state) replace every map
+    once, right after its own first successful ``commit map``: what was committed is not what
+    is read back."""
+
+    def __init__(self, api: RuntimeApi, rival: EdgeMirror) -> None:
+        super().__init__(api.socket_path, timeout_s=5)
+        self.rival: EdgeMirror | None = rival
+
+    async def raw(self, line: str, payload: str | None = None, *, checked: bool = False) -> str:
+        answer = await super().raw(line, payload, checked=checked)
+        rival = self.rival
+        if rival is not None and line.startswith("commit map @") and not answer.strip():
+            self.rival = None
+            await rival.resync()
+        return answer
+
+
+async def test_a_first_pass_that_reads_back_another_replicas_maps_is_made_again(
+    mirrored: Mirrored,
+) -> None:
+    paths, gate = mirrored.edge.paths, mirrored.gate
+    other_view = HostMap()
+    other_view.set("old.example.test", "old")
+    rival = EdgeMirror(mirrored.mirror.api, paths, other_view, Challenges(), Certificates(), gate)
+    mirrored.hosts.set("blog.example.test", "blog")
+    starting = EdgeMirror(
+        mirrored.mirror.api, paths, mirrored.hosts, Challenges(), Certificates(), gate,
+        retry_s=0.01,
+    )  # fmt: skip
+    api = _Rewritten(mirrored.mirror.api, rival)
+    starting.api = api
+    await starting.start()  # the first pass reads back the rival's hosts; the second holds
+    try:
+        assert api.rival is None  # the rival did run in between
+        blog = await mirrored.http.get("/", headers={"host": "blog.example.test"})
+        old = await mirrored.http.get("/", headers={"host": "old.example.test"})
+        assert (blog.status_code, old.status_code) == (200, 404)
+    finally:
+        await starting.stop()

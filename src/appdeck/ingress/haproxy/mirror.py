@@ -60,6 +60,10 @@ OVERTAKEN: Final = "Version number out of range"
 """HAProxy's answer to ``commit map @N`` once a version newer than N was committed: the
 replicas of one install share their HAProxy, and two replicas starting at once (each
 mirror's first pass replaces every map) prepare and commit the same maps side by side."""
+START_TRIES: Final = 5
+"""First passes :meth:`EdgeMirror.start` makes (``retry_s`` apart) before it fails: a replica
+starting beside another may read back what the other committed just after it (their views of
+the shared state differ for a moment), as the running mirror's passes may (they are retried)."""
 KEY_ID: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
 ROUTE: Final = re.compile(r"[a-z0-9-]{1,63}")
 HASH: Final = re.compile(r"[0-9a-f]{64}")
@@ -128,9 +132,18 @@ class EdgeMirror:
     # --- lifecycle ---------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Copy everything now, then keep copying on a task of its own."""
+        """Copy everything now (up to :data:`START_TRIES` passes), then keep copying on a
+        task of its own."""
         self._loop = asyncio.get_running_loop()
-        await self.resync()
+        for attempt in range(1, START_TRIES + 1):
+            try:
+                await self.resync()
+                break
+            except (RuntimeApiError, MirrorError) as exc:
+                if attempt == START_TRIES:
+                    raise
+                log.info("the edge's first pass failed, trying again: %s", exc)
+                await asyncio.sleep(self.retry_s)
         self._task = asyncio.create_task(self._run(), name="edge-mirror")
 
     async def stop(self) -> None:
