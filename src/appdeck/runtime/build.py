@@ -27,7 +27,7 @@ from appdeck.runtime.driver import BuildFailed, Release
 from appdeck.runtime.logfile import LineSplitter, LogWriter
 from appdeck.runtime.logs import tail_text
 from appdeck.runtime.model import ReleaseState, validate
-from appdeck.runtime.procs import kill_tree
+from appdeck.runtime.procs import kill_and_reap
 from appdeck.runtime.sandbox import APP_DIR, NoSandboxUid, env_fd, root_env
 from appdeck.runtime.state import read_json, write_json
 from appdeck.runtime.workspace import (
@@ -189,8 +189,7 @@ class BuildMixin(DriverCore):
                 async with asyncio.timeout(COPY_TIMEOUT_S):
                     out, err = await process.communicate()
             finally:
-                kill_tree(process.pid)
-                await process.wait()
+                await kill_and_reap(process)
         finally:
             os.close(source_fd)
         try:
@@ -314,8 +313,7 @@ class BuildMixin(DriverCore):
         finally:
             # Whatever happened (success, timeout, cancellation), nothing the step started
             # outlives it: a build must not leave a daemon behind.
-            kill_tree(process.pid)
-            await process.wait()
+            await kill_and_reap(process)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(2.0):
                     await asyncio.gather(*readers, return_exceptions=True)

@@ -99,6 +99,26 @@ def kill_tree(pid: int) -> None:
         signal_quietly(proc.pid, signal.SIGKILL, proc.start_ticks)
 
 
+REAP_WAIT_S: Final = 5.0
+"""How long :func:`kill_and_reap` waits for a killed process to be seen gone."""
+
+
+async def kill_and_reap(process: asyncio.subprocess.Process, within: float = REAP_WAIT_S) -> None:
+    """SIGKILL ``process``'s tree (:func:`kill_tree`) and wait, at most ``within`` seconds, for
+    it to be seen gone. asyncio's ``wait()`` (3.11) also waits for every pipe of the process to
+    close, and a daemon that left the tree (a new session, reparented) may hold them forever:
+    past ``within`` the pipes are closed from this side instead, and whoever reads them sees
+    their end."""
+    kill_tree(process.pid)
+    try:
+        async with asyncio.timeout(within):
+            await process.wait()
+    except TimeoutError:
+        transport = getattr(process, "_transport", None)  # asyncio keeps it private
+        if transport is not None:
+            transport.close()
+
+
 def forget_process(instance: InstanceState) -> None:
     """Drop the instance's (exited) process: reap it when it is our child, close its pidfd."""
     if instance.own_child and instance.pid is not None:
