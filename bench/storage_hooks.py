@@ -29,7 +29,8 @@ from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from appdeck.events.cluster import bounded
-from appdeck.observability.storage import TimedRedis, watch_database
+from appdeck.observability.storage import watch_database
+from appdeck.observability.timed_redis import TimedRedis
 from appdeck.storage.engine import create_engine, default_sqlite_url
 
 Op = Callable[[], Awaitable[object]]
@@ -77,7 +78,7 @@ async def database(label: str, url: str, n: int, rounds: int) -> None:
 
 
 async def redis(url: str, n: int, rounds: int) -> None:
-    plain: Redis = bounded(url, 8, 5.0)
+    plain: Redis = bounded(url, 8, 5.0, cls=Redis)
     timed: Redis = bounded(url, 8, 5.0, cls=TimedRedis)
     try:
         await compare("Redis PING", plain.ping, timed.ping, n, rounds)

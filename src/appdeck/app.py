@@ -47,7 +47,7 @@ from appdeck.events.leases import RedisLeases
 from appdeck.ingress.haproxy.joined import JoinedEdge
 from appdeck.ingress.haproxy.plane import HAProxyDataPlane
 from appdeck.observability.apps import follow as follow_app_series
-from appdeck.observability.storage import TimedRedis, watch_replicas
+from appdeck.observability.storage import watch_replicas
 from appdeck.observability.tracing import Tracing, tracing_of
 from appdeck.platform.changes import Change
 from appdeck.platform.deploy.ingress_router import IngressRouter
@@ -178,11 +178,14 @@ class Services:
         kube = await serving.cluster_of(settings)  # a cluster that does not answer: before opening
         runtime, install = setup.sandbox_of(settings)
         storage = await Storage.open(settings.database())
-        cluster = (
-            await Cluster.connect(settings.redis_url, settings.redis_prefix, client=TimedRedis)
-            if settings.redis_url
-            else Cluster.alone()
-        )
+        if settings.redis_url:  # replica mode: the only one that loads redis-py (common.outages)
+            from appdeck.observability.timed_redis import TimedRedis
+
+            cluster = await Cluster.connect(
+                settings.redis_url, settings.redis_prefix, client=TimedRedis
+            )
+        else:
+            cluster = Cluster.alone()
         base_url = settings.base_url(port)
         identities = IdentityStore(storage.engine)
         audit_store = AuditStore(storage.engine)

@@ -14,6 +14,7 @@ from redis.asyncio import Redis
 
 from appdeck.events.bus import InProcessBus
 from appdeck.observability import storage as metrics
+from appdeck.observability.timed_redis import TimedRedis
 from appdeck.platform.deploy.locks import AppLocks
 from appdeck.storage import Storage
 from appdeck.storage.app_locks import AppLockStore
@@ -60,7 +61,7 @@ async def test_the_pool_is_read_at_scrape_time(storage: Storage) -> None:
 
 @pytest.fixture
 async def timed(redis_prefix: str) -> AsyncIterator[Redis]:
-    client = connect(cls=metrics.TimedRedis)
+    client = connect(cls=TimedRedis)
     metrics.watch_redis(client)
     yield client
     await client.aclose()

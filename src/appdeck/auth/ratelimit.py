@@ -47,10 +47,12 @@ import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Final, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
-from redis.asyncio import Redis
-from redis.exceptions import RedisError
+from appdeck.common.outages import redis_errors
+
+if TYPE_CHECKING:  # loaded by replica mode only (appdeck.common.outages)
+    from redis.asyncio import Redis
 
 log = logging.getLogger("appdeck.auth")
 
@@ -236,7 +238,7 @@ class RedisRateLimiter:
             return self._fallback.check(key)
         try:
             answer = await self._script(keys=[self.bucket_key(key)], args=[*self._args, "1", "0"])
-        except (RedisError, OSError, TimeoutError) as exc:
+        except redis_errors(OSError, TimeoutError) as exc:
             self._failed(exc)
             return self._fallback.check(key)
         self._down_until = 0.0
@@ -273,7 +275,7 @@ class RedisRateLimiter:
                 answer = await self._script(
                     keys=[self.bucket_key(key)], args=[*self._args, str(want), str(back)]
                 )
-            except (RedisError, OSError, TimeoutError) as exc:
+            except redis_errors(OSError, TimeoutError) as exc:
                 self._failed(exc)
                 return _DOWN
             self._down_until = 0.0

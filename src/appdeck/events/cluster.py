@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
-
-from redis.asyncio import BlockingConnectionPool, Redis
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from appdeck.events.signals import LocalBroadcast, RedisBroadcast
+
+if TYPE_CHECKING:  # imported by replica mode only (appdeck.common.outages)
+    from redis.asyncio import Redis
 
 REDIS_TIMEOUT = 5.0
 """Seconds a Redis command or connect may take before it fails (and the caller's fallback or
@@ -24,7 +25,7 @@ REDIS_CONNECTIONS = 64
 at once are what timed out on a loaded machine, and each costs Redis a client."""
 
 
-R = TypeVar("R", bound=Redis)
+R = TypeVar("R", bound="Redis")
 
 
 def bounded(
@@ -32,12 +33,14 @@ def bounded(
     connections: int,
     timeout: float,
     *,
-    cls: type[R] = Redis,  # type: ignore[assignment]
+    cls: type[R],
     **options: Any,
 ) -> R:
-    """A Redis client on a pool of at most ``connections``: a command waits up to ``timeout``
-    for a free one, and connects and commands time out after ``timeout`` too. The client owns
-    the pool (``aclose`` closes it)."""
+    """A ``cls`` client (a redis-py ``Redis``) on a pool of at most ``connections``: a command
+    waits up to ``timeout`` for a free one, and connects and commands time out after ``timeout``
+    too. The client owns the pool (``aclose`` closes it)."""
+    from redis.asyncio import BlockingConnectionPool
+
     pool = BlockingConnectionPool.from_url(
         url,
         max_connections=connections,
@@ -72,10 +75,15 @@ class Cluster:
         prefix: str,
         instance_id: str | None = None,
         *,
-        client: type[Redis] = Redis,
+        client: type[Redis] | None = None,
     ) -> Cluster:
         """Connect to Redis (checked with a PING) and start the broadcast reader. ``client``:
-        the Redis class to use (the composition root gives one that times its commands)."""
+        the Redis class to use (redis-py's by default; the composition root gives one that times
+        its commands)."""
+        if client is None:
+            from redis.asyncio import Redis
+
+            client = Redis
         redis: Redis = bounded(
             url, REDIS_CONNECTIONS, REDIS_TIMEOUT, cls=client, health_check_interval=15
         )

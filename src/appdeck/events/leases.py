@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import math
 import secrets
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from redis.asyncio import Redis
+if TYPE_CHECKING:  # loaded by replica mode only (appdeck.common.outages)
+    from redis.asyncio import Redis
 
 from appdeck.events.ports import Lease, StreamLeases
 

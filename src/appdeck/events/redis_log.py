@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from redis.asyncio import Redis
+if TYPE_CHECKING:  # loaded by replica mode only (appdeck.common.outages)
+    from redis.asyncio import Redis
 
 from appdeck.events.bus import channel
 from appdeck.events.ports import EventLog, StoredEvent

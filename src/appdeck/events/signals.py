@@ -14,11 +14,13 @@ import contextlib
 import logging
 from collections import defaultdict
 from collections.abc import Callable
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from redis.asyncio import Redis
-from redis.asyncio.client import PubSub
-from redis.exceptions import RedisError
+from appdeck.common.outages import redis_errors
+
+if TYPE_CHECKING:  # loaded by replica mode only (appdeck.common.outages)
+    from redis.asyncio import Redis
+    from redis.asyncio.client import PubSub
 
 log = logging.getLogger("appdeck.events")
 
@@ -156,7 +158,7 @@ class RedisBroadcast:
             if first and self._pubsub is not None:
                 try:
                     await self._pubsub.subscribe(self._wire(channel))
-                except RedisError:  # the reader reconnects and subscribes it again
+                except redis_errors():  # the reader reconnects and subscribes it again
                     log.warning("broadcast subscribe failed; retried on reconnect")
         return subscription
 
@@ -164,7 +166,7 @@ class RedisBroadcast:
         async with self._mutex:
             channel = self._fanout.remove(subscription)
             if channel is not None and self._pubsub is not None:
-                with contextlib.suppress(RedisError):
+                with contextlib.suppress(*redis_errors()):
                     await self._pubsub.unsubscribe(self._wire(channel))
 
     def on_reconnect(self, callback: Callable[[], None]) -> None:
@@ -201,7 +203,7 @@ class RedisBroadcast:
                     self._dispatch(message.get("channel"), message.get("data"))
             except asyncio.CancelledError:
                 raise
-            except (RedisError, OSError) as exc:
+            except redis_errors(OSError) as exc:
                 delay = BACKOFF[min(failures, len(BACKOFF) - 1)]
                 failures += 1
                 log.warning("broadcast connection lost (%s); retrying in %.2f s", exc, delay)

@@ -27,19 +27,20 @@ from __future__ import annotations
 import time
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Any, Final, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 from prometheus_client import REGISTRY
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
-from redis.asyncio import BlockingConnectionPool, Redis
-from redis.asyncio.client import Pipeline
 from sqlalchemy import event
 from sqlalchemy.engine import Dialect, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import QueuePool
 
 from appdeck.observability.latency import Latency, counter, gauge, histogram
+
+if TYPE_CHECKING:  # loaded by replica mode only (appdeck.common.outages)
+    from redis.asyncio import BlockingConnectionPool, Redis
 
 DB_BUCKETS: Final = (
     0.0005,
@@ -228,41 +229,11 @@ def _db_pool(engine: AsyncEngine | None) -> dict[str, float]:
 # -- Redis -----------------------------------------------------------------------------------
 
 
-class _TimedPipeline(Pipeline):
-    async def execute(self, raise_on_error: bool = True) -> list[Any]:
-        started = time.perf_counter()
-        try:
-            return await super().execute(raise_on_error)
-        finally:
-            STORAGE.redis.observe(time.perf_counter() - started)
-
-
-class TimedRedis(Redis):
-    """A Redis client whose commands (and pipelines, one round trip each) are timed.
-
-    redis-py has no event hooks (its own OpenTelemetry recorder is process-wide and needs an
-    OTel meter provider); a subclass at the client is the smallest seam: the pub/sub reader's
-    blocking waits (its own connection, through :class:`~redis.asyncio.client.PubSub`) stay
-    out of the histogram, and nothing in ``events`` changes but the class it is given. The
-    time includes waiting for a pooled connection: what the caller waits, while
-    ``appdeck_redis_pool_connections`` tells a saturated pool from a slow server."""
-
-    async def execute_command(self, *args: Any, **options: Any) -> Any:
-        started = time.perf_counter()
-        try:
-            return await super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
-        finally:
-            STORAGE.redis.observe(time.perf_counter() - started)
-
-    def pipeline(self, transaction: bool = True, shard_hint: str | None = None) -> Pipeline:
-        return _TimedPipeline(
-            self.connection_pool, self.response_callbacks, transaction, shard_hint
-        )
-
-
 def watch_redis(client: Redis) -> None:
     """Read ``client``'s pool at each scrape (replica mode); its commands are timed when it is
-    a :class:`TimedRedis`."""
+    a :class:`~appdeck.observability.timed_redis.TimedRedis`."""
+    from redis.asyncio import BlockingConnectionPool
+
     pool = client.connection_pool
     if isinstance(pool, BlockingConnectionPool):
         STORAGE.redis_pool = weakref.ref(pool)

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from redis.exceptions import RedisError
 
 from appdeck.common.identity import Principal
+from appdeck.common.outages import redis_errors
 from appdeck.observability import mcp as metrics
 from appdeck.protocol import envelope, inbound, listen, param_headers, versions
 from appdeck.protocol import errors as rpc
@@ -321,7 +321,7 @@ class McpHttpApp:
                 raise HttpError(400, rpc.SERVER_ERROR, "Bad Request: unknown Last-Event-ID")
             # a resumption takes the lease: its previous connection is gone for the client
             lease = await self.hub.claim(session.id, stream, take_over=raw_last is not None)
-        except RedisError:
+        except redis_errors():
             log.warning("stream state unreachable", exc_info=True)
             raise HttpError(
                 503, rpc.SERVER_ERROR, "Service Unavailable: try again", RETRY_SOON

@@ -16,8 +16,8 @@ import secrets
 from typing import Any, Final
 
 import orjson
-from redis.exceptions import RedisError
 
+from appdeck.common.outages import redis_errors
 from appdeck.events.bus import CLOSE, RESYNC, Delivery, Listener, Taken
 from appdeck.events.ports import Lease
 from appdeck.observability import mcp as metrics
@@ -201,7 +201,7 @@ class GetStream:
                 after = await hub.tail(sid, self._stream)
             elif hub.log.dense:  # an id past the tail (forged, or older than the counter)
                 after = min(after, await hub.tail(sid, self._stream))
-        except RedisError:
+        except redis_errors():
             await hub.unlisten(listener)
             log.warning("stream state unreachable", exc_info=True)
             raise HttpError(
@@ -229,7 +229,7 @@ class GetStream:
             await self._live(listener, gone, keepalive_seconds)
         except OSError:
             return
-        except RedisError:  # the client resumes after Last-Event-ID, maybe elsewhere
+        except redis_errors():  # the client resumes after Last-Event-ID, maybe elsewhere
             log.warning("stream state unreachable; stream closed", exc_info=True)
             return
         finally:
