@@ -85,3 +85,9 @@ def test_the_memory_is_bounded(checks: list[Any], monkeypatch: pytest.MonkeyPatc
     assert len(registry._checked) <= 3
     check_schema({"type": "integer", "minimum": 9})  # the last one is still remembered
     assert len(checks) == 10
+
+
+def test_schemas_a_caller_says_are_checked_are_not_checked_again(checks: list[Any]) -> None:
+    bad = {"type": "object", "properties": {"n": {"type": "no such type"}}}
+    Registry().add_tool(_tool("trusted", bad), schemas_checked=True)
+    assert checks == []

@@ -75,3 +75,15 @@ def test_every_tools_output_schema_is_valid_and_resolves_its_refs_inside_itself(
             assert ref.startswith("#/$defs/"), (tool.name, ref)
             assert ref.removeprefix("#/$defs/") in schema["$defs"], (tool.name, ref)
         assert "$ref" not in json.dumps(tool.input_schema), tool.name
+
+
+def test_every_tools_input_and_validation_schemas_are_valid_2020_12_schemas() -> None:
+    # register_all tells the registry these are checked (it skips the check at every start):
+    # this is where they are
+    registry = Registry()
+    register_all(registry, cast(Platform, None))
+    assert len(registry.tools) >= 26
+    for tool in registry.tools.values():
+        Draft202012Validator.check_schema(tool.input_schema)
+        if tool.validation_schema is not None:
+            Draft202012Validator.check_schema(tool.validation_schema)

@@ -44,6 +44,9 @@ def check(family: str, tool: object) -> Tool:
 
 
 def register_all(registry: Registry, platform: Platform) -> None:
+    """Every built-in tool, bound to ``platform``. Their schemas come from their code alone
+    (not from settings or the platform): ``tests/tools/test_schemas.py`` checks each against
+    the meta-schema, so the registry does not check them again at every start."""
     for family, tools in families():
         for tool in tools:
-            registry.add_tool(check(family, tool).definition(platform))
+            registry.add_tool(check(family, tool).definition(platform), schemas_checked=True)
