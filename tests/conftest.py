@@ -43,6 +43,7 @@ T = TypeVar("T")
 
 # every Services a test starts picks a free ingress port (a dev server may hold 8088)
 os.environ.setdefault("APPDECK_INGRESS_PORT", "0")
+os.environ["APPDECK_TEST_FAST_PASSWORD_HASHES"] = "1"  # appdeck.auth.hashing.FAST_FOR_TESTS
 
 
 def _bytecode_outside_the_trees() -> None:

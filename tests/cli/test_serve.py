@@ -163,6 +163,7 @@ async def test_dev_prints_a_connect_block_logs_activity_and_says_one_version(
     assert re.search(r"tool call tool=test_simple_text action=- app=- outcome=ok ms=[\d.]+ "
                      r"tenant=dev user=\w+", log), log  # fmt: skip
     assert "token issued kind=oauth tenant=dev" in log  # the dev token
+    assert "APPDECK_TEST_FAST_PASSWORD_HASHES is set: passwords are hashed with test-only" in log
     assert token not in log
     assert "hunter2" not in log
     loggers = {m.group(1) for ln in log.splitlines() if (m := LOGGER.search(ln))}

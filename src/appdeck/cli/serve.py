@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
@@ -131,6 +132,7 @@ async def _serve(settings: Any, dev: bool, stop_apps: bool = False) -> None:
 
     from appdeck import logs
     from appdeck.app import Services
+    from appdeck.auth import hashing
     from appdeck.common.listen import ListenError, listen
     from appdeck.model import hostnames
     from appdeck.transport.http11 import bounded_protocol, http_limits
@@ -166,6 +168,11 @@ async def _serve(settings: Any, dev: bool, stop_apps: bool = False) -> None:
     )
     server = server_class(services.drain)(config)
     tune_gc()
+    if hashing.fast_for_tests():
+        logging.getLogger("appdeck").warning(
+            "%s is set: passwords are hashed with test-only parameters, unfit for production",
+            hashing.FAST_FOR_TESTS,
+        )
     url = f"{services.base_url}/mcp"
     marker = settings.data_dir / "server.json"
     marker.write_text(json.dumps({"url": url, "base_url": services.base_url, "pid": os.getpid()}))
