@@ -21,7 +21,7 @@ from appdeck.auth.server import AuthorizationServer
 from appdeck.auth.tokens import TokenIssuer, TokenVerifier
 from appdeck.auth.urls import PublicUrls
 from appdeck.settings import Settings
-from appdeck.storage import create_engine, default_sqlite_url, migrate
+from appdeck.storage import create_engine, migrate
 from appdeck.storage.audit import AuditStore
 from appdeck.storage.identity import IdentityStore, UserRecord
 from appdeck.storage.oauth import OAuthStore
@@ -78,11 +78,14 @@ WorldFactory = Callable[..., Awaitable[OAuthWorld]]
 
 
 @pytest.fixture
-async def make_world(tmp_path: Path) -> AsyncIterator[WorldFactory]:
-    """Builds worlds (each on its own database); ``cimd_allow_loopback`` as asked."""
-    url = default_sqlite_url(tmp_path / "db")
+async def make_world(
+    tmp_path: Path, migrated_sqlite: Callable[[Path], str]
+) -> AsyncIterator[WorldFactory]:
+    """Builds worlds (each on its own database, a copy of the migrated template);
+    ``cimd_allow_loopback`` as asked."""
+    url = migrated_sqlite(tmp_path / "db")
     engine = create_engine(url)
-    await migrate(engine)
+    await migrate(engine)  # at the newest already: only checked
     identities = IdentityStore(engine)
     await identities.create_tenant("acme", "Acme Corp")
     user = await identities.create_user("acme", "ada", password_hash(PASSWORD), "admin")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +24,10 @@ from tests.platform.tables.test_schema import Env, platform
 
 
 @pytest.fixture
-async def env(app_databases: AppDatabases, tmp_path: Path) -> AsyncIterator[Env]:
-    async with platform(tmp_path) as on:
+async def env(
+    app_databases: AppDatabases, tmp_path: Path, migrated_sqlite: Callable[[Path], str]
+) -> AsyncIterator[Env]:
+    async with platform(tmp_path, migrated_sqlite(tmp_path / "platform")) as on:
         dbs = app_databases
         tables = TableService(on.platform.apps, dbs, on.platform.feed)
         app_id = (await on.platform.apps.register(on.alice, "shop")).app.id

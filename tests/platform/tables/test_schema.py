@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +24,7 @@ from appdeck.platform.tables.catalog import Column, Index
 from appdeck.platform.tables.databases import AppDatabases
 from appdeck.platform.tables.ddl import IndexSpec
 from appdeck.platform.tables.schema_service import TableService
-from appdeck.storage import Storage, default_sqlite_url
+from appdeck.storage import Storage
 from tests.platform.on_fakes import OnFakes, platform_on_fakes
 
 
@@ -38,9 +38,10 @@ class Env:
 
 
 @asynccontextmanager
-async def platform(tmp_path: Path) -> AsyncIterator[OnFakes]:
-    """The platform's own database is SQLite here: the dialect under test is the apps'."""
-    storage = await Storage.open(default_sqlite_url(tmp_path / "platform"))
+async def platform(tmp_path: Path, url: str) -> AsyncIterator[OnFakes]:
+    """The platform's own database (``url``, a copy of the migrated SQLite template: the
+    dialect under test is the apps')."""
+    storage = await Storage.open(url)
     try:
         yield await platform_on_fakes(storage, tmp_path)
     finally:
@@ -48,8 +49,10 @@ async def platform(tmp_path: Path) -> AsyncIterator[OnFakes]:
 
 
 @pytest.fixture
-async def env(app_databases: AppDatabases, tmp_path: Path) -> AsyncIterator[Env]:
-    async with platform(tmp_path) as on:
+async def env(
+    app_databases: AppDatabases, tmp_path: Path, migrated_sqlite: Callable[[Path], str]
+) -> AsyncIterator[Env]:
+    async with platform(tmp_path, migrated_sqlite(tmp_path / "platform")) as on:
         tables = TableService(on.platform.apps, app_databases, on.platform.feed)
         seen: list[Change] = []
 
