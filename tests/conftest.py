@@ -34,6 +34,7 @@ from sqlalchemy.engine import make_url
 from appdeck.storage import Storage, create_engine, default_sqlite_url, migrate
 from appdeck.storage.migrate import head_revision
 from appdeck.tuning import tune_gc
+from tests.support.templates import sqlite_template
 
 POSTGRES_URL = os.environ.get(
     "APPDECK_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
@@ -143,11 +144,10 @@ def migrated_sqlite(_sqlite_template: Path) -> Callable[[Path], str]:
 
 
 @pytest.fixture(scope="session")
-def _sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A SQLite file migrated to the newest schema, once per worker."""
-    directory = tmp_path_factory.mktemp("template")
-    _on_private_loop(_migrated(default_sqlite_url(directory)))
-    return directory / "appdeck.db"
+def _sqlite_template() -> Path:
+    """A SQLite file migrated to the newest schema, once per worker (the one
+    :func:`~tests.support.templates.sqlite_template` makes for the servers the tests start)."""
+    return sqlite_template()
 
 
 @dataclass(frozen=True, slots=True)
