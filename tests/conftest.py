@@ -31,10 +31,10 @@ import asyncpg
 import pytest
 from sqlalchemy.engine import make_url
 
-from appdeck.storage import Storage, create_engine, default_sqlite_url, migrate
+from appdeck.storage import Storage, default_sqlite_url
 from appdeck.storage.migrate import head_revision
 from appdeck.tuning import tune_gc
-from tests.support.templates import sqlite_template
+from tests.support.templates import migrated, sqlite_template
 
 POSTGRES_URL = os.environ.get(
     "APPDECK_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
@@ -168,7 +168,7 @@ def _postgres_template() -> Iterator[_Template]:
     _create_database(name)
     try:
         url = _url_of(name)
-        _on_private_loop(_migrated(url))
+        _on_private_loop(migrated(url))
         tables = frozenset(_on_private_loop(_tables(url)))
         shape = _on_private_loop(_shape(url))
         _on_private_loop(
@@ -320,14 +320,6 @@ def _create_database(name: str, template: str | None = None) -> None:
 
 def _url_of(name: str) -> str:
     return make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
-
-
-async def _migrated(url: str) -> None:
-    engine = create_engine(url)
-    try:
-        await migrate(engine)
-    finally:
-        await engine.dispose()
 
 
 async def _shape(url: str) -> frozenset[tuple[str, ...]]:

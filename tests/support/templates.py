@@ -24,7 +24,7 @@ def sqlite_template() -> Path:
     url = default_sqlite_url(directory)
     # on a loop of its own, in a thread: callers may be inside a running loop
     with ThreadPoolExecutor(max_workers=1) as thread:
-        thread.submit(asyncio.run, _migrated(url)).result(timeout=120)
+        thread.submit(asyncio.run, migrated(url)).result(timeout=120)
     return directory / "appdeck.db"
 
 
@@ -37,7 +37,8 @@ def copy_into(data_dir: Path) -> None:
         shutil.copyfile(sqlite_template(), target)
 
 
-async def _migrated(url: str) -> None:
+async def migrated(url: str) -> None:
+    """Migrate the database at ``url`` to the newest schema."""
     engine = create_engine(url)
     try:
         await migrate(engine)
