@@ -91,6 +91,16 @@ PUSH_LEASE_MARGIN_S = 30.0
 """How often a replica ends deployments nobody drives and re-syncs its routes."""
 
 
+async def _cluster_of(settings: Settings) -> Cluster:
+    """Redis shared with the other replicas when set (replica mode: the only mode that loads
+    redis-py, see ``common.outages``), else this process alone."""
+    if not settings.redis_url:
+        return Cluster.alone()
+    from appdeck.observability.timed_redis import TimedRedis
+
+    return await Cluster.connect(settings.redis_url, settings.redis_prefix, client=TimedRedis)
+
+
 def _audit_log(settings: Settings) -> AuditLog:
     """The audit log, started: its own thread and connection."""
     audit = AuditLog(
@@ -178,14 +188,7 @@ class Services:
         kube = await serving.cluster_of(settings)  # a cluster that does not answer: before opening
         runtime, install = setup.sandbox_of(settings)
         storage = await Storage.open(settings.database())
-        if settings.redis_url:  # replica mode: the only one that loads redis-py (common.outages)
-            from appdeck.observability.timed_redis import TimedRedis
-
-            cluster = await Cluster.connect(
-                settings.redis_url, settings.redis_prefix, client=TimedRedis
-            )
-        else:
-            cluster = Cluster.alone()
+        cluster = await _cluster_of(settings)
         base_url = settings.base_url(port)
         identities = IdentityStore(storage.engine)
         audit_store = AuditStore(storage.engine)
