@@ -34,7 +34,7 @@ from sqlalchemy.engine import make_url
 from appdeck.storage import Storage, default_sqlite_url
 from appdeck.storage.migrate import head_revision
 from appdeck.tuning import tune_gc
-from tests.support.templates import migrated, sqlite_template
+from tests.support.templates import copy_into, migrated, sqlite_template
 
 POSTGRES_URL = os.environ.get(
     "APPDECK_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
@@ -129,16 +129,15 @@ async def storage(database_url: str) -> AsyncIterator[Storage]:
 
 
 @pytest.fixture
-def migrated_sqlite(_sqlite_template: Path) -> Callable[[Path], str]:
+def migrated_sqlite() -> Callable[[Path], str]:
     """Puts a copy of the worker's migrated template where a server whose ``data_dir`` is the
     given directory keeps its database (``appdeck.db`` in it) and returns its URL: for the
     fixtures that start a server on SQLite without ``database_url``, which would otherwise
     migrate a fresh file from zero (0.3-0.5 s of CPU each)."""
 
     def put(data_dir: Path) -> str:
-        url = default_sqlite_url(data_dir)
-        shutil.copyfile(_sqlite_template, data_dir / "appdeck.db")
-        return url
+        copy_into(data_dir)
+        return default_sqlite_url(data_dir)
 
     return put
 

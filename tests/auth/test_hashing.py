@@ -39,7 +39,8 @@ def test_the_suite_hashes_fast_and_says_so() -> None:
 def test_without_the_test_setting_passwords_get_argon2ids_defaults_and_so_does_the_dummy() -> None:
     code = """
 from appdeck.auth import hashing
-which, hasher, dummy = hashing._hashing()
+fast, hasher, dummy = hashing._hashing()
+assert not fast
 assert not hashing.fast_for_tests()
 fresh = hashing.hash_password("a password")
 assert fresh.split("$")[3] == "m=65536,t=3,p=4", fresh

@@ -127,14 +127,14 @@ async def start_appdeck(
     env: dict[str, str] | None = None,
     cwd: Path | None = None,
     ingress_port: int = 0,
-    fresh: bool = False,
 ) -> AppDeckProcess:
     """Run ``appdeck serve --port 0 --data-dir DATA_DIR --with-conformance-fixtures [--dev]``
     and wait (at most ``within`` seconds) for the line that gives its URL (and, with
     ``dev``, for the dev token). On SQLite (no ``APPDECK_DATABASE_URL`` in ``env``) an empty
-    data directory first gets a copy of the migrated template (:mod:`tests.support.templates`)
-    unless ``fresh``: the server then does not migrate from zero."""
-    if not fresh and "APPDECK_DATABASE_URL" not in (env or {}):
+    data directory first gets a copy of the migrated template (:mod:`tests.support.templates`):
+    the server then does not migrate from zero (the tests of a fresh install run their own
+    processes)."""
+    if "APPDECK_DATABASE_URL" not in (env or {}):
         copy_into(data_dir if cwd is None else cwd / data_dir)
     stdout_path, stderr_path = _log_files(log_dir, name)
     with stdout_path.open("wb") as out, stderr_path.open("wb") as err:

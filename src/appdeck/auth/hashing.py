@@ -40,19 +40,16 @@ Stored hashes carry their own parameters, so either kind verifies under either s
 
 def fast_for_tests() -> bool:
     """True when :data:`FAST_FOR_TESTS` is set (read at the first hash or check)."""
-    return _hashing()[0] is not _DEFAULT
-
-
-_DEFAULT: Final = "default"
+    return _hashing()[0]
 
 
 @functools.cache
-def _hashing() -> tuple[str, PasswordHasher, str]:
-    """(which, the hasher, its dummy hash), chosen once per process."""
+def _hashing() -> tuple[bool, PasswordHasher, str]:
+    """(fast for tests, the hasher, its dummy hash), chosen once per process."""
     if os.environ.get(FAST_FOR_TESTS) == "1":
         fast = PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
-        return "fast", fast, fast.hash("appdeck-timing-equaliser")
-    return _DEFAULT, PasswordHasher(), _DUMMY
+        return True, fast, fast.hash("appdeck-timing-equaliser")
+    return False, PasswordHasher(), _DUMMY
 
 
 def hash_password(password: str) -> str:
