@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from appdeck.ingress.config import ProxyConfig
+from appdeck.ingress.haproxy.config import Rendered
 from appdeck.ingress.haproxy.listening import addresses
 from appdeck.ingress.haproxy.plane import HAProxyDataPlane, HAProxyTable
 from appdeck.ingress.haproxy.runtime_api import RuntimeApiError
@@ -165,20 +166,22 @@ async def test_two_instances_expected_close_together_are_added_by_one_reload(
     plane: StartPlane, upstream: StartUpstream
 ) -> None:
     """A blue/green's second instance starts ~40 ms after the first, while the first one's
-    reload checks its config: the config is rendered again, and one reload takes both."""
+    reload writes its config: the config is rendered again, and one reload takes both."""
     data_plane, client = await plane()
     a, b, c = await upstream("a"), await upstream("b"), await upstream("c")
     data_plane.table.set("blog", [Backend("r1", 100, [a.address])])
     assert await data_plane.synced()
     before = await _reloads(data_plane)
-    check = data_plane.process.check
+    write = data_plane.process.write
 
-    async def second_starts_during_the_check() -> None:
+    def second_starts_while_the_first_is_written(
+        rendered: Rendered, *, config_only: bool = False
+    ) -> None:
         if "r2-1" not in data_plane.table.expected().get("blog", {}):
             data_plane.table.expect("blog", "r2", 1, c.address, of=2)
-        await check()
+        write(rendered, config_only=config_only)
 
-    data_plane.process.check = second_starts_during_the_check  # type: ignore[method-assign]
+    data_plane.process.write = second_starts_while_the_first_is_written  # type: ignore[method-assign]
     data_plane.table.expect("blog", "r2", 0, b.address, of=2)
     await _servers(data_plane, "r2-0", "r2-1")
 
@@ -192,27 +195,27 @@ async def test_two_instances_expected_close_together_are_added_by_one_reload(
     assert seen == {"b", "c"}
 
 
-async def test_a_route_change_during_an_expected_instance_s_check_is_in_that_reload(
+async def test_a_route_change_while_an_expected_instance_s_config_is_written_is_in_that_reload(
     plane: StartPlane, upstream: StartUpstream
 ) -> None:
-    """A route that changes while the reload adding an expected instance checks its config
+    """A route that changes while the reload adding an expected instance writes its config
     (here: to a server that reload lacks) is put in effect, read back, by that reload."""
     data_plane, client = await plane()
     a, b, c = await upstream("a"), await upstream("b"), await upstream("c")
     data_plane.table.set("blog", [Backend("r1", 100, [a.address])])
     assert await data_plane.synced()
     before = await _reloads(data_plane)
-    check, moved = data_plane.process.check, asyncio.Event()
+    write, moved = data_plane.process.write, asyncio.Event()
 
-    async def traffic_moves_during_the_check() -> None:
+    def traffic_moves_while_it_is_written(rendered: Rendered, *, config_only: bool = False) -> None:
         if not moved.is_set():
             moved.set()
             data_plane.table.set(
                 "blog", [Backend("r1", 0, [a.address]), Backend("r3", 100, [c.address])]
             )
-        await check()
+        write(rendered, config_only=config_only)
 
-    data_plane.process.check = traffic_moves_during_the_check  # type: ignore[method-assign]
+    data_plane.process.write = traffic_moves_while_it_is_written  # type: ignore[method-assign]
     data_plane.table.expect("blog", "r2", 0, b.address)
     async with asyncio.timeout(30):
         await moved.wait()

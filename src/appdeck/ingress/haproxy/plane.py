@@ -12,8 +12,9 @@ One task (every :data:`TICK_S`, or at once after a change):
   reload (master-worker: seamless); else set the weights that differ through the runtime API,
   on one connection that asks first which config the worker runs (``show info``). HAProxy
   answers each ``set server ... weight`` (nothing when applied, the refusal else): only once
-  every one was applied is the table's version counted as in effect. A table changed during
-  the config check is rendered again and checked: one reload for a set's instances.
+  every one was applied is the table's version counted as in effect. A table changed while
+  the config is written (a set's next instance, held for a moment) is rendered again: one
+  reload for a set's instances.
 - **watchdog**: a dead HAProxy is started again with the last config (must-show 5: routes back
   within 2 s of a kill -9).
 - **counters**: per-server ``show stat`` summed per (route, release) into
@@ -66,9 +67,8 @@ SETTLE_S: Final = 30.0
 SYNCED_WITHIN_S: Final = 15.0
 SET_GAP_S: Final = 0.06
 """How long after an instance was expected the reload that adds it waits for the release's
-next one (a blue/green's start ~40 ms apart), overlapped by the config check: only what the
-check took less than this is added; never once every instance is expected (a rolling
-deploy's first one waits in vain), never to a reload that changes a route."""
+next one (a blue/green's start ~40 ms apart); never once every instance is expected (a
+rolling deploy's first one waits in vain), never to a reload that changes a route."""
 HOLD_AT_MOST_S: Final = 0.25
 """The longest a reload waits so (a set's instances expected one after another)."""
 _CLASSES: Final = ("hrsp_1xx", "hrsp_2xx", "hrsp_3xx", "hrsp_4xx", "hrsp_5xx")
@@ -432,7 +432,7 @@ class HAProxyDataPlane:
     async def _reload(self, taken: _Taken) -> tuple[_Taken, dict[tuple[str, str], int]]:
         """Reload HAProxy with ``taken`` (or start it) and set every weight: a worker found
         running it already (``apply`` says unchanged) may have had others set. A table that
-        changed during the config check so that it needs a reload too (a blue/green's second
+        changed while the config was written so that it needs a reload too (a blue/green's second
         instance started ~40 ms after the first) is rendered again and taken by this reload:
         what it put in effect, and the weights set."""
         if self.process.running():

@@ -9,6 +9,12 @@ lease (:mod:`.lease`: ``<dir>/lease``, taken over from a holder stopped past its
 A process is ours when its pid file names a live process whose command line is HAProxy with
 our config file. Which configuration the worker runs is read back, not assumed: the config's
 ``description`` carries a digest of it (:attr:`Rendered.marker`) and ``show info`` answers it.
+
+A reload is not preceded by ``haproxy -c``: the master parses the new config itself and, when
+it refuses it, keeps the running worker and counts the failure (``show proc``'s ``[failed:
+N]``), which the reload watches for. The check (20-30 ms of CPU, a process start, on every
+change of the data plane) runs only to say why a config was refused, and before every reload
+of an HAProxy whose ``show proc`` does not count failures so.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -33,9 +40,10 @@ BINARY: Final = Path("/usr/sbin/haproxy")
 READY_WITHIN_S: Final = 10.0
 """A start or reload is in effect within this (the worker parses the config and binds)."""
 STOP_WITHIN_S: Final = 5.0
-RECHECKS: Final = 3
-"""How often one reload takes a newer config checked after the first (:meth:`HAProxyProcess.apply`):
-a bound, so that changes coming faster than checks never hold a reload back."""
+RETAKES: Final = 3
+"""How often one reload takes a newer config after the first (:meth:`HAProxyProcess.apply`): a
+bound, so that changes coming one after another never hold a reload back."""
+_MASTER_LINE: Final = re.compile(r"^\s*\d+\s+master\s+(\d+)\s+\[failed:\s*(\d+)\]", re.MULTILINE)
 
 
 class HAProxyFailed(RuntimeError):
@@ -128,36 +136,66 @@ class HAProxyProcess:
         """Make HAProxy run ``rendered`` (call under :meth:`locked`): ``"unchanged"`` when it
         already does, else ``"reloaded"`` or ``"started"``, once the worker answers with it.
 
-        ``newer`` is asked after each check, with the config just checked, for one to take
-        instead (what it wants changed meanwhile: the next instance of a set started during
-        this check); that one is written and checked in turn, at most :data:`RECHECKS` times,
-        and one reload takes both changes (a check is a third of a reload's time)."""
+        ``newer`` is asked, with the config just written, for one to take instead (what it
+        wants changed meanwhile: the next instance of a set started a moment later); that one
+        is written in turn, at most :data:`RETAKES` times, and one reload takes both."""
         if self.running() and await self.marker() == rendered.marker:
             self.check_held()
             self.write(rendered)  # weights may differ: a later reload restores these
             return "unchanged"
-        for turn in range(RECHECKS + 1):
+        for turn in range(RETAKES + 1):
             self.check_held()
             self.write(rendered)
-            await self.check()
-            instead = await newer(rendered) if newer is not None and turn < RECHECKS else None
+            instead = await newer(rendered) if newer is not None and turn < RETAKES else None
             if instead is None:
                 break
             rendered = instead
         self.check_held()
         if self.running():
-            await self.master.raw("reload")
-            await self.wait_for(rendered.marker)
+            await self.reload(rendered.marker)
             return "reloaded"
         await self.start(rendered.marker)
         return "started"
+
+    async def reload(self, marker: str) -> None:
+        """Reload through the master socket and wait for the worker running ``marker``;
+        :class:`HAProxyFailed` as soon as the master says it refused the config (the
+        running worker goes on serving the previous one), with the reason logged."""
+        reloads = master_reloads(await self.master.raw("show proc"))
+        if reloads is None:  # a master that does not count failed reloads: check first
+            await self.check()
+        await self.master.raw("reload")
+        await self.wait_for(marker, reloads=None if reloads is None else reloads[0])
+
+    async def _refused_since(self, reloads: int) -> bool:
+        """Whether the master answers that a reload after its ``reloads``-th one failed
+        (False while it re-executes itself and answers nothing)."""
+        try:
+            counted = master_reloads(await self.master.raw("show proc"))
+        except RuntimeApiError:
+            return False
+        return counted is not None and counted[0] > reloads and counted[1] > 0
+
+    async def _refused(self) -> HAProxyFailed:
+        """The error for a config the master refused at a reload, its reason logged: what
+        ``haproxy -c`` says of it, else (a config that parses but does not start: a port
+        another process holds) what the master kept of its start, where it keeps it
+        (``show startup-logs``, HAProxy 2.7 and later)."""
+        try:
+            await self.check()
+        except HAProxyFailed as exc:
+            return exc
+        why = "haproxy -c accepts it: a listener that could not bind?"
+        with contextlib.suppress(RuntimeApiError):
+            why = (await self.master.command("show startup-logs")).strip()[-2000:] or why
+        log.error("HAProxy refused its config at a reload: %s", why)
+        return HAProxyFailed("HAProxy refused the rendered configuration")
 
     async def check(self) -> None:
         """``haproxy -c``: a refused config never reaches the running process."""
         proc = await asyncio.create_subprocess_exec(
             str(self.binary),
             "-c",
-            "-q",
             "-f",
             str(self.layout.config),
             stdin=asyncio.subprocess.DEVNULL,
@@ -216,12 +254,16 @@ class HAProxyProcess:
             raise HAProxyFailed("HAProxy did not start")
         await self.wait_for(marker)
 
-    async def wait_for(self, marker: str) -> None:
+    async def wait_for(self, marker: str, *, reloads: int | None = None) -> None:
         """Until the worker answering the stats socket runs the config ``marker`` names, and
         the master answers again (it re-executes itself on a reload and listens on its
-        socket a moment after the new worker does: the next reload needs it)."""
+        socket a moment after the new worker does: the next reload needs it).
+        ``reloads``: the master's count before the reload waited for, whose failure
+        :class:`HAProxyFailed` reports at once."""
         deadline = time.monotonic() + READY_WITHIN_S
         while await self.marker() != marker:
+            if reloads is not None and await self._refused_since(reloads):
+                raise await self._refused()
             if time.monotonic() > deadline:
                 raise HAProxyFailed("HAProxy's worker did not take the new configuration")
             await asyncio.sleep(0.01)
@@ -251,6 +293,13 @@ class HAProxyProcess:
         for path in (self.layout.master, self.layout.stats, self.layout.pid):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
+
+
+def master_reloads(proc: str) -> tuple[int, int] | None:
+    """The master's line of a ``show proc`` answer: how many reloads it made, and how many
+    failed since the last that did not (None: no such line, an HAProxy that says neither)."""
+    found = _MASTER_LINE.search(proc)
+    return None if found is None else (int(found[1]), int(found[2]))
 
 
 def description(info: str) -> str | None:
