@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import logging
+import ssl
 from types import SimpleNamespace
-from typing import cast
+from typing import Any, cast
 
 import httpx
 import pytest
 
+from appdeck.common import outbound_tls
 from appdeck.common.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from appdeck.common.identity import Principal
 from appdeck.platform.deploy.deployments import DeploymentView
@@ -257,3 +259,24 @@ async def test_a_push_deploy_reports_its_progress_as_the_deploy_status(
     ]
     assert said[5]["description"] == "not deployed: superseded by a newer push"
     assert said[7]["description"] == "the deploy did not run"
+
+
+async def test_clients_made_per_call_build_no_tls_context_of_their_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each call makes its client; loading the CA bundle anew cost ~20 ms of CPU a call."""
+    shared = outbound_tls.verified()
+    built: list[object] = []
+    real = ssl.create_default_context
+
+    def counted(*args: Any, **kwargs: Any) -> ssl.SSLContext:
+        built.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ssl, "create_default_context", counted)
+    github = GitHub()
+    for _ in range(3):
+        async with github._client(TOKEN) as client:
+            assert client.base_url.scheme == "https"
+    assert built == []
+    assert outbound_tls.verified() is shared

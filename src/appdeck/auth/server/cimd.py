@@ -30,6 +30,7 @@ import httpx
 
 from appdeck.auth import scopes as scope_names
 from appdeck.auth.server import redirects
+from appdeck.common import outbound_tls
 from appdeck.common.failures import http_failure
 from appdeck.storage.oauth import ClientRow
 
@@ -137,7 +138,10 @@ async def fetch(client_id: str, *, allow_loopback: bool) -> tuple[dict[str, Any]
         async with (
             asyncio.timeout(TIMEOUT_SECONDS),
             httpx.AsyncClient(
-                timeout=TIMEOUT_SECONDS, follow_redirects=False, trust_env=False
+                timeout=TIMEOUT_SECONDS,
+                follow_redirects=False,
+                trust_env=False,
+                verify=outbound_tls.verified(),  # one context, not one per fetch (~20 ms)
             ) as client,
             client.stream(
                 "GET", target, headers=headers, extensions={"sni_hostname": host}

@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from appdeck.common import outbound_tls
 from appdeck.common.errors import (
     AppDeckError,
     FailedPrecondition,
@@ -86,6 +87,7 @@ class GitHub:
             follow_redirects=False,
             headers={**_HEADERS, "Authorization": f"Bearer {token}"},
             trust_env=False,
+            verify=outbound_tls.verified(),  # one context, not one per call (~20 ms each)
         )
 
     async def create_status(
