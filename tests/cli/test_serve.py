@@ -97,7 +97,7 @@ async def _printed(server: AppDeckProcess) -> str:
 
 
 async def _printed_without_dev(data: Path, log_dir: Path) -> tuple[str, str]:
-    server = await start_appdeck(data, log_dir=log_dir, dev=False)
+    server = await start_appdeck(data, log_dir=log_dir, dev=False, fresh_process=True)
     try:
         return await _printed(server), server.url
     finally:
@@ -126,7 +126,10 @@ async def test_dev_prints_a_connect_block_logs_activity_and_says_one_version(
     tmp_path: Path,
 ) -> None:
     server = await start_appdeck(
-        tmp_path / "data", log_dir=tmp_path / "logs", env={"APPDECK_LOG_LEVEL": "debug"}
+        tmp_path / "data",
+        log_dir=tmp_path / "logs",
+        env={"APPDECK_LOG_LEVEL": "debug"},
+        fresh_process=True,  # the command as installed: what `make run` starts
     )
     try:
         printed = await _printed(server)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from appdeck.ingress.haproxy.namespaces import Namespaces
 from tests.support.templates import copy_into
+from tests.support.zygote import ForkedProcess, zygote
 
 ROOT = Path(__file__).resolve().parents[2]
 URL_LINE = re.compile(r"MCP server listening on (https?://\S+/mcp)\s*$", re.MULTILINE)
@@ -74,7 +75,7 @@ def appdeck_executable() -> Path:
 
 @dataclass
 class AppDeckProcess:
-    process: asyncio.subprocess.Process
+    process: asyncio.subprocess.Process | ForkedProcess
     url: str
     data_dir: Path
     stdout_path: Path
@@ -127,26 +128,41 @@ async def start_appdeck(
     env: dict[str, str] | None = None,
     cwd: Path | None = None,
     ingress_port: int = 0,
+    fresh_process: bool = False,
 ) -> AppDeckProcess:
     """Run ``appdeck serve --port 0 --data-dir DATA_DIR --with-conformance-fixtures [--dev]``
     and wait (at most ``within`` seconds) for the line that gives its URL (and, with
     ``dev``, for the dev token). On SQLite (no ``APPDECK_DATABASE_URL`` in ``env``) an empty
     data directory first gets a copy of the migrated template (:mod:`tests.support.templates`):
     the server then does not migrate from zero (the tests of a fresh install run their own
-    processes)."""
+    processes). The process is a fork of the worker's zygote (:mod:`tests.support.zygote`:
+    the program's imports made once), or with ``fresh_process`` the command exec'd anew."""
     if "APPDECK_DATABASE_URL" not in (env or {}):
         copy_into(data_dir if cwd is None else cwd / data_dir)
     stdout_path, stderr_path = _log_files(log_dir, name)
+    command, environment = serve_command(data_dir, dev=dev, ingress_port=ingress_port), clean_env()
+    process: asyncio.subprocess.Process | ForkedProcess
     with stdout_path.open("wb") as out, stderr_path.open("wb") as err:
-        process = await asyncio.create_subprocess_exec(
-            *serve_command(data_dir, dev=dev, ingress_port=ingress_port),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=out,
-            stderr=err,
-            env=clean_env() | (env or {}),
-            cwd=cwd,  # a relative data dir is relative to it
-            start_new_session=True,  # a Ctrl-C on pytest is not also delivered to the server
-        )
+        if fresh_process:
+            process = await asyncio.create_subprocess_exec(
+                *command,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                env=environment | (env or {}),
+                cwd=cwd,  # a relative data dir is relative to it
+                start_new_session=True,  # a Ctrl-C on pytest is not also delivered to it
+            )
+        else:
+            process = zygote(environment).spawn(
+                command,
+                env=environment | (env or {}),
+                cwd=cwd,
+                stdin=None,
+                stdout=out.fileno(),
+                stderr=err.fileno(),
+                session=True,
+            )
     server = AppDeckProcess(process, "", data_dir, stdout_path, stderr_path)
     try:
         async with asyncio.timeout(within):
