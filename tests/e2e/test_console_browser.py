@@ -39,7 +39,7 @@ from playwright.async_api import Browser, BrowserContext, Page, async_playwright
 from tests.e2e.conftest import Launcher
 from tests.e2e.helpers import call_tool_as_task, hello_source, official_client, task_result
 from tests.e2e.test_oauth_browser import CHROMIUM, CHROMIUM_ARGS, DEV_PASSWORD
-from tests.support.appdeck_process import AppDeckProcess, appdeck_executable, clean_env
+from tests.support.appdeck_process import AppDeckProcess, run_appdeck
 
 ROOT: Final = Path(__file__).resolve().parents[2]
 AXE_DIR: Final = ROOT / "tools" / "axe"
@@ -131,15 +131,8 @@ def _shots_dir() -> Path | None:
 
 def _cli(server: AppDeckProcess, *args: str, stdin: str | None = None) -> None:
     """``appdeck ARGS --data-dir DATA``: what an operator types next to the running server."""
-    subprocess.run(
-        [str(appdeck_executable()), *args, "--data-dir", str(server.data_dir)],
-        input=stdin,
-        text=True,
-        env=clean_env(),
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
+    done = run_appdeck(*args, "--data-dir", str(server.data_dir), env={}, input=stdin)
+    assert done.returncode == 0, done.stderr
 
 
 @pytest.fixture

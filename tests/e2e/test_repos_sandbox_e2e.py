@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +20,7 @@ from tests.e2e.helpers import official_client
 from tests.platform.repos.gitrepo import bare_repo, git
 from tests.support.appdeck_process import (
     AppDeckProcess,
-    appdeck_executable,
-    clean_env,
+    run_appdeck,
     start_appdeck,
 )
 
@@ -36,14 +34,7 @@ def _other_token(server: AppDeckProcess, env: dict[str, str]) -> str:
     """A token of an admin of tenant ``other`` (t2), made with the CLI."""
 
     def cli(*args: str) -> str:
-        done = subprocess.run(
-            [str(appdeck_executable()), *args, "--data-dir", str(server.data_dir)],
-            env=clean_env() | env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        done = run_appdeck(*args, "--data-dir", str(server.data_dir), env=env)
         assert done.returncode == 0, done.stderr
         return done.stdout
 

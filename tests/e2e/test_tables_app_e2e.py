@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -21,7 +20,7 @@ from sqlalchemy.engine import make_url
 from tests.conftest import _dsn
 from tests.e2e.conftest import Launcher
 from tests.e2e.helpers import raw_http, rpc
-from tests.support.appdeck_process import AppDeckProcess, appdeck_executable, clean_env
+from tests.support.appdeck_process import AppDeckProcess, run_appdeck
 from tests.support.mcp import initialize
 
 NOTES = Path(__file__).resolve().parents[1] / "fixtures" / "apps" / "notes"
@@ -84,14 +83,7 @@ def _stranger_token(server: AppDeckProcess, env: dict[str, str]) -> str:
     """A token of an admin of another tenant, ``other`` (made with the CLI)."""
 
     def cli(*args: str) -> str:
-        done = subprocess.run(
-            [str(appdeck_executable()), *args, "--data-dir", str(server.data_dir)],
-            env=clean_env() | env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        done = run_appdeck(*args, "--data-dir", str(server.data_dir), env=env)
         assert done.returncode == 0, done.stderr
         return done.stdout
 

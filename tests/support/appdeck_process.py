@@ -15,13 +15,14 @@ import json
 import os
 import re
 import signal
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from appdeck.ingress.haproxy.namespaces import Namespaces
 from tests.support.templates import copy_into
-from tests.support.zygote import ForkedProcess, zygote
+from tests.support.zygote import ForkedProcess, run, zygote
 
 ROOT = Path(__file__).resolve().parents[2]
 URL_LINE = re.compile(r"MCP server listening on (https?://\S+/mcp)\s*$", re.MULTILINE)
@@ -60,6 +61,20 @@ def clean_env() -> dict[str, str]:
     env["APPDECK_SANDBOX"] = "on"  # --dev alone would fall back to unsandboxed apps
     env["APPDECK_TEST_FAST_PASSWORD_HASHES"] = "1"  # the dev user's password: ~0.2 s a start
     return env
+
+
+def run_appdeck(
+    *args: str, env: dict[str, str], input: str | None = None, timeout: float = 60.0
+) -> subprocess.CompletedProcess[str]:
+    """``appdeck ARGS`` (what an operator types beside a running server), its output
+    captured: a fork of the worker's zygote (:func:`tests.support.zygote.run`), ``env`` on
+    top of :func:`clean_env`. The CLI's own tests exec the command instead."""
+    return run(
+        [str(appdeck_executable()), *args],
+        env=clean_env() | env,
+        input=input,
+        timeout=timeout,
+    )
 
 
 def appdeck_executable() -> Path:

@@ -10,7 +10,7 @@ import signal
 from pathlib import Path
 
 from appdeck import __version__
-from tests.support.appdeck_process import appdeck_executable, clean_env
+from tests.support.appdeck_process import appdeck_executable, clean_env, run_appdeck
 from tests.support.zygote import ForkedProcess, zygote
 
 
@@ -58,3 +58,12 @@ async def test_a_child_killed_by_a_signal_reads_as_minus_that_signal(tmp_path: P
     async with asyncio.timeout(60):
         assert await child.wait() == -signal.SIGKILL
     child.kill()  # reaped: a no-op, never a signal to whatever has the pid now
+
+
+def test_run_captures_a_command_s_output_and_exit_code_as_subprocess_run_does() -> None:
+    done = run_appdeck("version", env={})
+    assert (done.returncode, done.stderr) == (0, "")
+    assert __version__ in done.stdout
+    refused = run_appdeck("no-such-command", env={})
+    assert refused.returncode == 2
+    assert "No such command" in refused.stderr

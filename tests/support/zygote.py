@@ -231,6 +231,11 @@ class ForkedProcess:
             with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits
                 loop.call_soon_threadsafe(_resolve, future)
 
+    def wait_blocking(self, timeout: float) -> int | None:
+        """The return code once the child ended within ``timeout`` seconds, else None."""
+        self._exited.wait(timeout)
+        return self.returncode
+
     async def wait(self) -> int:
         """Until the zygote reported the child's end (the caller bounds the wait)."""
         future = asyncio.get_running_loop().create_future()
@@ -331,6 +336,45 @@ class Zygote:
             os.unlink(self.path)
         with contextlib.suppress(OSError):
             os.rmdir(self._dir)
+
+
+def run(
+    argv: list[str],
+    *,
+    env: dict[str, str],
+    cwd: Path | None = None,
+    input: str | None = None,
+    timeout: float = 60.0,
+) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run(argv, input=input, capture_output=True, text=True)`` for an
+    ``appdeck`` command, as a fork of this worker's zygote (the output in files, so that no
+    pipe fills while nobody reads it)."""
+    with (
+        tempfile.TemporaryFile() as given,
+        tempfile.TemporaryFile() as out,
+        tempfile.TemporaryFile() as err,
+    ):
+        given.write((input or "").encode())
+        given.seek(0)
+        child = zygote(env).spawn(
+            argv,
+            env=env,
+            cwd=cwd,
+            stdin=given.fileno(),
+            stdout=out.fileno(),
+            stderr=err.fileno(),
+            session=False,
+        )
+        if child.wait_blocking(timeout) is None:
+            child.kill()
+            child.wait_blocking(10.0)
+            raise subprocess.TimeoutExpired(argv, timeout)
+        assert child.returncode is not None
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(
+            argv, child.returncode, out.read().decode(errors="replace"), err.read().decode()
+        )
 
 
 _zygote: Zygote | None = None

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-import subprocess
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -24,8 +23,7 @@ import pytest
 from appdeck.storage import create_engine
 from tests.support.appdeck_process import (
     AppDeckProcess,
-    appdeck_executable,
-    clean_env,
+    run_appdeck,
     start_appdeck,
 )
 
@@ -58,13 +56,8 @@ async def server(tmp_path: Path, database_url: str) -> AsyncIterator[AppDeckProc
 
 
 def _cli(server: AppDeckProcess, database_url: str, *args: str) -> str:
-    done = subprocess.run(
-        [str(appdeck_executable()), *args, "--data-dir", str(server.data_dir)],
-        env=clean_env() | {"APPDECK_DATABASE_URL": database_url},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    done = run_appdeck(
+        *args, "--data-dir", str(server.data_dir), env={"APPDECK_DATABASE_URL": database_url}
     )
     assert done.returncode == 0, done.stderr
     return done.stdout.strip().splitlines()[-1]
