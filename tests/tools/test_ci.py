@@ -14,7 +14,14 @@ from tests.platform.repos.gitrepo import BareRepo, bare_repo
 from tests.platform.repos.payloads import push_payload, sign
 from tests.tools.conftest import Caller, World
 
-APP = "import os\nprint('serving', os.environ.get('PORT'))\n"
+APP = (
+    "import http.server, os\n"
+    "port = int(os.environ['PORT'])\n"
+    "handler = http.server.SimpleHTTPRequestHandler\n"
+    "http.server.ThreadingHTTPServer(('127.0.0.1', port), handler).serve_forever()\n"
+)
+"""An app that serves (its deploy goes live; one that exits kept a green run's deploy
+crash-looping ~16 s until it gave up)."""
 
 
 def _repo(world: World) -> BareRepo:
@@ -91,6 +98,7 @@ async def test_a_push_is_tested_in_the_sandbox_and_a_green_commit_deploys_itself
     logs = await _checked(alice, action="logs", app_id=app_id, number=1)
     assert "tests-ok" in logs["structuredContent"]["log"]
     assert run["deployment"] is not None
+    assert run["status_message"] == f"the tests passed; deployed as deployment {run['deployment']}"
 
 
 async def test_a_red_run_blocks_the_deploy_and_trigger_reports_it_as_an_error(
