@@ -478,3 +478,6 @@ def _app_disks_unmounted(request: pytest.FixtureRequest) -> Iterator[None]:
     from tests.support.appdeck_process import reap_haproxy
 
     reap_haproxy(Path(root))  # issue 21: the data plane outlives a server by design
+    from tests.support.installs import release_installs_under
+
+    release_installs_under(Path(root))  # its uid ranges, given back (tests/support/installs.py)
