@@ -69,6 +69,39 @@ def _bytecode_outside_the_trees() -> None:
 
 
 _bytecode_outside_the_trees()
+
+
+def _one_default_tls_context() -> None:
+    """The suite's httpx clients share httpx's default TLS context instead of each loading
+    certifi's CA bundle anew (~20 ms of CPU; the suite makes ~600 clients, most of them for
+    plain-http URLs). Only the default (``verify=True``, no client certificate) is shared,
+    one per setting of the environment it reads; a test that needs another CA passes its
+    own context, which is never cached. Nothing in the suite changes a context it did not
+    make."""
+    import functools
+    import ssl
+
+    from httpx._transports import default as transports
+
+    made = transports.create_ssl_context
+
+    @functools.cache
+    def shared(trust_env: bool, cert_file: str | None, cert_dir: str | None) -> ssl.SSLContext:
+        return made(verify=True, cert=None, trust_env=trust_env)
+
+    def create_ssl_context(
+        verify: ssl.SSLContext | str | bool = True, cert: Any = None, trust_env: bool = True
+    ) -> ssl.SSLContext:
+        if verify is True and cert is None:
+            return shared(
+                trust_env, os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR")
+            )
+        return made(verify=verify, cert=cert, trust_env=trust_env)
+
+    transports.create_ssl_context = create_ssl_context  # type: ignore[assignment]
+
+
+_one_default_tls_context()
 # Servers (in-process or not) need no cgroup name or uid base of their own: each data dir is
 # an install with its own (issue 19), whatever other test sessions run on the host. A
 # per-worker name did not keep two sessions' workers apart (two "appdeck-gw1"s, one "1-1").

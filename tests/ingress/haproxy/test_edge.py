@@ -70,6 +70,21 @@ def test_prepare_keeps_what_the_mirror_wrote_and_renews_the_rest(tmp_path: Path)
     assert "%[var(txn.route),json(utf8s)]" in page
 
 
+def test_prepare_rewrites_only_the_pages_and_lua_that_changed(tmp_path: Path) -> None:
+    """It runs before every reload: an unchanged page is not written again (same inode),
+    a changed or damaged one is restored."""
+    paths = edge.EdgePaths(tmp_path / "edge")
+    edge.prepare(paths)
+    page, lua = paths.page("missing", "json"), paths.lua
+    kept, original = page.stat().st_ino, page.read_bytes()
+    lua.write_text("-- damaged")
+    edge.prepare(paths)
+    assert page.stat().st_ino == kept
+    assert page.read_bytes() == original
+    assert lua.read_text() != "-- damaged"
+    assert lua.stat().st_mode & 0o077 == 0
+
+
 @pytest.mark.parametrize(
     "options",
     [

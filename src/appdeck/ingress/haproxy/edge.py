@@ -432,11 +432,22 @@ def prepare(paths: EdgePaths) -> None:
         write_atomic(paths.crt_list, b"")
     if not paths.default_cert.exists():
         write_atomic(paths.default_cert, self_signed())
-    write_atomic(paths.lua, resources.files(__package__).joinpath("edge.lua").read_bytes())
+    _refresh(paths.lua, resources.files(__package__).joinpath("edge.lua").read_bytes())
     for name in REFUSALS:
         for kind in ("json", "html"):
-            write_atomic(paths.page(name, kind), _page(name, kind))
+            _refresh(paths.page(name, kind), _page(name, kind))
     control_secret(paths)
+
+
+def _refresh(path: Path, data: bytes) -> None:
+    """``path`` holds ``data`` (rewritten only when it does not: :func:`prepare` runs before
+    every reload, and rewriting a dozen unchanged files was a dozen writes and syncs each)."""
+    try:
+        if path.read_bytes() == data:
+            return
+    except OSError:
+        pass
+    write_atomic(path, data)
 
 
 def control_secret(paths: EdgePaths) -> str:
