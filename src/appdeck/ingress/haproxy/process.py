@@ -192,7 +192,9 @@ class HAProxyProcess:
         return HAProxyFailed("HAProxy refused the rendered configuration")
 
     async def check(self) -> None:
-        """``haproxy -c``: a refused config never reaches the running process."""
+        """``haproxy -c`` on the written config: :class:`HAProxyFailed`, the reason logged,
+        when HAProxy refuses it (why a reload failed; before every reload of a master that
+        does not count failed reloads)."""
         proc = await asyncio.create_subprocess_exec(
             str(self.binary),
             "-c",
