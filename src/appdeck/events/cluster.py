@@ -41,6 +41,8 @@ def bounded(
     too. The client owns the pool (``aclose`` closes it)."""
     from redis.asyncio import BlockingConnectionPool
 
+    from appdeck.events.redis_cancels import keeping_cancels
+
     pool = BlockingConnectionPool.from_url(
         url,
         max_connections=connections,
@@ -49,6 +51,7 @@ def bounded(
         socket_connect_timeout=timeout,
         **options,
     )
+    pool.connection_class = keeping_cancels(pool.connection_class)  # see that module
     return cast(R, cls.from_pool(pool))
 
 

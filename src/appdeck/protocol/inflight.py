@@ -85,8 +85,23 @@ class InFlightCalls:
             if task.cancelling() == 0:  # consumed without ending the call: again
                 log.warning("request %r went on after its cancel; cancelled again", key[1])
                 task.cancel()
-            else:
-                log.warning("request %r still runs %.0f s after its cancel", key[1], wait)
+            else:  # unwinding slowly, or a library dropped the cancel: where it is says which
+                late = "request %r still runs %.0f s after its cancel, in %s"
+                log.warning(late, key[1], wait, _where(task))
             self._check(key, entry, checks + 1)
 
         asyncio.get_running_loop().call_later(wait, check)
+
+
+def _where(task: asyncio.Task[Any], depth: int = 3) -> str:
+    """Where ``task`` waits: its innermost ``depth`` frames, innermost first."""
+    frames: list[str] = []
+    awaited: Any = task.get_coro()
+    while awaited is not None:
+        frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "gi_frame", None)
+        if frame is not None:
+            code = frame.f_code
+            file = code.co_filename.rsplit("/", 1)[-1]
+            frames.append(f"{code.co_name} ({file}:{frame.f_lineno})")
+        awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "gi_yieldfrom", None)
+    return " < ".join(reversed(frames[-depth:])) if frames else "an unknown place"

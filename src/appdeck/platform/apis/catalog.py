@@ -318,9 +318,8 @@ class ApiCatalog:
                 start_new_session=True,
             )
             try:
-                out, err = await asyncio.wait_for(
-                    proc.communicate(canonical.encode("utf-8")), self.validate_timeout_s
-                )
+                async with asyncio.timeout(self.validate_timeout_s):
+                    out, err = await proc.communicate(canonical.encode("utf-8"))
             except TimeoutError:
                 raise InvalidArgument(
                     f"the document took longer than {self.validate_timeout_s:g} s to validate",

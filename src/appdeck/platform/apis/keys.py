@@ -155,7 +155,8 @@ class ApiKeyService:
         if task is not None:
             self._stop.set()
             try:
-                await asyncio.wait_for(task, 30)
+                async with asyncio.timeout(30):
+                    await task
             except TimeoutError:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -192,7 +193,8 @@ class ApiKeyService:
         # stops between writes (never cancelled mid-transaction, see app.py)
         while not self._stop.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), self._resync_s)
+                async with asyncio.timeout(self._resync_s):
+                    await self._stop.wait()
             if self._stop.is_set():
                 return
             try:

@@ -538,11 +538,12 @@ async def execute(
         pass_fds=tuple(pass_fds),
     )
     try:
-        out, err = await asyncio.wait_for(
-            asyncio.gather(_read(proc.stdout, limit, sink), _read(proc.stderr, 1 << 16, cut=True)),
-            timeout_s,
-        )
-        await asyncio.wait_for(proc.wait(), timeout_s)
+        async with asyncio.timeout(timeout_s):
+            out, err = await asyncio.gather(
+                _read(proc.stdout, limit, sink), _read(proc.stderr, 1 << 16, cut=True)
+            )
+        async with asyncio.timeout(timeout_s):
+            await proc.wait()
     except TimeoutError:
         _kill(proc)
         raise GitError(f"git took longer than {timeout_s:g} s") from None
@@ -553,5 +554,6 @@ async def execute(
         if proc.returncode is None:
             _kill(proc)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(proc.wait(), 5)
+                async with asyncio.timeout(5):
+                    await proc.wait()
     return proc.returncode if proc.returncode is not None else -1, out, err

@@ -127,10 +127,12 @@ class Run:
         """Wait for (or kill) the process, remove its cgroup; its exit status."""
         if self.proc.returncode is None:
             try:
-                await asyncio.wait_for(self.proc.wait(), 5)
+                async with asyncio.timeout(5):
+                    await self.proc.wait()
             except TimeoutError:
                 self.kill()
-                await asyncio.wait_for(self.proc.wait(), 5)
+                async with asyncio.timeout(5):
+                    await self.proc.wait()
         for cleanup in self._done:
             with contextlib.suppress(OSError):
                 await asyncio.to_thread(cleanup)  # type: ignore[arg-type]
@@ -298,7 +300,8 @@ class HostedRepos:
     async def _communicate(self, run: Run, data: bytes) -> tuple[int, bytes, bytes]:
         """Feed ``data``, read the (small) output, within the time limit."""
         try:
-            out, err = await asyncio.wait_for(run.proc.communicate(data), self.limits.timeout_s)
+            async with asyncio.timeout(self.limits.timeout_s):
+                out, err = await run.proc.communicate(data)
         except TimeoutError:
             run.kill()
             await run.close()

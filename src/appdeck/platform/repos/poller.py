@@ -99,7 +99,8 @@ class Poller:
             return
         self._stop.set()
         try:
-            await asyncio.wait_for(task, 30)
+            async with asyncio.timeout(30):
+                await task
         except TimeoutError:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -112,4 +113,5 @@ class Poller:
             except Exception:  # the database away for a moment: try again next tick
                 log.exception("the repository poller's tick failed")
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), tick_s)
+                async with asyncio.timeout(tick_s):
+                    await self._stop.wait()

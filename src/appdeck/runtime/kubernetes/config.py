@@ -48,7 +48,8 @@ async def connected(settings: Settings) -> KubeApi:
     limits_from(settings)
     where = "APPDECK_KUBE_CONFIG" if settings.kube_config is not None else "KUBECONFIG"
     try:
-        api = await asyncio.wait_for(connect(settings), CONNECT_S)
+        async with asyncio.timeout(CONNECT_S):
+            api = await connect(settings)
     except (config.ConfigException, OSError, TimeoutError, ValueError, yaml.YAMLError) as exc:
         raise InvalidSetting(where, f"the kubeconfig does not load: {_line(exc)}") from None
     timeout, api.timeout_s = api.timeout_s, CONNECT_S
