@@ -1,5 +1,5 @@
 """What one reload of the HAProxy data plane costs (issue 26 §3/§4): ``--reloads`` changes of
-a config of ``--backends`` backends through ``HAProxyProcess.apply`` (write, reload through
+the data plane's config (``render``) of ``--backends`` routes through ``HAProxyProcess.apply`` (write, reload through
 the master socket, wait until the worker runs it), on a throwaway directory under /tmp.
 
 Printed: the wall time a reload, the CPU of the processes the reload spawned and reaped
@@ -22,23 +22,23 @@ import tempfile
 import time
 from pathlib import Path
 
-from appdeck.ingress.haproxy.config import Layout, Rendered
+from appdeck.ingress.config import ProxyConfig
+from appdeck.ingress.haproxy.config import Layout, Rendered, render
 from appdeck.ingress.haproxy.listening import free_port
 from appdeck.ingress.haproxy.process import HAProxyProcess
+from appdeck.ingress.routes import Backend, RouteTable
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def rendered(layout: Layout, marker: str, port: int, backends: int) -> Rendered:
-    servers = "".join(
-        f"backend b{i}\n  server s{i} 127.0.0.1:{20000 + i} weight 10\n" for i in range(backends)
-    )
-    config = (
-        f"global\n  stats socket {layout.stats} mode 600 level admin\n  description {marker}\n"
-        "defaults\n  mode http\n  timeout connect 1s\n  timeout client 1s\n  timeout server 1s\n"
-        f"frontend web\n  bind 127.0.0.1:{port}\n  default_backend b0\n{servers}"
-    )
-    return Rendered(config=config, files={}, weights={}, marker=marker)
+def rendered(layout: Layout, turn: int, port: int, backends: int) -> Rendered:
+    """The data plane's own config (``render``) for ``backends`` routes of one instance each;
+    the last route's upstream moves with ``turn``, so each turn is a new config to reload."""
+    table = RouteTable()
+    for i in range(backends):
+        upstream = f"127.0.0.1:{20000 + i + (turn if i == backends - 1 else 0)}"
+        table.set(f"app{i}", [Backend(f"r{i}", 100, [upstream])])
+    return render(table, layout, host="127.0.0.1", port=port, proxy=ProxyConfig())
 
 
 def master_cpu(pid: int) -> float:
@@ -52,14 +52,14 @@ async def main(reloads: int, backends: int) -> None:
     process, port = HAProxyProcess(Layout(directory)), free_port("127.0.0.1")
     try:
         async with process.locked():
-            await process.apply(rendered(process.layout, "m0", port, backends))
+            await process.apply(rendered(process.layout, 0, port, backends))
         pid = process.master_pid()
         assert pid is not None
         children, master = resource.getrusage(resource.RUSAGE_CHILDREN), master_cpu(pid)
         started = time.perf_counter()
         for turn in range(1, reloads + 1):
             async with process.locked():
-                config = rendered(process.layout, f"m{turn}", port, backends)
+                config = rendered(process.layout, turn, port, backends)
                 assert await process.apply(config) == "reloaded"
         wall = (time.perf_counter() - started) / reloads
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
