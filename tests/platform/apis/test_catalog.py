@@ -32,6 +32,7 @@ from appdeck.storage.api_documents import ApiDocumentStore
 from tests.platform.apis.test_documents import hello
 from tests.platform.on_fakes import OnFakes, platform_on_fakes
 from tests.platform.repos.gitrepo import bare_repo, git
+from tests.support.openapi import slow_to_validate
 
 Answer = AppResponse | AppDeckError
 
@@ -261,9 +262,18 @@ async def test_a_broken_new_version_leaves_the_last_good_one(rig: Rig) -> None:
 
 
 async def test_a_document_too_slow_to_validate_is_refused(rig: Rig) -> None:
-    rig.catalog.validate_timeout_s = 0.01  # no child process starts that fast
+    rig.catalog.validate_timeout_s = 0.05  # it needs over a second of CPU
+    rig.http.answers["/openapi.json"] = document(slow_to_validate())
+    with pytest.raises(InvalidArgument, match=r"longer than 0\.05 s to validate"):
+        await rig.discover()
+    with pytest.raises(NotFound):
+        await rig.catalog.latest(rig.on.alice, rig.app_id)
+
+
+async def test_a_document_the_validator_runs_out_of_memory_on_is_refused(rig: Rig) -> None:
+    rig.catalog.validate_memory = 4 << 20  # below what the validator's process maps already
     rig.http.answers["/openapi.json"] = document()
-    with pytest.raises(InvalidArgument, match=r"longer than 0\.01 s to validate"):
+    with pytest.raises(InvalidArgument, match="too large or complex to validate"):
         await rig.discover()
     with pytest.raises(NotFound):
         await rig.catalog.latest(rig.on.alice, rig.app_id)

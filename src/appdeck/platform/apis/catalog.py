@@ -21,7 +21,8 @@ stored), even when another place might have a good one: fix what the app serves.
 latest version's stores nothing (``unchanged``); else it is version n+1, with the operations
 added, removed and changed since version n. At most :data:`MAX_VERSIONS` versions are kept.
 
-openapi-spec-validator runs in a child process (:func:`_validate`): its 3.1 meta-schema check
+openapi-spec-validator runs in a child process (:func:`_validate`; a fork of the checks' warm
+parent, :mod:`~appdeck.platform.apis.forked`): its 3.1 meta-schema check
 takes about a minute on a document at the size limits, so it gets its own CPU, a memory cap and
 a deadline, and can be killed; at most :data:`VALIDATORS` run at once.
 
@@ -34,15 +35,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import shutil
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal, Protocol
 
-import appdeck
 from appdeck.common.errors import (
     AppDeckError,
     Conflict,
@@ -57,6 +55,7 @@ from appdeck.platform.apis import documents
 from appdeck.platform.apis.client import AppHttp, AppResponse
 from appdeck.platform.apis.documents import ApiDocument, Operation
 from appdeck.platform.apis.fetching import declared_kind, ingress_miss, read_top_file
+from appdeck.platform.apis.forked import warm_parent
 from appdeck.platform.apps import AppService
 from appdeck.platform.changes import ChangeFeed
 from appdeck.platform.repos.service import RepoService
@@ -96,11 +95,6 @@ VALIDATE_MEMORY: Final = 2 << 30
 VALIDATORS: Final = 2
 ACCEPT: Final = "application/json, application/yaml;q=0.9, text/yaml;q=0.8, */*;q=0.1"
 USER_AGENT: Final = "AppDeck-discover_apis/1"
-_PRLIMIT: Final = shutil.which("prlimit", path="/usr/bin:/bin")
-_CHILD: Final = (
-    "import sys; sys.path.insert(0, sys.argv[1]); "
-    "from appdeck.platform.apis.documents import validate_stdio; validate_stdio()"
-)
 
 Source = Literal["auto", "live", "repo"]
 Report = Callable[[str, int, int], Awaitable[None]]
@@ -185,6 +179,8 @@ class ApiCatalog:
         self._validators = asyncio.Semaphore(VALIDATORS)
         self.validate_timeout_s = VALIDATE_TIMEOUT_S
         """The child validator's deadline (tests shorten it)."""
+        self.validate_memory = VALIDATE_MEMORY
+        """The child validator's address-space cap, bytes (tests lower it)."""
 
     def use_credentials(self, credentials: Credentials) -> None:
         """Fetch live documents with the app's key when its spec requires one."""
@@ -303,32 +299,36 @@ class ApiCatalog:
         return None
 
     async def _validate(self, canonical: str) -> None:
-        """openapi-spec-validator's verdict, from a child process with a deadline and caps."""
-        argv = [sys.executable, "-I", "-c", _CHILD, str(Path(appdeck.__file__).parents[1])]
-        if _PRLIMIT is not None:  # util-linux: the caps are set before Python starts
-            cpu = int(self.validate_timeout_s) + 5
-            argv = [_PRLIMIT, f"--as={VALIDATE_MEMORY}", f"--cpu={cpu}", "--", *argv]
+        """openapi-spec-validator's verdict, from a child process with a deadline and caps
+        (forked from the checks' warm parent: :mod:`~appdeck.platform.apis.forked`)."""
+        cpu = int(self.validate_timeout_s) + 5
+        options = {"memory": self.validate_memory, "cpu": cpu}
+        too_slow = InvalidArgument(
+            f"the document took longer than {self.validate_timeout_s:g} s to validate",
+            hint="make it smaller: fewer operations, simpler schemas",
+        )
         async with self._validators:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                env={"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"},
-                start_new_session=True,
-            )
             try:
-                async with asyncio.timeout(self.validate_timeout_s):
+                async with asyncio.timeout(self.validate_timeout_s) as deadline:
+                    proc = await warm_parent().spawn("openapi", options)
+            except TimeoutError:
+                raise too_slow from None
+            except OSError as exc:
+                log.warning("the OpenAPI validator could not be started: %s", exc)
+                raise Unavailable(
+                    "the OpenAPI validator could not be started",
+                    hint="retry; the server log says why",
+                ) from None
+            try:
+                async with asyncio.timeout_at(deadline.when()):
                     out, err = await proc.communicate(canonical.encode("utf-8"))
             except TimeoutError:
-                raise InvalidArgument(
-                    f"the document took longer than {self.validate_timeout_s:g} s to validate",
-                    hint="make it smaller: fewer operations, simpler schemas",
-                ) from None
+                raise too_slow from None
             finally:
                 if proc.returncode is None:
                     proc.kill()
                     await proc.wait()
+                proc.close()
         code = proc.returncode or 0
         if code != 0:
             log.warning(

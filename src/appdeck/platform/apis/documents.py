@@ -398,6 +398,12 @@ def first_error(document: dict[str, Any]) -> tuple[str, str] | None:
     return "", str(found)
 
 
+def preload() -> None:
+    """Import what :func:`first_error` needs (the checks' warm parent, ``forked.py``)."""
+    import jsonschema.exceptions  # noqa: F401
+    import openapi_spec_validator.validation  # noqa: F401
+
+
 def validate_stdio() -> None:
     """The child process: a canonical document on stdin, ``{"error": [where, what] | null}``
     on stdout."""

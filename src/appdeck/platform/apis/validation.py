@@ -5,8 +5,9 @@ Both the document and the response come from the app, so both are hostile. Check
 against the other in the server's own process would let an app stall it: a ``pattern`` that
 backtracks exponentially holds the GIL for as long as it runs, ``uniqueItems`` over a long
 array of objects is quadratic, nested ``anyOf`` is exponential, deep nesting recurses. So
-:class:`ResponseChecker` runs :func:`verdict` in a child (``python -I -m
-appdeck.platform.apis.validation``, the request on stdin, the verdict on stdout) that:
+:class:`ResponseChecker` runs :func:`verdict` in a child (forked from the checks' warm parent,
+:mod:`~appdeck.platform.apis.forked`, which imported openapi-core once; or ``python -I -m
+appdeck.platform.apis.validation``: the request on stdin, the verdict on stdout) that:
 
 - is killed at its deadline (the verdict then says it was not checked, and why);
 - caps its own memory and CPU time (``RLIMIT_AS``, ``RLIMIT_CPU``) before reading anything;
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import copy
 import json
 import os
@@ -31,6 +31,8 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
+
+from appdeck.platform.apis.forked import warm_parent
 
 __all__ = ["PARALLEL", "ResponseChecker", "Verdict", "verdict"]
 
@@ -300,17 +302,13 @@ class ResponseChecker:
             self._slots.release()
 
     async def _run(self, payload: bytes, deadline: float) -> Verdict:
-        child = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-I",
-            "-m",
-            __name__,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL,
-            env={"PYTHONDONTWRITEBYTECODE": "1"},
-            start_new_session=True,
-        )
+        try:
+            async with asyncio.timeout_at(deadline):
+                child = await warm_parent().spawn("response")
+        except TimeoutError:
+            return not_checked(f"checking took longer than {self.deadline_s:g} s and was stopped")
+        except OSError:
+            return not_checked("the checking process could not be started")
         try:
             async with asyncio.timeout_at(deadline):
                 out, _ = await child.communicate(payload)
@@ -318,13 +316,25 @@ class ResponseChecker:
             return not_checked(f"checking took longer than {self.deadline_s:g} s and was stopped")
         finally:
             if child.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    child.kill()
+                child.kill()
                 await child.wait()
+            child.close()
         try:
             return Verdict.from_json(json.loads(out))
         except (ValueError, TypeError, AttributeError):
             return not_checked("the check ran out of memory or time and was stopped")
+
+
+def preload() -> None:
+    """Import what :func:`verdict` needs (the checks' warm parent, ``forked.py``)."""
+    import jsonschema_path  # noqa: F401
+    import openapi_core
+    import openapi_core.deserializing.media_types.exceptions
+    import openapi_core.templating.media_types.exceptions
+    import openapi_core.templating.responses.finders
+    import openapi_core.validation.response.exceptions
+    import openapi_core.validation.schemas.exceptions  # noqa: F401
+    import werkzeug.datastructures  # noqa: F401
 
 
 def _confine() -> None:
@@ -344,7 +354,8 @@ def _confine() -> None:
     sys.addaudithook(refuse)
 
 
-def _main() -> int:
+def main() -> int:
+    """The child: caps, an exchange on stdin, its verdict on stdout; the exit code."""
     _confine()
     try:
         exchange = Exchange.from_json(json.loads(sys.stdin.buffer.read()))
@@ -361,4 +372,4 @@ def _main() -> int:
 
 if __name__ == "__main__":
     os.umask(0o077)
-    sys.exit(_main())
+    sys.exit(main())
