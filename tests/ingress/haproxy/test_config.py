@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from importlib import resources
 from pathlib import Path
 
 from appdeck.ingress.config import ProxyConfig
@@ -170,15 +169,3 @@ def test_the_app_timeout_is_the_longer_of_response_and_idle_and_old_workers_are_
     assert "    timeout server 60000ms" in config
     assert "    timeout tunnel 60000ms" in config  # websockets: idle_timeout between frames
     assert "    hard-stop-after 120000ms" in config
-
-
-def test_haproxys_own_http_client_loads_no_ca_store_since_no_lua_of_ours_uses_it() -> None:
-    # the CA store was ~3/4 of the CPU of every start and reload (docs/data-plane-edge.md);
-    # skipping it is only sound while nothing of ours sends through HAProxy's client
-    config = render(RouteTable(), LAYOUT, host="127.0.0.1", port=8088, proxy=ProxyConfig()).config
-    assert "    httpclient.ssl.verify none" in config.splitlines()
-    scripts = sorted(resources.files("appdeck.ingress.haproxy").iterdir(), key=lambda f: f.name)
-    lua = [script for script in scripts if script.name.endswith(".lua")]
-    assert [script.name for script in lua] == ["body.lua", "edge.lua"]
-    for script in lua:
-        assert "httpclient" not in script.read_text(), script.name
