@@ -410,6 +410,9 @@ def _child(message: bytes, fds: list[int]) -> None:
         code = check(request["options"])
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
+    except MemoryError:  # said without allocating: a traceback may not fit under the cap
+        with contextlib.suppress(BaseException):
+            os.write(2, b"MemoryError\n")
     except BaseException:  # noqa: BLE001 - said on stderr, as a cold child's traceback was
         with contextlib.suppress(BaseException):
             traceback.print_exc()
