@@ -210,7 +210,14 @@ class McpHttpApp:
             ),
         )
         call.channel = stream
-        answer = await self._answer(request, call, stream)
+        try:
+            answer = await self._answer(request, call, stream)
+        finally:
+            # the call and its stream refer to each other: left so, the pair (and through the
+            # stream's ``send`` uvicorn's request cycle, its scope and headers) would wait for
+            # the cyclic collector instead of going when the request ends. Contexts built
+            # during the call hold the stream themselves (issue 26 §1).
+            call.channel = None
         if answer is None:
             return
         response, status, extra = answer

@@ -1,0 +1,99 @@
+"""A request leaves no reference cycle behind: what it made is freed by reference counting
+when it ends, not by the cyclic collector's next pass. Before, every tools/call of the
+handshake era left its ``Call`` and ``PostStream`` pointing at each other, and through the
+stream's ``send`` uvicorn's request cycle, its scope and headers: ~16 objects a call that only
+the collector freed, and its passes cost ~8 % of the call path (issue 26 §1)."""
+
+from __future__ import annotations
+
+import collections
+import gc
+from collections.abc import Awaitable, Callable, Iterator
+
+import httpx
+import pytest
+
+from appdeck.protocol.call import Call
+from appdeck.protocol.context import ToolContext
+from appdeck.transport.streams import PostStream
+from tests.support.mcp import headers, initialize, parse_sse, request
+
+TOKEN = "alice-token"
+REQUEST_TYPES = (Call, PostStream, ToolContext)
+"""What only a request makes (the server's background loops make none of them)."""
+
+
+@pytest.fixture
+def saved_garbage() -> Iterator[Callable[[], collections.Counter[str]]]:
+    """Keeps what the collector finds unreachable (instead of freeing it); the fixture's
+    value says which request objects were among it since the fixture began."""
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+
+    def found() -> collections.Counter[str]:
+        gc.collect()
+        return collections.Counter(
+            type(o).__name__ for o in gc.garbage if isinstance(o, REQUEST_TYPES)
+        )
+
+    try:
+        yield found
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+
+
+async def _times(n: int, post: Callable[[], Awaitable[httpx.Response]]) -> None:
+    for _ in range(n):
+        r = await post()
+        assert r.status_code == 200, r.text
+
+
+async def test_a_tools_call_answered_as_json_leaves_no_cycle(
+    client: httpx.AsyncClient, saved_garbage: Callable[[], collections.Counter[str]]
+) -> None:
+    sid = await initialize(client, TOKEN)
+    echo = request("tools/call", {"name": "echo", "arguments": {"text": "hi"}})
+
+    async def post() -> httpx.Response:
+        r = await client.post("/mcp", json=echo, headers=headers(sid, TOKEN))
+        assert r.json()["result"]["content"][0]["text"] == "hi"
+        return r
+
+    await _times(20, post)
+    assert saved_garbage() == {}
+
+
+async def test_a_tools_call_answered_as_sse_leaves_no_cycle(
+    client: httpx.AsyncClient, saved_garbage: Callable[[], collections.Counter[str]]
+) -> None:
+    sid = await initialize(client, TOKEN)
+    chatty = request(
+        "tools/call", {"name": "chatty", "arguments": {}, "_meta": {"progressToken": 1}}
+    )
+
+    async def post() -> httpx.Response:
+        r = await client.post("/mcp", json=chatty, headers=headers(sid, TOKEN))
+        assert parse_sse(r.text)[-1].json()["result"]["content"][0]["text"] == "chatty done"
+        return r
+
+    await _times(10, post)
+    assert saved_garbage() == {}
+
+
+async def test_failed_and_unknown_calls_leave_no_cycle(
+    client: httpx.AsyncClient, saved_garbage: Callable[[], collections.Counter[str]]
+) -> None:
+    sid = await initialize(client, TOKEN)
+    for message in (
+        request("tools/call", {"name": "no-such-tool", "arguments": {}}),
+        request("tools/call", {"name": "hangup", "arguments": {}}),
+        request("no/such-method"),
+        request("tools/list"),
+    ):
+
+        async def post(message: dict[str, object] = message) -> httpx.Response:
+            return await client.post("/mcp", json=message, headers=headers(sid, TOKEN))
+
+        await _times(5, post)
+    assert saved_garbage() == {}
