@@ -19,6 +19,10 @@ from appdeck.transport.streams import PostStream
 from tests.support.mcp import headers, initialize, parse_sse, request
 
 TOKEN = "alice-token"
+# the request path is the same on either store; one is enough (each collection walks the
+# worker's whole heap)
+pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+
 REQUEST_TYPES = (Call, PostStream, ToolContext)
 """What only a request makes (the server's background loops make none of them)."""
 
