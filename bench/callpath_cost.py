@@ -209,6 +209,19 @@ def pause_background(services: Services) -> list[str]:
     return sorted(task.get_name() for task in services._background)
 
 
+def quiet_server(era: str) -> tuple[asyncio.AbstractEventLoop, Services, Poster, list[bytes]]:
+    """A uvloop loop set as the current one, the warmed-up server on it (:func:`setup`) with its
+    background loops ended (:func:`pause_background`), its poster and the requests' bytes."""
+    import uvloop
+
+    loop = uvloop.new_event_loop()
+    asyncio.set_event_loop(loop)
+    services, poster, bodies = loop.run_until_complete(setup(era))
+    pause_background(services)
+    loop.run_until_complete(asyncio.sleep(0.1))  # the cancelled loops unwind
+    return loop, services, poster, bodies
+
+
 def main(n: int, era: str) -> None:
     """Setup and the measured loop in separate ``run_until_complete`` calls: the measured one
     runs inside ``sys.call_tracing``, the C function callgrind's ``--toggle-collect`` names."""

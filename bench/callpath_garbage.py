@@ -74,13 +74,7 @@ def main() -> None:
     parser.add_argument("--sample", type=int, default=200, help="calls for the cycles' types")
     parser.add_argument("--era", choices=["2025", "2026"], default="2025")
     args = parser.parse_args()
-    import uvloop
-
-    loop = uvloop.new_event_loop()
-    asyncio.set_event_loop(loop)
-    services, poster, bodies = loop.run_until_complete(cc.setup(args.era))
-    cc.pause_background(services)
-    loop.run_until_complete(asyncio.sleep(0.1))
+    loop, services, poster, bodies = cc.quiet_server(args.era)
     cycles(loop, poster, bodies[: args.sample])
     passes(loop, poster, bodies[args.sample : args.sample + args.n])
     loop.run_until_complete(services.stop(stop_apps=True))

@@ -10,7 +10,6 @@ for a bytecode (orjson, SQLite, the dict lookups) is not weighed.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import collections
 import sys
 from types import CodeType, FrameType
@@ -29,13 +28,7 @@ def main() -> None:
     parser.add_argument("--era", choices=["2025", "2026"], default="2025")
     parser.add_argument("--top", type=int, default=40)
     args = parser.parse_args()
-    import uvloop
-
-    loop = uvloop.new_event_loop()
-    asyncio.set_event_loop(loop)
-    services, poster, bodies = loop.run_until_complete(cc.setup(args.era))
-    cc.pause_background(services)
-    loop.run_until_complete(asyncio.sleep(0.1))
+    loop, services, poster, bodies = cc.quiet_server(args.era)
     opcodes: collections.Counter[CodeType] = collections.Counter()
     frames: collections.Counter[CodeType] = collections.Counter()
 
