@@ -67,12 +67,13 @@ unit: $(STAMP) test-deps
 quick: $(STAMP)
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --ignore=tests/e2e -m "not e2e and not podman" -k "not postgresql"
 
-conformance: $(STAMP)
+conformance: $(STAMP) system-deps
 	scripts/conformance
 
-# lint, types and conformance side by side (mostly one core each, conformance mostly
-# waiting), then the suite, which takes both cores by itself (issue 26 §3)
-test:
+# the Debian packages first (conformance's server needs HAProxy and bubblewrap); then lint,
+# types and conformance side by side (mostly one core each, conformance mostly waiting), then
+# the suite, which takes both cores by itself (issue 26 §3)
+test: test-deps
 	$(MAKE) --no-print-directory -j3 --output-sync=target lint types conformance
 	$(MAKE) --no-print-directory unit
 
