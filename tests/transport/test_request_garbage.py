@@ -15,15 +15,17 @@ import pytest
 
 from appdeck.protocol.call import Call
 from appdeck.protocol.context import ToolContext
+from appdeck.transport.stateless_stream import StatelessStream
 from appdeck.transport.streams import PostStream
 from tests.support.mcp import headers, initialize, parse_sse, request
+from tests.support.stateless import StatelessCaller
 
 TOKEN = "alice-token"
 # the request path is the same on either store; one is enough (each collection walks the
 # worker's whole heap)
 pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 
-REQUEST_TYPES = (Call, PostStream, ToolContext)
+REQUEST_TYPES = (Call, PostStream, StatelessStream, ToolContext)
 """What only a request makes (the server's background loops make none of them)."""
 
 
@@ -100,4 +102,26 @@ async def test_failed_and_unknown_calls_leave_no_cycle(
             return await client.post("/mcp", json=message, headers=headers(sid, TOKEN))
 
         await _times(5, post)
+    assert saved_garbage() == {}
+
+
+async def test_stateless_calls_leave_no_cycle(
+    client: httpx.AsyncClient, saved_garbage: Callable[[], collections.Counter[str]]
+) -> None:
+    """The 2026-07-28 era: no session, a stream of its own per request."""
+    caller = StatelessCaller(client, TOKEN)
+
+    async def echo() -> httpx.Response:
+        r = await caller.post("tools/call", {"name": "echo", "arguments": {"text": "hi"}})
+        assert r.json()["result"]["content"][0]["text"] == "hi"
+        return r
+
+    async def chatty() -> httpx.Response:
+        params = {"name": "chatty", "arguments": {}, "_meta": {"progressToken": 1}}
+        r = await caller.post("tools/call", params)
+        assert parse_sse(r.text)[-1].json()["result"]["content"][0]["text"] == "chatty done"
+        return r
+
+    await _times(10, echo)
+    await _times(5, chatty)
     assert saved_garbage() == {}
