@@ -55,35 +55,26 @@ async def _times(n: int, post: Callable[[], Awaitable[httpx.Response]]) -> None:
         assert r.status_code == 200, r.text
 
 
-async def test_a_tools_call_answered_as_json_leaves_no_cycle(
+async def test_tools_calls_answered_as_json_and_as_sse_leave_no_cycle(
     client: httpx.AsyncClient, saved_garbage: Callable[[], collections.Counter[str]]
 ) -> None:
     sid = await initialize(client, TOKEN)
-    echo = request("tools/call", {"name": "echo", "arguments": {"text": "hi"}})
 
-    async def post() -> httpx.Response:
-        r = await client.post("/mcp", json=echo, headers=headers(sid, TOKEN))
+    async def echo() -> httpx.Response:
+        message = request("tools/call", {"name": "echo", "arguments": {"text": "hi"}})
+        r = await client.post("/mcp", json=message, headers=headers(sid, TOKEN))
         assert r.json()["result"]["content"][0]["text"] == "hi"
         return r
 
-    await _times(20, post)
-    assert saved_garbage() == {}
-
-
-async def test_a_tools_call_answered_as_sse_leaves_no_cycle(
-    client: httpx.AsyncClient, saved_garbage: Callable[[], collections.Counter[str]]
-) -> None:
-    sid = await initialize(client, TOKEN)
-    chatty = request(
-        "tools/call", {"name": "chatty", "arguments": {}, "_meta": {"progressToken": 1}}
-    )
-
-    async def post() -> httpx.Response:
-        r = await client.post("/mcp", json=chatty, headers=headers(sid, TOKEN))
+    async def chatty() -> httpx.Response:
+        params = {"name": "chatty", "arguments": {}, "_meta": {"progressToken": 1}}
+        message = request("tools/call", params)
+        r = await client.post("/mcp", json=message, headers=headers(sid, TOKEN))
         assert parse_sse(r.text)[-1].json()["result"]["content"][0]["text"] == "chatty done"
         return r
 
-    await _times(10, post)
+    await _times(20, echo)
+    await _times(10, chatty)
     assert saved_garbage() == {}
 
 
