@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Final
 
 from appdeck.common.errors import AppDeckError, Conflict, InvalidArgument, QuotaExceeded
+from appdeck.common.spawn import spawn
 from appdeck.runtime import netns
 from appdeck.runtime import workspace as workspace_module
 from appdeck.runtime.cgroups import Limits
@@ -176,14 +177,13 @@ class BuildMixin(DriverCore):
             tmp_mb=self._tmp_mb(release),
         )
         try:
-            process = await asyncio.create_subprocess_exec(
+            process = await spawn(
                 *argv,
                 env=root_env(),  # the copy needs none of the app's env; root must never have it
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 pass_fds=(source_fd,),
-                start_new_session=True,
             )
             try:
                 async with asyncio.timeout(COPY_TIMEOUT_S):
@@ -285,14 +285,13 @@ class BuildMixin(DriverCore):
                 ),
             ]
         try:
-            process = await asyncio.create_subprocess_exec(
+            process = await spawn(
                 *argv,
                 cwd=state.workspace,
                 env=env,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
-                start_new_session=True,
                 pass_fds=fds,
             )
         finally:

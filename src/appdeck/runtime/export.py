@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Final
 
 from appdeck.common.errors import InvalidArgument, QuotaExceeded, Unavailable
+from appdeck.common.spawn import spawn
 from appdeck.runtime import tarball
 from appdeck.runtime.core import DriverCore
 from appdeck.runtime.model import check_release_id
@@ -135,14 +136,13 @@ class ExportMixin(DriverCore):
             )
             env = root_env()
         try:
-            process = await asyncio.create_subprocess_exec(
+            process = await spawn(
                 *argv,
                 env=env,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.DEVNULL,  # it quotes tenant file names: never logged
                 pass_fds=() if source_fd is None else (source_fd,),
-                start_new_session=True,
             )
         except BaseException:
             if scratch is not None:

@@ -12,6 +12,7 @@ import socket
 import time
 from typing import Final
 
+from appdeck.common.spawn import REAP_WAIT_S, reap
 from appdeck.runtime.model import InstanceState
 from appdeck.runtime.shim import (
     ProcStat,
@@ -99,24 +100,11 @@ def kill_tree(pid: int) -> None:
         signal_quietly(proc.pid, signal.SIGKILL, proc.start_ticks)
 
 
-REAP_WAIT_S: Final = 5.0
-"""How long :func:`kill_and_reap` waits for a killed process to be seen gone."""
-
-
 async def kill_and_reap(process: asyncio.subprocess.Process, within: float = REAP_WAIT_S) -> None:
     """SIGKILL ``process``'s tree (:func:`kill_tree`) and wait, at most ``within`` seconds, for
-    it to be seen gone. asyncio's ``wait()`` (3.11) also waits for every pipe of the process to
-    close, and a daemon that left the tree (a new session, reparented) may hold them forever:
-    past ``within`` the pipes are closed from this side instead, and whoever reads them sees
-    their end."""
+    it to be seen gone (:func:`appdeck.common.spawn.reap`)."""
     kill_tree(process.pid)
-    try:
-        async with asyncio.timeout(within):
-            await process.wait()
-    except TimeoutError:
-        transport = getattr(process, "_transport", None)  # asyncio keeps it private
-        if transport is not None:
-            transport.close()
+    await reap(process, within)
 
 
 def forget_process(instance: InstanceState) -> None:

@@ -9,6 +9,7 @@ import os
 import signal
 from collections.abc import Callable
 
+from appdeck.common.spawn import spawn
 from appdeck.platform.ci.runner import Job, Outcome
 
 
@@ -18,7 +19,7 @@ class ShellRunner:
 
     async def run(self, job: Job, mask: Callable[[str], str]) -> Outcome:
         self.jobs.append(job)
-        process = await asyncio.create_subprocess_exec(
+        process = await spawn(
             "/bin/sh",
             "-c",
             job.test_command,
@@ -26,7 +27,6 @@ class ShellRunner:
             env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **job.env},
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
-            start_new_session=True,
         )
         try:
             async with asyncio.timeout(job.timeout_s):

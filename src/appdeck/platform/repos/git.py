@@ -35,6 +35,7 @@ from typing import BinaryIO, Final
 from urllib.parse import urlsplit
 
 from appdeck.common.errors import FailedPrecondition, InvalidArgument, Unavailable
+from appdeck.common.spawn import spawn
 from appdeck.platform.repos import reach
 from appdeck.platform.repos.local import (
     MISSING_BRANCH,
@@ -526,14 +527,13 @@ async def execute(
     """Run ``argv`` in a session of its own: (exit status, stdout, stderr), stdout at most
     ``limit`` bytes (or written to ``sink``), stderr its first 64 KiB; :class:`GitError` past
     ``timeout_s`` or ``limit`` (the whole process group is killed)."""
-    proc = await asyncio.create_subprocess_exec(
+    proc = await spawn(
         *argv,
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         env=env,
         cwd=cwd,
-        start_new_session=True,
         preexec_fn=preexec,
         pass_fds=tuple(pass_fds),
     )

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Final
 
 from appdeck.common.errors import Conflict, InvalidArgument, Unavailable
+from appdeck.common.spawn import spawn
 from appdeck.platform.repos.local import GIT_LIMITS
 from appdeck.runtime.disks import AppDisks
 from appdeck.runtime.sandbox import APP_DIR, Sandbox, env_fd, root_env
@@ -316,14 +317,13 @@ async def _spawn(
 ) -> asyncio.subprocess.Process:
     """stderr is dropped: git's words quote the tenant's files (and an unread pipe would
     stall a long run); a failure is said in the platform's words."""
-    return await asyncio.create_subprocess_exec(
+    return await spawn(
         *argv,
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL,
         env=env,
         cwd=cwd,
-        start_new_session=True,
         pass_fds=fds,
     )
 
