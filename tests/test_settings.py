@@ -190,3 +190,42 @@ def test_the_apps_domain_is_a_lower_case_dns_name(
     monkeypatch.setenv("APPDECK_DNS_RESOLVER", "10.0.0.1:53; rm -rf /")
     with pytest.raises(InvalidSetting, match="APPDECK_DNS_RESOLVER"):
         load()
+
+
+@pytest.mark.parametrize(
+    "target", ["127.0.0.1:514", "[::1]:5514", "logs.example.internal:65535", "/dev/log"]
+)
+def test_the_data_plane_log_takes_a_syslog_address_or_socket_path(
+    monkeypatch: pytest.MonkeyPatch, target: str
+) -> None:
+    monkeypatch.setenv("APPDECK_DATA_PLANE_LOG", target)
+    assert load().data_plane_log == target
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "127.0.0.1:514 local7",  # a second word would be HAProxy's
+        "127.0.0.1:514\n  log-send-hostname",  # a line of configuration of one's own
+        "127.0.0.1:0",
+        "127.0.0.1:65536",
+        "logs:-1",
+        "dev/log",  # relative
+        "/dev/log#x",
+        "/" + "a" * 300,
+        "127.0.0.1",
+        "ünïcode:514",
+        "x'y:514",
+    ],
+)
+def test_the_data_plane_log_refuses_anything_else(
+    monkeypatch: pytest.MonkeyPatch, target: str
+) -> None:
+    monkeypatch.setenv("APPDECK_DATA_PLANE_LOG", target)
+    with pytest.raises(InvalidSetting, match="APPDECK_DATA_PLANE_LOG"):
+        load()
+
+
+def test_the_data_plane_log_is_off_unless_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("APPDECK_DATA_PLANE_LOG", raising=False)
+    assert load().data_plane_log is None

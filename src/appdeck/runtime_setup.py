@@ -197,7 +197,9 @@ def _haproxy_of(
         namespaces=Namespaces(install.id, driver.netns_fd),
         binary=settings.haproxy_binary,
         proxy=ProxyConfig(  # the client limits the control plane's listener has too
-            header_timeout=settings.header_timeout_seconds, max_headers=settings.max_headers
+            header_timeout=settings.header_timeout_seconds,
+            max_headers=settings.max_headers,
+            log_target=settings.data_plane_log,
         ),
     )
     plane.edge = edge = JoinedEdge(  # API keys, custom domains, ACME, TLS, the control plane

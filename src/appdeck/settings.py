@@ -27,6 +27,13 @@ from pydantic_settings import (
 
 from appdeck import __version__
 
+_SYSLOG_TARGET = re.compile(
+    r"(?:(?:\d{1,3}\.){3}\d{1,3}|\[[0-9A-Fa-f:.]{2,45}\]|[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})):"
+    r"(?:[1-9]\d{0,3}|[1-5]\d{4}|6[0-4]\d{3}|65[0-4]\d{2}|655[0-2]\d|6553[0-5])"
+    r"|/[A-Za-z0-9._/-]{1,200}"
+)
+"""``APPDECK_DATA_PLANE_LOG``: a syslog server's address or a unix socket's path."""
+
 # NoDecode: pydantic-settings would parse these as JSON; the validators below split them instead
 PathList = Annotated[list[Path], NoDecode]
 StrList = Annotated[list[str], NoDecode]
@@ -322,6 +329,24 @@ class Settings(BaseSettings):
     in-process Python ingress (``python``) was removed with issue 21: the setting stays so
     that a configuration naming it is refused with the choice there is."""
     haproxy_binary: Path = Path("/usr/sbin/haproxy")
+    data_plane_log: str | None = None
+    """HAProxy's request log: one line a request (``option httplog``: timings, status and the
+    termination state that says which side ended it), sent as syslog (facility ``local0``) to
+    ``<host>:<port>`` over UDP or to the unix datagram socket at an absolute path
+    (``/dev/log``); unset = off. It holds the apps' URLs and clients' addresses."""
+
+    @field_validator("data_plane_log")
+    @classmethod
+    def _syslog_target(cls, value: str | None) -> str | None:
+        """It is written into HAProxy's configuration: nothing but an address or a path."""
+        if not value:
+            return None
+        if not _SYSLOG_TARGET.fullmatch(value):
+            raise ValueError(
+                "must be <host>:<port> (an IPv4 address, [IPv6] or a DNS name) or the "
+                "absolute path of a unix datagram socket, with no spaces"
+            )
+        return value
 
     # -- issue 20 item 5 (git): the data dir is resolved once, at start ---------------------
     @field_validator("data_dir")

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import ssl
 import subprocess
@@ -72,6 +73,12 @@ class Story:
     logs: Path
     env: dict[str, str]
     servers: list[AppDeckProcess] = field(default_factory=list)
+    syslog: list[str] = field(default_factory=list)
+    """HAProxy's request log (``APPDECK_DATA_PLANE_LOG``): what a failed probe is judged by."""
+
+    def failed_requests(self) -> str:
+        """The request log's 5xx lines: their termination states say which side ended each."""
+        return "\n".join(line for line in self.syslog if _FAILED.search(line))
 
     @property
     def server(self) -> AppDeckProcess:
@@ -127,12 +134,31 @@ async def story(tmp_path: Path) -> AsyncIterator[Story]:
             "APPDECK_RATE_LIMIT_PER_SECOND": "0",
         }
         made = Story(lap, root, tmp_path / "data", tmp_path / "logs", env)
+        loop = asyncio.get_running_loop()
+        syslog, _ = await loop.create_datagram_endpoint(
+            lambda: _Syslog(made.syslog), local_addr=("127.0.0.1", 0)
+        )
+        env["APPDECK_DATA_PLANE_LOG"] = f"127.0.0.1:{syslog.get_extra_info('sockname')[1]}"
         try:
             yield made
         finally:
             for server in reversed(made.servers):
                 await server.stop()
             reap_apps(tmp_path)
+            syslog.close()
+
+
+_FAILED = re.compile(r" 5\d\d -?\d+ ")
+"""A 5xx status and the bytes sent, as HAProxy's ``option httplog`` writes them."""
+
+
+class _Syslog(asyncio.DatagramProtocol):
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = lines
+
+    def datagram_received(self, data: bytes, addr: tuple[str | object, int]) -> None:
+        if len(self.lines) < 100_000:  # bounded: ~3,000 requests a story
+            self.lines.append(data.decode(errors="replace"))
 
 
 def _cli(data_dir: Path, *argv: str, stdin: str | None = None) -> str:
@@ -291,7 +317,8 @@ class Probe:
                 extensions={"sni_hostname": self.host},
             )
             if got.status_code != 200:
-                self.failures.append(f"{self.now():.2f} s: {got.status_code}")
+                page = got.headers.get("x-appdeck-page", "-")
+                self.failures.append(f"{self.now():.2f} s: {got.status_code} (page {page})")
             else:
                 self.answers.append(str(got.json()["version"]))
         except (httpx.HTTPError, ValueError, KeyError) as exc:
@@ -355,7 +382,8 @@ async def _probe_restart_and_canary(story: Story, app_id: int) -> None:
     share = 100 * window.count("v3") / len(window)
     print(f"probe: {len(probe.answers)} answers, canary share {share:.1f} %, {probe.marks}")
     print(f"probe: {len(probe.failures)} failed: {probe.failures[:20]}")
-    assert probe.failures == []
+    assert any('"GET / HTTP/1.1"' in line for line in story.syslog)  # there to judge by
+    assert probe.failures == [], story.failed_requests()
     assert set(window) <= {"v2", "v3"}, set(window)
     # smooth weighted round robin gives 20 % to the point on a quiet machine; at load 14 a
     # health check that times out takes a v2 server out for a moment and the canary's share

@@ -26,4 +26,7 @@ class ProxyConfig:
     """HAProxy: how long a reload's old worker may go on serving the streams, websockets and
     downloads it holds before it is stopped (``hard-stop-after``; a route change reloads)."""
     retry_after: int = 5
+    log_target: str | None = None
+    """HAProxy: where its request log goes as syslog (``APPDECK_DATA_PLANE_LOG``: host:port
+    over UDP, or a unix socket's path); None = no request log."""
     """``Retry-After`` seconds on the 503 page of an app with no live release."""

@@ -169,3 +169,15 @@ def test_the_app_timeout_is_the_longer_of_response_and_idle_and_old_workers_are_
     assert "    timeout server 60000ms" in config
     assert "    timeout tunnel 60000ms" in config  # websockets: idle_timeout between frames
     assert "    hard-stop-after 120000ms" in config
+
+
+def test_the_request_log_is_rendered_only_when_a_target_is_set() -> None:
+    table = RouteTable()
+    table.set("live", [Backend("r1", 100, ["127.0.0.1:9001"])])
+    quiet = render(table, LAYOUT, host="127.0.0.1", port=8088, proxy=ProxyConfig())
+    assert "\n    log " not in quiet.config
+    assert "option httplog" not in quiet.config
+    proxy = ProxyConfig(log_target="/dev/log")
+    logged = render(table, LAYOUT, host="127.0.0.1", port=8088, proxy=proxy)
+    assert "\n    log /dev/log len 8192 local0\n" in logged.config
+    assert "\n    log global\n    option httplog\n" in logged.config

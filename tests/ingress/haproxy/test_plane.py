@@ -417,3 +417,41 @@ async def test_a_slow_release_shows_a_higher_mean_latency_than_a_fast_one(
     assert late.requests >= 3
     assert late.mean_latency >= 0.25  # the app's 0.3 s before its headers
     assert late.mean_latency > quick.mean_latency
+
+
+class _Syslog(asyncio.DatagramProtocol):
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def datagram_received(self, data: bytes, addr: tuple[str | object, int]) -> None:
+        self.lines.append(data.decode(errors="replace"))
+
+
+async def test_the_request_log_names_each_requests_status_and_termination_state(
+    plane: StartPlane, upstream: StartUpstream
+) -> None:
+    loop = asyncio.get_running_loop()
+    transport, syslog = await loop.create_datagram_endpoint(_Syslog, local_addr=("127.0.0.1", 0))
+    try:
+        port = transport.get_extra_info("sockname")[1]
+        data_plane, client = await plane(ProxyConfig(log_target=f"127.0.0.1:{port}"))
+        blog = await upstream("blog-r1")
+        data_plane.table.set("blog", [Backend("r1", 100, [blog.address])])
+        data_plane.table.set("news", [Backend("r1", 100, [dead_address()])])
+        assert await data_plane.synced()
+        assert (await client.get("/?served", headers=BLOG)).status_code == 200
+        news = {"host": "news.localhost"}
+        assert (await client.get("/?refused", headers=news)).status_code == 502
+
+        def logged(path: str) -> list[str]:
+            return [line for line in syslog.lines if f'"GET {path} HTTP/1.1"' in line]
+
+        await until(lambda: logged("/?served") and logged("/?refused"), within=10)
+    finally:
+        transport.close()
+    [served], [refused] = logged("/?served"), logged("/?refused")
+    assert " 200 " in served
+    assert " ---- " in served
+    assert " 502 " in refused
+    assert " SC-- " in refused
+    assert served.startswith("<134>")  # local0.info

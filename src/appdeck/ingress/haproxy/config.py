@@ -464,9 +464,12 @@ def _head(layout: Layout, proxy: ProxyConfig, edge_global: Sequence[str]) -> lis
         f"    hard-stop-after {int(proxy.reload_drain_timeout * 1000)}ms",
         f"    lua-load {layout.file(BODY_LUA)}",
         *(f"    {line}" for line in edge_global),
+        # the request log, when asked for: one line a request with its termination state
+        *((f"    log {proxy.log_target} len 8192 local0",) if proxy.log_target else ()),
         "",
         "defaults",
         "    mode http",
+        *(("    log global", "    option httplog") if proxy.log_target else ()),
         "    option dontlognull",
         "    option redispatch 1",
         "    retries 1",
