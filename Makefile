@@ -4,6 +4,10 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
+# Python's bytecode caches are written (a machine's PYTHONDONTWRITEBYTECODE=1 would make every
+# process compile every module it imports, and pytest rewrite every test module, each time)
+export PYTHONDONTWRITEBYTECODE :=
+
 DEBS   := bubblewrap python3-venv e2fsprogs haproxy
 TEST_DEBS := chromium pebble git prometheus
 # what `podman kube play` of a rendered pod needs on this host (docs/kubernetes.md, "Running a
@@ -12,7 +16,7 @@ TEST_DEBS := chromium pebble git prometheus
 # infra image, which podman builds locally instead of pulling
 K8S_DEBS := podman runc conmon netavark aardvark-dns iptables catatonit
 
-.PHONY: run test lint types unit quick e2e conformance bench clean system-deps test-deps k8s-deps k8s-e2e
+.PHONY: run test lint types unit warm quick e2e conformance bench clean system-deps test-deps k8s-deps k8s-e2e
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -70,11 +74,17 @@ quick: $(STAMP)
 conformance: $(STAMP) system-deps
 	scripts/conformance
 
+# the bytecode of src and pytest's rewritten test modules, written by one process before the
+# suite, so that its workers load them instead of each compiling and rewriting everything
+# (~8 CPU-s a worker); a collection error is left for `unit` to report
+warm: $(STAMP)
+	@$(BIN)/pytest -q --collect-only -p no:cacheprovider >/dev/null 2>&1 || true
+
 # the Debian packages first (conformance's server needs HAProxy and bubblewrap); then lint,
-# types and conformance side by side (mostly one core each, conformance mostly waiting), then
-# the suite, which takes both cores by itself (issue 26 §3)
+# types, conformance and warm side by side (mostly one core each, conformance mostly waiting),
+# then the suite, which takes both cores by itself (issue 26 §3)
 test: test-deps
-	$(MAKE) --no-print-directory -j3 --output-sync=target lint types conformance
+	$(MAKE) --no-print-directory -j4 --output-sync=target lint types conformance warm
 	$(MAKE) --no-print-directory unit
 
 # The Kubernetes driver and router against the cluster in KUBECONFIG (kind, k3s, a cloud): README,

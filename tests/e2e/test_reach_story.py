@@ -148,6 +148,7 @@ async def story(tmp_path: Path) -> AsyncIterator[Story]:
             syslog.close()
 
 
+_PAGE = re.compile(r"AppDeck ingress · ([a-z_]+)")
 _FAILED = re.compile(r" 5\d\d -?\d+ ")
 """A 5xx status and the bytes sent, as HAProxy's ``option httplog`` writes them."""
 
@@ -317,8 +318,9 @@ class Probe:
                 extensions={"sni_hostname": self.host},
             )
             if got.status_code != 200:
-                page = got.headers.get("x-appdeck-page", "-")
-                self.failures.append(f"{self.now():.2f} s: {got.status_code} (page {page})")
+                page = _PAGE.search(got.text)  # which of the data plane's pages, if one
+                said = page.group(1) if page else got.text[:80]
+                self.failures.append(f"{self.now():.2f} s: {got.status_code} {said}")
             else:
                 self.answers.append(str(got.json()["version"]))
         except (httpx.HTTPError, ValueError, KeyError) as exc:
