@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from importlib import resources
 from pathlib import Path
 
 from appdeck.ingress.config import ProxyConfig
@@ -181,3 +182,15 @@ def test_the_request_log_is_rendered_only_when_a_target_is_set() -> None:
     logged = render(table, LAYOUT, host="127.0.0.1", port=8088, proxy=proxy)
     assert "\n    log /dev/log len 8192 local0\n" in logged.config
     assert "\n    log global\n    option httplog\n" in logged.config
+
+
+def test_haproxys_own_http_client_loads_no_ca_store_since_no_lua_of_ours_uses_it() -> None:
+    # the CA store was ~3/4 of the CPU of every start and reload (docs/data-plane-edge.md);
+    # skipping it is only sound while nothing of ours sends through HAProxy's client
+    config = render(RouteTable(), LAYOUT, host="127.0.0.1", port=8088, proxy=ProxyConfig()).config
+    assert "    httpclient.ssl.verify none" in config.splitlines()
+    scripts = sorted(resources.files("appdeck.ingress.haproxy").iterdir(), key=lambda f: f.name)
+    lua = [script for script in scripts if script.name.endswith(".lua")]
+    assert [script.name for script in lua] == ["body.lua", "edge.lua"]
+    for script in lua:
+        assert "httpclient" not in script.read_text(), script.name

@@ -462,6 +462,10 @@ def _head(layout: Layout, proxy: ProxyConfig, edge_global: Sequence[str]) -> lis
         # every new route reloads: an old worker lives on while clients hold streams on it;
         # bounded, so reloads cannot pile up workers (docs/data-plane-edge.md)
         f"    hard-stop-after {int(proxy.reload_drain_timeout * 1000)}ms",
+        # HAProxy's own HTTP client (Lua's core.httpclient, the CLI's expert-mode
+        # "httpclient") is never used by AppDeck; by default every start and reload loads the
+        # system CA store for it: ~45 of a start's ~60 ms of CPU (docs/data-plane-edge.md)
+        "    httpclient.ssl.verify none",
         f"    lua-load {layout.file(BODY_LUA)}",
         *(f"    {line}" for line in edge_global),
         # the request log, when asked for: one line a request with its termination state
