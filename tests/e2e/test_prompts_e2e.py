@@ -35,12 +35,17 @@ async def _text(client: Client, name: str, arguments: dict[str, str]) -> str:
     return message.content.text
 
 
+_LEFT_OUT = frozenset({".git", "node_modules", ".venv", "venv", "__pycache__"})
+"""What the prompt says to leave out that a directory here can hold (Python's bytecode, once
+the fixture app has run from it)."""
+
+
 def _files(root: Path) -> list[dict[str, Any]]:
     """The directory as the prompt asks: each file's relative path and text."""
     return [
         {"path": p.relative_to(root).as_posix(), "content": p.read_text()}
         for p in sorted(root.rglob("*"))
-        if p.is_file()
+        if p.is_file() and _LEFT_OUT.isdisjoint(p.relative_to(root).parts)
     ]
 
 
