@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from ipaddress import IPv4Network, IPv6Network
+from ipaddress import IPv4Network, IPv6Network, ip_address
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -28,11 +28,25 @@ from pydantic_settings import (
 from appdeck import __version__
 
 _SYSLOG_TARGET = re.compile(
-    r"(?:(?:\d{1,3}\.){3}\d{1,3}|\[[0-9A-Fa-f:.]{2,45}\]|[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})):"
+    r"(?:(?:\d{1,3}\.){3}\d{1,3}|\[[0-9A-Fa-f:.]{2,45}\]):"
     r"(?:[1-9]\d{0,3}|[1-5]\d{4}|6[0-4]\d{3}|65[0-4]\d{2}|655[0-2]\d|6553[0-5])"
     r"|/[A-Za-z0-9._/-]{1,200}"
 )
-"""``APPDECK_DATA_PLANE_LOG``: a syslog server's address or a unix socket's path."""
+"""``APPDECK_DATA_PLANE_LOG``: a syslog server's IP address and port, or a unix socket's path
+(no DNS name: HAProxy resolves it at every reload, and a reload would fail with the DNS)."""
+
+
+def _an_address_or_path(target: str) -> bool:
+    """Past :data:`_SYSLOG_TARGET`'s shape: the address is one (``999.1.1.1`` is not)."""
+    if target.startswith("/"):
+        return True
+    host = target.rsplit(":", 1)[0].removeprefix("[").removesuffix("]")
+    try:
+        ip_address(host)
+    except ValueError:
+        return False
+    return True
+
 
 # NoDecode: pydantic-settings would parse these as JSON; the validators below split them instead
 PathList = Annotated[list[Path], NoDecode]
@@ -332,8 +346,8 @@ class Settings(BaseSettings):
     data_plane_log: str | None = None
     """HAProxy's request log: one line a request (``option httplog``: timings, status and the
     termination state that says which side ended it), sent as syslog (facility ``local0``) to
-    ``<host>:<port>`` over UDP or to the unix datagram socket at an absolute path
-    (``/dev/log``); unset = off. It holds the apps' URLs and clients' addresses."""
+    ``<ip>:<port>`` over UDP (``[<ipv6>]:<port>``) or to the unix datagram socket at an
+    absolute path (``/dev/log``); unset = off. It holds the apps' URLs and clients' addresses."""
 
     @field_validator("data_plane_log")
     @classmethod
@@ -341,10 +355,11 @@ class Settings(BaseSettings):
         """It is written into HAProxy's configuration: nothing but an address or a path."""
         if not value:
             return None
-        if not _SYSLOG_TARGET.fullmatch(value):
+        if not _SYSLOG_TARGET.fullmatch(value) or not _an_address_or_path(value):
             raise ValueError(
-                "must be <host>:<port> (an IPv4 address, [IPv6] or a DNS name) or the "
-                "absolute path of a unix datagram socket, with no spaces"
+                "must be <ip>:<port> (an IPv4 address or [IPv6]; no DNS name, which every "
+                "HAProxy reload would have to resolve) or the absolute path of a unix datagram "
+                "socket, with no spaces"
             )
         return value
 
