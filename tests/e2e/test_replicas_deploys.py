@@ -419,7 +419,8 @@ async def test_a_replica_paused_past_its_lease_loses_the_deploy_and_its_late_wri
             # write is refused (the takeover fenced it), so its deploy writes no more; its
             # task, failed meanwhile as a dead replica's, is stopped by A's own re-read of it
             # (every 2 s). When the write comes first the deploy ends there and its renewal
-            # is never tried (a clean-clone CI saw that order once).
+            # is never tried (a clean-clone CI saw that order once); that write may be the
+            # unwind of that stop ("its cancel was not written: ... no longer held", another).
             log = Path(a.server.stderr_path)
             fenced = re.compile(
                 rf"app {app_id}: (lost its lock"  # the renewal refused

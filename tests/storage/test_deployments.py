@@ -11,6 +11,7 @@ from sqlalchemy import event
 
 from appdeck.auth.admin import IdentityAdmin
 from appdeck.common.errors import Conflict
+from appdeck.platform.deploy import states
 from appdeck.storage import Storage
 from appdeck.storage.app_locks import AppLockStore, Fenced, Lease
 from appdeck.storage.apps import AppStore
@@ -87,6 +88,49 @@ async def test_a_write_under_a_lost_lease_is_refused_and_changes_nothing(storage
     assert (after.state, after.steps) == ("building", building.steps)
     failed = await store.update(app_id, record.number, state="failed", lease=theirs)
     assert failed.state == "failed"
+
+
+async def test_a_lost_leases_write_that_the_new_state_forbids_is_refused_as_fenced(
+    storage: Storage,
+) -> None:
+    # the paused replica's unwind ("cancelled") after the takeover wrote "failed": the state
+    # machine forbids failed -> cancelled, but the cause is the lease (seen in a CI run as an
+    # IllegalTransition traceback instead of the fence's refusal)
+    app_id = await _app(storage)
+    store = DeploymentStore(storage.engine, transitions=states.check)
+    locks = AppLockStore(storage.engine)
+    record = await _create(store, app_id)
+    mine = await locks.acquire(app_id, "r1:a", 30)
+    assert mine is not None
+    await store.update(app_id, record.number, state="building", lease=mine)
+    assert await locks.release(mine)  # expired now: as if paused past it
+    theirs = await locks.acquire(app_id, "r2:b", 30)
+    assert theirs is not None
+    failed = await store.update(app_id, record.number, state="failed", lease=theirs)
+    with pytest.raises(Fenced, match="no longer held"):
+        await store.update(app_id, record.number, state="cancelled", lease=mine)
+    assert await store.get(app_id, record.number) == failed  # the takeover's write stands
+    with pytest.raises(states.IllegalTransition):  # a lease still held: the state's refusal
+        await store.update(app_id, record.number, state="cancelled", lease=theirs)
+
+
+async def test_a_lost_leases_move_that_the_new_state_forbids_is_refused_as_fenced(
+    storage: Storage,
+) -> None:
+    _, app_id, mine = await _live_and_superseded(storage)
+    store = DeploymentStore(storage.engine, transitions=states.check)
+    locks = AppLockStore(storage.engine)
+    assert await locks.release(mine)
+    theirs = await locks.acquire(app_id, "r2:b", 30)
+    assert theirs is not None
+    await store.move_together(  # the takeover rolls back to #1: #2 superseded
+        app_id, [Move(1, "live", "Live again", 100), Move(2, "superseded", "x", 0)], lease=theirs
+    )
+    with pytest.raises(Fenced, match="no longer held"):  # superseded -> rolled_back: forbidden
+        await store.move_together(
+            app_id, [Move(2, "rolled_back", "late", 0), Move(1, "live", "late", 100)], lease=mine
+        )
+    assert [r.state for r in await store.for_app(app_id)] == ["superseded", "live"]
 
 
 async def test_a_lease_guards_only_its_own_apps_writes(storage: Storage) -> None:

@@ -380,19 +380,22 @@ class DeploymentStore:
         query = sa.update(deployments).where(
             deployments.c.app_id == app_id, deployments.c.number == number
         )
+        if lease is not None and lease.app_id != app_id:
+            raise ValueError(f"the lease of app {lease.app_id} guards no write to {app_id}")
         if state is not None and state != current.state:
             if self._transitions is not None:
-                self._transitions(current.state, state)
+                try:
+                    self._transitions(current.state, state)
+                except RuntimeError:  # states.IllegalTransition
+                    await self._refuse_if_fenced(lease)  # whoever took over moved it: theirs
+                    raise
             query = query.where(deployments.c.state == current.state)
         if lease is not None:
-            if lease.app_id != app_id:
-                raise ValueError(f"the lease of app {lease.app_id} guards no write to {app_id}")
             query = query.where(guard(lease, self._engine.dialect.name))
         async with self._engine.begin() as conn:
             done = await conn.execute(query.values(**values))
         if done.rowcount == 0:
-            if lease is not None and not await self._holds(lease):
-                raise Fenced(f"app {app_id}: the lease fenced {lease.fence} is no longer held")
+            await self._refuse_if_fenced(lease)
             raise StaleState(f"deployment {app_id}-{number} changed state while being updated")
         record = await self.get(app_id, number)
         assert record is not None
@@ -441,7 +444,15 @@ class DeploymentStore:
                     was = current.get(move.number)
                     if was is None:
                         raise StaleState(f"deployment {app_id}-{move.number} is gone")
-                    row = await self._move(conn, move, was, now, fenced, as_read=False)
+                    try:
+                        row = await self._move(conn, move, was, now, fenced, as_read=False)
+                    except RuntimeError:  # states.IllegalTransition, maybe after a takeover
+                        holds = await conn.execute(sa.select(guard(lease, conn.dialect.name)))
+                        if not holds.scalar():
+                            raise Fenced(
+                                f"app {app_id}: the lease fenced {lease.fence} is no longer held"
+                            ) from None
+                        raise
                 if row is None:
                     held = (await conn.execute(sa.select(guard(lease, conn.dialect.name)))).scalar()
                     if not held:
@@ -504,6 +515,13 @@ class DeploymentStore:
         else:
             statement = self._moves.by_state
         return (await conn.execute(statement, values)).first()
+
+    async def _refuse_if_fenced(self, lease: Lease | None) -> None:
+        """:class:`Fenced` when ``lease`` is no longer held: a write that its record's state
+        refuses (another replica took the app over and moved it) is refused for the lease,
+        the cause, and the takeover's write stands."""
+        if lease is not None and not await self._holds(lease):
+            raise Fenced(f"app {lease.app_id}: the lease fenced {lease.fence} is no longer held")
 
     async def _holds(self, lease: Lease) -> bool:
         async with self._engine.connect() as conn:

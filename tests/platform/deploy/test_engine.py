@@ -31,7 +31,7 @@ from appdeck.platform.sources import SourceRoots
 from appdeck.storage import Storage
 from appdeck.storage.app_locks import AppLockStore
 from appdeck.storage.apps import AppRecord, AppStore
-from appdeck.storage.deployments import DeploymentStore
+from appdeck.storage.deployments import DeploymentRecord, DeploymentStore
 from appdeck.storage.identity import IdentityStore
 from appdeck.storage.schema import app_locks
 
@@ -488,9 +488,19 @@ async def test_a_deploy_a_live_replica_drives_is_left_alone_by_another_replicas_
     assert await rig.states() == {1: "superseded", 2: "live"}
 
 
-async def test_a_replica_paused_past_its_lease_finds_its_writes_refused_and_stops_quietly(
-    rig: Rig, storage: Storage
-) -> None:
+@dataclass
+class Takeover:
+    """Replica a's deploy (#2) paused in its build past its lease; b took the app over (its
+    reclaim failed #2) and created #3."""
+
+    gated: GatedRuntime
+    b: Replica
+    app: AppRecord
+    run: asyncio.Future[DeploymentRecord]
+    third: DeploymentRecord
+
+
+async def _paused_past_its_lease(rig: Rig, storage: Storage) -> Takeover:
     await rig.deploy()
     gated = GatedRuntime(running_=rig.runtime.running_, gated={f"{rig.app_id}-2"})
     a, b = _replica(rig, "a", gated), _replica(rig, "b")
@@ -500,19 +510,50 @@ async def test_a_replica_paused_past_its_lease_finds_its_writes_refused_and_stop
         await gated.entered.wait()  # a is "paused" in its build ...
     await _expire_locks(storage)  # ... past its lease
     _, third = await b.deploys.create(await rig.app(), rig.alice.user, None)  # b takes the app over
+    return Takeover(gated, b, app, run, third)
+
+
+async def test_a_replica_paused_past_its_lease_finds_its_writes_refused_and_stops_quietly(
+    rig: Rig, storage: Storage
+) -> None:
+    t = await _paused_past_its_lease(rig, storage)
     failed = await rig.deploys.store.get(rig.app_id, 2)
     assert failed is not None
     assert failed.state == "failed"
     assert "lost its lock" in (failed.status_message or "")
     assert rig.router.weights(SHOP) == {f"{rig.app_id}-1": 100}  # the live release serves
-    gated.gate.set()  # a wakes up: its next write is refused, and it stops
+    t.gated.gate.set()  # a wakes up: its next write is refused, and it stops
     async with asyncio.timeout(10):
-        after = await run
+        after = await t.run
     assert after.state == "failed"
     assert await rig.runtime.running(f"{rig.app_id}-2") == []
     assert rig.router.weights(SHOP) == {f"{rig.app_id}-1": 100}
-    assert (await b.deploys.run(app, third)).state == "live"
+    assert (await t.b.deploys.run(t.app, t.third)).state == "live"
     assert await rig.states() == {1: "superseded", 2: "failed", 3: "live"}
+
+
+async def test_a_paused_replicas_deploy_cancelled_after_the_takeover_says_it_was_fenced(
+    rig: Rig, storage: Storage, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A wakes to a cancel (its task, failed meanwhile, is stopped by its own re-read), not
+    to its build: the unwind's "cancelled" is refused for the lost lease, said in the log,
+    and the takeover's "failed" stands (seen in a CI run as an IllegalTransition traceback,
+    failed -> cancelled, which hid the fence)."""
+    t = await _paused_past_its_lease(rig, storage)
+    t.run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        async with asyncio.timeout(10):
+            await t.run
+    failed = await rig.deploys.store.get(rig.app_id, 2)
+    assert failed is not None
+    assert (failed.state, "lost its lock" in (failed.status_message or "")) == ("failed", True)
+    said = [
+        r.getMessage() for r in caplog.records if "its cancel was not written" in r.getMessage()
+    ]
+    assert len(said) == 1
+    assert f"app {rig.app_id}: the lease fenced" in said[0]
+    assert rig.router.weights(SHOP) == {f"{rig.app_id}-1": 100}
+    assert (await t.b.deploys.run(t.app, t.third)).state == "live"
 
 
 async def test_a_rollback_waits_for_the_deploy_under_way_on_another_replica(rig: Rig) -> None:

@@ -17,7 +17,6 @@ both be written.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import Any, Final
 
@@ -311,8 +310,12 @@ class Deploying(EngineCore):
         self, step: RunSteps, plan: rollout.Rollout, old_instances: list[Instance]
     ) -> None:
         await plan_abort(self.runtime, self.router, plan.new, plan.old, old_instances)
-        with contextlib.suppress(Fenced):
+        try:
             await step("Cancelled; the live release kept serving", 0, states.CANCELLED)
+        except Fenced as exc:  # taken over meanwhile (a pause past the lease): theirs stands
+            log.warning(
+                "deployment %s: its cancel was not written: %s", step.record.release_id, exc
+            )
 
 
 def _retrieved(task: asyncio.Task[None]) -> None:
