@@ -447,18 +447,10 @@ class DeploymentStore:
                     try:
                         row = await self._move(conn, move, was, now, fenced, as_read=False)
                     except RuntimeError:  # states.IllegalTransition, maybe after a takeover
-                        holds = await conn.execute(sa.select(guard(lease, conn.dialect.name)))
-                        if not holds.scalar():
-                            raise Fenced(
-                                f"app {app_id}: the lease fenced {lease.fence} is no longer held"
-                            ) from None
+                        await _refuse_if_lost(conn, lease)
                         raise
                 if row is None:
-                    held = (await conn.execute(sa.select(guard(lease, conn.dialect.name)))).scalar()
-                    if not held:
-                        raise Fenced(
-                            f"app {app_id}: the lease fenced {lease.fence} is no longer held"
-                        )
+                    await _refuse_if_lost(conn, lease)
                     raise StaleState(f"deployment {app_id}-{move.number} changed state meanwhile")
                 written.append(_record(row))
             if let_go:
@@ -527,3 +519,10 @@ class DeploymentStore:
         async with self._engine.connect() as conn:
             found = await conn.execute(sa.select(guard(lease, self._engine.dialect.name)))
         return bool(found.scalar())
+
+
+async def _refuse_if_lost(conn: AsyncConnection, lease: Lease) -> None:
+    """:class:`Fenced` when ``lease`` is no longer held, as seen inside ``conn``'s transaction
+    (a move refused by its row or its state after a takeover is refused for the lease)."""
+    if not (await conn.execute(sa.select(guard(lease, conn.dialect.name)))).scalar():
+        raise Fenced(f"app {lease.app_id}: the lease fenced {lease.fence} is no longer held")
