@@ -28,7 +28,9 @@ async def spawn(program: str, *args: str, **kwargs: Any) -> asyncio.subprocess.P
     let finish, the child's process group is SIGKILLed and reaped (:func:`reap`), and the
     cancel goes on."""
     kwargs["start_new_session"] = True
-    starting = asyncio.ensure_future(asyncio.create_subprocess_exec(program, *args, **kwargs))
+    starting = asyncio.ensure_future(
+        asyncio.create_subprocess_exec(program, *args, **kwargs)  # noqa: TID251 - the one place
+    )
     try:
         return await asyncio.shield(starting)
     except asyncio.CancelledError:

@@ -195,7 +195,8 @@ class HAProxyProcess:
         """``haproxy -c`` on the written config: :class:`HAProxyFailed`, the reason logged,
         when HAProxy refuses it (why a reload failed; before every reload of a master that
         does not count failed reloads)."""
-        proc = await asyncio.create_subprocess_exec(
+        # one process, no children, killed with its pipes on a cancel (below): asyncio's own
+        proc = await asyncio.create_subprocess_exec(  # noqa: TID251
             str(self.binary),
             "-c",
             "-f",
@@ -228,7 +229,8 @@ class HAProxyProcess:
                 stale.unlink()
         log_path = self.layout.file("haproxy.log")
         with log_path.open("ab") as output:  # a file, not a pipe: the daemon keeps its fds
-            proc = await asyncio.create_subprocess_exec(
+            # the master daemonizes (it must outlive this process and its group): no group kill
+            proc = await asyncio.create_subprocess_exec(  # noqa: TID251
                 str(self.binary),
                 "-W",
                 "-D",
