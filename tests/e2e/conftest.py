@@ -15,6 +15,8 @@ from tests.support.replicas import Replicas
 FAILED_LOG_LINES = 200
 """Lines of each server's stderr attached to a failed test's report: the servers run as
 processes, so what they logged is otherwise lost with the test's temporary directory."""
+NOTABLE_LOG_LINES = 60
+"""Of a replica's stderr, the last lines above info (a replica set logs every request)."""
 
 
 @pytest.hookimpl(wrapper=True)
@@ -24,8 +26,9 @@ def pytest_runtest_makereport(
     report = yield
     if report.failed and call.when in ("setup", "call"):
         for name, value in getattr(item, "funcargs", {}).items():
-            if isinstance(value, Replicas):
-                report.sections.append((f"replicas of {name}", value.logs(FAILED_LOG_LINES)))
+            replicas = getattr(value, "replicas", value)  # a fixture that holds a set
+            if isinstance(replicas, Replicas):
+                report.sections.append((f"replicas of {name}", replicas.report(NOTABLE_LOG_LINES)))
             elif isinstance(value, AppDeckProcess):
                 tail = value.log_tail(FAILED_LOG_LINES)
                 report.sections.append((f"server {name} stderr", tail))

@@ -114,6 +114,10 @@ class AppDeckProcess:
     def log_tail(self, lines: int = 40) -> str:
         return _tail(self.stderr_path, lines)
 
+    def notable(self, lines: int = 60) -> str:
+        """The last ``lines`` lines of its stderr above info, tracebacks included."""
+        return notable_lines(self.stderr_path, lines)
+
     async def kill(self, within: float = 10.0) -> int:
         """SIGKILL (a crash) and reap the process."""
         if self.running:
@@ -211,6 +215,27 @@ def _tail(path: Path, lines: int) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return "(no log)"
+
+
+_ROUTINE = re.compile(r"^\S+Z \[(info|debug)\s*\]")
+_ENTRY = re.compile(r"^\S+Z \[")
+
+
+def notable_lines(path: Path, limit: int) -> str:
+    """The last ``limit`` lines of a server's stderr above info (warnings, errors) with their
+    tracebacks: what a failed test's report needs, without the request log around them."""
+    kept: list[str] = []
+    keeping = False
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    for line in text.splitlines():
+        if _ENTRY.match(line):
+            keeping = _ROUTINE.match(line) is None
+        if keeping:
+            kept.append(line)
+    return "\n".join(kept[-limit:]) or "(nothing above info)"
 
 
 def reap_haproxy(under: Path) -> None:

@@ -121,6 +121,15 @@ class Replicas:
             f"--- {Path(s.stderr_path).name}\n{s.log_tail(lines)}" for s in self.servers
         )
 
+    def report(self, notable: int = 60, tail: int = 20) -> str:
+        """For a failed test's report: each replica's warnings and errors (with their
+        tracebacks; the last ``notable`` lines of them), then its last ``tail`` lines."""
+        return "\n".join(
+            f"--- {Path(s.stderr_path).name}: above info\n{s.notable(notable)}\n"
+            f"--- {Path(s.stderr_path).name}: last lines\n{s.log_tail(tail)}"
+            for s in self.servers
+        )
+
 
 @contextlib.asynccontextmanager
 async def run_replicas(
