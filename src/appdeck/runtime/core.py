@@ -45,7 +45,9 @@ from appdeck.runtime.pgfront import PostgresFront
 from appdeck.runtime.sandbox import APP_DIR, SANDBOX_PATH, Sandbox
 from appdeck.runtime.shim import boot_id, is_running
 from appdeck.runtime.state import (
+    count_stop,
     load_instances,
+    load_stops,
     read_json,
     read_spec,
     records,
@@ -250,17 +252,31 @@ class DriverCore:
         """The instance's record names its process now (under :func:`.state.locked`)."""
         found, unhealthy = load_instances(state.directory, self._boot_id)
         found[instance.index] = instance.record()
-        save_instances(state.directory, state.release_id, self._boot_id, found, unhealthy=unhealthy)
+        stops = load_stops(state.directory)
+        save_instances(
+            state.directory,
+            state.release_id,
+            self._boot_id,
+            found,
+            unhealthy=unhealthy,
+            stops=stops,
+        )
 
     def _unrecord(
         self, state: ReleaseState, index: int | None, *, unhealthy: bool = False
     ) -> list[dict[str, Any]]:
         """Remove the records of instance ``index`` (None: all): the intent to stop them,
-        written before any signal (under :func:`.state.locked`). Returns them."""
+        written before any signal (under :func:`.state.locked`), and counted (a start of
+        them under way elsewhere finds it, see :func:`.state.stop_mark`). Returns them."""
         found, marked = load_instances(state.directory, self._boot_id)
         taken = [found.pop(i) for i in sorted(found) if index is None or i == index]
         save_instances(
-            state.directory, state.release_id, self._boot_id, found, unhealthy=marked or unhealthy
+            state.directory,
+            state.release_id,
+            self._boot_id,
+            found,
+            unhealthy=marked or unhealthy,
+            stops=count_stop(load_stops(state.directory), index),
         )
         return taken
 

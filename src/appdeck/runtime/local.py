@@ -47,6 +47,7 @@ import socket
 import time
 
 from appdeck.common.errors import Conflict, FailedPrecondition, InvalidArgument
+from appdeck.common.unwinding import to_the_end
 from appdeck.runtime import netns
 from appdeck.runtime.adoption import AdoptionMixin, TakenOver
 from appdeck.runtime.build import LOG_TAIL_LINES, BuildMixin
@@ -79,7 +80,7 @@ from appdeck.runtime.model import (
 )
 from appdeck.runtime.procs import free_port
 from appdeck.runtime.readiness import SANDBOX_PORT, upstream, wait_ready
-from appdeck.runtime.state import locked, read_json, write_json
+from appdeck.runtime.state import load_stops, locked, read_json, stop_mark, write_json
 from appdeck.runtime.stopping import StopMixin
 from appdeck.runtime.supervision import SHIM_PATH
 from appdeck.runtime.workspace import CopyLimits
@@ -190,24 +191,51 @@ class LocalDriver(BuildMixin, AdoptionMixin, StopMixin, InspectionMixin, ExportM
                 sandboxed=self.sandbox is not None,
             )
             instance.database = await self._database_grant(release)
+            # The host's lock is held to read and to record, not across the spawn (see
+            # .state): a server stopped mid-spawn must not hold every replica's stop.
             async with locked(state.directory):  # one record per index, whoever starts it
-                if any(r["index"] == index for r in self._recorded_alive(state)):
-                    raise Conflict(
-                        f"instance {index} of release {release.release_id} runs unsupervised "
-                        "here (another server on this host started it)",
-                        hint="adopt the release, or stop it",
-                    )
-                state.instances[index] = instance
-                state.given_up.pop(index, None)
-                try:
-                    self._spawn(state, instance)
-                except BaseException:
-                    del state.instances[index]
-                    raise
-                self._record_running(state, instance)
+                self._check_unrecorded(state, index)
+                mark = stop_mark(load_stops(state.directory), index)
+            state.instances[index] = instance
+            state.given_up.pop(index, None)
+            try:
+                self._spawn(state, instance)
+            except BaseException:
+                del state.instances[index]
+                raise
+            try:
+                async with locked(state.directory):
+                    self._check_unrecorded(state, index)
+                    if stop_mark(load_stops(state.directory), index) != mark:
+                        raise Conflict(
+                            f"instance {index} of release {release.release_id} was stopped "
+                            "while it started (by another server on this host)"
+                        )
+                    self._record_running(state, instance)
+            except BaseException:
+                await to_the_end(self._abandon(state, instance))
+                raise
             instance.supervisor = asyncio.create_task(self._supervise(state, instance))
         self._start_disk_watch()
         return instance.handle(state.release_id)
+
+    def _check_unrecorded(self, state: ReleaseState, index: int) -> None:
+        """Conflict when a live process is recorded as instance ``index`` (under the lock)."""
+        if any(r["index"] == index for r in self._recorded_alive(state)):
+            raise Conflict(
+                f"instance {index} of release {state.release_id} runs unsupervised "
+                "here (another server on this host started it)",
+                hint="adopt the release, or stop it",
+            )
+
+    async def _abandon(self, state: ReleaseState, instance: InstanceState) -> None:
+        """Stop an instance spawned and never recorded (its start lost to a stop or to
+        another server's start meanwhile): its process group killed, its resources let go."""
+        instance.stopping = True
+        await self._terminate(instance, 0.0, self._writer(state))
+        if state.instances.get(instance.index) is instance:
+            del state.instances[instance.index]
+        await self._release_group(state, instance)
 
     async def take_over(self, release_id: str, release: Release | None = None) -> TakenOver:
         found = await super().take_over(release_id, release)
@@ -246,7 +274,7 @@ class LocalDriver(BuildMixin, AdoptionMixin, StopMixin, InspectionMixin, ExportM
             release = states[0].release
             assert release is not None
             limit_mb = split(self._disk_mb(release)).image_mb
-            paths = list(self.runtime_dir.glob(f"apps/{app_id}/releases/*/src"))
+            paths = list(self.runtime_dir.glob(f"apps/{app_id}/releases/[!.]*/src"))
             if disks.appdb is not None:
                 paths.append(disks.appdb / str(app_id))
             used = await asyncio.to_thread(disks.usage, paths)
@@ -345,7 +373,11 @@ class LocalDriver(BuildMixin, AdoptionMixin, StopMixin, InspectionMixin, ExportM
         ]
 
     async def releases(self) -> list[str]:
-        found = {path.name for path in self.runtime_dir.glob("apps/*/releases/*") if path.is_dir()}
+        found = {  # not a release being removed (renamed ".removed-...")
+            path.name
+            for path in self.runtime_dir.glob("apps/*/releases/*")
+            if path.is_dir() and not path.name.startswith(".")
+        }
         return sorted(found | set(self._releases))
 
 

@@ -13,6 +13,13 @@ replaces the record's pid only while it still names the dead process. So a super
 sees its instance exit reads the record first: gone means stopped (never restarted), another
 live pid means someone restarted it already (follow that one), the dead pid means a crash
 (restart it, once, whoever gets the lock first).
+
+A start holds the lock only to read and to write, not across its spawn (a netns, a cgroup, a
+fork: long on a loaded host, and a server stopped there, SIGSTOP or a paused VM, held every
+other replica's stop of the release for as long as it was away). So it reads, spawns, and
+records under the lock again, and every stop counts itself in ``instances.json``'s ``stops``
+(by index; ``*`` for the whole release): a start that finds a stop counted since it read
+kills what it spawned instead of recording it (:func:`stop_mark`).
 """
 
 from __future__ import annotations
@@ -27,14 +34,15 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Final
 
-from appdeck.common.errors import Unavailable
+from appdeck.common.errors import FailedPrecondition, Unavailable
 from appdeck.model.release import AppSpec, Release
 
 STATE_LOCK: Final = ".state.lock"
 LOCK_POLL_S: Final = 0.01
 LOCK_WITHIN_S: Final = 60.0
 """How long a change of ``instances.json`` waits for the release's lock (its holders keep it
-for a spawn or a file write: milliseconds; a stopped process holding it is what this bounds)."""
+for a file write, or a restart's spawn: milliseconds; a stopped process holding it is what
+this bounds)."""
 
 
 def spec_to_json(release: Release, env_digest: str) -> dict[str, Any]:
@@ -105,11 +113,20 @@ def records(state: dict[str, Any]) -> list[dict[str, Any]]:
     return valid
 
 
+class ReleaseRemoved(FailedPrecondition):
+    """The release's directory is gone: another server on this host removed the release
+    (:meth:`~.stopping.StopMixin.remove` renames it away first), so it runs nowhere."""
+
+
 @contextlib.asynccontextmanager
 async def locked(directory: Path) -> AsyncIterator[None]:
     """Hold the release's state lock (every replica on this host, every coroutine: each
-    holder opens the lock file anew) while reading and changing ``instances.json``."""
-    fd = os.open(directory / STATE_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    holder opens the lock file anew) while reading and changing ``instances.json``.
+    :class:`ReleaseRemoved` when the release's directory is gone."""
+    try:
+        fd = os.open(directory / STATE_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except FileNotFoundError:
+        raise ReleaseRemoved(f"release {directory.name} was removed") from None
     try:
         deadline = time.monotonic() + LOCK_WITHIN_S
         while True:
@@ -137,6 +154,27 @@ def load_instances(directory: Path, boot_id: str) -> tuple[dict[int, dict[str, A
     return {int(r["index"]): r for r in records(recorded)}, bool(recorded.get("unhealthy", False))
 
 
+def load_stops(directory: Path) -> dict[str, int]:
+    """``instances.json``'s stop counts: by instance index (as a string), ``*`` the stops of
+    the whole release. They only grow, across boots too."""
+    found = read_json(directory / "instances.json").get("stops")
+    if not isinstance(found, dict):
+        return {}
+    return {k: v for k, v in found.items() if isinstance(k, str) and type(v) is int}
+
+
+def count_stop(stops: dict[str, int], index: int | None) -> dict[str, int]:
+    """``stops`` with one more stop of instance ``index`` (None: the whole release)."""
+    key = "*" if index is None else str(index)
+    return {**stops, key: stops.get(key, 0) + 1}
+
+
+def stop_mark(stops: dict[str, int], index: int) -> tuple[int, int]:
+    """What a start of instance ``index`` compares before and after its spawn: a stop of the
+    release or of that instance, counted in between, means the start was stopped."""
+    return stops.get("*", 0), stops.get(str(index), 0)
+
+
 def save_instances(
     directory: Path,
     release_id: str,
@@ -144,8 +182,10 @@ def save_instances(
     found: dict[int, dict[str, Any]],
     *,
     unhealthy: bool,
+    stops: dict[str, int],
 ) -> None:
-    """Write ``instances.json`` (under :func:`locked`, after :func:`load_instances`)."""
+    """Write ``instances.json`` (under :func:`locked`, after :func:`load_instances` and
+    :func:`load_stops`)."""
     write_json(
         directory / "instances.json",
         {
@@ -153,5 +193,6 @@ def save_instances(
             "boot_id": boot_id,
             "unhealthy": unhealthy,
             "instances": [found[index] for index in sorted(found)],
+            "stops": stops,
         },
     )

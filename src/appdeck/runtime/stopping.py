@@ -8,7 +8,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import secrets
 import signal
+from pathlib import Path
 
 from appdeck.runtime.core import DriverCore
 from appdeck.runtime.logfile import LogWriter
@@ -99,7 +101,7 @@ class StopMixin(DriverCore):
             await self._stop(state, None, 5.0)
             if state.writer is not None:
                 state.writer.close()
-            await asyncio.to_thread(remove_tree, state.directory)
+            await asyncio.to_thread(remove_release_dir, state.directory)
             if state.disk_root is not None:  # the workspace on the app's disk
                 await asyncio.to_thread(remove_tree, state.disk_root)
             self._releases.pop(release_id, None)
@@ -134,3 +136,17 @@ class StopMixin(DriverCore):
             await self.egress.close()
         if self.pgfront is not None:  # and their PostgreSQL front too
             await self.pgfront.close()
+
+
+def remove_release_dir(directory: Path) -> None:
+    """Remove a release's directory: renamed away first (atomically), then deleted. Another
+    server of this host supervising the release's instances takes its lock and writes its log
+    there by path: in the directory being deleted that made files again, and the delete
+    failed ("Directory not empty"); under the old name it now finds nothing
+    (:class:`~.state.ReleaseRemoved`) and creates nothing."""
+    trash = directory.with_name(f".removed-{directory.name}-{os.getpid()}-{secrets.token_hex(4)}")
+    try:
+        os.rename(directory, trash)
+    except FileNotFoundError:
+        return  # removed already (by another server of this host)
+    remove_tree(trash)

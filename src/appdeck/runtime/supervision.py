@@ -34,7 +34,7 @@ from appdeck.runtime.model import InstanceState, ReleaseState, instance_key
 from appdeck.runtime.procs import forget_process, kill_leftovers, pidfd
 from appdeck.runtime.sandbox import env_fd, root_env
 from appdeck.runtime.shim import is_running, proc_stat
-from appdeck.runtime.state import load_instances, locked, read_json, records
+from appdeck.runtime.state import ReleaseRemoved, load_instances, locked, read_json, records
 
 log = logging.getLogger("appdeck.runtime")
 
@@ -221,6 +221,8 @@ class SupervisionMixin(DriverCore):
             await self._supervision(state, instance)
         except asyncio.CancelledError:
             raise
+        except ReleaseRemoved:  # removed by another server of this host: nothing to do
+            log.info("release %s was removed: instance %s", state.release_id, instance.index)
         except Exception:
             log.exception(
                 "supervising instance %s of release %s failed", instance.index, state.release_id
