@@ -15,6 +15,16 @@ tests fail, unless ``APPDECK_TEST_NO_POSTGRES=1`` says to skip them.
 
 from __future__ import annotations
 
+import gc
+
+# No cyclic collection while the suite loads, as `appdeck serve` does while it imports
+# (appdeck.tuning.hold_gc): importing ~450 test modules and what they use, and collecting
+# ~3,900 items, all kept to the end, made the collector walk that growing heap ~30 times (a
+# third of a collection's CPU, in each of the four workers and the warm-up). The hold ends at
+# pytest_collection_finish (collected, frozen, thresholds raised), or at once in an xdist
+# controller, which collects nothing (pytest_configure).
+gc.disable()
+
 import asyncio
 import os
 import secrets
@@ -33,7 +43,7 @@ from sqlalchemy.engine import make_url
 
 from appdeck.storage import Storage, default_sqlite_url
 from appdeck.storage.migrate import head_revision
-from appdeck.tuning import tune_gc
+from appdeck.tuning import release_gc, tune_gc
 from tests.support.templates import copy_into, migrated, sqlite_template
 
 POSTGRES_URL = os.environ.get(
@@ -107,6 +117,13 @@ _one_default_tls_context()
 # per-worker name did not keep two sessions' workers apart (two "appdeck-gw1"s, one "1-1").
 
 pytest_plugins = ["tests.support.redis"]  # the redis and redis_prefix fixtures
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """An xdist controller collects nothing: the hold on the collector (above) ends now."""
+    workers = getattr(config.option, "numprocesses", None)
+    if workers and not os.environ.get("PYTEST_XDIST_WORKER"):
+        release_gc()
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
