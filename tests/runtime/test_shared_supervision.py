@@ -184,6 +184,8 @@ async def test_a_stop_made_elsewhere_while_an_instance_spawns_is_not_held_up_and
     assert recorded["instances"] == [], recorded
     assert recorded["stops"] == {"*": 1}, recorded
     await eventually(lambda: shims(runtime_dir) == [], within=15.0)
+    said = [t for t in system_lines(runtime_dir) if "is stopped as it starts" in t]
+    assert len(said) == 1, system_lines(runtime_dir)
 
     monkeypatch.undo()  # the next start, with no stop in between, runs
     ref = await driver.launch(spec, 0, free_port())

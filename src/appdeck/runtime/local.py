@@ -232,7 +232,13 @@ class LocalDriver(BuildMixin, AdoptionMixin, StopMixin, InspectionMixin, ExportM
         """Stop an instance spawned and never recorded (its start lost to a stop or to
         another server's start meanwhile): its process group killed, its resources let go."""
         instance.stopping = True
-        await self._terminate(instance, 0.0, self._writer(state))
+        writer = self._writer(state)
+        writer.system(
+            f"instance {instance.index} is stopped as it starts: another server on this host "
+            "stopped it, or started it, meanwhile",
+            instance=instance.index,
+        )
+        await self._terminate(instance, 0.5, writer)
         if state.instances.get(instance.index) is instance:
             del state.instances[instance.index]
         await self._release_group(state, instance)
