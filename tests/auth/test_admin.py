@@ -1,6 +1,5 @@
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -9,6 +8,7 @@ from appdeck.auth.admin import IdentityAdmin
 from appdeck.common.errors import Conflict, InvalidArgument, NotFound
 from appdeck.storage import Storage
 from appdeck.storage.identity import IdentityStore
+from tests.support.appdeck_process import run_appdeck
 
 
 async def test_tenants_users_and_pats(storage: Storage) -> None:
@@ -43,14 +43,9 @@ async def test_tenants_users_and_pats(storage: Storage) -> None:
 def _appdeck(
     *args: str, data_dir: Path, stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "appdeck", *args, "--data-dir", str(data_dir)],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    """``appdeck ARGS --data-dir DATA_DIR``, a fork of the worker's zygote (the CLI's own tests
+    exec the command)."""
+    return run_appdeck(*args, "--data-dir", str(data_dir), env={}, input=stdin)
 
 
 def test_the_cli_creates_tenants_users_and_tokens(tmp_path: Path) -> None:
