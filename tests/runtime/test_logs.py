@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
+import os
 import subprocess
 import sys
 import time
@@ -13,7 +15,7 @@ import pytest
 
 from appdeck.common.errors import InvalidArgument, NotFound
 from appdeck.runtime import LocalDriver, free_port
-from appdeck.runtime.logfile import TRUNCATED_MARK, LineSplitter, LogWriter
+from appdeck.runtime.logfile import TRUNCATED_MARK, LineSplitter, LogWriter, seq_path
 from appdeck.runtime.logs import read_page
 
 from .conftest import PYTHON, eventually, http_get, make_spec, wait_healthy
@@ -186,3 +188,22 @@ def test_a_writer_recovers_after_a_torn_line_and_a_lost_seq_file(tmp_path: Path)
     page = read_page(log, 0, 100, None)
     # The torn line is skipped; its number is not handed out again.
     assert [(line.seq, line.text) for line in page.lines] == [(1, "one"), (2, "two"), (4, "three")]
+
+
+def test_a_writer_never_waits_long_for_a_lock_its_holder_keeps(tmp_path: Path) -> None:
+    # A writer stopped inside the log's lock (a paused server) stalled every other writer
+    # of the release: a server's event loop, a shim and the app printing through it. Now the
+    # batch waits a bounded moment and is dropped, as on a write error; the next one goes in.
+    log = tmp_path / "runtime.log"
+    writer = LogWriter(log)
+    writer.write([("stdout", "one")])
+    held = os.open(seq_path(log), os.O_RDWR)  # another open file: another holder
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        writer.write([("stdout", "lost while the lock is held")])  # returns, raises nothing
+    finally:
+        os.close(held)
+    writer.write([("stdout", "two")])
+    writer.close()
+    page = read_page(log, 0, 100, None)
+    assert [line.text for line in page.lines] == ["one", "two"]

@@ -24,6 +24,31 @@ LOG_MAX_BYTES = 10 * 1024 * 1024
 
 TRUNCATED_MARK = " …[truncated]"
 _SEQ_WIDTH = 20
+LOCK_WITHIN_S = 0.25
+"""How long a batch waits for the log's lock before its lines are dropped. Every holder keeps
+it for one append (microseconds); a holder stopped inside it (SIGSTOP, a paused VM) would
+otherwise stall every writer of the release: a server's whole event loop (the writes are
+synchronous), or a shim and, once its pipe filled, the app that prints."""
+_LOCK_FIRST_PAUSE_S = 0.0005
+_LOCK_MAX_PAUSE_S = 0.01
+
+
+def lock_within(fd: int, seconds: float = LOCK_WITHIN_S) -> None:
+    """An exclusive ``flock`` on ``fd``, waited for at most ``seconds`` (short pauses, doubling);
+    :class:`TimeoutError` after that."""
+    deadline = time.monotonic() + seconds
+    pause = _LOCK_FIRST_PAUSE_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise TimeoutError(
+                    "the log's lock is held by a writer that does not let go"
+                ) from None
+        time.sleep(pause)
+        pause = min(pause * 2, _LOCK_MAX_PAUSE_S)
 
 
 class LineSplitter:
@@ -111,7 +136,7 @@ class LogWriter:
     is started: at most ``max_bytes`` on disk, and always the newest lines.
 
     Errors writing the log never propagate: an app must not stop because its log cannot be
-    written (the lines are lost instead).
+    written (the lines are lost instead), nor wait long for the lock (:data:`LOCK_WITHIN_S`).
     """
 
     def __init__(
@@ -164,7 +189,7 @@ class LogWriter:
                 seq_path(self.path), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600
             )
         lock_fd = self._lock_fd
-        fcntl.flock(lock_fd, fcntl.LOCK_EX)
+        lock_within(lock_fd)  # else TimeoutError: the batch is lost, as on a write error
         try:
             first = self._next_seq(lock_fd)
             os.pwrite(lock_fd, f"{first + len(entries):0{_SEQ_WIDTH}d}\n".encode(), 0)
