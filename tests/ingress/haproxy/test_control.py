@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
 import socket
 from pathlib import Path
 
@@ -43,3 +45,24 @@ def test_a_dead_replicas_entry_and_lines_that_are_no_address_are_dropped(tmp_pat
 def test_an_own_server_that_is_no_address_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="ip:port"):
         ControlServers(tmp_path / "control.servers", ("localhost:80 backup",))
+
+
+def test_a_lock_its_holder_keeps_is_not_waited_on_and_the_own_servers_are_still_listed(
+    tmp_path: Path,
+) -> None:
+    # The lock is taken in the event loop at every reload: a replica stopped inside it
+    # stalled every other replica's loop. Now a short wait, then the change is skipped.
+    with socket.create_server(("127.0.0.1", 0)) as alive:
+        own = f"127.0.0.1:{alive.getsockname()[1]}"
+        path = tmp_path / "control.servers"
+        servers = ControlServers(path, (own,))
+        held = os.open(path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(held, fcntl.LOCK_EX)  # another replica, stopped inside it
+            servers.register()  # returns, raises nothing
+            assert not path.exists()  # skipped
+            assert servers.all() == [own]  # what a reload renders still names this replica
+        finally:
+            os.close(held)
+        servers.register()
+        assert path.read_text() == f"{own}\n"

@@ -18,19 +18,24 @@ port refuses connections (HAProxy's health check has marked it down meanwhile). 
 from __future__ import annotations
 
 import contextlib
-import fcntl
+import logging
 import os
 import socket
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Final
 
+from appdeck.common.flocks import flock_within
 from appdeck.ingress.haproxy.edge import ADDRESS, write_atomic
+
+log = logging.getLogger("appdeck.ingress")
 
 PROBE_S: Final = 0.2
 """How long a registered listener may take to accept a connection before it counts as gone
 (loopback: a live one accepts at once, a dead one refuses at once)."""
 MAX_SERVERS: Final = 64
+LOCK_WITHIN_S: Final = 0.2
+"""How long a change of ``control.servers`` waits for its lock (held for a read and a write)."""
 
 
 def listening(address: str) -> bool:
@@ -57,18 +62,24 @@ class ControlServers:
         return sorted({*self.own, *self._read()})[:MAX_SERVERS]
 
     def register(self) -> None:
-        """Add this replica's listeners; drop other entries nobody listens on any more."""
+        """Add this replica's listeners; drop other entries nobody listens on any more.
+        Skipped (logged) when the file's lock is not had in time: :meth:`all` lists this
+        replica's listeners anyway, and the next reload registers them."""
         if not self.own:
             return
-        with self._locked():
-            others = [a for a in self._read() if a not in self.own and listening(a)]
-            self._write([*self.own, *others])
+        with self._locked() as held:
+            if held:
+                others = [a for a in self._read() if a not in self.own and listening(a)]
+                self._write([*self.own, *others])
 
     def unregister(self) -> None:
+        """Remove this replica's listeners (skipped when the lock is not had in time: the
+        next replica to register drops them once nothing listens there)."""
         if not self.own:
             return
-        with self._locked():
-            self._write([a for a in self._read() if a not in self.own])
+        with self._locked() as held:
+            if held:
+                self._write([a for a in self._read() if a not in self.own])
 
     def _read(self) -> list[str]:
         try:
@@ -83,12 +94,17 @@ class ControlServers:
         write_atomic(self.path, text.encode())
 
     @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        """Replicas registering at once (a file lock beside the list)."""
+    def _locked(self) -> Iterator[bool]:
+        """Replicas registering at once (a file lock beside the list): whether it was had
+        within :data:`LOCK_WITHIN_S`. Taken in the event loop, at every reload: never waited
+        on for long, since a replica stopped inside it (SIGSTOP, a paused VM) would stall
+        every other replica's loop for as long as it is away."""
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(self.path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(self.path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
+            held = flock_within(fd, LOCK_WITHIN_S)
+            if not held:
+                log.warning("%s is locked by a replica that does not let go", self.path)
+            yield held
         finally:
             os.close(fd)
