@@ -109,7 +109,7 @@ def request(era: str, token: str, session: bytes, i: int) -> bytes:
     )
 
 
-async def setup(era: str) -> tuple[Services, Any, list[bytes]]:
+async def setup(era: str, auth: str = "bearer") -> tuple[Services, Any, list[bytes]]:
     """The server, its protocol on a :class:`MemoryTransport`, and the measured requests'
     bytes (after a warm-up of 500 calls)."""
     data_dir = Path(tempfile.mkdtemp(prefix="appdeck-callpath-"))
@@ -124,7 +124,12 @@ async def setup(era: str) -> tuple[Services, Any, list[bytes]]:
         # wall time, which callgrind stretches fifty-fold, not per call
         auth_trust_seconds=3600,
     )
-    services = await Services.start(settings, port=8080)
+    if auth == "anonymous":  # as bench/appdeck_server.py --auth anonymous (the same token sent)
+        from appdeck.auth import AllowAnonymous
+
+        services = await Services.start(settings, authenticator=AllowAnonymous(), port=8080)
+    else:
+        services = await Services.start(settings, port=8080)
     services.registry.tools.clear()
     services.registry.add_tool(ToolDef("echo", "Echo the given text", ECHO_SCHEMA, echo))
     token = await mint_dev_token(services)
@@ -222,14 +227,14 @@ def quiet_server(era: str) -> tuple[asyncio.AbstractEventLoop, Services, Poster,
     return loop, services, poster, bodies
 
 
-def main(n: int, era: str) -> None:
+def main(n: int, era: str, auth: str = "bearer") -> None:
     """Setup and the measured loop in separate ``run_until_complete`` calls: the measured one
     runs inside ``sys.call_tracing``, the C function callgrind's ``--toggle-collect`` names."""
     import uvloop
 
     loop = uvloop.new_event_loop()
     asyncio.set_event_loop(loop)
-    services, poster, bodies = loop.run_until_complete(setup(era))
+    services, poster, bodies = loop.run_until_complete(setup(era, auth))
     paused = pause_background(services)
     loop.run_until_complete(asyncio.sleep(0.1))  # the cancelled loops unwind
     cpu = time.process_time()
@@ -238,7 +243,7 @@ def main(n: int, era: str) -> None:
     last = loop.run_until_complete(poster.post(bodies[n]))
     assert b" 200 OK" in last, last
     assert b'"result"' in last, last
-    print(f"{era}: {n} tools/call, {used / n * 1e6:.1f} µs CPU each (all threads)")
+    print(f"{era} {auth}: {n} tools/call, {used / n * 1e6:.1f} µs CPU each (all threads)")
     print(f"paused while measuring: {', '.join(paused)}")
     loop.run_until_complete(services.stop(stop_apps=True))
     loop.close()
@@ -248,5 +253,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("-n", type=int, default=2000)
     parser.add_argument("--era", choices=["2025", "2026"], default="2025")
+    parser.add_argument("--auth", choices=["bearer", "anonymous"], default="bearer")
     args = parser.parse_args()
-    main(args.n, args.era)
+    main(args.n, args.era, args.auth)
