@@ -46,8 +46,7 @@ from appdeck.runtime.sandbox import APP_DIR, SANDBOX_PATH, Sandbox
 from appdeck.runtime.shim import boot_id, is_running
 from appdeck.runtime.state import (
     count_stop,
-    load_instances,
-    load_stops,
+    load_records,
     read_json,
     read_spec,
     records,
@@ -250,9 +249,8 @@ class DriverCore:
 
     def _record_running(self, state: ReleaseState, instance: InstanceState) -> None:
         """The instance's record names its process now (under :func:`.state.locked`)."""
-        found, unhealthy = load_instances(state.directory, self._boot_id)
+        found, unhealthy, stops = load_records(state.directory, self._boot_id)
         found[instance.index] = instance.record()
-        stops = load_stops(state.directory)
         save_instances(
             state.directory,
             state.release_id,
@@ -268,7 +266,7 @@ class DriverCore:
         """Remove the records of instance ``index`` (None: all): the intent to stop them,
         written before any signal (under :func:`.state.locked`), and counted (a start of
         them under way elsewhere finds it, see :func:`.state.stop_mark`). Returns them."""
-        found, marked = load_instances(state.directory, self._boot_id)
+        found, marked, stops = load_records(state.directory, self._boot_id)
         taken = [found.pop(i) for i in sorted(found) if index is None or i == index]
         save_instances(
             state.directory,
@@ -276,7 +274,7 @@ class DriverCore:
             self._boot_id,
             found,
             unhealthy=marked or unhealthy,
-            stops=count_stop(load_stops(state.directory), index),
+            stops=count_stop(stops, index),
         )
         return taken
 

@@ -148,16 +148,31 @@ async def locked(directory: Path) -> AsyncIterator[None]:
 def load_instances(directory: Path, boot_id: str) -> tuple[dict[int, dict[str, Any]], bool]:
     """``instances.json``'s records by index, and its ``unhealthy`` mark (none of them when
     it was written before the last boot: those processes are gone)."""
+    found, unhealthy, _ = load_records(directory, boot_id)
+    return found, unhealthy
+
+
+def load_records(
+    directory: Path, boot_id: str
+) -> tuple[dict[int, dict[str, Any]], bool, dict[str, int]]:
+    """:func:`load_instances` and :func:`load_stops` from one read (a writer's, under
+    :func:`locked`, before :func:`save_instances`)."""
     recorded = read_json(directory / "instances.json")
+    unhealthy = bool(recorded.get("unhealthy", False))
+    stops = _stops(recorded)
     if recorded.get("boot_id") != boot_id:
-        return {}, bool(recorded.get("unhealthy", False))
-    return {int(r["index"]): r for r in records(recorded)}, bool(recorded.get("unhealthy", False))
+        return {}, unhealthy, stops
+    return {int(r["index"]): r for r in records(recorded)}, unhealthy, stops
 
 
 def load_stops(directory: Path) -> dict[str, int]:
     """``instances.json``'s stop counts: by instance index (as a string), ``*`` the stops of
     the whole release. They only grow, across boots too."""
-    found = read_json(directory / "instances.json").get("stops")
+    return _stops(read_json(directory / "instances.json"))
+
+
+def _stops(recorded: dict[str, Any]) -> dict[str, int]:
+    found = recorded.get("stops")
     if not isinstance(found, dict):
         return {}
     return {k: v for k, v in found.items() if isinstance(k, str) and type(v) is int}
@@ -184,8 +199,7 @@ def save_instances(
     unhealthy: bool,
     stops: dict[str, int],
 ) -> None:
-    """Write ``instances.json`` (under :func:`locked`, after :func:`load_instances` and
-    :func:`load_stops`)."""
+    """Write ``instances.json`` (under :func:`locked`, after :func:`load_records`)."""
     write_json(
         directory / "instances.json",
         {
