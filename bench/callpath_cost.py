@@ -20,6 +20,12 @@ run's total over ``-n`` :
 
 Natively it prints the CPU time per call too (noisy on a shared machine).
 ``--era 2026`` sends the 2026-07-28 requests (no session, ``_meta``, routing headers).
+
+``--server sdk`` counts the reference instead: ``bench/sdk_server.py``'s app (the official SDK's
+low-level ``Server``, Streamable HTTP in JSON mode, a session), behind uvicorn's own httptools
+protocol as ``sdk_server.py`` serves it, on the same transport and the same loop: the two
+servers' counts side by side, without the socket, the load generator or this machine's drift
+(``bench/run.py``'s ratio is over sockets, with all of those).
 """
 
 from __future__ import annotations
@@ -107,6 +113,82 @@ def request(era: str, token: str, session: bytes, i: int) -> bytes:
         + b"content-length: %d\r\n\r\n" % len(body)
         + body
     )
+
+
+def _post(body: bytes, headers: bytes = b"") -> bytes:
+    return (
+        b"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1:8080\r\ncontent-type: application/json\r\n"
+        b"accept: application/json, text/event-stream\r\n"
+        + headers
+        + b"content-length: %d\r\n\r\n" % len(body)
+        + body
+    )
+
+
+_SDK_LIFESPAN: list[asyncio.Task[None]] = []
+"""The task the reference server's lifespan runs in for the whole run (its session manager's
+task group must be left in the task that entered it)."""
+
+
+async def setup_sdk() -> tuple[Poster, list[bytes]]:
+    """The reference server (``sdk_server.build_app``, its lifespan running) behind uvicorn's
+    httptools protocol on a :class:`MemoryTransport`, a session initialized, and the measured
+    requests' bytes (after a warm-up of 500 calls)."""
+    import sdk_server
+
+    app: Any = sdk_server.build_app()
+    ready = asyncio.Event()
+
+    async def lifespan() -> None:
+        async with app.router.lifespan_context(app):
+            ready.set()
+            await asyncio.Event().wait()
+
+    _SDK_LIFESPAN.append(asyncio.get_running_loop().create_task(lifespan()))
+    await ready.wait()
+    config = uvicorn.Config(
+        app,
+        http="httptools",
+        loop="none",
+        lifespan="off",
+        access_log=False,
+        log_config=None,
+        server_header=False,
+        proxy_headers=False,
+    )
+    config.load()
+    protocol = config.http_protocol_class(  # type: ignore[call-arg]
+        config=config, server_state=ServerState(), app_state={}
+    )
+    transport = MemoryTransport()
+    protocol.connection_made(transport)
+    poster = Poster(protocol, transport)
+    init = (
+        b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":'
+        b'{"protocolVersion":"2025-11-25","capabilities":{},'
+        b'"clientInfo":{"name":"bench","version":"1"}}}'
+    )
+    head = (await poster.post(_post(init))).split(b"\r\n\r\n", 1)[0]
+    session = next(
+        line.split(b":", 1)[1].strip()
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"mcp-session-id:")
+    )
+    headers = b"mcp-protocol-version: 2025-11-25\r\nmcp-session-id: " + session + b"\r\n"
+    await poster.post(_post(b'{"jsonrpc":"2.0","method":"notifications/initialized"}', headers))
+
+    def call(i: int) -> bytes:
+        body = (
+            b'{"jsonrpc":"2.0","id":%d,"method":"tools/call",'
+            b'"params":{"name":"echo","arguments":{"text":"hello"}}}' % i
+        )
+        return _post(body, headers)
+
+    for i in range(500):
+        answer = await poster.post(call(100_000 + i))
+        assert b" 200 OK" in answer, answer
+        assert b'"result"' in answer, answer
+    return poster, [call(i) for i in range(1, 100_000)]
 
 
 async def setup(era: str, auth: str = "bearer") -> tuple[Services, Any, list[bytes]]:
@@ -227,6 +309,26 @@ def quiet_server(era: str) -> tuple[asyncio.AbstractEventLoop, Services, Poster,
     return loop, services, poster, bodies
 
 
+def main_sdk(n: int) -> None:
+    """:func:`main` for the reference server (``--server sdk``)."""
+    import uvloop
+
+    loop = uvloop.new_event_loop()
+    asyncio.set_event_loop(loop)
+    poster, bodies = loop.run_until_complete(setup_sdk())
+    cpu = time.process_time()
+    sys.call_tracing(loop.run_until_complete, (measure(poster, bodies[:n]),))
+    used = time.process_time() - cpu
+    last = loop.run_until_complete(poster.post(bodies[n]))
+    assert b" 200 OK" in last, last
+    assert b'"result"' in last, last
+    print(f"sdk: {n} tools/call, {used / n * 1e6:.1f} µs CPU each (all threads)")
+    for task in _SDK_LIFESPAN:
+        task.cancel()
+    loop.run_until_complete(asyncio.sleep(0))
+    loop.close()
+
+
 def main(n: int, era: str, auth: str = "bearer") -> None:
     """Setup and the measured loop in separate ``run_until_complete`` calls: the measured one
     runs inside ``sys.call_tracing``, the C function callgrind's ``--toggle-collect`` names."""
@@ -254,5 +356,9 @@ if __name__ == "__main__":
     parser.add_argument("-n", type=int, default=2000)
     parser.add_argument("--era", choices=["2025", "2026"], default="2025")
     parser.add_argument("--auth", choices=["bearer", "anonymous"], default="bearer")
+    parser.add_argument("--server", choices=["appdeck", "sdk"], default="appdeck")
     args = parser.parse_args()
-    main(args.n, args.era, args.auth)
+    if args.server == "sdk":
+        main_sdk(args.n)
+    else:
+        main(args.n, args.era, args.auth)
