@@ -100,14 +100,6 @@ class Replicas:
         self.proxy.upstreams[self.proxy.upstreams.index(old.origin)] = server.origin
         return server
 
-    def for_next_test(self) -> Replicas:
-        """This set, shared by a module's tests, handed to the next one: every replica still
-        running, the proxy's record of routed requests emptied (a test reads only its own)."""
-        stopped = [s.stderr_path for s in self.servers if not s.running]
-        assert not stopped, f"a shared replica stopped: {stopped}\n{self.logs()}"
-        self.proxy.routed.clear()
-        return self
-
     def dev_password(self) -> str:
         """The dev admin's password, printed by the replica that made the dev tenant."""
         for server in self.servers:
