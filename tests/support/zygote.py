@@ -2,8 +2,11 @@
 modules imported once, each server a fork of it.
 
 An ``appdeck serve`` spends ~1 of its ~1.5 CPU-s of start-up importing ~1,400 modules, and the
-suite starts ~150 of them (three per replica-set test). The zygote imports them once; a
-start is then a ``fork()``, and the child runs the installed command's own entry point
+suite starts ~150 of them (three per replica-set test). The zygote imports them once, the
+ones a server imports as it starts too, and makes the built-in tools' schemas (``Tool.fixed``,
+made once per process: from the code alone): a forked start and stop costs ~0.4 CPU-s, against
+~0.7 when only the imports made before start-up were preloaded (2026-11-29). A start is a
+``fork()``, and the child runs the installed command's own entry point
 (``appdeck.__main__:main``) with the argv, environment, working directory, standard streams
 and session the test asked for: the same code a fresh process runs, minus the imports.
 What a fork cannot show (the program's imports in a fresh interpreter, its GC hold while
@@ -41,8 +44,31 @@ import traceback
 from pathlib import Path
 from typing import Any, Final, NoReturn
 
-PRELOAD: Final = ("appdeck.cli", "appdeck.cli.serve", "appdeck.app", "appdeck.assembly")
-"""What ``appdeck serve`` imports before it starts (the rest it imports as it goes)."""
+PRELOAD: Final = (
+    "appdeck.cli",
+    "appdeck.cli.serve",
+    "appdeck.app",
+    "appdeck.assembly",
+    # what it imports as it goes (``python -X importtime``): ~170 ms of every start
+    "appdeck.cli.config",
+    "appdeck.logs",
+    "appdeck.transport.http11",
+    "appdeck.observability.timed_redis",
+    "appdeck.events.redis_cancels",
+    "appdeck.fixtures.conformance",
+    "appdeck.prompts.ci",
+    "appdeck.prompts.data",
+    "appdeck.prompts.deploy",
+    "appdeck.prompts.ship",
+    "asyncpg",
+    "uvloop",
+    "uvicorn.main",
+    "uvicorn.protocols.http.httptools_impl",
+    "uvicorn.protocols.websockets.websockets_sansio_impl",
+    "cryptography.hazmat.backends.openssl.backend",
+    "typer._adapters",  # typer imports it to build the command line, at every command
+)
+"""What ``appdeck serve`` imports, before it starts and as it starts."""
 MAX_REQUEST: Final = 1 << 20
 READY_WITHIN_S: Final = 60.0
 """A bound on the zygote's own start (its imports: ~1.5 s quiet, many at load 15)."""
@@ -98,6 +124,17 @@ def _child(
     raise SystemExit(0)
 
 
+def _warm_tools() -> None:
+    """Every built-in tool family imported and its schemas made (``Tool.fixed``: they come
+    from the code alone and are made once per process), as a server start would: ~0.3 CPU-s
+    of each start, done once here for every child."""
+    from appdeck.tools import families
+
+    for _family, tools in families():
+        for tool in tools:
+            tool.fixed()
+
+
 def serve(path: str) -> None:
     """The zygote: import, then fork on request until the worker that started it is gone."""
     from appdeck.tuning import hold_gc
@@ -107,6 +144,7 @@ def serve(path: str) -> None:
 
     for name in PRELOAD:
         importlib.import_module(name)
+    _warm_tools()
     import gc
 
     gc.freeze()  # the imports' objects: shared with every child, never copied by a collection
