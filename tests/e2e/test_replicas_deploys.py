@@ -370,6 +370,47 @@ async def test_fifty_concurrent_deploys_over_three_replicas_run_one_deployment(
 # -- (c) a replica paused past its lease ----------------------------------------------------
 
 
+def _stopped(pid: int) -> bool:
+    """Every thread of ``pid`` stopped (a SIGSTOP is delivered to each as it next runs)."""
+    tasks = Path(f"/proc/{pid}/task")
+    return all(
+        (task / "stat").read_text().rsplit(")", 1)[1].split()[0] == "T" for task in tasks.iterdir()
+    )
+
+
+def _exclusive_flocks(pid: int) -> list[str]:
+    """The exclusive ``flock`` locks ``pid`` holds (``/proc/locks``)."""
+    return [
+        line
+        for line in Path("/proc/locks").read_text().splitlines()
+        if line.split()[1:5] == ["FLOCK", "ADVISORY", "WRITE", str(pid)]
+    ]
+
+
+async def pause_outside_host_locks(pid: int) -> None:
+    """SIGSTOP ``pid`` at a moment it holds none of this host's exclusive locks (a release's
+    state, a release's log, HAProxy's control), resuming it and trying again otherwise.
+
+    A known limit, not what this test is about (docs/decisions.md, "A release's host lock is
+    held to read and write, never across a spawn"): a server stopped while it holds a
+    release's state lock blocks every other server's stop of that release on this host until
+    it runs again, so B and C could not end the deployment A left. The start that the test
+    pauses takes that lock twice, briefly, right as the deployment shows ``starting``: one
+    whole-suite run in about six paused A inside it (2026-11-29)."""
+
+    async def stopped() -> bool:
+        return _stopped(pid)
+
+    for _ in range(500):
+        os.kill(pid, signal.SIGSTOP)
+        await until(stopped, within=10, every=0.005)
+        if not _exclusive_flocks(pid):
+            return
+        os.kill(pid, signal.SIGCONT)
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"replica {pid} held a host lock at each of 500 tries")
+
+
 async def test_a_replica_paused_past_its_lease_loses_the_deploy_and_its_late_writes_are_refused(
     deck: Deck,
 ) -> None:
@@ -394,7 +435,7 @@ async def test_a_replica_paused_past_its_lease_loses_the_deploy_and_its_late_wri
             await until(starting, within=300)  # a build on a loaded machine: a bound only
             pid = a.server.process.pid
             loop = asyncio.get_running_loop()
-            os.kill(pid, signal.SIGSTOP)
+            await pause_outside_host_locks(pid)
             paused = loop.time()
             try:
 
