@@ -115,6 +115,13 @@ def request(era: str, token: str, session: bytes, i: int) -> bytes:
     )
 
 
+_INIT = (
+    b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":'
+    b'{"protocolVersion":"2025-11-25","capabilities":{},'
+    b'"clientInfo":{"name":"bench","version":"1"}}}'
+)
+
+
 def _post(body: bytes, headers: bytes = b"") -> bytes:
     return (
         b"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1:8080\r\ncontent-type: application/json\r\n"
@@ -146,29 +153,8 @@ async def setup_sdk() -> tuple[Poster, list[bytes]]:
 
     _SDK_LIFESPAN.append(asyncio.get_running_loop().create_task(lifespan()))
     await ready.wait()
-    config = uvicorn.Config(
-        app,
-        http="httptools",
-        loop="none",
-        lifespan="off",
-        access_log=False,
-        log_config=None,
-        server_header=False,
-        proxy_headers=False,
-    )
-    config.load()
-    protocol = config.http_protocol_class(  # type: ignore[call-arg]
-        config=config, server_state=ServerState(), app_state={}
-    )
-    transport = MemoryTransport()
-    protocol.connection_made(transport)
-    poster = Poster(protocol, transport)
-    init = (
-        b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":'
-        b'{"protocolVersion":"2025-11-25","capabilities":{},'
-        b'"clientInfo":{"name":"bench","version":"1"}}}'
-    )
-    head = (await poster.post(_post(init))).split(b"\r\n\r\n", 1)[0]
+    poster = memory_poster(app)
+    head = (await poster.post(_post(_INIT))).split(b"\r\n\r\n", 1)[0]
     session = next(
         line.split(b":", 1)[1].strip()
         for line in head.split(b"\r\n")
@@ -219,11 +205,7 @@ async def setup(era: str, auth: str = "bearer") -> tuple[Services, Any, list[byt
     poster = memory_poster(services.asgi(), settings)
     session = b""
     if era == "2025":
-        init = (
-            b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":'
-            b'{"protocolVersion":"2025-11-25","capabilities":{},'
-            b'"clientInfo":{"name":"bench","version":"1"}}}'
-        )
+        init = _INIT
         raw = (
             b"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1:8080\r\ncontent-type: application/json\r\n"
             b"accept: application/json, text/event-stream\r\nauthorization: Bearer "
@@ -244,11 +226,13 @@ async def setup(era: str, auth: str = "bearer") -> tuple[Services, Any, list[byt
     return services, poster, [request(era, token, session, i) for i in range(1, 100_000)]
 
 
-def memory_poster(app: Any, settings: Settings) -> Poster:
-    """``app`` behind the protocol class ``appdeck serve`` uses, on a :class:`MemoryTransport`."""
+def memory_poster(app: Any, settings: Settings | None = None) -> Poster:
+    """``app`` behind the protocol class ``appdeck serve`` uses (``settings``' limits) or, with
+    no settings, uvicorn's own httptools protocol (as ``sdk_server.py`` serves the reference),
+    on a :class:`MemoryTransport`."""
     config = uvicorn.Config(
         app,
-        http=bounded_protocol(http_limits(settings)),
+        http=bounded_protocol(http_limits(settings)) if settings is not None else "httptools",
         loop="none",
         lifespan="off",
         access_log=False,
@@ -309,6 +293,18 @@ def quiet_server(era: str) -> tuple[asyncio.AbstractEventLoop, Services, Poster,
     return loop, services, poster, bodies
 
 
+def measured(loop: asyncio.AbstractEventLoop, poster: Poster, bodies: list[bytes], n: int) -> float:
+    """CPU seconds (every thread) of ``n`` calls, run inside ``sys.call_tracing`` (what
+    callgrind's ``--toggle-collect`` names); the call after them must be answered."""
+    cpu = time.process_time()
+    sys.call_tracing(loop.run_until_complete, (measure(poster, bodies[:n]),))
+    used = time.process_time() - cpu
+    last = loop.run_until_complete(poster.post(bodies[n]))
+    assert b" 200 OK" in last, last
+    assert b'"result"' in last, last
+    return used
+
+
 def main_sdk(n: int) -> None:
     """:func:`main` for the reference server (``--server sdk``)."""
     import uvloop
@@ -316,12 +312,7 @@ def main_sdk(n: int) -> None:
     loop = uvloop.new_event_loop()
     asyncio.set_event_loop(loop)
     poster, bodies = loop.run_until_complete(setup_sdk())
-    cpu = time.process_time()
-    sys.call_tracing(loop.run_until_complete, (measure(poster, bodies[:n]),))
-    used = time.process_time() - cpu
-    last = loop.run_until_complete(poster.post(bodies[n]))
-    assert b" 200 OK" in last, last
-    assert b'"result"' in last, last
+    used = measured(loop, poster, bodies, n)
     print(f"sdk: {n} tools/call, {used / n * 1e6:.1f} µs CPU each (all threads)")
     for task in _SDK_LIFESPAN:
         task.cancel()
@@ -339,12 +330,7 @@ def main(n: int, era: str, auth: str = "bearer") -> None:
     services, poster, bodies = loop.run_until_complete(setup(era, auth))
     paused = pause_background(services)
     loop.run_until_complete(asyncio.sleep(0.1))  # the cancelled loops unwind
-    cpu = time.process_time()
-    sys.call_tracing(loop.run_until_complete, (measure(poster, bodies[:n]),))
-    used = time.process_time() - cpu
-    last = loop.run_until_complete(poster.post(bodies[n]))
-    assert b" 200 OK" in last, last
-    assert b'"result"' in last, last
+    used = measured(loop, poster, bodies, n)
     print(f"{era} {auth}: {n} tools/call, {used / n * 1e6:.1f} µs CPU each (all threads)")
     print(f"paused while measuring: {', '.join(paused)}")
     loop.run_until_complete(services.stop(stop_apps=True))

@@ -30,15 +30,16 @@ BENCH = Path(__file__).resolve().parent
 PER_CALL = re.compile(r"tools/call, ([0-9.]+) µs CPU each")
 
 
-def per_call(arguments: list[str], cpu: int | None) -> float:
+def per_call(arguments: list[str], cpu: int | None, env: dict[str, str] | None = None) -> float:
     """CPU µs per call of one ``callpath_cost.py`` run, on core ``cpu`` when given (as
-    ``bench/run.py`` pins its servers: AppDeck's threads share that core)."""
+    ``bench/run.py`` pins its servers: AppDeck's threads share that core), in ``env``."""
     pin = ["taskset", "-c", str(cpu)] if cpu is not None and shutil.which("taskset") else []
     done = subprocess.run(
         [*pin, sys.executable, str(BENCH / "callpath_cost.py"), *arguments],
         capture_output=True,
         text=True,
         cwd=BENCH,
+        env=env,
         timeout=600,
         check=False,
     )

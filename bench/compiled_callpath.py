@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+import callpath_ratio
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -56,7 +57,6 @@ ignore_missing_imports = True
 [mypy-asyncpg.*]
 ignore_missing_imports = True
 """
-PER_CALL = re.compile(r"tools/call, ([0-9.]+) µs CPU each")
 
 
 def compile_tree(scratch: Path) -> Path:
@@ -75,23 +75,11 @@ def compile_tree(scratch: Path) -> Path:
 
 
 def per_call(n: int, pythonpath: Path | None) -> float:
+    """CPU µs per call of one ``callpath_cost.py`` run on core 0, ``pythonpath`` first."""
     env = dict(os.environ)
     if pythonpath is not None:
         env["PYTHONPATH"] = str(pythonpath)
-    pin = ["taskset", "-c", "0"] if shutil.which("taskset") else []
-    done = subprocess.run(
-        [*pin, sys.executable, str(BENCH / "callpath_cost.py"), "-n", str(n)],
-        capture_output=True,
-        text=True,
-        cwd=BENCH,
-        env=env,
-        timeout=600,
-        check=False,
-    )
-    found = PER_CALL.search(done.stdout)
-    if done.returncode != 0 or found is None:
-        raise SystemExit(f"callpath_cost.py failed:\n{done.stderr[-3000:]}")
-    return float(found.group(1))
+    return callpath_ratio.per_call(["-n", str(n)], 0, env)
 
 
 def main() -> None:
