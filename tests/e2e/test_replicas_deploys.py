@@ -371,11 +371,13 @@ async def test_fifty_concurrent_deploys_over_three_replicas_run_one_deployment(
 
 
 def _stopped(pid: int) -> bool:
-    """Every thread of ``pid`` stopped (a SIGSTOP is delivered to each as it next runs)."""
-    tasks = Path(f"/proc/{pid}/task")
-    return all(
-        (task / "stat").read_text().rsplit(")", 1)[1].split()[0] == "T" for task in tasks.iterdir()
-    )
+    """Every thread of ``pid`` stopped (a SIGSTOP is delivered to each as it next runs; a
+    thread that ended meanwhile holds nothing)."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            if (task / "stat").read_text().rsplit(")", 1)[1].split()[0] != "T":
+                return False
+    return True
 
 
 def _exclusive_flocks(pid: int) -> list[str]:
