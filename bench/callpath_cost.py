@@ -20,6 +20,9 @@ run's total over ``-n`` :
 
 Natively it prints the CPU time per call too (noisy on a shared machine).
 ``--era 2026`` sends the 2026-07-28 requests (no session, ``_meta``, routing headers).
+``--log-level info`` logs as ``appdeck serve`` does by default (an activity line per tools/call,
+written to ``/dev/null`` as to a pipe, or to the file ``CALLPATH_LOG`` names); the default
+``warning`` is ``bench/run.py``'s setting.
 
 ``--server sdk`` counts the reference instead: ``bench/sdk_server.py``'s app (the official SDK's
 low-level ``Server``, Streamable HTTP in JSON mode, a session), behind uvicorn's own httptools
@@ -32,6 +35,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
+import os
 import sys
 import tempfile
 import time
@@ -320,10 +325,18 @@ def main_sdk(n: int) -> None:
     loop.close()
 
 
-def main(n: int, era: str, auth: str = "bearer") -> None:
+def main(n: int, era: str, auth: str = "bearer", log_level: str = "warning") -> None:
     """Setup and the measured loop in separate ``run_until_complete`` calls: the measured one
     runs inside ``sys.call_tracing``, the C function callgrind's ``--toggle-collect`` names."""
     import uvloop
+
+    if log_level != "warning":
+        from appdeck import logs
+
+        logs.configure(log_level, "console")
+        for handler in logging.getLogger().handlers:  # as to a pipe, unread
+            if isinstance(handler, logging.StreamHandler):
+                handler.setStream(open(os.environ.get("CALLPATH_LOG", os.devnull), "w"))  # noqa: SIM115 (the process's life)
 
     loop = uvloop.new_event_loop()
     asyncio.set_event_loop(loop)
@@ -331,7 +344,9 @@ def main(n: int, era: str, auth: str = "bearer") -> None:
     paused = pause_background(services)
     loop.run_until_complete(asyncio.sleep(0.1))  # the cancelled loops unwind
     used = measured(loop, poster, bodies, n)
-    print(f"{era} {auth}: {n} tools/call, {used / n * 1e6:.1f} µs CPU each (all threads)")
+    print(
+        f"{era} {auth} {log_level}: {n} tools/call, {used / n * 1e6:.1f} µs CPU each (all threads)"
+    )
     print(f"paused while measuring: {', '.join(paused)}")
     loop.run_until_complete(services.stop(stop_apps=True))
     loop.close()
@@ -343,8 +358,9 @@ if __name__ == "__main__":
     parser.add_argument("--era", choices=["2025", "2026"], default="2025")
     parser.add_argument("--auth", choices=["bearer", "anonymous"], default="bearer")
     parser.add_argument("--server", choices=["appdeck", "sdk"], default="appdeck")
+    parser.add_argument("--log-level", choices=["warning", "info"], default="warning")
     args = parser.parse_args()
     if args.server == "sdk":
         main_sdk(args.n)
     else:
-        main(args.n, args.era, args.auth)
+        main(args.n, args.era, args.auth, args.log_level)

@@ -101,3 +101,37 @@ def test_with_tracing_on_a_line_inside_a_span_ends_with_its_trace_and_span_ids(
         "token revoked kind=pat tenant=acme user=u1 client=- id=p3",  # tracing off
     ]
     assert caplog.records[0].activity["trace_id"] == "4bf92f3577b34da6a3ce929d0e0e4736"  # type: ignore[attr-defined]
+
+
+def test_a_tool_call_line_inside_a_span_ends_with_its_trace_and_span_ids(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="appdeck.activity")
+    activity.follow_traces(lambda: ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"))
+    try:
+        activity.tool_call(
+            tool="echo", action="run", app_id=None, failed=False, ms=0.04, tenant="t", user="u"
+        )
+    finally:
+        activity.follow_traces(None)
+    assert _lines(caplog) == [
+        "tool call tool=echo action=run app=- outcome=ok ms=0.0 tenant=t user=u "
+        "trace_id=4bf92f3577b34da6a3ce929d0e0e4736 span_id=00f067aa0ba902b7"
+    ]
+
+
+def test_names_shown_before_are_remembered_within_a_bound(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A client can call a new tool name every time: the map of names already shown (which
+    spares the check of a name seen before) never grows past its bound, and never mixes
+    two names up."""
+    caplog.set_level(logging.INFO, logger="appdeck.activity")
+    for i in range(activity._SHOWN_MAX * 2 + 10):
+        activity.tool_call(
+            tool=f"t{i}\n", action=None, app_id=None, failed=False, ms=0, tenant=None, user=None
+        )
+        assert len(activity._SHOWN) <= activity._SHOWN_MAX
+    lines = _lines(caplog)
+    assert lines[0].startswith('tool call tool="t0\\n" action=-')
+    assert lines[-1].startswith(f'tool call tool="t{activity._SHOWN_MAX * 2 + 9}\\n" action=-')

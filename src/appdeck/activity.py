@@ -89,27 +89,43 @@ def tool_call(
     """One ``tools/call``, once its answer is known (never its arguments)."""
     if not log.isEnabledFor(logging.INFO):  # on every call: return before building anything
         return
-    _line(
-        "tool call",
-        tool=tool,
-        action=action,
-        app=app_id,
-        outcome="error" if failed else "ok",
-        ms=round(ms, 1),
-        tenant=tenant,
-        user=user,
+    # the fields of _line, written out: one of these goes with every tools/call, so it skips
+    # the keyword dict and the generic value checks (the values' types are known here)
+    tool = _cut(tool)
+    action = _cut(action)
+    tenant = _cut(tenant)
+    user = _cut(user)
+    outcome = "error" if failed else "ok"
+    ms = round(ms, 1)
+    fields: dict[str, Value] = {
+        "tool": tool,
+        "action": action,
+        "app": app_id,
+        "outcome": outcome,
+        "ms": ms,
+        "tenant": tenant,
+        "user": user,
+    }
+    text = (
+        f"tool={_text(tool)} action={_text(action)} app={'-' if app_id is None else app_id} "
+        f"outcome={outcome} ms={ms} tenant={_text(tenant)} user={_text(user)}"
     )
+    _emit("tool call", fields, text)
 
 
 def _line(event: str, **fields: Value) -> None:
     if not log.isEnabledFor(logging.INFO):
         return
     bounded = {k: v[:MAX_VALUE] if isinstance(v, str) else v for k, v in fields.items()}
+    _emit(event, bounded, " ".join(f"{key}={_shown(value)}" for key, value in bounded.items()))
+
+
+def _emit(event: str, fields: dict[str, Value], text: str) -> None:
     ids = _trace_ids() if _trace_ids is not None else None
     if ids is not None:
-        bounded["trace_id"], bounded["span_id"] = ids
-    text = " ".join(f"{key}={_shown(value)}" for key, value in bounded.items())
-    log.info("%s %s", event, text, extra={"activity": {"activity": event, **bounded}})
+        fields["trace_id"], fields["span_id"] = ids
+        text = f"{text} trace_id={ids[0]} span_id={ids[1]}"
+    log.info("%s %s", event, text, extra={"activity": {"activity": event, **fields}})
 
 
 def _shown(value: Value) -> str:
@@ -119,4 +135,25 @@ def _shown(value: Value) -> str:
         return "true" if value else "false"
     if isinstance(value, int | float):
         return str(value)
-    return value if _PLAIN.fullmatch(value) else json.dumps(value)
+    return _text(value)
+
+
+def _cut(value: str | None) -> str | None:
+    return value if value is None or len(value) <= MAX_VALUE else value[:MAX_VALUE]
+
+
+_SHOWN: dict[str, str] = {}
+"""Strings already shown (a tool's, a tenant's, a user's name: the same few on every line)."""
+_SHOWN_MAX: Final = 4096
+
+
+def _text(value: str | None) -> str:
+    if value is None:
+        return "-"
+    shown = _SHOWN.get(value)
+    if shown is None:
+        shown = value if _PLAIN.fullmatch(value) else json.dumps(value)
+        if len(_SHOWN) >= _SHOWN_MAX:  # a client can send any tool name: never a growing map
+            _SHOWN.clear()
+        _SHOWN[value] = shown
+    return shown
