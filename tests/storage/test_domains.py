@@ -37,6 +37,21 @@ async def test_release_keeps_only_what_the_spec_still_lists(storage: Storage) ->
     assert await store.of_app(shop) == []
 
 
+async def test_holds_any_tells_whether_an_app_holds_a_claim_pending_or_verified(
+    storage: Storage,
+) -> None:
+    store = DomainStore(storage.engine)
+    shop, other = await _app(storage, "acme", "shop"), await _app(storage, "acme", "other")
+    assert not await store.holds_any(shop)
+    await store.claim(shop, ["shop.example.com"])
+    assert await store.holds_any(shop)
+    assert not await store.holds_any(other)
+    assert await store.verify("shop.example.com", shop, "acme")
+    assert await store.holds_any(shop)
+    await store.release(shop)
+    assert not await store.holds_any(shop)
+
+
 async def test_only_verified_hostnames_are_served_with_their_app(storage: Storage) -> None:
     store = DomainStore(storage.engine)
     shop = await _app(storage, "acme", "shop")

@@ -72,6 +72,12 @@ class DomainStore:
             rows = (await conn.execute(query.order_by(app_domains.c.host))).all()
         return [_record(r) for r in rows]
 
+    async def holds_any(self, app_id: int) -> bool:
+        """Whether the app holds a claim on any host (pending or verified)."""
+        query = sa.select(app_domains.c.host).where(app_domains.c.app_id == app_id).limit(1)
+        async with self._engine.connect() as conn:
+            return (await conn.execute(query)).first() is not None
+
     async def get_many(self, hosts: Iterable[str]) -> dict[str, DomainRecord]:
         names = sorted(set(hosts))
         if not names:

@@ -295,3 +295,30 @@ async def test_a_change_of_what_is_served_answers_only_once_the_data_plane_has_i
     assert seen == [{"shop.example.test": "shop--acme"}, {}]
     await service.release_all(released)  # nothing left to release: no wait
     assert len(seen) == 2
+
+
+async def test_a_deploy_of_an_app_that_lists_and_holds_no_domain_leaves_the_data_plane_alone(
+    storage: Storage, tmp_path: Path
+) -> None:
+    hosts = HostMap()
+    seen: list[dict[str, str]] = []
+
+    async def published() -> None:
+        seen.append(hosts.items())
+
+    service = _service(storage, Dns(), hosts, tmp_path, published=published)
+    feed = ChangeFeed()
+    service.attach(feed)
+    shop = await _app(storage, "acme", ["shop.example.test"])
+    plain = await AppStore(storage.engine).create("acme", "plain", None, {}, "u")
+    await service.claim(shop)
+    assert await service.mark_verified("shop.example.test")
+    assert len(seen) == 1
+    hosts.replace({})  # this replica's map behind the database's: only a resync restores it
+    for number in range(1, 4):  # every update of a deploy of the app with no domain
+        await feed.emit(Change("deployment.updated", "acme", plain.id, deployment=number))
+    assert len(seen) == 1
+    assert hosts.items() == {}  # nothing of its own to serve or wait for
+    assert await service.store.of_app(plain.id) == []
+    await service.resync()  # the periodic backstop
+    assert hosts.items() == {"shop.example.test": "shop--acme"}

@@ -150,6 +150,10 @@ class DomainService:
         """Make the app's claims what its spec lists: claim the free hostnames (pending),
         release the ones no longer listed; then this replica's host map follows."""
         listed = [h for h in _spec_domains(app) if self._refusal(h) is None]
+        if not listed and not await self.store.holds_any(app.id):
+            # most apps: no domain listed, none held; nothing to claim, release or serve
+            # (a deploy's every update comes here: one read, not two writes and the host map)
+            return
         await self.store.claim(app.id, listed, stale_before=self._clock() - self._claim_ttl)
         released = await self.store.release(app.id, keep=listed)
         if released:
