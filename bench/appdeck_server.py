@@ -3,7 +3,8 @@
 Builds the server in-process the way ``appdeck serve`` does (``Services.start(settings)``,
 ``services.asgi()``), registers ``echo`` in the registry, and serves it with uvicorn (httptools,
 uvloop, no access log, lifespan off) on ``--port``. The data directory is a fresh temporary
-directory unless ``--data-dir`` is given; the log level is ``warning``.
+directory unless ``--data-dir`` is given; the log level is ``warning`` unless ``--log-level``
+says ``info`` (``appdeck serve``'s default: an activity line per tools/call).
 
 ``--auth bearer`` (default) keeps the production path: the bearer authenticator, the per-token
 rate limiter and the audit log. Like ``appdeck serve --dev`` it creates the dev tenant and user
@@ -81,7 +82,7 @@ async def serve(args: argparse.Namespace, data_dir: Path) -> None:
         host=args.host,
         port=args.port,
         data_dir=data_dir,
-        log_level="warning",
+        log_level=args.log_level,
         rate_limit_per_second=1e9,
         rate_limit_burst=10**9,
         stateless_era=args.stateless,
@@ -137,6 +138,7 @@ def main() -> None:
     parser.add_argument(
         "--token-file", type=Path, default=None, help="write the bearer token here when ready"
     )
+    parser.add_argument("--log-level", choices=("warning", "info"), default="warning")
     args = parser.parse_args()
     args.otlp_endpoint = None
     sink = None

@@ -60,6 +60,12 @@ SERVERS: dict[str, tuple[Path, list[str], bool]] = {
     "SDK-2026": (BENCH / "sdk_server.py", [], False),
     # issue 23: every request traced (100 % sampled) into an OTLP receiver that drops them
     "AppDeck-traced": (BENCH / "appdeck_server.py", ["--auth", "bearer", "--traced"], True),
+    # appdeck serve's default log level: an activity line per tools/call (to the server's log)
+    "AppDeck-info": (
+        BENCH / "appdeck_server.py",
+        ["--auth", "bearer", "--log-level", "info"],
+        True,
+    ),
 }
 STATELESS = "2026-07-28"
 
@@ -813,7 +819,8 @@ def main() -> None:
     parser.add_argument(
         "--servers",
         type=lambda v: v.split(","),
-        default=[name for name in SERVERS if name != "AppDeck-traced"],  # traced: on demand
+        # traced and info: on demand
+        default=[name for name in SERVERS if name not in ("AppDeck-traced", "AppDeck-info")],
         help=f"throughput servers, comma-separated (default {','.join(SERVERS)})",
     )
     parser.add_argument(

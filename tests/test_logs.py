@@ -3,9 +3,13 @@ shows our lines and not the drivers' chatter unless APPDECK_LOG_LIBRARIES asks f
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 import re
+import sys
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -109,3 +113,85 @@ def test_an_activity_line_on_the_console_looks_like_every_other_line(
         ours,
     )
     assert re.fullmatch(stamp + r"another line +\[appdeck\.x\]", other)
+
+
+class _Stderr:
+    """A pipe standing in for the server's stderr (a file: the handler buffers on it)."""
+
+    def __init__(self) -> None:
+        self.read_fd, write_fd = os.pipe()
+        os.set_blocking(self.read_fd, False)
+        self.file = os.fdopen(write_fd, "w")
+
+    def read(self) -> str:
+        chunks = []
+        with contextlib.suppress(BlockingIOError):
+            while chunk := os.read(self.read_fd, 1 << 16):
+                chunks.append(chunk)
+        return b"".join(chunks).decode()
+
+    def close(self) -> None:
+        self.file.close()
+        os.close(self.read_fd)
+
+
+@pytest.fixture
+def stderr_pipe(monkeypatch: pytest.MonkeyPatch) -> Iterator[_Stderr]:
+    """sys.stderr a pipe when logs.configure runs (pytest's capture puts its own in place
+    again as the test starts: the test configures through :func:`_configure`)."""
+    pipe = _Stderr()
+    yield pipe
+    logging.getLogger().handlers[0].flush()
+    pipe.close()
+
+
+def _configure(pipe: _Stderr, monkeypatch: pytest.MonkeyPatch) -> None:
+    with monkeypatch.context() as patched:
+        patched.setattr(sys, "stderr", pipe.file)
+        logs.configure("info")
+
+
+def _read_until(pipe: _Stderr, text: str, within_s: float = 10.0) -> str:
+    seen = ""
+    deadline = time.monotonic() + within_s
+    while text not in seen and time.monotonic() < deadline:
+        time.sleep(0.02)
+        seen += pipe.read()
+    return seen
+
+
+@pytest.mark.usefixtures("restored")
+def test_activity_lines_go_out_together_soon_and_before_any_other_line(
+    stderr_pipe: _Stderr, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _configure(stderr_pipe, monkeypatch)
+    for n in range(3):
+        activity.token_revoked(kind="pat", tenant="t", user="u", client=None, token_id=f"p{n}")
+    assert stderr_pipe.read() == ""  # buffered: one write for the lot
+    seen = _read_until(stderr_pipe, "id=p2")  # the flusher's, within ACTIVITY_FLUSH_S
+    assert [ln.split(" id=")[1][:2] for ln in seen.splitlines()] == ["p0", "p1", "p2"]
+    activity.token_revoked(kind="pat", tenant="t", user="u", client=None, token_id="p3")
+    logging.getLogger("appdeck.x").warning("at once")  # any other record: out now, in order
+    lines = stderr_pipe.read().splitlines()
+    assert len(lines) == 2
+    assert "id=p3" in lines[0]
+    assert "at once" in lines[1]
+
+
+@pytest.mark.usefixtures("restored")
+def test_a_forked_child_writes_what_the_parent_buffered_never_and_its_own_lines_soon(
+    stderr_pipe: _Stderr, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _configure(stderr_pipe, monkeypatch)
+    activity.token_revoked(kind="pat", tenant="t", user="u", client=None, token_id="parent")
+    pid = os.fork()
+    if pid == 0:  # the child: its own activity line, flushed by a flusher of its own
+        try:
+            activity.token_revoked(kind="pat", tenant="t", user="u", client=None, token_id="kid")
+            time.sleep(logs.ACTIVITY_FLUSH_S * 5)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    seen = _read_until(stderr_pipe, "id=kid")
+    assert seen.count("id=parent") == 1  # flushed before the fork, not copied into the child
+    assert seen.count("id=kid") == 1
