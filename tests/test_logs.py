@@ -195,3 +195,17 @@ def test_a_forked_child_writes_what_the_parent_buffered_never_and_its_own_lines_
     seen = _read_until(stderr_pipe, "id=kid")
     assert seen.count("id=parent") == 1  # flushed before the fork, not copied into the child
     assert seen.count("id=kid") == 1
+
+
+@pytest.mark.usefixtures("restored")
+def test_configured_again_the_lines_buffered_before_come_first(
+    stderr_pipe: _Stderr, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _configure(stderr_pipe, monkeypatch)
+    activity.token_revoked(kind="pat", tenant="t", user="u", client=None, token_id="first")
+    _configure(stderr_pipe, monkeypatch)
+    logging.getLogger("appdeck.x").warning("second")
+    lines = stderr_pipe.read().splitlines()
+    assert len(lines) == 2
+    assert "id=first" in lines[0]
+    assert "second" in lines[1]

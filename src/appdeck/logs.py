@@ -67,6 +67,9 @@ def configure(level: str = "info", fmt: str = "console", libraries: str | None =
     handler = _Handler(sys.stderr)
     handler.setFormatter(formatter)
     root = logging.getLogger()
+    for replaced in root.handlers:  # what one still buffers goes out before the new lines
+        with contextlib.suppress(Exception):
+            replaced.flush()
     root.handlers[:] = [handler]
     root.setLevel(libraries.upper())  # every library, whatever its logger's name
     for name in SELF_LEVELLED:
