@@ -25,6 +25,8 @@ def restored() -> Iterator[None]:
     root = logging.getLogger()
     ours = logging.getLogger(logs.OURS)
     saved = (root.handlers[:], root.level, ours.level)
+    # what logs.configure turns off for the server (pytest's captured logs show file:line)
+    gathered = (logging._srcfile, logging.logProcesses, logging.logMultiprocessing)
     # another test in this worker may have run uvicorn with its own logging config (its
     # loggers' levels, handlers, propagate): these tests judge logs.configure alone
     names = [*LIBRARIES, "uvicorn", "sqlalchemy", "sqlalchemy.engine"]
@@ -38,6 +40,7 @@ def restored() -> Iterator[None]:
         yield
     finally:
         root.handlers[:], root.level = saved[0], saved[1]
+        logging._srcfile, logging.logProcesses, logging.logMultiprocessing = gathered
         ours.setLevel(saved[2])
         for name, (level, handlers, propagate, disabled) in kept.items():
             logger = libraries[name]
@@ -136,10 +139,11 @@ class _Stderr:
 
 
 @pytest.fixture
-def stderr_pipe(monkeypatch: pytest.MonkeyPatch) -> Iterator[_Stderr]:
-    """sys.stderr a pipe when logs.configure runs (pytest's capture puts its own in place
-    again as the test starts: the test configures through :func:`_configure`)."""
+def stderr_pipe(restored: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[_Stderr]:
+    """logs.configure("info") with sys.stderr a pipe (set up here: pytest's capture puts its
+    own sys.stderr in place again as the test starts)."""
     pipe = _Stderr()
+    _configure(pipe, monkeypatch)
     yield pipe
     logging.getLogger().handlers[0].flush()
     pipe.close()
@@ -151,6 +155,10 @@ def _configure(pipe: _Stderr, monkeypatch: pytest.MonkeyPatch) -> None:
         logs.configure("info")
 
 
+def _revoked(token_id: str) -> None:
+    activity.token_revoked(kind="pat", tenant="t", user="u", client=None, token_id=token_id)
+
+
 def _read_until(pipe: _Stderr, text: str, within_s: float = 10.0) -> str:
     seen = ""
     deadline = time.monotonic() + within_s
@@ -160,17 +168,15 @@ def _read_until(pipe: _Stderr, text: str, within_s: float = 10.0) -> str:
     return seen
 
 
-@pytest.mark.usefixtures("restored")
 def test_activity_lines_go_out_together_soon_and_before_any_other_line(
-    stderr_pipe: _Stderr, monkeypatch: pytest.MonkeyPatch
+    stderr_pipe: _Stderr,
 ) -> None:
-    _configure(stderr_pipe, monkeypatch)
     for n in range(3):
-        activity.token_revoked(kind="pat", tenant="t", user="u", client=None, token_id=f"p{n}")
+        _revoked(f"p{n}")
     assert stderr_pipe.read() == ""  # buffered: one write for the lot
     seen = _read_until(stderr_pipe, "id=p2")  # the flusher's, within ACTIVITY_FLUSH_S
     assert [ln.split(" id=")[1][:2] for ln in seen.splitlines()] == ["p0", "p1", "p2"]
-    activity.token_revoked(kind="pat", tenant="t", user="u", client=None, token_id="p3")
+    _revoked("p3")
     logging.getLogger("appdeck.x").warning("at once")  # any other record: out now, in order
     lines = stderr_pipe.read().splitlines()
     assert len(lines) == 2
@@ -178,16 +184,14 @@ def test_activity_lines_go_out_together_soon_and_before_any_other_line(
     assert "at once" in lines[1]
 
 
-@pytest.mark.usefixtures("restored")
 def test_a_forked_child_writes_what_the_parent_buffered_never_and_its_own_lines_soon(
-    stderr_pipe: _Stderr, monkeypatch: pytest.MonkeyPatch
+    stderr_pipe: _Stderr,
 ) -> None:
-    _configure(stderr_pipe, monkeypatch)
-    activity.token_revoked(kind="pat", tenant="t", user="u", client=None, token_id="parent")
+    _revoked("parent")
     pid = os.fork()
     if pid == 0:  # the child: its own activity line, flushed by a flusher of its own
         try:
-            activity.token_revoked(kind="pat", tenant="t", user="u", client=None, token_id="kid")
+            _revoked("kid")
             time.sleep(logs.ACTIVITY_FLUSH_S * 5)
         finally:
             os._exit(0)
@@ -197,12 +201,10 @@ def test_a_forked_child_writes_what_the_parent_buffered_never_and_its_own_lines_
     assert seen.count("id=kid") == 1
 
 
-@pytest.mark.usefixtures("restored")
 def test_configured_again_the_lines_buffered_before_come_first(
     stderr_pipe: _Stderr, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _configure(stderr_pipe, monkeypatch)
-    activity.token_revoked(kind="pat", tenant="t", user="u", client=None, token_id="first")
+    _revoked("first")
     _configure(stderr_pipe, monkeypatch)
     logging.getLogger("appdeck.x").warning("second")
     lines = stderr_pipe.read().splitlines()
