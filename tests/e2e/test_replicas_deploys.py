@@ -464,17 +464,26 @@ async def test_a_replica_paused_past_its_lease_loses_the_deploy_and_its_late_wri
             # (every 2 s). When the write comes first the deploy ends there and its renewal
             # is never tried (a clean-clone CI saw that order once); that write may be the
             # unwind of that stop ("its cancel was not written: ... no longer held", another).
+            # When A was paused inside its instance's start (after the spawn, before the
+            # record), it wakes to the stop B's takeover counted, fails the deploy, and its
+            # abort's re-check of the lease finds it lost ("... was lost", a third).
             log = Path(a.server.stderr_path)
             fenced = re.compile(
                 rf"app {app_id}: (lost its lock"  # the renewal refused
-                rf"|the lease fenced \d+ is no longer held)"  # a write refused
+                rf"|the lease fenced \d+ (is no longer held|was lost))"  # a write refused
             )
 
             async def refused() -> bool:
                 text = await asyncio.to_thread(log.read_text, errors="replace")
                 return fenced.search(text) is not None
 
-            await until(refused, within=90, every=0.5)
+            try:
+                await until(refused, within=90, every=0.5)
+            except TimeoutError:  # what A was doing: its whole recent log, its state
+                status = Path(f"/proc/{pid}/status")
+                state = await asyncio.to_thread(status.read_text) if a.server.running else ""
+                lines = [ln for ln in state.splitlines() if ln.startswith(("State", "Threads"))]
+                pytest.fail(f"A wrote no refusal within 90 s; {lines}:\n{a.server.log_tail(80)}")
             await asyncio.sleep(5)  # whatever A still had in flight
             await probe.answered(20, within=60)
         finally:
