@@ -98,6 +98,7 @@ def tool_call(
     outcome = "error" if failed else "ok"
     ms = round(ms, 1)
     fields: dict[str, Value] = {
+        "activity": "tool call",
         "tool": tool,
         "action": action,
         "app": app_id,
@@ -117,15 +118,18 @@ def _line(event: str, **fields: Value) -> None:
     if not log.isEnabledFor(logging.INFO):
         return
     bounded = {k: v[:MAX_VALUE] if isinstance(v, str) else v for k, v in fields.items()}
-    _emit(event, bounded, " ".join(f"{key}={_shown(value)}" for key, value in bounded.items()))
+    text = " ".join(f"{key}={_shown(value)}" for key, value in bounded.items())
+    _emit(event, {"activity": event, **bounded}, text)
 
 
 def _emit(event: str, fields: dict[str, Value], text: str) -> None:
+    """Log the line: ``fields`` (the record's ``activity``, its ``activity`` key first) is
+    the line's own dict, given the trace's ids too when there is a span."""
     ids = _trace_ids() if _trace_ids is not None else None
     if ids is not None:
         fields["trace_id"], fields["span_id"] = ids
         text = f"{text} trace_id={ids[0]} span_id={ids[1]}"
-    log.info("%s %s", event, text, extra={"activity": {"activity": event, **fields}})
+    log.info("%s %s", event, text, extra={"activity": fields})
 
 
 def _shown(value: Value) -> str:

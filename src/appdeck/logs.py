@@ -131,10 +131,9 @@ class _Handler(logging.StreamHandler[TextIO]):
             time.sleep(ACTIVITY_FLUSH_S)  # lines gather meanwhile
             self.acquire()
             try:
-                if self._due.is_set():
-                    self.flush()
-            except Exception:  # noqa: BLE001, S110 (stderr gone: nothing left to tell it with)
-                pass
+                with contextlib.suppress(Exception):  # stderr gone: nothing to tell it with
+                    if self._due.is_set():
+                        self.flush()
             finally:
                 self.release()
 
