@@ -11,6 +11,7 @@ from appdeck.common.identity import Principal
 from appdeck.protocol import inbound
 from appdeck.protocol.errors import (
     FORBIDDEN,
+    INVALID_PARAMS,
     INVALID_REQUEST,
     SERVER_ERROR,
     SESSION_NOT_FOUND,
@@ -292,3 +293,15 @@ async def test_a_refused_request_is_audited_as_a_refusal(harness: Harness) -> No
     [(who, status, reason, method, tool)] = audit.refusals
     assert (who, status, method, tool) == (BOB, 403, "tools/call", "deploy")
     assert "deploy:write" in reason
+
+
+async def test_a_tool_call_whose_params_are_not_an_object_is_refused_and_audited(
+    harness: Harness,
+) -> None:
+    audit = RecordingAudit()
+    harness.server.audit = audit
+    session = await harness.init(ALICE)
+    reply = await harness.request("tools/call", ["echo", {"text": "hi"}], session=session)  # type: ignore[arg-type]
+    assert reply["error"]["code"] == INVALID_PARAMS
+    [(principal, tool, action, app_id, failed, *_rest)] = audit.calls
+    assert (principal, tool, action, app_id, failed) == (ALICE, None, None, None, True)

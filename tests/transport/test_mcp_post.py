@@ -80,6 +80,17 @@ async def test_an_unknown_method_is_method_not_found(client: httpx.AsyncClient) 
     assert r.json()["error"]["code"] == -32601
 
 
+async def test_params_that_are_not_an_object_are_an_invalid_request(
+    client: httpx.AsyncClient,
+) -> None:
+    sid = await initialize(client, TOKEN)
+    call = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": ["list_apps", {}]}
+    r = await client.post("/mcp", json=call, headers=headers(sid, TOKEN))
+    assert r.status_code == 400
+    assert r.json()["error"]["code"] == -32600
+    assert '"params" must be an object' in r.json()["error"]["message"]
+
+
 async def test_a_huge_body_is_413(client: httpx.AsyncClient) -> None:
     big = orjson.dumps(request("ping", {"pad": "x" * 70_000}))
     r = await client.post("/mcp", content=big, headers=headers(token=TOKEN))

@@ -74,6 +74,8 @@ is the whole HTTP answer, and the extra HTTP headers its error carries (step-up 
 
 __all__ = ["OPEN_METHODS", "Answer", "McpServer", "RequestCancelled", "ServerInfo"]
 _AUDITED_STATUSES = frozenset({401, 403, 429})
+_NO_PARAMS: dict[str, Any] = {}
+"""Read, never written: the params of a request that sent none, or not an object."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,10 +290,11 @@ class McpServer:
         except Exception as exc:
             log.exception("unhandled error in %s", method)
             response, status = error_response(request_id, exc), 500
+        elapsed = time.perf_counter() - started
         if self.audit is not None and (method == "tools/call" or status in _AUDITED_STATUSES):
-            self._audit(message, call.principal, response, status, started)
+            self._audit(message, call.principal, response, status, elapsed)
         if self.telemetry is not None:
-            self._count(message, call, response, status, started)
+            self._count(message, call, response, status, elapsed)
         return response, status, headers
 
     def _count(
@@ -300,7 +303,7 @@ class McpServer:
         call: Call,
         response: JsonObject | None,
         status: int,
-        started: float,
+        elapsed: float,
     ) -> None:
         telemetry = self.telemetry
         assert telemetry is not None
@@ -310,8 +313,7 @@ class McpServer:
         if method == "tools/call":
             params = request.get("params")
             tool = params.get("name") if type(params) is dict else None
-            seconds = time.perf_counter() - started
-            telemetry.tool_served(tool if type(tool) is str else "", outcome, seconds)
+            telemetry.tool_served(tool if type(tool) is str else "", outcome, elapsed)
 
     def _audit(
         self,
@@ -319,12 +321,14 @@ class McpServer:
         principal: Principal | None,
         response: JsonObject | None,
         status: int,
-        started: float,
+        elapsed: float,
     ) -> None:
         audit = self.audit
         assert audit is not None
         method = request["method"]
-        params = request.get("params") or {}
+        params = request.get("params")
+        if type(params) is not dict:  # absent, or (JSON-RPC allows it) an array
+            params = _NO_PARAMS
         tool = params.get("name") if method == "tools/call" else None
         if type(tool) is not str:
             tool = None
@@ -336,7 +340,7 @@ class McpServer:
             return
         arguments = params.get("arguments")
         if type(arguments) is not dict:
-            arguments = {}
+            arguments = _NO_PARAMS
         result = response.get("result") if response is not None else None
         action = arguments.get("action")
         if type(action) is not str:
@@ -345,7 +349,7 @@ class McpServer:
         if type(app_id) is not int:
             app_id = None
         failed = error is not None or (result is not None and result.get("isError") is True)
-        ms = round((time.perf_counter() - started) * 1000, 3)
+        ms = round(elapsed * 1_000_000) / 1000  # to the µs: round(x, 3) formats a string
         audit.tool_called(
             principal,
             tool,
