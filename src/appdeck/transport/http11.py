@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from appdeck.transport.cycle import LeanRequests
+
 log = logging.getLogger("appdeck.transport")
 
 
@@ -88,8 +90,9 @@ class CoalescingTransport:
         return getattr(self._transport, name)
 
 
-class CoalescingHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's ``httptools`` protocol over a :class:`CoalescingTransport`."""
+class CoalescingHttpToolsProtocol(LeanRequests, HttpToolsProtocol):
+    """uvicorn's ``httptools`` protocol over a :class:`CoalescingTransport`, its request
+    cycle :class:`~appdeck.transport.cycle.LeanCycle`."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         coalescing = CoalescingTransport(transport, self.loop)
