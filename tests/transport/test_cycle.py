@@ -213,3 +213,42 @@ async def test_a_request_whose_response_is_complete_receives_a_disconnect() -> N
         cycle.message_event.set()
     got = [await cycle.receive() for cycle in (theirs, ours)]
     assert got[0] == got[1] == {"type": "http.disconnect"}
+
+
+BODIES: list[tuple[str, list[tuple[bytes, bool, str | None]]]] = [
+    ("in pieces", [(b"ab", True, None), (b"", True, None), (b"cd", False, None)]),
+    ("longer than announced", [(b"abcde", False, "longer than Content-Length")]),
+    ("shorter than announced", [(b"ab", False, "shorter than Content-Length")]),
+    ("a piece too many", [(b"abcd", True, None), (b"e", False, "longer than Content-Length")]),
+]
+
+
+@pytest.mark.parametrize(("case", "pieces"), BODIES, ids=[b[0] for b in BODIES])
+async def test_a_body_of_an_announced_length_is_written_and_refused_as_uvicorn_does(
+    case: str, pieces: list[tuple[bytes, bool, str | None]]
+) -> None:
+    theirs, their_bytes, ours, our_bytes = pair()
+    head = {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"4")]}
+    for cycle in (theirs, ours):
+        await cycle.send(head)
+        for piece, more, error in pieces:
+            message = {"type": "http.response.body", "body": piece, "more_body": more}
+            if error is None:
+                await cycle.send(message)
+            else:
+                with pytest.raises(RuntimeError, match=error):
+                    await cycle.send(message)
+    assert our_bytes.chunks == their_bytes.chunks
+    assert state(ours) == state(theirs)
+
+
+async def test_a_message_after_the_response_is_refused_as_uvicorn_refuses_it() -> None:
+    theirs, _, ours, _ = pair()
+    head = {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"0")]}
+    for cycle in (theirs, ours):
+        await cycle.send(head)
+        await cycle.send({"type": "http.response.body", "body": b""})
+        with pytest.raises(RuntimeError, match="after response already completed"):
+            await cycle.send({"type": "http.response.body", "body": b""})
+        with pytest.raises(RuntimeError, match="after response already completed"):
+            await cycle.send(head)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,9 +32,10 @@ class Call:
     """A stateless request's answers to earlier input requests (the requests that may answer
     ``input_required`` only)."""
     bound: bytes | None = None
-    param_headers: dict[str, bytes] | None = None
-    """A stateless request's ``Mcp-Param-*`` headers, by lower-case name after the prefix."""
     """What the next ``requestState`` of that request is bound to (caller, method, params)."""
+    headers: Mapping[bytes, bytes] | None = None
+    """A stateless request's HTTP headers (lower-case names), where its ``Mcp-Param-*``
+    headers are read when the tool called annotates any (most calls need none of them)."""
 
 
 ContextFactory = Callable[[Call, "dict[str, Any] | None"], ToolContext]

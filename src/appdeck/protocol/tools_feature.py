@@ -96,7 +96,8 @@ class ToolsFeature:
                     {"extensions": {TASKS_EXTENSION: {}}},
                 )
             if tool.param_headers:
-                param_headers.check(tool.param_headers, arguments, call.param_headers or {})
+                sent = param_headers.collect(call.headers) if call.headers is not None else {}
+                param_headers.check(tool.param_headers, arguments, sent)
             if as_task:
                 return await self._start_stateless(tool, arguments, call, message)
             return await run_tool(tool, arguments, self._context(call, message))

@@ -10,8 +10,9 @@ the HTTP layer's ~19 (``bench/callpath_parts.py``, issue 26 §1). Here:
   uvicorn that adds one fails a test instead of a request);
 - its ``send`` writes the common response head (no access log, the flow not paused) in one
   pass: a header name already seen valid is looked up, not searched again (bounded memo), and
-  so is a value; everything else (the body, chunked or ``HEAD`` responses, errors) is
-  uvicorn's own ``send``;
+  so is a value; and a body that fits its ``content-length`` without a second coroutine;
+  everything else (chunked or ``HEAD`` responses, a body longer or shorter than announced,
+  a paused flow) is uvicorn's own ``send``;
 - its ``receive`` does not await an event that is already set.
 
 The checks are uvicorn's: a header name or value it would refuse is refused here too, with
@@ -102,15 +103,40 @@ class LeanCycle(RequestResponseCycle):
         return self
 
     async def send(self, message: Any) -> None:
-        if (
-            self.response_started
-            or self.access_log
-            or self.flow.write_paused
-            or self.disconnected
-            or message["type"] != "http.response.start"
-        ):
+        if self.access_log or self.flow.write_paused or self.disconnected:
             await RequestResponseCycle.send(self, message)
             return
+        kind = message["type"]
+        if not self.response_started and kind == "http.response.start":
+            self._start(message)
+            return
+        if (
+            kind == "http.response.body"
+            and self.chunked_encoding is False
+            and not self.response_complete
+            and self.scope["method"] != "HEAD"
+        ):
+            body = message.get("body", b"")
+            more_body = message.get("more_body", False)
+            left = self.expected_content_length - len(body)
+            if left >= 0 and (more_body or not left):  # else uvicorn's own errors, below
+                self._body(body, more_body, left)
+                return
+        await RequestResponseCycle.send(self, message)
+
+    def _body(self, body: bytes, more_body: bool, left: int) -> None:
+        """A body of a response with a ``content-length`` that it does not overrun (nor
+        fall short of, when it is the last), as uvicorn writes it."""
+        self.expected_content_length = left
+        self.transport.write(body)
+        if not more_body:
+            self.response_complete = True
+            self.message_event.set()
+            if not self.keep_alive:
+                self.transport.close()
+            self.on_response()
+
+    def _start(self, message: Any) -> None:
         self.response_started = True
         self.waiting_for_100_continue = False
         status: int = message["status"]

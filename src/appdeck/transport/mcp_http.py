@@ -30,7 +30,7 @@ import orjson
 from appdeck.common.identity import Principal
 from appdeck.common.outages import redis_errors
 from appdeck.observability import mcp as metrics
-from appdeck.protocol import envelope, inbound, listen, param_headers, versions
+from appdeck.protocol import envelope, inbound, listen, versions
 from appdeck.protocol import errors as rpc
 from appdeck.protocol.call import Call
 from appdeck.protocol.jsonrpc import Kind
@@ -281,7 +281,7 @@ class McpHttpApp:
             return
         stream = StatelessStream(send)
         call = Call(principal, None, stream, got.peer)
-        call.param_headers = param_headers.collect(headers)
+        call.headers = headers  # its Mcp-Param-* are read only for a tool that annotates any
         answer = await self._answer(message, call, stream)
         if answer is None:
             return
