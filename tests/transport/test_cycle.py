@@ -11,7 +11,7 @@ from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
 from appdeck.transport import cycle as cycle_module
-from appdeck.transport.cycle import MEMO_SIZE, LeanCycle
+from appdeck.transport.cycle import MEMO_LONGEST, MEMO_SIZE, LeanCycle
 
 DATE = (b"date", b"Sun, 29 Nov 2026 14:00:00 GMT")
 
@@ -182,6 +182,24 @@ async def test_the_memo_of_valid_headers_stays_bounded() -> None:
         )
     assert 0 < len(cycle_module._NAMES) <= MEMO_SIZE
     assert 0 < len(cycle_module._VALUES) <= MEMO_SIZE
+
+
+async def test_a_long_header_is_checked_every_time_and_never_kept() -> None:
+    name, value = b"x-" + b"n" * MEMO_LONGEST, b"v" * (MEMO_LONGEST + 1)
+    for _ in range(2):
+        theirs, their_bytes, ours, our_bytes = pair()
+        for cycle in (theirs, ours):
+            await cycle.send(
+                {"type": "http.response.start", "status": 200, "headers": [(name, value)]}
+            )
+        assert our_bytes.chunks == their_bytes.chunks
+    assert name not in cycle_module._NAMES
+    assert value not in cycle_module._VALUES
+    _, _, ours, _ = pair()
+    with pytest.raises(RuntimeError, match=r"Invalid HTTP header value\."):
+        await ours.send(
+            {"type": "http.response.start", "status": 200, "headers": [(name, value + b"\n")]}
+        )
 
 
 async def test_a_body_that_came_before_it_is_asked_for_is_received_as_uvicorn_gives_it() -> None:

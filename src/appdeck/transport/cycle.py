@@ -9,10 +9,11 @@ the HTTP layer's ~19 (``bench/callpath_parts.py``, issue 26 §1). Here:
   attributes as uvicorn's (``tests/transport/test_cycle.py`` compares them, so an upgrade of
   uvicorn that adds one fails a test instead of a request);
 - its ``send`` writes the common response head (no access log, the flow not paused) in one
-  pass: a header name already seen valid is looked up, not searched again (bounded memo), and
-  so is a value; and a body that fits its ``content-length`` without a second coroutine;
-  everything else (chunked or ``HEAD`` responses, a body longer or shorter than announced,
-  a paused flow) is uvicorn's own ``send``;
+  pass: a header name already seen valid is looked up, not searched again (a memo bounded in
+  entries and in the length of what it keeps), and so is a value; and a body that fits its
+  ``content-length`` without a second coroutine; everything else (chunked or ``HEAD``
+  responses, a body longer or shorter than announced, a paused flow) is uvicorn's own
+  ``send``;
 - its ``receive`` does not await an event that is already set.
 
 The checks are uvicorn's: a header name or value it would refuse is refused here too, with
@@ -37,6 +38,10 @@ from uvicorn.protocols.http.httptools_impl import (
 
 MEMO_SIZE = 1024
 """Header names (and values) remembered as valid; the memo is emptied when it is full."""
+MEMO_LONGEST = 256
+"""Longer names and values are checked every time, never kept: a client can make a response
+carry a value of its choosing (an OAuth redirect's ``location``), and 1,024 of 64 KiB each
+would be held for nothing."""
 
 _NAMES: dict[bytes, bytes] = {}
 """A header name as an app sent it -> lower-cased, once checked valid."""
@@ -53,7 +58,7 @@ def _name(name: bytes) -> bytes:
         if HEADER_RE.search(name):
             raise RuntimeError("Invalid HTTP header name.")
         lower = bytes(name.lower())
-        if type(name) is bytes:
+        if type(name) is bytes and len(name) <= MEMO_LONGEST:
             if len(_NAMES) >= MEMO_SIZE:
                 _NAMES.clear()
             _NAMES[name] = lower
@@ -69,6 +74,8 @@ def _value(value: bytes) -> None:
         return
     if HEADER_VALUE_RE.search(value):
         raise RuntimeError("Invalid HTTP header value.")
+    if len(value) > MEMO_LONGEST:
+        return
     if len(_VALUES) >= MEMO_SIZE:
         _VALUES.clear()
     _VALUES.add(value)
