@@ -135,6 +135,24 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     tune_gc()
 
 
+SLOW_LIST = Path(__file__).with_name("slow.txt")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark ``slow`` the tests tests/slow.txt names (a second or more each in a quick run:
+    they start processes or wait on purpose): ``make quick`` leaves them out (``-m "not
+    slow"``), ``make test`` runs them. The list is a speed hint made by ``make slow-list``; a
+    test missing from it only makes the quick run slower."""
+    slow = {
+        line.strip()
+        for line in SLOW_LIST.read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
+    for item in items:
+        if item.nodeid in slow:
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.hookimpl(optionalhook=True)  # `-p no:xdist` runs without the hook
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """``--dist loadfile`` with the replica-set modules on one worker (tests/support/scheduling)."""
