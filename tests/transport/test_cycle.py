@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import secrets
 from types import SimpleNamespace
 from typing import Any
 
@@ -270,3 +271,13 @@ async def test_a_message_after_the_response_is_refused_as_uvicorn_refuses_it() -
             await cycle.send({"type": "http.response.body", "body": b""})
         with pytest.raises(RuntimeError, match="after response already completed"):
             await cycle.send(head)
+
+
+@pytest.mark.parametrize("name", [b"Set-Cookie", b"location", b"www-authenticate"])
+async def test_a_cookie_a_redirect_or_a_challenge_is_never_kept(name: bytes) -> None:
+    value = b"session=" + secrets.token_hex(16).encode()
+    theirs, their_bytes, ours, our_bytes = pair()
+    for cycle in (theirs, ours):
+        await cycle.send({"type": "http.response.start", "status": 302, "headers": [(name, value)]})
+    assert our_bytes.chunks == their_bytes.chunks
+    assert value not in cycle_module._VALUES

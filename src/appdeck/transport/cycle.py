@@ -10,7 +10,8 @@ the HTTP layer's ~19 (``bench/callpath_parts.py``, issue 26 §1). Here:
   uvicorn that adds one fails a test instead of a request);
 - its ``send`` writes the common response head (no access log, the flow not paused) in one
   pass: a header name already seen valid is looked up, not searched again (a memo bounded in
-  entries and in the length of what it keeps), and so is a value; and a body that fits its
+  entries and in the length of what it keeps), and so is a value (never a cookie's, a
+  redirect's or a challenge's: :data:`UNKEPT`); and a body that fits its
   ``content-length`` without a second coroutine; everything else (chunked or ``HEAD``
   responses, a body longer or shorter than announced, a paused flow) is uvicorn's own
   ``send``;
@@ -43,6 +44,10 @@ MEMO_LONGEST = 256
 carry a value of its choosing (an OAuth redirect's ``location``), and 1,024 of 64 KiB each
 would be held for nothing."""
 
+UNKEPT: frozenset[bytes] = frozenset({b"set-cookie", b"location", b"www-authenticate"})
+"""Headers whose values are checked every time and never kept: they carry secrets (a console
+session's cookie, an OAuth redirect's code) or a client's words, used once."""
+
 _NAMES: dict[bytes, bytes] = {}
 """A header name as an app sent it -> lower-cased, once checked valid."""
 _VALUES: set[bytes] = set()
@@ -65,8 +70,8 @@ def _name(name: bytes) -> bytes:
     return lower
 
 
-def _value(value: bytes) -> None:
-    if type(value) is not bytes:  # a bytearray: checked every time
+def _value(value: bytes, name: bytes) -> None:
+    if type(value) is not bytes or name in UNKEPT:  # a bytearray, a secret: checked every time
         if HEADER_VALUE_RE.search(value):
             raise RuntimeError("Invalid HTTP header value.")
         return
@@ -152,7 +157,7 @@ class LeanCycle(RequestResponseCycle):
         for headers in (self.default_headers, message.get("headers", ())):
             for name, value in headers:
                 name = _name(name)
-                _value(value)
+                _value(value, name)
                 if name == b"content-length" and self.chunked_encoding is None:
                     self.expected_content_length = int(value.decode())
                     self.chunked_encoding = False
